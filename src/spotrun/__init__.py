@@ -1,0 +1,1 @@
+"""spotrun: train on spot instances without babysitting."""

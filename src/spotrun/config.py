@@ -1,0 +1,28 @@
+"""Where spotrun keeps its things: SPOTRUN_HOME, the database URL, the default checkpoint store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """$SPOTRUN_HOME, or ~/.spotrun; created on first use."""
+    path = Path(os.environ.get("SPOTRUN_HOME") or Path.home() / ".spotrun").expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def database_url() -> str:
+    """$SPOTRUN_DATABASE_URL (e.g. postgresql+psycopg://host/db), else SQLite at $SPOTRUN_HOME/state.db."""
+    return os.environ.get("SPOTRUN_DATABASE_URL") or f"sqlite:///{home() / 'state.db'}"
+
+
+def default_checkpoint_store(job_id: int, job_name: str) -> str:
+    return (home() / "checkpoints" / f"{job_id}-{job_name}").as_uri()
+
+
+def logs_dir() -> Path:
+    path = home() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

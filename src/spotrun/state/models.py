@@ -1,0 +1,132 @@
+"""The store's tables: jobs, attempts, instances, events, the controller lease and settings.
+
+Times are UNIX seconds (float) so that the controller can run on an injected clock.
+The store holds no business rules: which transitions are allowed lives in `spotrun.control`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    owner: Mapped[str] = mapped_column(String(200), default="local")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Absolute time after which the controller may try to place the job again (backoff).
+    not_before: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    restarts_on_error: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Consecutive placement rounds that found no capacity anywhere (drives backoff).
+    capacity_rounds: Mapped[int] = mapped_column(Integer, default=0)
+
+    attempts: Mapped[list[Attempt]] = relationship(
+        back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
+    )
+
+
+class Attempt(Base):
+    """One placement of a job on one instance (or one try at getting one)."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempt_job_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    # launching -> running -> ended ; launching -> ended (no capacity / launch error)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    provider: Mapped[str] = mapped_column(String(40))
+    zone: Mapped[str] = mapped_column(String(80))
+    market: Mapped[str] = mapped_column(String(20))  # spot | on-demand
+    instance_type: Mapped[str] = mapped_column(String(80))
+    price_per_hour: Mapped[float] = mapped_column(Float)
+    on_demand_price_per_hour: Mapped[float] = mapped_column(Float)
+    max_price: Mapped[float | None] = mapped_column(Float, nullable=True)
+    client_token: Mapped[str] = mapped_column(String(80), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(128))
+    instance_id: Mapped[str | None] = mapped_column(String(120), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # instance acquired
+    agent_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    notice_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    notice_source: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    reported_outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # succeeded | failed | preempted | cancelled | lost | no_capacity | launch_error
+    end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    log_bytes: Mapped[int] = mapped_column(Integer, default=0)
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class Instance(Base):
+    """What the controller knows of an instance it launched (the provider has its own records)."""
+
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(40))
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), index=True)
+    zone: Mapped[str] = mapped_column(String(80))
+    market: Mapped[str] = mapped_column(String(20))
+    instance_type: Mapped[str] = mapped_column(String(80))
+    address: Mapped[str | None] = mapped_column(String(120), nullable=True)
+    state: Mapped[str] = mapped_column(String(20))  # pending | running | terminating | terminated
+    launched_at: Mapped[float] = mapped_column(Float)
+    terminated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reclaimed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Event(Base):
+    """Append-only log of every transition and every side effect the controller took."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True, nullable=True)
+    attempt_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class ControllerLease(Base):
+    """Which controller process may drive jobs; taken by compare-and-set, renewed every tick."""
+
+    __tablename__ = "controller_lease"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    url: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+    acquired_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Setting(Base):
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON)
