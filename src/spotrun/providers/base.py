@@ -1,0 +1,73 @@
+"""The one small interface every place instances come from implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Market = Literal["spot", "on-demand"]
+InstanceState = Literal["pending", "running", "terminated", "unknown"]
+
+
+class ProviderError(Exception):
+    """A launch the provider refused; subclasses say why."""
+
+
+class NoCapacity(ProviderError):
+    """The zone has no capacity for this instance type and market right now."""
+
+
+class QuotaExceeded(ProviderError):
+    """The account may not run more instances of this kind."""
+
+
+class PriceTooLow(ProviderError):
+    """The spot price is above the max price asked for."""
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    zone: str
+    market: Market
+    instance_type: str
+    client_token: str
+    user_data: dict[str, Any]
+    max_price: float | None = None
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    instance_id: str
+    zone: str
+    market: Market
+    instance_type: str
+    state: InstanceState
+    reclaimed: bool = False  # the cloud took a spot instance back
+    address: str | None = None
+    launched_at: float | None = None
+    terminated_at: float | None = None
+    client_token: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def zones(self, instance_type: str) -> list[str]: ...
+
+    def launch(self, request: LaunchRequest) -> InstanceInfo:
+        """Start an instance; idempotent on request.client_token (the same token returns the same instance)."""
+
+    def find_by_token(self, client_token: str) -> InstanceInfo | None: ...
+
+    def describe(self, instance_id: str) -> InstanceInfo:
+        """Current state; a failed probe answers state="unknown", never "terminated"."""
+
+    def terminate(self, instance_id: str) -> None:
+        """Stop and delete the instance; idempotent."""
+
+    def list_instances(self) -> list[InstanceInfo]: ...
+
+    def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
+        """Chaos: reclaim the instance as the cloud would, after the notice window."""
