@@ -1,0 +1,29 @@
+"""Where instances come from. `get_provider(name)` gives the provider a job's `resources.cloud` names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotrun.providers.base import (
+    InstanceInfo,
+    LaunchRequest,
+    NoCapacity,
+    PriceTooLow,
+    Provider,
+    ProviderError,
+    QuotaExceeded,
+)
+
+
+def get_provider(name: str, **options: Any) -> Provider:
+    if name == "local":
+        from spotrun.providers.local import LocalProvider
+
+        return LocalProvider(**options)
+    raise ValueError(f"unknown cloud {name!r}; known: local")
+
+
+__all__ = [
+    "InstanceInfo", "LaunchRequest", "NoCapacity", "PriceTooLow", "Provider", "ProviderError", "QuotaExceeded",
+    "get_provider",
+]

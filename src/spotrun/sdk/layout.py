@@ -7,6 +7,7 @@ is not a checkpoint (it is a save that died half-way).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -49,3 +50,53 @@ def list_committed(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, 
         if step is not None and read_manifest(fs, path) is not None:
             found.append((step, path))
     return sorted(found)
+
+
+MANIFEST_FORMAT = 1
+
+
+class CorruptCheckpoint(Exception):
+    """A committed checkpoint whose files do not match its manifest."""
+
+
+def build_manifest(step: int, files: dict[str, bytes | dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The manifest of a checkpoint: for each payload file its size and SHA-256.
+
+    ``files`` maps a file name to its bytes, or to an already computed ``{"size", "sha256"}`` entry.
+    """
+    entries = {name: data if isinstance(data, dict) else describe_bytes(data) for name, data in files.items()}
+    return {"format": MANIFEST_FORMAT, "step": step, "files": dict(sorted(entries.items())), **extra}
+
+
+def describe_bytes(data: bytes) -> dict[str, Any]:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def encode_manifest(manifest: dict[str, Any]) -> bytes:
+    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+
+def read_verified(
+    fs: fsspec.AbstractFileSystem, checkpoint_path: str, names: list[str] | None = None
+) -> dict[str, bytes]:
+    """The payload files of a committed checkpoint (all, or those named), each checked against the manifest.
+
+    Raises CorruptCheckpoint naming the first file that is missing, unlisted, or differs in size or SHA-256.
+    """
+    manifest = read_manifest(fs, checkpoint_path)
+    if manifest is None:
+        raise CorruptCheckpoint(f"{checkpoint_path}: no readable {MANIFEST_NAME}")
+    wanted = list(manifest["files"]) if names is None else names
+    contents = {}
+    for name in wanted:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict):
+            raise CorruptCheckpoint(f"{checkpoint_path}: {name} is not listed in the manifest")
+        try:
+            data = bytes(fs.cat_file(f"{checkpoint_path.rstrip('/')}/{name}"))
+        except (FileNotFoundError, OSError) as error:
+            raise CorruptCheckpoint(f"{checkpoint_path}: {name} cannot be read ({error})") from error
+        if describe_bytes(data) != {"size": entry.get("size"), "sha256": entry.get("sha256")}:
+            raise CorruptCheckpoint(f"{checkpoint_path}: {name} does not match its size/sha256 in the manifest")
+        contents[name] = data
+    return contents

@@ -1,0 +1,18 @@
+"""The job description: a YAML file validated into a JobSpec, with errors that name the field and line."""
+
+from spotrun.spec.durations import parse_duration
+from spotrun.spec.errors import Problem, SpecError
+from spotrun.spec.loader import load_spec, parse_spec
+from spotrun.spec.models import CheckpointSpec, JobSpec, Resources, SpotSpec
+
+__all__ = [
+    "CheckpointSpec",
+    "JobSpec",
+    "Problem",
+    "Resources",
+    "SpecError",
+    "SpotSpec",
+    "load_spec",
+    "parse_duration",
+    "parse_spec",
+]

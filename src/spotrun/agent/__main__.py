@@ -1,0 +1,40 @@
+"""`python -m spotrun.agent [--config FILE]`: run one attempt on this instance, then exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfigError, load_config
+from spotrun.agent.notices import SigtermNotice, metadata_notice_sources
+from spotrun.agent.supervisor import Agent
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s spotrun-agent %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "httpcore", "fsspec", "s3fs", "botocore", "aiobotocore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spotrun.agent", description=__doc__)
+    parser.add_argument("--config", metavar="FILE", help=f"JSON config file (default: ${CONFIG_ENV_VAR})")
+    args = parser.parse_args(argv)
+    configure_logging()
+    try:
+        config = load_config(args.config)
+    except AgentConfigError as exc:
+        logging.getLogger("spotrun.agent").error("%s", exc)
+        return 2
+    sigterm = SigtermNotice(config.notice_grace).install()
+    Agent(config, [sigterm, *metadata_notice_sources()]).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Checkpoints between the instance's disk and the durable store (any fsspec filesystem).
+
+Both sides obey the layout of `spotrun.sdk.layout`: a `ckpt-<step>/` folder counts only once its
+manifest is present, so every copy writes payload files first and the manifest last, and removes a
+stale manifest before overwriting a folder. Besides checkpoints, top-level user files travel too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from spotrun.sdk.layout import CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest
+
+log = logging.getLogger(__name__)
+
+COPY_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+class DeadlinePassed(Exception):
+    """The reclaim deadline came before the copy was finished."""
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def is_user_file(name: str) -> bool:
+    """A top-level file that travels with the checkpoints (not a checkpoint, not hidden, not a temp file)."""
+    return not (name.startswith(CHECKPOINT_PREFIX) or name.startswith(".") or name.endswith(".tmp"))
+
+
+class _Side:
+    """One end of a copy: a filesystem and the checkpoint root on it."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+
+    def committed(self) -> list[tuple[int, str]]:
+        return list_committed(self.fs, self.root)
+
+    def manifest_bytes(self, checkpoint_path: str) -> bytes | None:
+        """The raw manifest of a checkpoint folder when it is a valid one, else None."""
+        if read_manifest(self.fs, checkpoint_path) is None:
+            return None
+        try:
+            return bytes(self.fs.cat_file(_join(checkpoint_path, MANIFEST_NAME)))
+        except (FileNotFoundError, OSError):
+            return None
+
+    def checkpoint_folders(self) -> list[tuple[int, str]]:
+        """(step, path) of every ckpt-* folder, committed or not."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except (FileNotFoundError, OSError):
+            return []
+        found = [(parse_step(path), path) for path in entries]
+        return sorted((step, path) for step, path in found if step is not None)
+
+    def user_files(self) -> list[dict[str, Any]]:
+        try:
+            entries = self.fs.ls(self.root, detail=True)
+        except (FileNotFoundError, OSError):
+            return []
+        return [e for e in entries if e.get("type") == "file" and is_user_file(_basename(e["name"]))]
+
+
+class CheckpointSync:
+    def __init__(
+        self,
+        local_dir: Path,
+        store: str,
+        storage_options: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        store_fs, store_root = fsspec.core.url_to_fs(store, **(storage_options or {}))
+        self.local = _Side(LocalFileSystem(), str(local_dir))
+        self.store = _Side(store_fs, store_root)
+        self._clock = clock
+        self._lock = threading.Lock()  # one backup at a time: the periodic one and the final one
+        self._synced_user_files: dict[str, tuple[int, float]] = {}  # name -> (size, mtime) last copied
+
+    def newest_local_step(self) -> int | None:
+        committed = self.local.committed()
+        return committed[-1][0] if committed else None
+
+    def restore(self) -> int | None:
+        """Copy every committed store checkpoint and the user files to the local disk; the newest step or None."""
+        with self._lock:
+            Path(self.local.root).mkdir(parents=True, exist_ok=True)
+            committed = self.store.committed()
+            for step, path in reversed(committed):
+                self._copy_checkpoint(self.store, path, self.local, deadline=None)
+                log.info("restored checkpoint step %d", step)
+            for entry in self.store.user_files():
+                name = _basename(entry["name"])
+                target = _join(self.local.root, name)
+                _copy_file(self.store.fs, entry["name"], self.local.fs, target)
+                self._remember_synced(name)
+            return committed[-1][0] if committed else None
+
+    def backup(self, deadline: float | None = None) -> bool:
+        """Upload new local checkpoints (newest first) and changed user files, then drop store checkpoints the
+        trainer has deleted locally. True when the store holds every committed local checkpoint."""
+        with self._lock:
+            complete = True
+            uploaded = False
+            try:
+                for step, path in reversed(self.local.committed()):
+                    uploaded |= self._copy_checkpoint(self.local, path, self.store, deadline)
+                self._upload_user_files(deadline)
+            except DeadlinePassed:
+                log.warning("reclaim deadline reached before the backup finished")
+                complete = False
+            if uploaded:
+                self._prune_store()
+            return complete
+
+    def _copy_checkpoint(self, source: _Side, path: str, target: _Side, deadline: float | None) -> bool:
+        """Copy one committed folder, manifest last; False when the target already has it or it vanished."""
+        name = _basename(path)
+        manifest = source.manifest_bytes(path)
+        if manifest is None:
+            log.info("checkpoint %s vanished before it was copied", name)
+            return False
+        target_path = _join(target.root, name)
+        if _same_manifest(target.manifest_bytes(target_path), manifest):
+            return False
+        target_manifest = _join(target_path, MANIFEST_NAME)
+        if target.fs.exists(target_manifest):
+            target.fs.rm_file(target_manifest)  # uncommit the stale copy before overwriting it
+        try:
+            for file_path in source.fs.find(path):
+                relative = file_path[len(path.rstrip("/")) + 1 :]
+                if relative and relative != MANIFEST_NAME:
+                    self._check(deadline)
+                    _copy_file(source.fs, file_path, target.fs, _join(target_path, relative))
+        except FileNotFoundError:
+            log.info("checkpoint %s was deleted while it was copied; skipped", name)
+            return False
+        self._check(deadline)
+        _write_bytes(target.fs, target_manifest, manifest)
+        log.info("copied checkpoint %s", name)
+        return True
+
+    def _upload_user_files(self, deadline: float | None) -> None:
+        for entry in self.local.user_files():
+            name = _basename(entry["name"])
+            if self._synced_user_files.get(name) == (entry["size"], entry["mtime"]):
+                continue
+            self._check(deadline)
+            try:
+                _copy_file(self.local.fs, entry["name"], self.store.fs, _join(self.store.root, name))
+            except FileNotFoundError:
+                continue
+            self._synced_user_files[name] = (entry["size"], entry["mtime"])
+
+    def _prune_store(self) -> None:
+        """Remove store folders older than the store's newest checkpoint that are gone locally (the SDK's
+        keep-last-N) and dead partial uploads; never the newest committed store checkpoint."""
+        store_committed = self.store.committed()
+        if not store_committed:
+            return
+        newest = store_committed[-1][0]
+        kept_locally = {step for step, _ in self.local.checkpoint_folders()}
+        for step, path in self.store.checkpoint_folders():
+            if step < newest and step not in kept_locally:
+                self.store.fs.rm(path, recursive=True)
+                log.info("removed %s from the store", _basename(path))
+
+    def _remember_synced(self, name: str) -> None:
+        info = self.local.fs.info(_join(self.local.root, name))
+        self._synced_user_files[name] = (info["size"], info["mtime"])
+
+    def _check(self, deadline: float | None) -> None:
+        if deadline is not None and self._clock() >= deadline:
+            raise DeadlinePassed()
+
+
+def _same_manifest(existing: bytes | None, wanted: bytes) -> bool:
+    return existing is not None and json.loads(existing) == json.loads(wanted)
+
+
+def _make_parent(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    parent = path.rsplit("/", 1)[0]
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+
+
+def _copy_file(src_fs: fsspec.AbstractFileSystem, src: str, dst_fs: fsspec.AbstractFileSystem, dst: str) -> None:
+    _make_parent(dst_fs, dst)
+    with src_fs.open(src, "rb") as reader, dst_fs.open(dst, "wb") as writer:
+        shutil.copyfileobj(reader, writer, COPY_BUFFER_BYTES)
+
+
+def _write_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    _make_parent(fs, path)
+    with fs.open(path, "wb") as writer:
+        writer.write(data)
+
+
+class PeriodicBackup:
+    """Runs `sync.backup()` every interval in a thread; a failed backup is logged and tried again next time."""
+
+    def __init__(self, sync: CheckpointSync, interval: float) -> None:
+        self._sync = sync
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spotrun-backup", daemon=True)
+
+    def start(self) -> PeriodicBackup:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop after the backup in progress, if any (the final backup waits for it anyway)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._sync.backup()
+            except Exception:
+                log.exception("periodic checkpoint backup failed; will retry")

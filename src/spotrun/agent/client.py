@@ -1,0 +1,120 @@
+"""HTTP calls to the controller's agent API, retried while the controller is away.
+
+Connection errors, timeouts and 5xx answers are retried with exponential backoff (the controller may be
+restarting). 409 is a final answer (the controller already holds a conflicting or identical record).
+Any other 4xx is logged and not retried. The token goes only into the Authorization header, never a log.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+class Delivery(enum.Enum):
+    DELIVERED = "delivered"
+    CONFLICT = "conflict"  # 409
+    REJECTED = "rejected"  # another 4xx: retrying would not help
+    GAVE_UP = "gave_up"  # still failing when the deadline passed or stop was asked
+
+    @property
+    def final(self) -> bool:
+        """The controller answered; sending the same request again would not change anything."""
+        return self is not Delivery.GAVE_UP
+
+
+class Backoff:
+    """Delays of initial, 2*initial, ... capped at maximum."""
+
+    def __init__(self, initial: float = 0.2, maximum: float = 5.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._next = initial
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+
+class ControllerClient:
+    def __init__(
+        self,
+        controller_url: str,
+        token: str,
+        attempt_id: int,
+        *,
+        request_timeout: float = 10.0,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._base = f"{controller_url.rstrip('/')}/agent/v1/attempts/{attempt_id}"
+        self._http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=request_timeout)
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._clock = clock
+
+    def close(self) -> None:
+        self._http.close()
+
+    def post(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        *,
+        retry: bool = True,
+        give_up_at: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Delivery:
+        """POST body to the attempt's endpoint; retry transient failures until give_up_at (monotonic) or stop."""
+        backoff = Backoff(self._backoff_initial, self._backoff_max)
+        failures = 0
+        while True:
+            outcome = self._post_once(endpoint, body)
+            if outcome is not None:
+                if failures:
+                    log.info("POST %s delivered after %d failed tries", endpoint, failures)
+                return outcome
+            failures += 1
+            if failures == 1 and retry:
+                log.warning("controller unreachable for POST %s; retrying with backoff", endpoint)
+            if not retry:
+                return Delivery.GAVE_UP
+            delay = backoff.next_delay()
+            if give_up_at is not None:
+                delay = min(delay, give_up_at - self._clock())
+                if delay <= 0:
+                    return Delivery.GAVE_UP
+            if stop is not None:
+                if stop.wait(delay):
+                    return Delivery.GAVE_UP
+            else:
+                time.sleep(delay)
+
+    def _post_once(self, endpoint: str, body: dict[str, Any]) -> Delivery | None:
+        """The final Delivery, or None when the failure is transient."""
+        try:
+            response = self._http.post(f"{self._base}/{endpoint}", json=body)
+        except httpx.HTTPError as exc:
+            log.debug("POST %s failed: %s", endpoint, type(exc).__name__)
+            return None
+        status = response.status_code
+        if status < 300:
+            return Delivery.DELIVERED
+        if status >= 500:
+            log.debug("POST %s answered %d; will retry", endpoint, status)
+            return None
+        if status == 409:
+            log.info("POST %s answered 409 (conflict): %s", endpoint, response.text[:200])
+            return Delivery.CONFLICT
+        log.error("POST %s rejected with %d: %s", endpoint, status, response.text[:200])
+        return Delivery.REJECTED

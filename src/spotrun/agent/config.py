@@ -1,0 +1,93 @@
+"""The agent's configuration: one JSON document, from $SPOTRUN_AGENT_CONFIG or a file."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+CONFIG_ENV_VAR = "SPOTRUN_AGENT_CONFIG"
+INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
+
+
+class AgentConfigError(ValueError):
+    """The agent's configuration is missing or invalid; the message names what is wrong."""
+
+
+class AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    controller_url: str = Field(min_length=1)
+    token: SecretStr
+    job_id: int
+    attempt_id: int
+    attempt_number: int = Field(ge=0)
+    run: str = Field(min_length=1, description="bash command of the trainer")
+    setup: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    checkpoint_dir: str = "checkpoints"
+    checkpoint_store: str = Field(min_length=1, description="fsspec URI or local path")
+    heartbeat_interval: float = Field(default=1.0, gt=0)
+    sync_interval: float = Field(default=30.0, gt=0)
+    notice_poll_interval: float = Field(default=1.0, gt=0)
+    notice_grace: float = Field(default=30.0, ge=0, description="trainer's grace when a notice has no deadline")
+    sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("controller_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str | None) -> str | None:
+        if value is not None and not os.path.isabs(value):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+    def instance_disk(self, environ: Mapping[str, str] = os.environ) -> Path:
+        """The instance's scratch disk: $SPOTRUN_INSTANCE_DISK, else the current directory."""
+        return Path(environ.get(INSTANCE_DISK_ENV_VAR) or os.getcwd()).resolve()
+
+    def local_checkpoint_dir(self, environ: Mapping[str, str] = os.environ) -> Path:
+        path = Path(self.checkpoint_dir).expanduser()
+        return path if path.is_absolute() else self.instance_disk(environ) / path
+
+    def command_cwd(self, environ: Mapping[str, str] = os.environ) -> Path:
+        return Path(self.workdir) if self.workdir else self.instance_disk(environ)
+
+
+def parse_config(text: str, origin: str) -> AgentConfig:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise AgentConfigError(f"{origin} is not valid JSON: {exc}") from exc
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
+        )
+        raise AgentConfigError(f"invalid agent config in {origin}: {problems}") from exc
+
+
+def load_config(config_file: str | None, environ: Mapping[str, str] = os.environ) -> AgentConfig:
+    """The config from config_file when given, else from $SPOTRUN_AGENT_CONFIG."""
+    if config_file is not None:
+        try:
+            text = Path(config_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AgentConfigError(f"cannot read agent config file {config_file}: {exc}") from exc
+        return parse_config(text, config_file)
+    text = environ.get(CONFIG_ENV_VAR)
+    if not text:
+        raise AgentConfigError(f"no agent config: set ${CONFIG_ENV_VAR} (JSON) or pass --config FILE")
+    return parse_config(text, f"${CONFIG_ENV_VAR}")

@@ -1,0 +1,107 @@
+"""Ships the attempt's output to the controller as /logs chunks keyed by byte offset.
+
+Output is batched every `interval`. A chunk that fails is re-sent unchanged (same offset, same data)
+until the controller answers, so a server that ignores offsets it already holds never loses or
+duplicates a byte. Offsets count UTF-8 bytes of the text sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from spotrun.agent.client import Backoff, ControllerClient, Delivery
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CHUNK_BYTES = 256 * 1024
+
+
+def split_chunk(text: str, max_bytes: int) -> tuple[str, str]:
+    """(head, rest) where head is the longest prefix of text whose UTF-8 encoding fits max_bytes."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return text, ""
+    head = encoded[:max_bytes].decode("utf-8", errors="ignore")  # drops a multi-byte char cut in half
+    return head, text[len(head) :]
+
+
+class LogShipper:
+    def __init__(
+        self,
+        client: ControllerClient,
+        interval: float = 0.5,
+        max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if max_chunk_bytes < 4:
+            raise ValueError(f"max_chunk_bytes must hold one UTF-8 character (>= 4), got {max_chunk_bytes}")
+        self._client = client
+        self._interval = interval
+        self._max_chunk_bytes = max_chunk_bytes
+        self._backoff = backoff or Backoff()
+        self._lock = threading.Condition()
+        self._pending = ""
+        self._in_flight: str | None = None
+        self._offset = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._ship_forever, name="spotrun-logs", daemon=True)
+
+    @property
+    def offset(self) -> int:
+        """Bytes the controller has acknowledged so far."""
+        with self._lock:
+            return self._offset
+
+    def start(self) -> LogShipper:
+        self._thread.start()
+        return self
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            self._pending += text
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Ship everything written so far, then stop; False when the timeout passed first."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _ship_forever(self) -> None:
+        while True:
+            with self._lock:
+                if not self._closing:
+                    self._lock.wait(self._interval)
+                chunk = self._next_chunk()
+                if chunk is None and self._closing:
+                    return
+            if chunk is None:
+                continue
+            if self._send(chunk):
+                self._backoff = Backoff(self._backoff.initial, self._backoff.maximum)
+            else:
+                time.sleep(self._backoff.next_delay())
+
+    def _next_chunk(self) -> str | None:
+        """The chunk in flight (a retry) or the next one cut from pending output; called under the lock."""
+        if self._in_flight is None and self._pending:
+            self._in_flight, self._pending = split_chunk(self._pending, self._max_chunk_bytes)
+        return self._in_flight
+
+    def _send(self, chunk: str) -> bool:
+        with self._lock:
+            offset = self._offset
+        delivery = self._client.post("logs", {"offset": offset, "data": chunk}, retry=False)
+        if not delivery.final:
+            return False
+        if delivery is not Delivery.DELIVERED and delivery is not Delivery.CONFLICT:
+            log.error("log chunk at offset %d dropped: the controller rejected it", offset)
+        with self._lock:
+            self._offset += len(chunk.encode("utf-8"))
+            self._in_flight = None
+        return True

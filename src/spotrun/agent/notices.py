@@ -1,0 +1,175 @@
+"""Preemption notice sources.
+
+A source is anything with `name` and `poll() -> Notice | None`. `poll` must be cheap and must never
+raise: a probe that fails (metadata service down, malformed answer) is "unknown" and returns None,
+never a notice. Cloud sources (AWS IMDSv2 spot/instance-action, GCP `preempted`, Azure Scheduled
+Events) are further classes with the same interface, added to `metadata_notice_sources`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+LOCAL_METADATA_ENV_VAR = "SPOTRUN_LOCAL_METADATA"
+INSTANCE_ACTION_PATH = ("spot", "instance-action")
+RECLAIM_ACTIONS = frozenset({"terminate", "stop", "hibernate"})
+
+
+@dataclass(frozen=True)
+class Notice:
+    source: str
+    deadline: float | None  # unix seconds when the instance is reclaimed; None when unknown
+    detail: str
+
+
+class NoticeSource(Protocol):
+    name: str
+
+    def poll(self) -> Notice | None: ...
+
+
+def parse_iso_time(text: str) -> float:
+    """Unix seconds of an ISO-8601 time; a time without zone is UTC (as EC2's metadata writes it)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+class LocalMetadataNotice:
+    """The local provider's stand-in for EC2's metadata: `<root>/spot/instance-action`, JSON
+    `{"action": "terminate", "time": "<ISO-8601>"}`, present only once the instance is to be reclaimed."""
+
+    name = "local-metadata"
+
+    def __init__(self, root: Path) -> None:
+        self._path = root.joinpath(*INSTANCE_ACTION_PATH)
+        self._warned_about: str | None = None
+
+    def poll(self) -> Notice | None:
+        try:
+            text = self._path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._unknown(f"cannot read {self._path}: {exc}")
+        try:
+            action = json.loads(text)
+            kind = action["action"]
+            deadline = parse_iso_time(action["time"])
+        except (ValueError, KeyError, TypeError) as exc:
+            # Possibly a half-written file; the next poll sees the whole of it.
+            return self._unknown(f"malformed {self._path}: {exc!r}")
+        if kind not in RECLAIM_ACTIONS:
+            return self._unknown(f"unknown action {kind!r} in {self._path}")
+        return Notice(self.name, deadline, f"instance-action {kind} at {action['time']}")
+
+    def _unknown(self, why: str) -> None:
+        if why != self._warned_about:
+            log.warning("notice probe unknown: %s", why)
+            self._warned_about = why
+        return None
+
+
+class SigtermNotice:
+    """SIGTERM to the agent itself (Kubernetes eviction, a shutdown script): the trainer gets `grace`
+    seconds counted from the signal's arrival."""
+
+    name = "sigterm"
+
+    def __init__(self, grace: float, clock: Callable[[], float] = time.time) -> None:
+        self._grace = grace
+        self._clock = clock
+        self._received_at: float | None = None
+
+    def install(self) -> SigtermNotice:
+        """Take over SIGTERM; must be called from the main thread."""
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.trigger()
+
+    def trigger(self) -> None:
+        if self._received_at is None:
+            self._received_at = self._clock()
+
+    def poll(self) -> Notice | None:
+        received_at = self._received_at
+        if received_at is None:
+            return None
+        return Notice(self.name, received_at + self._grace, "SIGTERM received by the agent")
+
+
+def metadata_notice_sources(environ: Mapping[str, str] = os.environ) -> list[NoticeSource]:
+    """The instance-metadata sources this instance has: local metadata when $SPOTRUN_LOCAL_METADATA is set
+    (cloud metadata sources go here too). SigtermNotice is added by the caller, who owns signal handling."""
+    sources: list[NoticeSource] = []
+    local_root = environ.get(LOCAL_METADATA_ENV_VAR)
+    if local_root:
+        sources.append(LocalMetadataNotice(Path(local_root)))
+    return sources
+
+
+def first_notice(sources: Sequence[NoticeSource]) -> Notice | None:
+    for source in sources:
+        try:
+            notice = source.poll()
+        except Exception:  # a buggy source is "unknown", never a reason to stop watching the others
+            log.exception("notice source %s failed", source.name)
+            continue
+        if notice is not None:
+            return notice
+    return None
+
+
+class NoticeWatcher:
+    """Polls every source each `interval` seconds until one reports a notice; `wait` returns it."""
+
+    def __init__(self, sources: Sequence[NoticeSource], interval: float) -> None:
+        self._sources = list(sources)
+        self._interval = interval
+        self._notice: Notice | None = None
+        self._arrived = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="spotrun-notices", daemon=True)
+
+    @property
+    def notice(self) -> Notice | None:
+        return self._notice
+
+    def start(self) -> NoticeWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def wait(self, timeout: float | None = None) -> Notice | None:
+        self._arrived.wait(timeout)
+        return self._notice
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            notice = first_notice(self._sources)
+            if notice is not None:
+                log.warning("preemption notice from %s: %s (deadline %s)", notice.source, notice.detail, notice.deadline)
+                self._notice = notice
+                self._arrived.set()
+                return
+            self._stop.wait(self._interval)

@@ -1,0 +1,85 @@
+"""The user's command: `bash -c` in a new session (its own process group), stdout and stderr merged.
+
+Output is read as it comes (not only at newlines, so progress bars with carriage returns flow too),
+decoded as UTF-8 with replacement characters, and handed to a callback.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 64 * 1024
+
+
+class CommandProcess:
+    def __init__(self, command: str, cwd: Path, env: Mapping[str, str], on_output: Callable[[str], None]) -> None:
+        self.command = command
+        self._cwd = cwd
+        self._env = dict(env)
+        self._on_output = on_output
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._running().pid
+
+    def start(self) -> CommandProcess:
+        self._popen = subprocess.Popen(
+            ["bash", "-c", self.command],
+            cwd=self._cwd,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._forward_output, name="spotrun-output", daemon=True)
+        self._reader.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (negative: killed by that signal), or None if still running after timeout."""
+        try:
+            return self._running().wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, signum: signal.Signals) -> None:
+        """Send signum to the command's whole process group (children included)."""
+        try:
+            os.killpg(self._running().pid, signum)
+        except ProcessLookupError:
+            pass  # the group is already gone
+        except PermissionError:
+            log.warning("not allowed to signal process group %d", self._running().pid)
+
+    def drain_output(self, timeout: float) -> bool:
+        """Wait until the command's output pipe is closed; False if a leftover child still holds it open."""
+        if self._reader is None:
+            return True
+        self._reader.join(timeout)
+        return not self._reader.is_alive()
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._popen is None:
+            raise RuntimeError("the command was not started")
+        return self._popen
+
+    def _forward_output(self) -> None:
+        stream = self._running().stdout
+        assert stream is not None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with stream:
+            while chunk := stream.read1(READ_SIZE):
+                self._on_output(decoder.decode(chunk))
+        self._on_output(decoder.decode(b"", final=True))

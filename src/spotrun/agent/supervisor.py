@@ -1,0 +1,200 @@
+"""The agent's main loop: restore, report started, run setup and run, answer a preemption notice, back up,
+report the exit. The parts it drives live in their own modules."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spotrun.agent.checkpoint_sync import CheckpointSync, PeriodicBackup
+from spotrun.agent.client import ControllerClient
+from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfig
+from spotrun.agent.heartbeat import Heartbeat
+from spotrun.agent.logs import LogShipper
+from spotrun.agent.notices import Notice, NoticeSource, NoticeWatcher
+from spotrun.agent.process import CommandProcess
+from spotrun.agent.reporting import Reporter
+
+log = logging.getLogger(__name__)
+
+# The trainer's "I was preempted and saved my work" exit status (EX_TEMPFAIL). Defined here because
+# spotrun.sdk does not export PREEMPTED_EXIT_CODE yet; switch to importing it once it does.
+PREEMPTED_EXIT_CODE = 75
+
+RESTORE_TRIES = 3
+LOG_FLUSH_SECONDS = 10.0
+OUTPUT_DRAIN_SECONDS = 2.0
+WAIT_STEP_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class ExitReport:
+    outcome: str  # succeeded | failed | preempted
+    exit_code: int | None
+    checkpoint_synced: bool
+
+
+def outcome_of(exit_code: int) -> str:
+    if exit_code == 0:
+        return "succeeded"
+    if exit_code == PREEMPTED_EXIT_CODE:
+        return "preempted"
+    return "failed"
+
+
+def trainer_environment(
+    config: AgentConfig, checkpoint_dir: Path, resumed: bool, environ: Mapping[str, str]
+) -> dict[str, str]:
+    env = {key: value for key, value in environ.items() if key != CONFIG_ENV_VAR}  # it holds the token
+    env.update(config.env)
+    env.update(
+        SPOTRUN_JOB_ID=str(config.job_id),
+        SPOTRUN_ATTEMPT=str(config.attempt_number),
+        SPOTRUN_CHECKPOINT_DIR=str(checkpoint_dir),
+        SPOTRUN_RESUME="1" if resumed else "0",
+    )
+    return env
+
+
+def echo_output(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # the agent's own stdout is gone; the controller still gets the log
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        notice_sources: Sequence[NoticeSource],
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.config = config
+        self.environ = environ
+        self.checkpoint_dir = config.local_checkpoint_dir(environ)
+        self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options)
+        self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
+        self.reporter = Reporter(self.client)
+        self.logs = LogShipper(self.client)
+        self.notices = NoticeWatcher(notice_sources, config.notice_poll_interval)
+        self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, self.sync.newest_local_step)
+        self.backup = PeriodicBackup(self.sync, config.sync_interval)
+        self._process: CommandProcess | None = None
+
+    def run(self) -> ExitReport:
+        """Do the whole attempt and return what was reported to the controller as its exit."""
+        self.reporter.start()
+        self.logs.start()
+        self.notices.start()
+        try:
+            report = self._attempt()
+            self._report_exit(report)
+            return report
+        finally:
+            self._shut_down()
+
+    def _attempt(self) -> ExitReport:
+        try:
+            restored_step = self._restore()
+        except Exception:
+            log.exception("cannot restore checkpoints from the store")
+            self.reporter.send("started", {"address": socket.gethostname()})
+            return ExitReport("failed", None, checkpoint_synced=False)
+        self.reporter.send("started", {"address": socket.gethostname()})
+        self.heartbeat.start()
+        self.backup.start()
+        env = trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
+        commands = [("setup", self.config.setup)] if self.config.setup else []
+        commands.append(("run", self.config.run))
+        for label, command in commands:
+            log.info("starting %s command", label)
+            self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+            self._process.start()
+            exit_code, notice = self._wait_for_exit_or_notice(self._process)
+            if notice is not None:
+                return self._answer_notice(self._process, notice)
+            log.info("%s command exited with %d", label, exit_code)
+            if exit_code != 0 and label == "setup":
+                return ExitReport("failed", exit_code, self._final_backup(deadline=None))
+        return ExitReport(outcome_of(exit_code), exit_code, self._final_backup(deadline=None))
+
+    def _restore(self) -> int | None:
+        for attempt in range(1, RESTORE_TRIES + 1):
+            try:
+                step = self.sync.restore()
+            except Exception:
+                if attempt == RESTORE_TRIES:
+                    raise
+                log.warning("restore failed (try %d of %d); retrying", attempt, RESTORE_TRIES, exc_info=True)
+                time.sleep(2**attempt)
+                continue
+            if step is None:
+                log.info("no checkpoint to restore")
+            return step
+        raise AssertionError("unreachable")
+
+    def _output(self, text: str) -> None:
+        echo_output(text)
+        self.logs.write(text)
+
+    def _wait_for_exit_or_notice(self, process: CommandProcess) -> tuple[int, Notice | None]:
+        while True:
+            notice = self.notices.wait(WAIT_STEP_SECONDS)
+            if notice is not None:
+                return -1, notice
+            exit_code = process.wait(0)
+            if exit_code is not None:
+                process.drain_output(OUTPUT_DRAIN_SECONDS)
+                return exit_code, None
+
+    def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
+        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        process.signal_group(signal.SIGTERM)
+        stop_by = (
+            notice.deadline - self.config.sync_margin if notice.deadline is not None
+            else time.time() + self.config.notice_grace
+        )
+        exit_code = process.wait(max(0.0, stop_by - time.time()))
+        if exit_code is None:
+            log.warning("command still running at the stop time; killing its process group")
+            process.signal_group(signal.SIGKILL)
+            exit_code = process.wait()
+        log.info("command stopped after the notice with exit code %d", exit_code)
+        process.drain_output(OUTPUT_DRAIN_SECONDS)
+        return ExitReport("preempted", exit_code, self._final_backup(deadline=notice.deadline))
+
+    def _final_backup(self, deadline: float | None) -> bool:
+        self.backup.stop()
+        try:
+            synced = self.sync.backup(deadline=deadline)
+        except Exception:
+            log.exception("final checkpoint backup failed")
+            return False
+        log.info("final checkpoint backup %s", "complete" if synced else "incomplete")
+        return synced
+
+    def _report_exit(self, report: ExitReport) -> None:
+        # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
+        self.logs.close(timeout=LOG_FLUSH_SECONDS)
+        self.reporter.send("exit", asdict(report))
+        log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
+        self.reporter.wait_delivered()
+        self.logs.close(timeout=LOG_FLUSH_SECONDS)
+
+    def _shut_down(self) -> None:
+        if self._process is not None and self._process.wait(0) is None:
+            self._process.signal_group(signal.SIGKILL)  # never leave the trainer behind
+        self.backup.stop()
+        self.heartbeat.stop()
+        self.notices.stop()
+        self.reporter.close()
+        self.client.close()

@@ -1,0 +1,41 @@
+"""What an instance is told at boot: the agent's configuration, carried as the provider's user data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Job
+
+
+def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float) -> dict[str, Any]:
+    spec = JobSpec.model_validate(job.spec)
+    return {
+        "controller_url": controller_url,
+        "token": token,
+        "job_id": job.id,
+        "attempt_id": attempt.id,
+        "attempt_number": attempt.number,
+        "run": spec.run,
+        "setup": spec.setup,
+        "workdir": spec.workdir,
+        "env": dict(spec.env),
+        "checkpoint_dir": spec.checkpoint.dir,
+        "checkpoint_store": spec.checkpoint.store,
+        "sync_interval": spec.checkpoint.sync_interval,
+        "notice_grace": spec.spot.notice_grace,
+        "heartbeat_interval": heartbeat_interval,
+    }
+
+
+def user_data(config: dict[str, Any]) -> dict[str, Any]:
+    """Boot command for providers that start processes directly (local); clouds render it into a startup script."""
+    # `python` in the job's command means the interpreter spotrun itself runs under (the image's Python).
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {
+        "argv": [sys.executable, "-m", "spotrun.agent"],
+        "env": {"SPOTRUN_AGENT_CONFIG": json.dumps(config), "PATH": path},
+    }

@@ -1,0 +1,377 @@
+"""The reconcile tick: for every live job, observe → decide → act, one small idempotent step at a time.
+
+Every side effect is recorded before it is done: a launch first writes its attempt with a client token (so a
+relaunch after a crash returns the same instance), an attempt's end is written as "ending" before the instance is
+terminated (so a crash between the two repeats an idempotent terminate). Killing the controller anywhere and
+running the tick again therefore loses no job, leaks no instance and launches nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from spotrun.control import records
+from spotrun.control.boot import agent_config, user_data
+from spotrun.control.clock import Clock, WallClock
+from spotrun.control.observe import Verdict, judge_attempt
+from spotrun.control.placement import placement_context, price_for
+from spotrun.control.states import TERMINAL, JobState
+from spotrun.control.tokens import attempt_token, controller_secret, hash_token
+from spotrun.policy import GiveUp, Launch, PlacementPolicy, Wait, get_policy
+from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
+from spotrun.providers import QuotaExceeded, get_provider
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Instance, Job, Store, add_event
+
+log = logging.getLogger("spotrun.controller")
+
+_LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
+    NoCapacity: "no_capacity",
+    PriceTooLow: "price_too_low",
+    QuotaExceeded: "quota_exceeded",
+}
+
+
+@dataclass
+class ControllerSettings:
+    controller_url: str
+    heartbeat_timeout: float = 30.0
+    boot_timeout: float = 120.0
+    launch_timeout: float = 300.0
+    agent_heartbeat_interval: float = 1.0
+    backoff_base: float = 5.0
+    backoff_max: float = 300.0
+    sweep_every_ticks: int = 20
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        settings: ControllerSettings,
+        *,
+        clock: Clock | None = None,
+        provider_factory: Callable[[str], Provider] = get_provider,
+        prices: Callable[[str, str, str, str], tuple[float, float]] = price_for,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock or WallClock()
+        self.started_at = self.clock.now()
+        self._provider_factory = provider_factory
+        self._prices = prices
+        self._providers: dict[str, Provider] = {}
+        self._ticks = 0
+
+    # ---- the loop body -------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        for job_id in self._live_job_ids():
+            try:
+                self.drive(job_id)
+            except Exception:  # one broken job must not stop the others; the next tick retries it
+                log.exception("job %s: tick failed", job_id)
+        self._ticks += 1
+        if self._ticks % self.settings.sweep_every_ticks == 1:
+            self.sweep_orphans()
+
+    def drive(self, job_id: int) -> None:
+        """One step for one job; safe to repeat after a crash at any point."""
+        with self.store.session() as session:
+            job = session.get(Job, job_id)
+            if job is None or JobState(job.state) in TERMINAL:
+                return
+            attempt = records.open_attempt(session, job_id)
+        if attempt is None:
+            self._drive_without_attempt(job)
+        elif attempt.state == "ending":
+            self._finish_attempt(attempt.id)
+        elif attempt.instance_id is None:
+            self._launch(attempt.id)
+        else:
+            self._watch(job, attempt)
+
+    # ---- no attempt open: place the job, or end it ---------------------------------------------------------
+
+    def _drive_without_attempt(self, job: Job) -> None:
+        now = self.clock.now()
+        spec = JobSpec.model_validate(job.spec)
+        with self.store.session() as session:
+            job = session.get(Job, job.id)
+            if job.cancel_requested:
+                records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
+                return
+            if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait:
+                job.failure_reason = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
+                records.transition(session, job, JobState.FAILED, now, job.failure_reason)
+                return
+            if job.state == JobState.WAITING and job.not_before is not None and now < job.not_before:
+                return
+            attempt_id = self._place(session, job, spec, now)
+        if attempt_id is not None:
+            self._launch(attempt_id)
+
+    def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
+        provider = self._provider(spec.resources.cloud)
+        ctx = placement_context(job, spec, provider.zones(spec.resources.instance_type), now)
+        decision = self._policy(spec).place(ctx)
+        if isinstance(decision, GiveUp):
+            job.failure_reason = decision.reason
+            records.transition(session, job, JobState.FAILED, now, decision.reason)
+            return None
+        if isinstance(decision, Wait):
+            job.not_before = decision.until
+            job.capacity_rounds += 1
+            records.transition(session, job, JobState.WAITING, now, decision.reason)
+            return None
+        return self._record_launch_intent(session, job, spec, decision, now)
+
+    def _record_launch_intent(self, session, job: Job, spec: JobSpec, decision: Launch, now: float) -> int:
+        cloud = spec.resources.cloud
+        price, on_demand = self._prices(cloud, spec.resources.instance_type, decision.market, decision.zone)
+        client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
+        attempt = Attempt(
+            job_id=job.id,
+            number=records.next_attempt_number(session, job.id),
+            state="launching",
+            provider=cloud,
+            zone=decision.zone,
+            market=decision.market,
+            instance_type=spec.resources.instance_type,
+            price_per_hour=price,
+            on_demand_price_per_hour=on_demand,
+            max_price=(spec.spot.max_price or on_demand) if decision.market == "spot" else None,
+            client_token=client_token,
+            token_hash=hash_token(attempt_token(controller_secret(session), client_token)),
+            created_at=now,
+        )
+        session.add(attempt)
+        session.flush()
+        job.not_before = None
+        records.transition(
+            session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
+        )
+        return attempt.id
+
+    # ---- launching ----------------------------------------------------------------------------------------
+
+    def _launch(self, attempt_id: int) -> None:
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            job = attempt.job
+            token = attempt_token(controller_secret(session), attempt.client_token)
+            config = agent_config(job, attempt, token, self.settings.controller_url, self.settings.agent_heartbeat_interval)
+            request = LaunchRequest(
+                zone=attempt.zone,
+                market=attempt.market,  # type: ignore[arg-type]
+                instance_type=attempt.instance_type,
+                client_token=attempt.client_token,
+                user_data=user_data(config),
+                max_price=attempt.max_price,
+            )
+        provider = self._provider(attempt.provider)
+        try:
+            info = provider.launch(request)
+        except ProviderError as refusal:
+            self._record_launch_refusal(attempt_id, refusal)
+            return
+        except Exception as error:
+            self._record_launch_error(attempt_id, error)
+            return
+        self._record_instance(attempt_id, info)
+
+    def _record_instance(self, attempt_id: int, info: InstanceInfo) -> None:
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if session.get(Instance, info.instance_id) is None:
+                session.add(
+                    Instance(
+                        id=info.instance_id,
+                        provider=attempt.provider,
+                        attempt_id=attempt.id,
+                        zone=info.zone,
+                        market=info.market,
+                        instance_type=info.instance_type,
+                        address=info.address,
+                        state=info.state,
+                        launched_at=info.launched_at or now,
+                    )
+                )
+            attempt.instance_id = info.instance_id
+            attempt.started_at = info.launched_at or now
+            attempt.state = "running"
+            attempt.job.capacity_rounds = 0
+            add_event(
+                session,
+                at=now,
+                kind="instance_launched",
+                job_id=attempt.job_id,
+                attempt_id=attempt.id,
+                message=f"attempt {attempt.number}: {attempt.market} instance {info.instance_id} in {info.zone} "
+                f"at ${attempt.price_per_hour:.4f}/h",
+            )
+
+    def _record_launch_refusal(self, attempt_id: int, refusal: ProviderError) -> None:
+        reason = next((r for kind, r in _LAUNCH_REFUSALS.items() if isinstance(refusal, kind)), "launch_error")
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            records.end_attempt(session, attempt, reason=reason, ended_at=now, billed_seconds=0.0)
+            add_event(
+                session, at=now, kind="launch_refused", job_id=attempt.job_id, attempt_id=attempt.id,
+                message=f"{attempt.market} in {attempt.zone}: {refusal}",
+            )
+            if reason in ("quota_exceeded", "launch_error"):
+                job = attempt.job
+                delay = min(self.settings.backoff_base * 2**job.capacity_rounds, self.settings.backoff_max)
+                job.not_before = now + delay
+                job.capacity_rounds += 1
+                records.transition(session, job, JobState.WAITING, now, f"{refusal}; retrying in {delay:.0f} s")
+
+    def _record_launch_error(self, attempt_id: int, error: Exception) -> None:
+        """A launch that failed for an unknown reason is retried with the same token until launch_timeout."""
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            add_event(
+                session, at=now, kind="launch_error", job_id=attempt.job_id, attempt_id=attempt.id,
+                message=f"launch failed, will retry with the same client token: {error}",
+            )
+        if now - attempt.created_at > self.settings.launch_timeout:
+            self._record_launch_refusal(attempt_id, ProviderError(f"gave up launching after {self.settings.launch_timeout:.0f} s: {error}"))
+
+    # ---- watching a placed attempt -----------------------------------------------------------------------
+
+    def _watch(self, job: Job, attempt: Attempt) -> None:
+        now = self.clock.now()
+        info = self._describe(attempt)
+        verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
+        if verdict is None:
+            return
+        if verdict.end_reason is None:
+            self._mark_running(attempt.id, verdict)
+        else:
+            self._begin_end(attempt.id, verdict)
+            self._finish_attempt(attempt.id)
+
+    def _describe(self, attempt: Attempt) -> InstanceInfo | None:
+        try:
+            return self._provider(attempt.provider).describe(attempt.instance_id)
+        except Exception:  # a failed probe is "unknown", never "gone"
+            log.warning("describe %s failed", attempt.instance_id, exc_info=True)
+            return None
+
+    def _mark_running(self, attempt_id: int, verdict: Verdict) -> None:
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.job.state != JobState.RUNNING:
+                records.transition(session, attempt.job, JobState.RUNNING, now, verdict.message)
+
+    def _begin_end(self, attempt_id: int, verdict: Verdict) -> None:
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            attempt.state = "ending"
+            attempt.end_reason = verdict.end_reason
+            if verdict.job_failure:
+                attempt.job.failure_reason = verdict.job_failure
+            add_event(
+                session, at=self.clock.now(), kind="attempt_ending", job_id=attempt.job_id, attempt_id=attempt.id,
+                message=f"attempt {attempt.number}: {verdict.message}",
+            )
+
+    def _finish_attempt(self, attempt_id: int) -> None:
+        """Terminate the instance (idempotent), bill the attempt and move the job on."""
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+        info = None
+        if attempt.instance_id is not None:
+            self._provider(attempt.provider).terminate(attempt.instance_id)
+            info = self._describe(attempt)
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            ended_at = now
+            if attempt.instance_id is not None:
+                ended_at = (info.terminated_at if info and info.terminated_at else None) or now
+                self._record_instance_gone(session, attempt, ended_at, info)
+            billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
+            records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
+            self._after_attempt(session, attempt.job, attempt.end_reason, now)
+
+    def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:
+        instance = session.get(Instance, attempt.instance_id)
+        if instance is not None:
+            instance.state = "terminated"
+            instance.terminated_at = ended_at
+            instance.reclaimed = bool(info and info.reclaimed)
+
+    def _after_attempt(self, session, job: Job, reason: str, now: float) -> None:
+        spec = JobSpec.model_validate(job.spec)
+        if job.cancel_requested:
+            records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
+        elif job.failure_reason and reason == "cancelled":
+            records.transition(session, job, JobState.FAILED, now, job.failure_reason)
+        elif reason == "succeeded":
+            records.transition(session, job, JobState.SUCCEEDED, now, "the command exited 0")
+        elif reason == "preempted":
+            job.preemptions += 1
+            records.transition(session, job, JobState.PREEMPTED, now, f"preemption {job.preemptions}; resuming from the latest checkpoint")
+        elif reason == "failed":
+            job.restarts_on_error += 1
+            if job.restarts_on_error > spec.max_restarts_on_error:
+                job.failure_reason = f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                records.transition(session, job, JobState.FAILED, now, job.failure_reason)
+            else:
+                records.transition(session, job, JobState.PROVISIONING, now, f"the command failed; restart {job.restarts_on_error} of {spec.max_restarts_on_error}")
+        else:  # lost: the instance or its agent vanished without a word; not the user's fault
+            records.transition(session, job, JobState.PROVISIONING, now, f"attempt {reason}; placing the job again")
+
+    # ---- housekeeping --------------------------------------------------------------------------------------
+
+    def sweep_orphans(self) -> None:
+        """Terminate instances whose attempt has already ended (e.g. a terminate lost in a crash)."""
+        for name, provider in list(self._providers.items()):
+            try:
+                instances = provider.list_instances()
+            except Exception:
+                log.warning("listing %s instances failed", name, exc_info=True)
+                continue
+            live = [i for i in instances if i.state in ("pending", "running") and i.client_token]
+            if not live:
+                continue
+            with self.store.session() as session:
+                ended = set(
+                    session.scalars(
+                        select(Attempt.client_token).where(
+                            Attempt.client_token.in_([i.client_token for i in live]), Attempt.state == "ended"
+                        )
+                    )
+                )
+            for info in live:
+                if info.client_token in ended:
+                    log.warning("terminating orphan instance %s", info.instance_id)
+                    provider.terminate(info.instance_id)
+
+    def _live_job_ids(self) -> list[int]:
+        with self.store.session() as session:
+            return list(
+                session.scalars(select(Job.id).where(Job.state.not_in([s.value for s in TERMINAL])).order_by(Job.id))
+            )
+
+    def _provider(self, name: str) -> Provider:
+        if name not in self._providers:
+            self._providers[name] = self._provider_factory(name)
+        return self._providers[name]
+
+    def _policy(self, spec: JobSpec) -> PlacementPolicy:
+        options = {}
+        if spec.spot.policy == "default":
+            options = {"backoff_base": self.settings.backoff_base, "backoff_max": self.settings.backoff_max}
+        return get_policy(spec.spot.policy, **options)

@@ -1,0 +1,99 @@
+"""What users ask of the control plane: submit a job, cancel it, preempt it (chaos), read it back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from spotrun import config
+from spotrun.control import records
+from spotrun.control.states import JobState, is_terminal
+from spotrun.providers import get_provider
+from spotrun.spec import JobSpec, Problem, SpecError
+from spotrun.state import Attempt, Event, Job, Store, add_event
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}")
+
+
+def submit(store: Store, spec: JobSpec, now: float, *, spec_dir: Path | None = None, owner: str = "local") -> int:
+    """Write a validated job into the store as PENDING; paths and defaults are resolved here, once."""
+    if spec.resources.instance_type is None:
+        raise SpecError(
+            "<job>",
+            [Problem("resources.instance_type", f"cloud {spec.resources.cloud!r} needs an instance type; "
+                     "choosing one from accelerators alone is not supported yet")],
+        )
+    with store.session() as session:
+        job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
+        session.add(job)
+        session.flush()
+        job.spec = _resolved(spec, job.id, spec_dir).to_json()
+        add_event(session, at=now, kind="state", job_id=job.id, message=f"submitted job {job.name!r}")
+        return job.id
+
+
+def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:
+    checkpoint = spec.checkpoint.model_copy(
+        update={"store": spec.checkpoint.store or config.default_checkpoint_store(job_id, spec.name or "job")}
+    )
+    workdir = spec.resolved_workdir(spec_dir or Path.cwd()) if spec.resources.cloud == "local" else spec.workdir
+    return spec.model_copy(update={"checkpoint": checkpoint, "workdir": workdir})
+
+
+def request_cancel(store: Store, job_id: int, now: float) -> bool:
+    """Ask the controller to cancel; False when the job had already ended."""
+    with store.session() as session:
+        job = get_job(session, job_id)
+        if is_terminal(job.state):
+            return False
+        job.cancel_requested = True
+        add_event(session, at=now, kind="cancel_requested", job_id=job_id, message="cancel requested")
+        return True
+
+
+@dataclass(frozen=True)
+class PreemptTarget:
+    instance_id: str
+    provider: str
+    attempt_number: int
+
+
+def preempt(store: Store, job_id: int, now: float, notice_seconds: float | None = None) -> PreemptTarget:
+    """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
+    with store.session() as session:
+        job = get_job(session, job_id)
+        attempt = records.open_attempt(session, job_id)
+        if attempt is None or attempt.instance_id is None or attempt.state != "running":
+            raise LookupError(f"job {job_id} is {job.state} and holds no running instance to preempt")
+        target = PreemptTarget(attempt.instance_id, attempt.provider, attempt.number)
+        add_event(
+            session, at=now, kind="chaos", job_id=job_id, attempt_id=attempt.id,
+            message=f"preemption of {attempt.instance_id} requested by the user",
+        )
+    get_provider(target.provider).preempt(target.instance_id, notice_seconds)
+    return target
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def list_jobs(session: Session) -> list[Job]:
+    return list(session.scalars(select(Job).order_by(Job.id)))
+
+
+def job_events(session: Session, job_id: int, after_id: int = 0) -> list[Event]:
+    return list(session.scalars(select(Event).where(Event.job_id == job_id, Event.id > after_id).order_by(Event.id)))
+
+
+def job_attempts(session: Session, job_id: int) -> list[Attempt]:
+    return list(session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)))

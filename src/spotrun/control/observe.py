@@ -1,0 +1,66 @@
+"""Detection: from what the agent reported and what the provider says, judge what happened to an attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spotrun.control.states import JobState
+from spotrun.providers import InstanceInfo
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Job
+
+if TYPE_CHECKING:
+    from spotrun.control.controller import ControllerSettings
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """end_reason None means "running, as it should"; otherwise the attempt must end for that reason."""
+
+    end_reason: str | None
+    message: str
+    job_failure: str | None = None
+
+
+def judge_attempt(
+    job: Job,
+    attempt: Attempt,
+    info: InstanceInfo | None,
+    now: float,
+    settings: ControllerSettings,
+    controller_started_at: float,
+) -> Verdict | None:
+    """What to do about a placed attempt, or None when there is nothing to do this tick."""
+    spec = JobSpec.model_validate(job.spec)
+    if job.cancel_requested:
+        return Verdict("cancelled", "cancelled by the user")
+    if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait:
+        failure = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
+        return Verdict("cancelled", failure, job_failure=failure)
+    if attempt.reported_outcome:
+        code = f" (exit code {attempt.exit_code})" if attempt.exit_code is not None else ""
+        return Verdict(attempt.reported_outcome, f"the agent reported {attempt.reported_outcome}{code}")
+    if info is None or info.state == "unknown":
+        return None  # a failed probe says nothing
+    if info.state == "terminated":
+        if info.reclaimed:
+            return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
+        return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")
+    return _judge_agent(job, attempt, now, settings, controller_started_at)
+
+
+def _judge_agent(
+    job: Job, attempt: Attempt, now: float, settings: ControllerSettings, controller_started_at: float
+) -> Verdict | None:
+    if attempt.agent_started_at is None:
+        if now - max(attempt.started_at or now, controller_started_at) > settings.boot_timeout:
+            return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
+        return None
+    # Heartbeats sent while this controller was down went nowhere: count silence from its start at the earliest.
+    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.agent_started_at, controller_started_at)
+    if now - last_sign > settings.heartbeat_timeout:
+        return Verdict("lost", f"no heartbeat for {now - last_sign:.0f} s")
+    if job.state != JobState.RUNNING:
+        return Verdict(None, f"agent started on {attempt.instance_id}")
+    return None

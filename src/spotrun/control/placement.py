@@ -1,0 +1,36 @@
+"""What the controller hands the placement policy, and the prices it records with each attempt."""
+
+from __future__ import annotations
+
+from spotrun.costs import catalog
+from spotrun.policy import PastAttempt, PlacementContext
+from spotrun.spec import JobSpec
+from spotrun.state import Job
+
+
+def placement_context(job: Job, spec: JobSpec, provider_zones: list[str], now: float) -> PlacementContext:
+    allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
+    if spec.spot.zones:  # keep the user's order where they gave one
+        allowed = [z for z in spec.spot.zones if z in provider_zones]
+    return PlacementContext(
+        job_id=job.id,
+        now=now,
+        zones=tuple(allowed),
+        use_spot=spec.spot.use_spot,
+        fallback=spec.spot.fallback,
+        submitted_at=job.created_at,
+        preemptions_before_fallback=spec.spot.preemptions_before_fallback,
+        fallback_window=spec.spot.fallback_window,
+        capacity_rounds=job.capacity_rounds,
+        history=tuple(
+            PastAttempt(a.zone, a.market, a.created_at, a.started_at, a.ended_at, a.end_reason)  # type: ignore[arg-type]
+            for a in job.attempts
+        ),
+        deadline=spec.deadline_at(job.created_at),
+        estimated_duration=spec.estimated_duration,
+    )
+
+
+def price_for(cloud: str, instance_type: str, market: str, zone: str) -> tuple[float, float]:
+    """($/h in that market and zone, $/h on-demand) from the catalog."""
+    return catalog.price(cloud, instance_type, market, zone), catalog.on_demand_price(cloud, instance_type)

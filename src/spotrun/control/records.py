@@ -1,0 +1,56 @@
+"""Small helpers that write the controller's records: transitions, attempt ends, events."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from spotrun.control.states import JobState, check_transition, is_terminal
+from spotrun.state import Attempt, Job, add_event
+
+
+def transition(session: Session, job: Job, target: JobState, now: float, reason: str) -> None:
+    """Move the job through the state machine and log the move; a refused move raises IllegalTransition."""
+    previous = job.state
+    job.state = check_transition(previous, target).value
+    job.updated_at = now
+    if is_terminal(target):
+        job.finished_at = now
+        job.not_before = None
+    add_event(
+        session,
+        at=now,
+        kind="state",
+        job_id=job.id,
+        message=f"{previous} → {target.value}: {reason}" if previous != target.value else f"{target.value}: {reason}",
+        data={"from": previous, "to": target.value},
+    )
+
+
+def open_attempt(session: Session, job_id: int) -> Attempt | None:
+    """The job's attempt that has not ended yet (there is at most one)."""
+    return session.scalars(
+        select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None)).order_by(Attempt.number.desc())
+    ).first()
+
+
+def next_attempt_number(session: Session, job_id: int) -> int:
+    numbers = session.scalars(select(Attempt.number).where(Attempt.job_id == job_id)).all()
+    return max(numbers, default=0) + 1
+
+
+def end_attempt(session: Session, attempt: Attempt, *, reason: str, ended_at: float, billed_seconds: float) -> None:
+    attempt.state = "ended"
+    attempt.end_reason = reason
+    attempt.ended_at = ended_at
+    attempt.billed_seconds = max(billed_seconds, 0.0)
+    add_event(
+        session,
+        at=ended_at,
+        kind="attempt_ended",
+        job_id=attempt.job_id,
+        attempt_id=attempt.id,
+        message=f"attempt {attempt.number} ({attempt.market}, {attempt.zone}) ended: {reason}"
+        + (f", billed {attempt.billed_seconds:.0f} s" if attempt.started_at is not None else ""),
+        data={"reason": reason, "billed_seconds": attempt.billed_seconds},
+    )

@@ -1,0 +1,73 @@
+"""Per-attempt bills and the job's savings report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+
+class BillableAttempt(Protocol):
+    market: str
+    price_per_hour: float
+    on_demand_price_per_hour: float
+    started_at: float | None
+    ended_at: float | None
+    billed_seconds: float
+
+
+@dataclass(frozen=True)
+class JobBill:
+    spot_seconds: float
+    on_demand_seconds: float
+    cost: float
+    on_demand_cost: float  # the same instance-seconds, all on-demand
+
+    @property
+    def seconds(self) -> float:
+        return self.spot_seconds + self.on_demand_seconds
+
+    @property
+    def saved(self) -> float:
+        return self.on_demand_cost - self.cost
+
+    @property
+    def saved_fraction(self) -> float:
+        return self.saved / self.on_demand_cost if self.on_demand_cost > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": self.seconds, "saved": self.saved, "saved_fraction": self.saved_fraction}
+
+
+def held_seconds(attempt: BillableAttempt, now: float) -> float:
+    """Seconds the attempt held an instance: billed when ended, so far when still running."""
+    if attempt.started_at is None:
+        return 0.0
+    if attempt.ended_at is not None:
+        return attempt.billed_seconds
+    return max(now - attempt.started_at, 0.0)
+
+
+def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
+    spot = on_demand = cost = baseline = 0.0
+    for attempt in attempts:
+        seconds = held_seconds(attempt, now)
+        if attempt.market == "spot":
+            spot += seconds
+        else:
+            on_demand += seconds
+        cost += seconds / 3600 * attempt.price_per_hour
+        baseline += seconds / 3600 * attempt.on_demand_price_per_hour
+    return JobBill(spot_seconds=spot, on_demand_seconds=on_demand, cost=cost, on_demand_cost=baseline)
+
+
+def format_bill(bill: JobBill) -> str:
+    """e.g. "ran 2,423 s (1,900 s spot, 523 s on-demand): $0.96; on-demand only: $2.06; saved 53%"."""
+    return (
+        f"ran {bill.seconds:,.0f} s ({bill.spot_seconds:,.0f} s spot, {bill.on_demand_seconds:,.0f} s on-demand): "
+        f"{_dollars(bill.cost)}; on-demand only: {_dollars(bill.on_demand_cost)}; saved {bill.saved_fraction:.0%}"
+    )
+
+
+def _dollars(amount: float) -> str:
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.4f}"

@@ -1,0 +1,229 @@
+"""The local cloud's spot markets: when spot capacity exists and when a running spot instance is taken back.
+
+The market is persisted as <root>/market.json so that the provider (launch-time capacity) and every VM
+process (reclaims, checked a few times a second) replay the same one. On-demand is always available.
+
+- ``manual``: spot always available; reclaims only through ``LocalProvider.preempt``.
+- ``random``: spot always available; each spot instance gets its notice after an exponentially
+  distributed lifetime (mean ``mean_lifetime_seconds``), drawn from a generator seeded with
+  ``(seed, instance id)``, so a run is reproducible.
+- ``trace``: one availability trace per zone replayed at ``speed`` trace seconds per real second;
+  sample ``offset`` is current at real time ``start_epoch``, and the replay loops at the end. A zone
+  whose sample is 0 refuses spot launches, and its running spot instances get the notice.
+
+In every market a reclaim happens ``notice_seconds`` (real seconds) after the notice.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from spotrun.providers.local.records import write_json_atomic
+from spotrun.traces import Trace, bundled_zone_traces, load_trace
+
+ZONES = ("local-a", "local-b", "local-c")
+DEFAULT_NOTICE_SECONDS = 5.0
+MARKET_FILE = "market.json"
+
+
+class MarketError(ValueError):
+    """A market setting that cannot be used."""
+
+
+class _MarketBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    notice_seconds: float = Field(default=DEFAULT_NOTICE_SECONDS, ge=0)
+
+    def spot_available(self, zone: str, now: float) -> bool:
+        return True
+
+    def notice_due(self, instance_id: str, zone: str, launched_at: float, now: float) -> bool:
+        """Whether the cloud wants this running spot instance back at `now` (the notice starts)."""
+        return False
+
+
+class ManualMarket(_MarketBase):
+    kind: Literal["manual"] = "manual"
+
+
+class RandomMarket(_MarketBase):
+    kind: Literal["random"] = "random"
+    mean_lifetime_seconds: float = Field(gt=0)
+    seed: int = 0
+
+    def lifetime_seconds(self, instance_id: str) -> float:
+        """Seconds from launch to the notice; the same for the same (seed, instance id) in every process."""
+        return random.Random(f"{self.seed}:{instance_id}").expovariate(1.0 / self.mean_lifetime_seconds)
+
+    def notice_due(self, instance_id: str, zone: str, launched_at: float, now: float) -> bool:
+        return now >= launched_at + self.lifetime_seconds(instance_id)
+
+
+class TraceMarket(_MarketBase):
+    kind: Literal["trace"] = "trace"
+    traces: dict[str, str]  # zone -> trace file; a zone without one has no spot capacity
+    speed: float = Field(default=600.0, gt=0)  # trace seconds per real second
+    start_epoch: float  # real UNIX time at which sample `offset` is current
+    offset: int = Field(default=0, ge=0)
+
+    def trace(self, zone: str) -> Trace | None:
+        path = self.traces.get(zone)
+        return _cached_trace(path, _mtime_ns(path)) if path is not None else None
+
+    def trace_seconds(self, trace: Trace, now: float) -> float:
+        return self.offset * trace.gap_seconds + (now - self.start_epoch) * self.speed
+
+    def spot_available(self, zone: str, now: float) -> bool:
+        trace = self.trace(zone)
+        return trace is not None and trace.available(self.trace_seconds(trace, now))
+
+    def notice_due(self, instance_id: str, zone: str, launched_at: float, now: float) -> bool:
+        return not self.spot_available(zone, now)
+
+
+Market = Annotated[ManualMarket | RandomMarket | TraceMarket, Field(discriminator="kind")]
+_MARKET_ADAPTER: TypeAdapter[Market] = TypeAdapter(Market)
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        raise MarketError(f"trace file {path} of the trace market does not exist") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_trace(path: str, mtime_ns: int) -> Trace:  # mtime_ns is part of the key: an edited file reloads
+    return load_trace(path)
+
+
+def trace_market(
+    traces: Sequence[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]] | None = None,
+    *,
+    speed: float = 600.0,
+    start_epoch: float | None = None,
+    offset: int = 0,
+    notice_seconds: float = DEFAULT_NOTICE_SECONDS,
+) -> TraceMarket:
+    """A trace market; a list of files is mapped to local-a, local-b, local-c in order; None = bundled traces.
+
+    Every file is validated now, so a bad one fails here rather than in a VM.
+    """
+    if traces is None:
+        by_zone: Mapping[str, str | os.PathLike[str]] = bundled_zone_traces()
+    elif isinstance(traces, Mapping):
+        by_zone = traces
+    else:
+        if len(traces) > len(ZONES):
+            raise MarketError(f"{len(traces)} trace files for {len(ZONES)} zones ({', '.join(ZONES)})")
+        by_zone = dict(zip(ZONES, traces))
+    unknown = sorted(set(by_zone) - set(ZONES))
+    if unknown:
+        raise MarketError(f"trace for unknown zone(s) {', '.join(unknown)}; zones are {', '.join(ZONES)}")
+    resolved = {zone: str(Path(path).resolve()) for zone, path in by_zone.items()}
+    for path in resolved.values():
+        load_trace(path)
+    return TraceMarket(
+        traces=resolved,
+        speed=speed,
+        start_epoch=time.time() if start_epoch is None else start_epoch,
+        offset=offset,
+        notice_seconds=notice_seconds,
+    )
+
+
+def market_file(root: Path) -> Path:
+    return root / MARKET_FILE
+
+
+def set_market(root: str | os.PathLike[str], market: Market) -> None:
+    """Make `market` the one the local cloud under `root` replays (running VMs pick it up within a second)."""
+    write_json_atomic(market_file(Path(root)), market.model_dump(mode="json"))
+
+
+def load_market(root: str | os.PathLike[str]) -> Market:
+    """The market under `root`; the manual market when none was set."""
+    path = market_file(Path(root))
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return ManualMarket()
+    try:
+        return _MARKET_ADAPTER.validate_json(text)
+    except ValidationError as error:
+        raise MarketError(f"{path}: invalid market ({error})") from None
+
+
+def parse_market(document: Mapping[str, object]) -> Market:
+    """A market from its JSON form, e.g. {"kind": "random", "mean_lifetime_seconds": 60}."""
+    try:
+        return _MARKET_ADAPTER.validate_python(document)
+    except ValidationError as error:
+        raise MarketError(f"invalid market: {error}") from None
+
+
+@dataclass(frozen=True)
+class TraceWindow:
+    offset: int  # the sample to start the replay at
+    preemption_seconds: list[float]  # real seconds after the start when the zone turns 0 (within the window)
+
+
+def find_preemption_window(
+    trace: Trace | str | os.PathLike[str],
+    preemptions: int,
+    window_seconds: float,
+    speed: float,
+    *,
+    first_after_seconds: float = 0.0,
+    min_spacing_seconds: float = 0.0,
+    nodes: int = 1,
+) -> TraceWindow:
+    """The earliest start offset at which the trace has capacity and then turns 0 at least `preemptions` times.
+
+    Times are real seconds of a replay at `speed` trace seconds per real second. Counted 1->0 transitions
+    lie in [first_after_seconds, window_seconds) and are at least `min_spacing_seconds` apart (so a job
+    has time to come back between two of them). Raises MarketError when no offset fits.
+    """
+    if preemptions < 1 or window_seconds <= 0 or speed <= 0:
+        raise MarketError("preemptions must be >= 1, window_seconds and speed > 0")
+    loaded = trace if isinstance(trace, Trace) else load_trace(trace)
+    length = len(loaded)
+    seconds_per_sample = loaded.gap_seconds / speed
+    doubled = Trace(loaded.gap_seconds, np.concatenate([loaded.data, loaded.data]), loaded.source)  # a window may wrap past the end
+    transitions = doubled.preemption_indices(nodes)
+    for offset in range(length):
+        if loaded.data[offset] < nodes:
+            continue
+        times = _spaced_times(
+            (transitions[transitions > offset] - offset) * seconds_per_sample,
+            first_after_seconds,
+            window_seconds,
+            min_spacing_seconds,
+        )
+        if len(times) >= preemptions:
+            return TraceWindow(offset=offset, preemption_seconds=times)
+    raise MarketError(
+        f"{loaded.source or 'trace'}: no start offset gives {preemptions} preemptions within {window_seconds} s "
+        f"at speed {speed} (first after {first_after_seconds} s, {min_spacing_seconds} s apart)"
+    )
+
+
+def _spaced_times(candidates: Sequence[float], first_after: float, window: float, spacing: float) -> list[float]:
+    chosen: list[float] = []
+    for moment in candidates:
+        if moment >= window:
+            break
+        if moment >= first_after and (not chosen or moment - chosen[-1] >= spacing):
+            chosen.append(float(moment))
+    return chosen

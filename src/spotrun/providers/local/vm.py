@@ -1,0 +1,232 @@
+"""One local instance: ``python -m spotrun.providers.local.vm <instance-dir>``.
+
+The VM runs the boot command from the user data, keeps running (idle) after it exits, replays the
+market for its own reclaim, and on a terminate or reclaim kills every process of the instance,
+deletes the scratch disk and records the end. The provider talks to it through request files in
+requests/ plus a SIGUSR1 to wake it; SIGTERM is a terminate request too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import psutil
+
+from spotrun.providers.local import processes
+from spotrun.providers.local.market import Market, MarketError, load_market
+from spotrun.providers.local.records import InstanceDir, InstanceRecord, write_json_atomic
+
+POLL_SECONDS = 0.2
+LOCAL_ADDRESS = "127.0.0.1"
+TERMINATE_REQUEST = "terminate"
+PREEMPT_REQUEST = "preempt.json"
+
+
+def iso_utc(timestamp: float) -> str:
+    """ISO-8601 UTC with milliseconds and a Z, like IMDS's instance-action time (which has whole seconds)."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def log(message: str) -> None:
+    print(f"[{iso_utc(time.time())}] vm: {message}", flush=True)
+
+
+class Waker:
+    """Lets a signal cut a sleep short: the handler's wakeup byte lands on a socket the loop selects on."""
+
+    def __init__(self) -> None:
+        self._reader, writer = socket.socketpair()
+        self._writer = writer
+        for end in (self._reader, writer):
+            end.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def sleep(self, seconds: float) -> None:
+        readable, _, _ = select.select([self._reader], [], [], max(seconds, 0.0))
+        if readable:
+            try:
+                while self._reader.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+class VirtualMachine:
+    def __init__(self, instance: InstanceDir) -> None:
+        self.instance = instance
+        self.me = psutil.Process()
+        self.boot: subprocess.Popen[bytes] | None = None
+        self.terminate_signalled = False
+        self.market: Market | None = None
+        self.tracked: set[processes.ProcessIdentity] = set()
+
+    def run(self) -> int:
+        processes.become_subreaper()
+        waker = Waker()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        record = self.instance.update(
+            state="running", address=LOCAL_ADDRESS, pid=self.me.pid, pid_started_at=self.me.create_time()
+        )
+        self._write_metadata(record)
+        self.boot = self._start_boot(record)
+        while True:
+            record = self.instance.read()
+            ended = self._step(record)
+            if ended:
+                return 0
+            waker.sleep(POLL_SECONDS)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.terminate_signalled = True
+
+    def _step(self, record: InstanceRecord) -> bool:
+        """One look at requests, the market and the processes; True once the instance is gone."""
+        now = time.time()
+        if self.terminate_signalled or (self.instance.requests / TERMINATE_REQUEST).exists():
+            self._shut_down(reclaimed=False, reason="terminated on request")
+            return True
+        if record.reclaim_at is not None:
+            if now >= record.reclaim_at:
+                self._shut_down(reclaimed=True, reason="reclaimed by the market")
+                return True
+        elif record.market == "spot":
+            notice_seconds = self._notice_wanted(record, now)
+            if notice_seconds is not None:
+                self._give_notice(now, notice_seconds)
+        self._watch_boot(record)
+        self._track_processes()
+        processes.reap_children(keep=self.boot.pid if self.boot else None)
+        return False
+
+    def _notice_wanted(self, record: InstanceRecord, now: float) -> float | None:
+        """Seconds of notice if a preempt request or the market wants this spot instance back, else None."""
+        request = self.instance.requests / PREEMPT_REQUEST
+        if request.exists():
+            notice = json.loads(request.read_text()).get("notice_seconds")
+            if notice is not None:
+                return float(notice)
+            return self._current_market().notice_seconds
+        market = self._current_market()
+        if market.notice_due(record.id, record.zone, record.launched_at, now):
+            return market.notice_seconds
+        return None
+
+    def _current_market(self) -> Market:
+        try:
+            self.market = load_market(self.instance.root)
+        except (MarketError, OSError) as error:
+            log(f"cannot read the market, keeping the last one: {error}")
+        if self.market is None:
+            raise RuntimeError("no usable market")
+        return self.market
+
+    def _give_notice(self, now: float, notice_seconds: float) -> None:
+        reclaim_at = now + notice_seconds
+        write_json_atomic(self.instance.instance_action_file, {"action": "terminate", "time": iso_utc(reclaim_at)})
+        self.instance.update(notice_at=now, reclaim_at=reclaim_at)
+        log(f"spot interruption notice: reclaim at {iso_utc(reclaim_at)}")
+
+    def _write_metadata(self, record: InstanceRecord) -> None:
+        metadata = self.instance.metadata
+        (metadata / "placement").mkdir(parents=True, exist_ok=True)
+        (metadata / "instance-id").write_text(record.id)
+        (metadata / "instance-type").write_text(record.instance_type)
+        (metadata / "instance-life-cycle").write_text("spot" if record.market == "spot" else "on-demand")
+        (metadata / "placement" / "availability-zone").write_text(record.zone)
+        (metadata / "local-ipv4").write_text(LOCAL_ADDRESS)
+
+    def _start_boot(self, record: InstanceRecord) -> subprocess.Popen[bytes] | None:
+        try:
+            user_data = json.loads(self.instance.user_data_file.read_text())
+        except (OSError, ValueError) as error:
+            log(f"no usable user data ({error}); idle")
+            return None
+        argv = user_data.get("argv") or []
+        if not argv:
+            log("user data has no boot command; idle")
+            return None
+        env = {**os.environ, **{k: str(v) for k, v in (user_data.get("env") or {}).items()}, **self._instance_env(record)}
+        try:
+            boot = subprocess.Popen(argv, cwd=self.instance.disk, env=env, stdin=subprocess.DEVNULL)
+        except OSError as error:
+            log(f"boot command {argv!r} failed to start: {error}; idle")
+            self.instance.update(boot_exit_code=127)
+            return None
+        log(f"boot command started as pid {boot.pid}: {argv!r}")
+        return boot
+
+    def _instance_env(self, record: InstanceRecord) -> dict[str, str]:
+        return {
+            processes.INSTANCE_ID_ENV: record.id,
+            "SPOTRUN_INSTANCE_DISK": str(self.instance.disk.resolve()),
+            "SPOTRUN_LOCAL_METADATA": str(self.instance.metadata.resolve()),
+            "SPOTRUN_INSTANCE_ZONE": record.zone,
+            "SPOTRUN_INSTANCE_MARKET": record.market,
+            "SPOTRUN_INSTANCE_ADDRESS": LOCAL_ADDRESS,
+        }
+
+    def _watch_boot(self, record: InstanceRecord) -> None:
+        if self.boot is None or record.boot_exit_code is not None:
+            return
+        code = self.boot.poll()
+        if code is not None:
+            log(f"boot command exited with {code}; the instance stays up")
+            self.instance.update(boot_exit_code=code)
+
+    def _track_processes(self) -> None:
+        """Keep processes.json current, so the provider can clean up after a VM that died."""
+        current = {processes.identity(p) for p in processes.live_descendants(self.me)}
+        if current != self.tracked:
+            self.tracked = current
+            write_json_atomic(self.instance.processes_file, sorted(current))
+
+    def _shut_down(self, reclaimed: bool, reason: str) -> None:
+        record = self.instance.read()
+        log(f"shutting down: {reason}")
+        grace = 0.0 if reclaimed else record.shutdown_grace_seconds
+        processes.stop_processes(lambda: self._instance_processes(record.id), grace)
+        if self.boot is not None:
+            self.boot.poll()
+        processes.reap_children()
+        remove_disk(self.instance.disk)
+        write_json_atomic(self.instance.processes_file, [])
+        self.instance.update(state="terminated", terminated_at=time.time(), reclaimed=reclaimed, reason=reason)
+        log("terminated")
+
+    def _instance_processes(self, instance_id: str) -> list[psutil.Process]:
+        return processes.with_descendants([*processes.live_descendants(self.me), *processes.marked_processes(instance_id)])
+
+
+def remove_disk(disk: Path) -> None:
+    def make_writable_and_retry(function, path, _excinfo):  # type: ignore[no-untyped-def]
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o700)
+        function(path)
+
+    if disk.exists():
+        shutil.rmtree(disk, onerror=make_writable_and_retry)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m spotrun.providers.local.vm <instance-dir>", file=sys.stderr)
+        return 2
+    instance = InstanceDir(Path(args[0]).resolve())
+    return VirtualMachine(instance).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

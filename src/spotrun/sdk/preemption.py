@@ -1,0 +1,75 @@
+"""The preemption flag: a signal only sets it; the training loop reads it at step boundaries.
+
+The agent sends SIGTERM to the trainer's whole process group when a preemption notice arrives, so
+DataLoader workers receive it too. A worker forked from the trainer inherits the handler, which ignores
+signals in any process other than the one that installed it; a worker started with ``spawn`` should use
+``ignore_preemption_signals`` as its ``worker_init_fn``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from types import FrameType
+from typing import Any
+
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: the agent reads it as "preempted, resume me"
+DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class PreemptionFlag:
+    """Set by a preemption signal (or by ``request``); never cleared by the SDK itself."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._previous: dict[int, Any] = {}
+        self._owner_pid = os.getpid()
+        self.signal_received: int | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def request(self) -> None:
+        """Ask for a stop as if a preemption signal had arrived."""
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+        self.signal_received = None
+
+    def install(self, signals: Iterable[int] = DEFAULT_SIGNALS) -> None:
+        """Route the given signals to this flag (idempotent); must run in the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("preemption signal handlers can only be installed from the main thread")
+        self._owner_pid = os.getpid()
+        for signum in signals:
+            if signum not in self._previous:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        """Give the signals back to the handlers they had before ``install``."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._owner_pid:
+            return  # a forked child (a DataLoader worker): the trainer decides when to stop
+        self.signal_received = signum
+        self._event.set()
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+
+def ignore_preemption_signals(worker_id: int | None = None, signals: Iterable[int] = DEFAULT_SIGNALS) -> None:
+    """Ignore the preemption signals in this process; usable as a DataLoader ``worker_init_fn``."""
+    for signum in signals:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+preemption_flag = PreemptionFlag()
+"""The process-wide flag every Checkpointer reads."""

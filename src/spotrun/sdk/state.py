@@ -1,0 +1,130 @@
+"""What a checkpoint holds: named components (anything with state_dict/load_state_dict, or a plain dict of
+user values updated in place on restore), split into the state shared by all ranks and each rank's own
+(by default only the RNG states are per-rank)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+RNG_COMPONENT = "rng"
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> Any: ...
+
+
+class RNGState:
+    """Python, NumPy and torch (CPU, and every CUDA device when CUDA is initialised) global RNG states."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        random.setstate(state["python"])
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class _DictComponent:
+    """A user dict saved by value and updated in place on restore, so the caller's reference stays valid."""
+
+    def __init__(self, values: MutableMapping[str, Any]) -> None:
+        self.values = values
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.values.clear()
+        self.values.update(state)
+
+
+def _as_stateful(name: str, component: Any) -> Stateful:
+    if isinstance(component, Stateful):
+        return component
+    if isinstance(component, MutableMapping):
+        return _DictComponent(component)
+    raise TypeError(
+        f"state component {name!r} ({type(component).__name__}) has no state_dict/load_state_dict and is not a dict"
+    )
+
+
+class TrainingState:
+    """Named components captured and restored together.
+
+    ``per_rank`` names the components every rank saves for itself; the others are saved by rank 0 only.
+    """
+
+    def __init__(self, components: Mapping[str, Any], per_rank: Iterable[str] = (RNG_COMPONENT,)) -> None:
+        self.components = {name: _as_stateful(name, value) for name, value in components.items() if value is not None}
+        self.per_rank = frozenset(per_rank) & self.components.keys()
+
+    def state_dict(self, part: str = "all") -> dict[str, Any]:
+        """Live (not copied) state of the ``shared`` components, the ``rank`` ones, or ``all``."""
+        if part not in ("all", "shared", "rank"):
+            raise ValueError(f"part must be 'all', 'shared' or 'rank', not {part!r}")
+        return {
+            name: component.state_dict()
+            for name, component in self.components.items()
+            if part == "all" or (name in self.per_rank) == (part == "rank")
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load every component present in ``state``; a component of this object missing there is an error."""
+        unknown = state.keys() - self.components.keys()
+        if unknown:
+            raise KeyError(f"checkpoint has components this state does not: {sorted(unknown)}")
+        for name, value in state.items():
+            self.components[name].load_state_dict(value)
+
+    def names(self, part: str = "all") -> set[str]:
+        return set(self.state_dict(part)) if part != "all" else set(self.components)
+
+
+def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,), **components: Any) -> TrainingState:
+    """The state of a PyTorch training run, e.g. ``torch_state(model=m, optimizer=o, scheduler=s, sampler=smp)``.
+
+    Every keyword names a component: a module, optimizer, LR scheduler, GradScaler, ResumableSampler, any
+    object with ``state_dict``/``load_state_dict``, or a dict of extra user values (picklable objects or
+    tensors; restored in place). ``None`` components are skipped. With ``rng`` the global Python, NumPy and
+    torch RNG states are saved as the ``rng`` component.
+    """
+    if RNG_COMPONENT in components:
+        raise ValueError(f"{RNG_COMPONENT!r} is reserved for the RNG states; give your component another name")
+    if rng:
+        components[RNG_COMPONENT] = RNGState()
+    return TrainingState(components, per_rank=per_rank)
+
+
+def snapshot_to_host(value: Any) -> Any:
+    """A deep copy whose tensors live in host memory, so training can go on while the copy is written."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        copied = copy.copy(value)  # keeps the dict's type and attributes (a state_dict's _metadata)
+        for key, item in copied.items():
+            copied[key] = snapshot_to_host(item)
+        return copied
+    if isinstance(value, list):
+        return [snapshot_to_host(item) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(snapshot_to_host(item) for item in value)
+    return copy.deepcopy(value)

@@ -1,0 +1,119 @@
+"""The HTTP API agents on instances report to. Each request carries the one attempt's token."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException
+from pydantic import BaseModel, Field
+
+from spotrun.control.clock import Clock, WallClock
+from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
+from spotrun.control.tokens import token_matches
+from spotrun.state import Attempt, Store, add_event
+
+
+class Started(BaseModel):
+    address: str | None = None
+
+
+class Heartbeat(BaseModel):
+    checkpoint_step: int | None = None
+    progress: float | None = None
+
+
+class Notice(BaseModel):
+    source: str = Field(max_length=60)
+    deadline: float | None = None
+    detail: str = ""
+
+
+class LogChunk(BaseModel):
+    offset: int = Field(ge=0)
+    data: str
+
+
+class Exit(BaseModel):
+    outcome: Literal["succeeded", "failed", "preempted"]
+    exit_code: int | None = None
+    checkpoint_synced: bool = False
+
+
+def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
+    clock = clock or WallClock()
+    app = FastAPI(title="spotrun agent API", version="1")
+
+    def attempt_id_for(attempt_id: int, authorization: str = Header(default="")) -> int:
+        token = authorization.removeprefix("Bearer ").strip()
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt is None or not token or not token_matches(token, attempt.token_hash):
+                raise HTTPException(status_code=403, detail="this token is not valid for this attempt")
+        return attempt_id
+
+    Authorized = Depends(attempt_id_for)
+
+    @app.post("/agent/v1/attempts/{attempt_id}/started")
+    def started(body: Started, attempt_id: int = Authorized) -> dict:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.agent_started_at is None:
+                attempt.agent_started_at = clock.now()
+                attempt.last_heartbeat_at = attempt.agent_started_at
+                add_event(
+                    session, at=attempt.agent_started_at, kind="agent_started", job_id=attempt.job_id,
+                    attempt_id=attempt_id, message=f"attempt {attempt.number}: agent started on {attempt.instance_id}",
+                )
+        return {"ok": True}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/heartbeat")
+    def heartbeat(body: Heartbeat, attempt_id: int = Authorized) -> dict:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            attempt.last_heartbeat_at = clock.now()
+            if body.checkpoint_step is not None:
+                attempt.checkpoint_step = body.checkpoint_step
+            return {"ok": True, "cancel": attempt.job.cancel_requested}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/notice")
+    def notice(body: Notice, attempt_id: int = Authorized) -> dict:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.notice_at is None:
+                attempt.notice_at = clock.now()
+                attempt.notice_source = body.source
+                left = f", {body.deadline - attempt.notice_at:.0f} s left" if body.deadline else ""
+                add_event(
+                    session, at=attempt.notice_at, kind="preemption_notice", job_id=attempt.job_id,
+                    attempt_id=attempt_id, message=f"attempt {attempt.number}: preemption notice from {body.source}{left}",
+                    data={"deadline": body.deadline, "detail": body.detail[:500]},
+                )
+        return {"ok": True}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/logs")
+    def logs(body: LogChunk, attempt_id: int = Authorized) -> dict:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            path = attempt_log_path(attempt.job_id, attempt.number)
+            try:
+                size = append_chunk(path, body.offset, body.data.encode())
+            except LogGap as gap:
+                raise HTTPException(status_code=409, detail=str(gap)) from None
+            attempt.log_bytes = size
+        return {"ok": True, "size": size}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/exit")
+    def exit_(body: Exit, attempt_id: int = Authorized) -> dict:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.reported_outcome is None:
+                attempt.reported_outcome = body.outcome
+                attempt.exit_code = body.exit_code
+                synced = "checkpoints backed up" if body.checkpoint_synced else "checkpoints NOT backed up"
+                add_event(
+                    session, at=clock.now(), kind="agent_exit", job_id=attempt.job_id, attempt_id=attempt_id,
+                    message=f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}); {synced}",
+                )
+        return {"ok": True}
+
+    return app

@@ -1,0 +1,164 @@
+"""The controller daemon: holds the controller lease in the store, ticks the controller, serves the agent API.
+
+`ensure_running()` is what the CLI calls: it reuses the live controller named by the lease, or starts one in the
+background, so `spotrun launch` works with nothing started first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import fields
+
+import uvicorn
+
+from spotrun import config
+from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.control.states import TERMINAL
+from spotrun.server.agent_api import create_agent_app
+from spotrun.state import Job, Setting, Store, lease
+
+LEASE_NAME = "controller"
+LEASE_TTL = 10.0
+PORT_SETTING = "agent_api_port"
+
+log = logging.getLogger("spotrun.daemon")
+
+
+def settings_from_env(url: str) -> ControllerSettings:
+    """ControllerSettings with any field overridden by SPOTRUN_<FIELD> (e.g. SPOTRUN_HEARTBEAT_TIMEOUT=10)."""
+    overrides = {}
+    for field in fields(ControllerSettings):
+        value = os.environ.get(f"SPOTRUN_{field.name.upper()}")
+        if value is not None and field.name != "controller_url":
+            overrides[field.name] = type(getattr(ControllerSettings(url), field.name))(value)
+    return ControllerSettings(controller_url=url, **overrides)
+
+
+class Daemon:
+    def __init__(self, store: Store, *, tick_interval: float, idle_exit: float) -> None:
+        self.store = store
+        self.tick_interval = tick_interval
+        self.idle_exit = idle_exit
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+
+    def run(self) -> int:
+        if not self._take_lease(url=None):
+            log.info("another controller holds the lease; nothing to do")
+            return 0
+        sock = _bind_agent_socket(self.store)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store), log_level="warning", access_log=False))
+        threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="agent-api").start()
+        self._take_lease(url)
+        controller = Controller(self.store, settings_from_env(url))
+        log.info("controller %s serving the agent API at %s", self.holder, url)
+        try:
+            self._loop(controller, url)
+        finally:
+            server.should_exit = True
+            with self.store.session() as session:
+                lease.release(session, LEASE_NAME, self.holder)
+        return 0
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def _loop(self, controller: Controller, url: str) -> None:
+        idle_since = time.time()
+        while not self._stop.is_set():
+            if not self._take_lease(url):
+                log.error("lost the controller lease to another process; stopping")
+                return
+            controller.tick()
+            if self._has_live_jobs():
+                idle_since = time.time()
+            elif self.idle_exit and time.time() - idle_since > self.idle_exit:
+                log.info("no live jobs for %.0f s; exiting", self.idle_exit)
+                return
+            self._stop.wait(self.tick_interval)
+
+    def _take_lease(self, url: str | None) -> bool:
+        with self.store.session() as session:
+            return lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+
+    def _has_live_jobs(self) -> bool:
+        with self.store.session() as session:
+            return session.query(Job.id).filter(Job.state.not_in([s.value for s in TERMINAL])).first() is not None
+
+
+def _bind_agent_socket(store: Store) -> socket.socket:
+    """Bind the port the last controller used, so agents that outlived it find this one; else any free port."""
+    with store.session() as session:
+        row = session.get(Setting, PORT_SETTING)
+        wanted = int(row.value) if row else 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", wanted))
+    except OSError:
+        sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    with store.session() as session:
+        session.merge(Setting(key=PORT_SETTING, value=port))
+    return sock
+
+
+def live_controller_url(store: Store) -> str | None:
+    with store.session() as session:
+        current = lease.read(session, LEASE_NAME)
+        if current is None or current.expires_at < time.time() or not current.url:
+            return None
+        return current.url
+
+
+def ensure_running(store: Store, timeout: float = 30.0) -> str:
+    """The URL of the live controller, starting one in the background when there is none."""
+    url = live_controller_url(store)
+    if url:
+        return url
+    log_path = config.home() / "controller.log"
+    with open(log_path, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "spotrun.server.daemon"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "SPOTRUN_DATABASE_URL": store.url},
+        )
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        url = live_controller_url(store)
+        if url:
+            return url
+        time.sleep(0.1)
+    raise RuntimeError(f"the controller did not start within {timeout:.0f} s; see {log_path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
+    parser.add_argument("--tick-interval", type=float, default=float(os.environ.get("SPOTRUN_TICK_INTERVAL", 0.5)))
+    parser.add_argument(
+        "--idle-exit", type=float, default=float(os.environ.get("SPOTRUN_IDLE_EXIT", 120)),
+        help="exit after this many seconds without live jobs (0: never)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    daemon = Daemon(Store(), tick_interval=args.tick_interval, idle_exit=args.idle_exit)
+    signal.signal(signal.SIGTERM, daemon.stop)
+    signal.signal(signal.SIGINT, daemon.stop)
+    return daemon.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

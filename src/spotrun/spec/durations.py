@@ -1,0 +1,55 @@
+"""Durations in job files: a number of seconds, or text like "90s", "10m", "1h30m", "1.5h", "500ms"."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from spotrun.spec.values import describe
+
+_NUMBER = r"\d+(?:\.\d+)?"
+# Units in descending order, each at most once: "1d2h3m4s500ms". The lookahead keeps "500ms" from reading as minutes.
+_DURATION = re.compile(
+    rf"(?:(?P<d>{_NUMBER})d)?"
+    rf"(?:(?P<h>{_NUMBER})h)?"
+    rf"(?:(?P<m>{_NUMBER})m(?!s))?"
+    rf"(?:(?P<s>{_NUMBER})s)?"
+    rf"(?:(?P<ms>{_NUMBER})ms)?",
+    re.IGNORECASE,
+)
+_SECONDS_PER_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_EXPECTED = "must be a duration like 90s, 10m, 2h, 1h30m or a number of seconds"
+
+
+def parse_duration(value: object) -> float:
+    """Seconds in `value` (a number of seconds, or text like "90", "90s", "10m", "1h30m", "1.5h", "1d", "500ms").
+
+    Raises ValueError naming the bad value when it is negative, not finite, or not a duration.
+    """
+    if isinstance(value, bool):  # bool is an int subclass; `true` is never a duration
+        raise ValueError(f"{_EXPECTED}; got {describe(value)}")
+    if isinstance(value, int | float):
+        return _checked_seconds(float(value), value)
+    if isinstance(value, str):
+        return _checked_seconds(_parse_text(value), value)
+    raise ValueError(f"{_EXPECTED}; got {describe(value)}")
+
+
+def _parse_text(text: str) -> float:
+    compact = re.sub(r"\s+", "", text)
+    if compact.startswith("-"):
+        raise ValueError(f"must not be negative; got {describe(text)}")
+    if re.fullmatch(_NUMBER, compact):
+        return float(compact)
+    match = _DURATION.fullmatch(compact)
+    if not compact or match is None or not any(match.groupdict().values()):
+        raise ValueError(f"{_EXPECTED}; got {describe(text)}")
+    return sum(float(amount) * _SECONDS_PER_UNIT[unit] for unit, amount in match.groupdict().items() if amount)
+
+
+def _checked_seconds(seconds: float, original: object) -> float:
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"must be a finite duration; got {describe(original)}")
+    if seconds < 0:
+        raise ValueError(f"must not be negative; got {describe(original)}")
+    return seconds

@@ -1,0 +1,78 @@
+"""Job file text -> JobSpec, or a SpecError listing every problem with its field and line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from spotrun.spec.errors import Problem, SpecError
+from spotrun.spec.messages import reword
+from spotrun.spec.models import JobSpec
+from spotrun.spec.values import describe
+from spotrun.spec.yaml_source import YamlSource, field_path, read_yaml
+
+
+def load_spec(path: str | os.PathLike[str]) -> JobSpec:
+    """Read and validate the job file at `path`; the job is named after the file's stem unless it says `name:`."""
+    file = Path(path)
+    source = str(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(source, [Problem("", "no such file")]) from None
+    except IsADirectoryError:
+        raise SpecError(source, [Problem("", "is a folder, not a job file")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(source, [Problem("", f"is not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    except OSError as exc:
+        raise SpecError(source, [Problem("", f"cannot be read: {exc.strerror or exc}")]) from None
+    return parse_spec(text, source=source, default_name=file.stem)
+
+
+def parse_spec(text: str, source: str = "<string>", default_name: str | None = None) -> JobSpec:
+    """Validate job-file text; `source` names it in error messages, `default_name` is used when it has no `name:`."""
+    document = read_yaml(text, source)
+    _require_mapping(document, source)
+    data = document.env_as_written()
+    named_by_default = default_name is not None and "name" not in data
+    if named_by_default:
+        data = {**data, "name": default_name}
+
+    problems = document.duplicate_keys()
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems += [_problem(error, document) for error in exc.errors()]
+    if named_by_default:
+        problems = [_explain_default_name(problem, default_name) for problem in problems]
+    if problems:
+        raise SpecError(source, _in_file_order(problems))
+    return spec
+
+
+def _require_mapping(document: YamlSource, source: str) -> None:
+    if document.root is None:
+        raise SpecError(source, [Problem("", "the file is empty; a job needs at least `run: <command>`")])
+    if not isinstance(document.data, dict):
+        line = document.root.start_mark.line + 1
+        message = f"the top level must be a mapping of fields like `run: train.py`; got {describe(document.data)}"
+        raise SpecError(source, [Problem("", message, line)])
+
+
+def _problem(error: ErrorDetails, document: YamlSource) -> Problem:
+    return Problem(field_path(error["loc"]), reword(error, JobSpec), document.line_of(error["loc"]))
+
+
+def _explain_default_name(problem: Problem, default_name: str | None) -> Problem:
+    if problem.field != "name":
+        return problem
+    message = f"the file name gives the job the name {default_name!r}, which is not valid; add `name:` to the file"
+    return Problem(problem.field, message, problem.line)
+
+
+def _in_file_order(problems: list[Problem]) -> list[Problem]:
+    # Problems without a line (a missing top-level field) go last; the sort is stable within a line.
+    return sorted(problems, key=lambda problem: (problem.line is None, problem.line or 0))

@@ -1,0 +1,102 @@
+"""The validated job description: what to run, on what, how to treat spot, where checkpoints go."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from spotrun.spec.fields import (
+    Accelerators,
+    Deadline,
+    Duration,
+    EnvName,
+    EnvValue,
+    JobName,
+    NonBlankStr,
+    PositiveDuration,
+    Zones,
+)
+
+LOCAL_CLOUD = "local"
+LOCAL_DEFAULT_INSTANCE_TYPE = "local.cpu"
+
+
+class _SpecModel(BaseModel):
+    # strict: a YAML `nodes: "2"` or `use_spot: 1` is a mistake to report, not to coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Resources(_SpecModel):
+    cloud: NonBlankStr = LOCAL_CLOUD
+    accelerators: Accelerators | None = None
+    nodes: int = Field(default=1, ge=1)
+    # Declared after cloud and accelerators so its check can see them (pydantic validates fields in order).
+    instance_type: NonBlankStr | None = Field(default=None, validate_default=True)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _default_instance_type(cls, instance_type: str | None, info: ValidationInfo) -> str | None:
+        if instance_type is not None:
+            return instance_type
+        if "cloud" not in info.data or "accelerators" not in info.data:
+            return None  # those fields are already reported as bad; guessing here would add noise
+        if info.data["accelerators"] is not None:
+            return None
+        if info.data["cloud"] == LOCAL_CLOUD:
+            return LOCAL_DEFAULT_INSTANCE_TYPE
+        raise ValueError(f"required when cloud is {info.data['cloud']!r} and no accelerators are given")
+
+
+class SpotSpec(_SpecModel):
+    use_spot: bool = True
+    fallback: Literal["on-demand", "wait"] = "on-demand"
+    max_price: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # None: the on-demand price
+    zones: Zones | None = None  # None: every zone the provider offers
+    max_wait: Duration | None = None
+    deadline: Deadline | None = None  # datetime: absolute; float: seconds after launch
+    policy: NonBlankStr = "default"
+    preemptions_before_fallback: int = Field(default=3, ge=1)
+    fallback_window: PositiveDuration = 3600.0
+    notice_grace: Duration = 30.0
+
+
+class CheckpointSpec(_SpecModel):
+    dir: NonBlankStr = "checkpoints"
+    store: NonBlankStr | None = None  # None: a folder under SPOTRUN_HOME, chosen by the controller
+    sync_interval: PositiveDuration = 30.0
+
+
+class JobSpec(_SpecModel):
+    name: JobName | None = None
+    run: NonBlankStr
+    setup: str | None = None
+    workdir: NonBlankStr | None = None
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    spot: SpotSpec = Field(default_factory=SpotSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    max_restarts_on_error: int = Field(default=3, ge=0)
+    estimated_duration: Duration | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict that `JobSpec.model_validate` turns back into an equal spec."""
+        return self.model_dump(mode="json")
+
+    def deadline_at(self, submitted_at: float) -> float | None:
+        """The deadline as UNIX seconds; a relative deadline counts from `submitted_at`."""
+        deadline = self.spot.deadline
+        if deadline is None:
+            return None
+        if isinstance(deadline, datetime):
+            return deadline.timestamp()
+        return submitted_at + deadline
+
+    def resolved_workdir(self, base_dir: str | os.PathLike[str]) -> str | None:
+        """The absolute folder to run in; a relative workdir is taken from `base_dir` (the job file's folder)."""
+        if self.workdir is None:
+            return None
+        return os.path.abspath(Path(base_dir).expanduser() / Path(self.workdir).expanduser())

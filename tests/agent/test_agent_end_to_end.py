@@ -1,0 +1,220 @@
+"""`python -m spotrun.agent` against a recording controller: the whole attempt, as the instance runs it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import fsspec
+
+from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
+
+from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port  # noqa: F401 (used below)
+
+# A trainer that, on SIGTERM, writes checkpoint step 7 in the layout (payload, then manifest) and exits 75.
+SAVING_TRAINER = """
+import hashlib, json, os, signal, sys, time
+from pathlib import Path
+
+def save_and_exit(signum, frame):
+    print("got SIGTERM", flush=True)
+    folder = Path(os.environ["SPOTRUN_CHECKPOINT_DIR"]) / "ckpt-000000000007"
+    folder.mkdir(parents=True)
+    payload = b"weights" * 1000
+    (folder / "model.bin").write_bytes(payload)
+    files = {"model.bin": {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}}
+    (folder / "manifest.json").write_text(json.dumps({"step": 7, "files": files}))
+    sys.exit(75)
+
+signal.signal(signal.SIGTERM, save_and_exit)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def write_trainer(tmp_path: Path, source: str) -> str:
+    script = tmp_path / "trainer.py"
+    script.write_text(source)
+    return f"{sys.executable} {script}"
+
+
+def exit_body(controller: RecordingController) -> dict:
+    (exit_request,) = controller.of("exit")
+    return exit_request.body
+
+
+def assert_log_offsets_contiguous(controller: RecordingController) -> None:
+    expected = 0
+    for request in controller.of("logs"):
+        assert request.body["offset"] == expected
+        expected += len(request.body["data"].encode("utf-8"))
+    assert controller.log_gaps == []
+
+
+def test_successful_command_reports_started_heartbeats_logs_and_success(controller, run_agent):
+    command = (
+        'echo "job=$SPOTRUN_JOB_ID attempt=$SPOTRUN_ATTEMPT resume=$SPOTRUN_RESUME dir=$SPOTRUN_CHECKPOINT_DIR"; '
+        'echo "config=${SPOTRUN_AGENT_CONFIG:-absent} mine=$MY_VAR"; sleep 0.6; echo "déjà vu" >&2'
+    )
+    agent = run_agent(controller.url, run=command, env={"MY_VAR": "42"})
+    assert agent.wait() == 0
+
+    endpoints = [r.endpoint for r in controller.requests]
+    assert endpoints[0] == "started" and endpoints[-1] == "exit"
+    assert controller.of("started")[0].body["address"]
+    assert len(controller.of("heartbeat")) >= 2
+    assert all(r.body == {"checkpoint_step": None} for r in controller.of("heartbeat"))
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in controller.requests)
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+
+    checkpoint_dir = agent.disk / "ckpts"
+    expected_log = f"job=7 attempt=2 resume=0 dir={checkpoint_dir}\nconfig=absent mine=42\ndéjà vu\n"
+    assert controller.log_text() == expected_log
+    assert len(controller.of("logs")) >= 2  # batched: the sleep splits the output in two chunks
+    assert_log_offsets_contiguous(controller)
+    assert agent.stdout == expected_log
+    assert TOKEN not in agent.stderr
+    assert "reporting exit: succeeded" in agent.stderr
+
+
+def test_failing_command_reports_failed_with_its_exit_code(controller, run_agent):
+    agent = run_agent(controller.url, run="echo boom; exit 3")
+    assert agent.wait() == 0
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": 3, "checkpoint_synced": True}
+    assert controller.log_text() == "boom\n"
+
+
+def test_failing_setup_is_a_failure_and_run_never_starts(controller, run_agent, tmp_path):
+    marker = tmp_path / "run-started"
+    agent = run_agent(controller.url, setup="echo setting up; exit 4", run=f"touch {marker}")
+    assert agent.wait() == 0
+    assert exit_body(controller)["outcome"] == "failed"
+    assert exit_body(controller)["exit_code"] == 4
+    assert not marker.exists()
+
+
+def test_setup_then_run_in_the_workdir(controller, run_agent, tmp_path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    agent = run_agent(controller.url, setup="echo prepared > state.txt", run="cat state.txt; pwd", workdir=str(workdir))
+    assert agent.wait() == 0
+    assert controller.log_text() == f"prepared\n{workdir}\n"
+    assert exit_body(controller)["outcome"] == "succeeded"
+
+
+def test_exit_code_75_is_preempted(controller, run_agent):
+    agent = run_agent(controller.url, run="exit 75")
+    assert agent.wait() == 0
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def assert_checkpoint_backed_up(store: Path) -> None:
+    fs = fsspec.filesystem("file")
+    assert [step for step, _ in list_committed(fs, str(store))] == [7]
+    folder = store / checkpoint_name(7)
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    assert (folder / "model.bin").read_bytes() == b"weights" * 1000
+    assert manifest["files"]["model.bin"]["size"] == 7000
+
+
+def test_local_metadata_notice_stops_trainer_backs_up_and_reports_preempted(controller, run_agent, tmp_path):
+    metadata = tmp_path / "metadata"
+    agent = run_agent(
+        controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)}
+    )
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=30)
+    (metadata / "spot").mkdir(parents=True)
+    (metadata / "spot" / "instance-action").write_text(
+        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
+    )
+    assert agent.wait() == 0
+
+    (notice,) = controller.of("notice")
+    assert notice.body["source"] == "local-metadata"
+    assert notice.body["deadline"] == reclaim_at.timestamp()
+    assert "terminate" in notice.body["detail"]
+    assert "got SIGTERM" in controller.log_text()
+    assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    endpoints = [r.endpoint for r in controller.requests]
+    assert endpoints.index("notice") < endpoints.index("exit")
+
+
+def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    sent_at = time.time()
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+
+    (notice,) = controller.of("notice")
+    assert notice.body["source"] == "sigterm"
+    assert sent_at + 5.0 <= notice.body["deadline"] <= sent_at + 5.0 + 1.0
+    assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def test_trainer_ignoring_sigterm_is_killed_when_the_grace_runs_out(controller, run_agent, tmp_path):
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, stubborn), notice_grace=1.5, sync_margin=0.5)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert agent.wait() == 0
+    assert time.monotonic() - started < 5
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": -signal.SIGKILL, "checkpoint_synced": True}
+
+
+def test_restore_brings_only_committed_checkpoints_and_user_files(controller, run_agent, tmp_path):
+    store = tmp_path / "store"
+    complete, partial = store / checkpoint_name(3), store / checkpoint_name(5)
+    complete.mkdir(parents=True)
+    (complete / "model.bin").write_bytes(b"abc")
+    (complete / MANIFEST_NAME).write_text(json.dumps({"step": 3, "files": {"model.bin": {"size": 3}}}))
+    partial.mkdir()
+    (partial / "model.bin").write_bytes(b"half")  # no manifest: a save that died half-way
+    (store / "notes.txt").write_text("keep me")
+
+    agent = run_agent(controller.url, run='echo "resume=$SPOTRUN_RESUME"; ls "$SPOTRUN_CHECKPOINT_DIR"; sleep 0.5')
+    assert agent.wait() == 0
+
+    local = agent.disk / "ckpts"
+    assert sorted(p.name for p in local.iterdir()) == [checkpoint_name(3), "notes.txt"]
+    assert (local / checkpoint_name(3) / "model.bin").read_bytes() == b"abc"
+    assert (local / "notes.txt").read_text() == "keep me"
+    assert controller.log_text() == f"resume=1\n{checkpoint_name(3)}\nnotes.txt\n"
+    assert any(r.body == {"checkpoint_step": 3} for r in controller.of("heartbeat"))
+    assert exit_body(controller)["outcome"] == "succeeded"
+
+
+def test_reports_are_delivered_once_the_controller_comes_up(run_agent, start_server):
+    port = free_port()
+    recorder = RecordingController()
+    agent = run_agent(f"http://127.0.0.1:{port}", run="echo early bird")
+    time.sleep(1.5)
+    assert agent.process.poll() is None  # waiting for the controller, not crashed
+    start_server(recorder, port)
+    assert agent.wait() == 0
+    assert [r.endpoint for r in recorder.requests if r.endpoint != "heartbeat"] == ["started", "logs", "exit"]
+    assert recorder.log_text() == "early bird\n"
+    assert recorder.of("exit")[0].body["outcome"] == "succeeded"
+
+
+def test_server_errors_are_retried_and_a_lost_log_answer_resends_the_same_offset(controller, run_agent):
+    controller.fail_before.update(started=2, exit=2)
+    controller.lose_response["logs"] = 1
+    agent = run_agent(controller.url, run="echo one; sleep 0.7; echo two")
+    assert agent.wait() == 0
+
+    first, second, *rest = controller.of("logs")
+    assert (first.body, second.body) == ({"offset": 0, "data": "one\n"},) * 2  # the same chunk, re-sent
+    assert rest[-1].body == {"offset": 4, "data": "two\n"}
+    assert controller.log_text() == "one\ntwo\n"
+    assert len(controller.of("started")) == 1
+    assert exit_body(controller)["outcome"] == "succeeded"

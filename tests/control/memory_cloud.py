@@ -1,0 +1,76 @@
+"""An in-memory cloud for controller tests: honours the Provider contract (idempotent tokens, capacity, reclaim)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity
+
+
+class Crash(BaseException):
+    """Stands for the controller process dying at this exact point (not an Exception: nothing catches it)."""
+
+
+class MemoryCloud:
+    name = "memory"
+
+    def __init__(self, clock, zones=("m-a", "m-b", "m-c")):
+        self.clock = clock
+        self._zones = list(zones)
+        self.capacity = {z: True for z in zones}
+        self.instances: dict[str, InstanceInfo] = {}
+        self.user_data: dict[str, dict] = {}
+        self.launch_calls = 0
+        self.crash_after_launch = False
+        self.crash_after_terminate = False
+        self._ids = itertools.count(1)
+
+    def zones(self, instance_type):
+        return list(self._zones)
+
+    def launch(self, request: LaunchRequest) -> InstanceInfo:
+        self.launch_calls += 1
+        existing = self.find_by_token(request.client_token)
+        if existing is not None:
+            return existing
+        if request.market == "spot" and not self.capacity[request.zone]:
+            raise NoCapacity(f"no spot capacity in {request.zone}")
+        info = InstanceInfo(
+            instance_id=f"mi-{next(self._ids)}", zone=request.zone, market=request.market,
+            instance_type=request.instance_type, state="running", launched_at=self.clock.now(),
+            client_token=request.client_token,
+        )
+        self.instances[info.instance_id] = info
+        self.user_data[info.instance_id] = request.user_data
+        if self.crash_after_launch:
+            self.crash_after_launch = False
+            raise Crash()
+        return info
+
+    def find_by_token(self, client_token):
+        return next((i for i in self.instances.values() if i.client_token == client_token), None)
+
+    def describe(self, instance_id):
+        return self.instances[instance_id]
+
+    def terminate(self, instance_id):
+        info = self.instances[instance_id]
+        if info.state != "terminated":
+            self.instances[instance_id] = replace(info, state="terminated", terminated_at=self.clock.now())
+        if self.crash_after_terminate:
+            self.crash_after_terminate = False
+            raise Crash()
+
+    def reclaim(self, instance_id):
+        info = self.instances[instance_id]
+        self.instances[instance_id] = replace(info, state="terminated", reclaimed=True, terminated_at=self.clock.now())
+
+    def list_instances(self):
+        return list(self.instances.values())
+
+    def preempt(self, instance_id, notice_seconds=None):
+        self.reclaim(instance_id)
+
+    def running(self):
+        return [i for i in self.instances.values() if i.state == "running"]

@@ -1,0 +1,246 @@
+"""The reconcile tick against an in-memory cloud, with the real agent API and a manual clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from spotrun.control import jobs
+from spotrun.control.clock import ManualClock
+from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.server.agent_api import create_agent_app
+from spotrun.spec import parse_spec
+from spotrun.state import Attempt, Job, Store
+
+from memory_cloud import Crash, MemoryCloud  # noqa: E402  (tests/control is on sys.path via conftest)
+
+SPEC = """
+name: unit
+run: "true"
+resources: {cloud: memory, instance_type: m.small}
+spot: {zones: [m-a, m-b, m-c], preemptions_before_fallback: 3, max_wait: 2h}
+max_restarts_on_error: 1
+"""
+
+
+def prices(cloud, instance_type, market, zone):
+    return (1.0 if market == "spot" else 3.0), 3.0
+
+
+class World:
+    def __init__(self, store: Store, tmp_path) -> None:
+        self.store = store
+        self.clock = ManualClock()
+        self.cloud = MemoryCloud(self.clock)
+        self.api = TestClient(create_agent_app(store, self.clock))
+        self.controller = self.new_controller()
+
+    def new_controller(self) -> Controller:
+        settings = ControllerSettings(controller_url="http://unused", heartbeat_timeout=30, boot_timeout=60, backoff_base=5)
+        return Controller(self.store, settings, clock=self.clock, provider_factory=lambda name: self.cloud, prices=prices)
+
+    def submit(self, text: str = SPEC) -> int:
+        return jobs.submit(self.store, parse_spec(text), self.clock.now())
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.clock.advance(seconds)
+        self.controller.tick()
+
+    def job(self, job_id: int) -> Job:
+        with self.store.session() as session:
+            job = session.get(Job, job_id)
+            _ = job.attempts
+            return job
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        return self.job(job_id).attempts
+
+    def agent(self, instance_id: str):
+        config = json.loads(self.cloud.user_data[instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])
+        headers = {"Authorization": f"Bearer {config['token']}"}
+        base = f"/agent/v1/attempts/{config['attempt_id']}"
+
+        def post(path: str, body: dict | None = None):
+            response = self.api.post(f"{base}/{path}", json=body or {}, headers=headers)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        return post
+
+    def run_to_running(self, job_id: int) -> str:
+        self.tick()
+        instance = self.attempts(job_id)[-1].instance_id
+        self.agent(instance)("started", {"address": "127.0.0.1"})
+        self.tick()
+        assert self.job(job_id).state == "RUNNING"
+        return instance
+
+
+@pytest.fixture
+def world(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    return World(store, tmp_path)
+
+
+def test_a_job_runs_and_succeeds_and_is_billed(world):
+    job_id = world.submit()
+    world.tick()
+    assert world.job(job_id).state == "PROVISIONING"
+    instance = world.attempts(job_id)[0].instance_id
+    world.agent(instance)("started", {})
+    world.tick(10)
+    assert world.job(job_id).state == "RUNNING"
+    world.agent(instance)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick(5)
+    job = world.job(job_id)
+    assert job.state == "SUCCEEDED"
+    [attempt] = job.attempts
+    assert attempt.end_reason == "succeeded" and attempt.market == "spot"
+    assert attempt.billed_seconds == pytest.approx(15.0)
+    assert world.cloud.running() == []
+
+
+def test_preemption_moves_to_another_zone_and_never_counts_as_an_error(world):
+    job_id = world.submit()
+    first = world.run_to_running(job_id)
+    world.cloud.reclaim(first)
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "PREEMPTED" and job.preemptions == 1 and job.restarts_on_error == 0
+    assert job.attempts[0].end_reason == "preempted"
+    world.tick()
+    second = world.attempts(job_id)[1]
+    assert second.zone != job.attempts[0].zone and second.market == "spot"
+
+
+def test_three_preemptions_fall_back_to_on_demand(world):
+    job_id = world.submit()
+    for _ in range(3):
+        instance = world.run_to_running(job_id)
+        world.agent(instance)("notice", {"source": "test", "deadline": None})
+        world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+        world.tick()
+        assert world.job(job_id).state == "PREEMPTED"
+    world.run_to_running(job_id)
+    assert [a.market for a in world.attempts(job_id)] == ["spot", "spot", "spot", "on-demand"]
+
+
+def test_no_capacity_tries_the_next_zone_then_waits(world):
+    for zone in world.cloud.capacity:
+        world.cloud.capacity[zone] = False
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 2h, fallback: wait"))
+    for _ in range(3):
+        world.tick()
+    reasons = [a.end_reason for a in world.attempts(job_id)]
+    assert reasons == ["no_capacity"] * 3
+    assert sorted(a.zone for a in world.attempts(job_id)) == ["m-a", "m-b", "m-c"]
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "WAITING" and job.not_before is not None
+    world.cloud.capacity["m-b"] = True
+    world.tick(1)
+    assert world.job(job_id).state == "WAITING"  # still backing off
+    for _ in range(4):
+        world.tick(5)
+    assert world.cloud.running() and world.cloud.running()[0].zone == "m-b"
+
+
+def test_a_crash_is_counted_and_too_many_fail_the_job(world):
+    job_id = world.submit()
+    for expected_restarts in (1, 2):
+        instance = world.run_to_running(job_id)
+        world.agent(instance)("exit", {"outcome": "failed", "exit_code": 3})
+        world.tick()
+        assert world.job(job_id).restarts_on_error == expected_restarts
+    job = world.job(job_id)
+    assert job.state == "FAILED" and "failed 2 times" in job.failure_reason
+    assert world.cloud.running() == []
+
+
+def test_lost_heartbeat_replaces_the_instance(world):
+    job_id = world.submit()
+    first = world.run_to_running(job_id)
+    world.tick(31)
+    attempts = world.attempts(job_id)
+    assert attempts[0].end_reason == "lost"
+    assert world.cloud.describe(first).state == "terminated"
+    world.tick()
+    assert len(world.cloud.running()) == 1
+
+
+def test_cancel_terminates_the_instance(world):
+    job_id = world.submit()
+    world.run_to_running(job_id)
+    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "CANCELLED" and job.attempts[0].end_reason == "cancelled"
+    assert world.cloud.running() == []
+    assert not jobs.request_cancel(world.store, job_id, world.clock.now())
+
+
+def test_max_wait_fails_a_job_that_waits_too_long(world):
+    for zone in world.cloud.capacity:
+        world.cloud.capacity[zone] = False
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 60s, fallback: wait"))
+    for _ in range(20):
+        world.tick(10)
+    job = world.job(job_id)
+    assert job.state == "FAILED" and "max_wait" in job.failure_reason
+
+
+def test_crash_right_after_launch_does_not_launch_twice(world):
+    job_id = world.submit()
+    world.cloud.crash_after_launch = True
+    with pytest.raises(Crash):
+        world.tick()
+    assert len(world.cloud.instances) == 1
+    assert world.attempts(job_id)[0].instance_id is None  # the controller died before recording it
+    world.controller = world.new_controller()  # a new process
+    world.tick()
+    assert len(world.cloud.instances) == 1
+    [attempt] = world.attempts(job_id)
+    assert attempt.instance_id == next(iter(world.cloud.instances))
+
+
+def test_crash_between_terminate_and_record_finishes_cleanly(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("exit", {"outcome": "succeeded", "exit_code": 0})
+    world.cloud.crash_after_terminate = True
+    with pytest.raises(Crash):
+        world.tick()
+    assert world.job(job_id).state == "RUNNING"
+    world.controller = world.new_controller()
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "SUCCEEDED" and len(job.attempts) == 1 and world.cloud.running() == []
+
+
+def test_agent_api_refuses_another_attempts_token(world):
+    job_id = world.submit()
+    world.tick()
+    instance = world.attempts(job_id)[0].instance_id
+    config = json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])
+    bad = world.api.post(
+        f"/agent/v1/attempts/{config['attempt_id']}/heartbeat", json={}, headers={"Authorization": "Bearer nope"}
+    )
+    assert bad.status_code == 403
+    assert world.attempts(job_id)[0].last_heartbeat_at is None
+
+
+def test_log_chunks_are_idempotent(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    post = world.agent(instance)
+    post("logs", {"offset": 0, "data": "hello\n"})
+    post("logs", {"offset": 0, "data": "hello\n"})  # a retry
+    assert post("logs", {"offset": 6, "data": "world\n"})["size"] == 12
+    config = json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])
+    gap = world.api.post(
+        f"/agent/v1/attempts/{config['attempt_id']}/logs", json={"offset": 99, "data": "x"},
+        headers={"Authorization": f"Bearer {config['token']}"},
+    )
+    assert gap.status_code == 409

@@ -1,0 +1,86 @@
+from spotrun.policy import DefaultPolicy, GiveUp, Launch, PastAttempt, PlacementContext, Wait
+
+ZONES = ("z-a", "z-b", "z-c")
+
+
+def ctx(history=(), capacity_rounds=0, now=10_000.0, **over):
+    base = dict(
+        job_id=7, now=now, zones=ZONES, use_spot=True, fallback="on-demand", submitted_at=0.0,
+        preemptions_before_fallback=3, fallback_window=3600.0, capacity_rounds=capacity_rounds, history=tuple(history),
+    )
+    base.update(over)
+    return PlacementContext(**base)
+
+
+def miss(zone, t=9_000.0):
+    return PastAttempt(zone, "spot", t, None, t, "no_capacity")
+
+
+def ran(zone, reason, ended=9_000.0, market="spot"):
+    return PastAttempt(zone, market, ended - 100, ended - 100, ended, reason)
+
+
+def test_first_placement_is_spot_in_the_jobs_shuffled_order():
+    decision = DefaultPolicy().place(ctx())
+    assert isinstance(decision, Launch) and decision.market == "spot"
+    other_job = DefaultPolicy().place(ctx(job_id=8))
+    assert {decision.zone, other_job.zone} <= set(ZONES)
+
+
+def test_no_capacity_moves_to_the_next_zone_then_waits_with_backoff():
+    policy = DefaultPolicy(backoff_base=5, backoff_max=40)
+    tried = []
+    history = []
+    for _ in ZONES:
+        decision = policy.place(ctx(history))
+        assert isinstance(decision, Launch)
+        tried.append(decision.zone)
+        history.append(miss(decision.zone))
+    assert sorted(tried) == sorted(ZONES)
+    waited = DefaultPolicy(backoff_base=5, backoff_max=40, empty_rounds_before_fallback=99).place(ctx(history))
+    assert isinstance(waited, Wait) and waited.until == 10_000.0 + 5
+    # after waiting, a new round starts in the same order
+    again = policy.place(ctx(history, capacity_rounds=1))
+    assert isinstance(again, Launch) and again.zone == tried[0]
+    later = DefaultPolicy(backoff_base=5, backoff_max=40, empty_rounds_before_fallback=99).place(
+        ctx(history * 4, capacity_rounds=3)
+    )
+    assert isinstance(later, Wait) and later.until == 10_000.0 + 40  # capped
+
+
+def test_all_zones_empty_twice_falls_back_to_on_demand():
+    history = [miss(z) for z in ZONES] * 2
+    decision = DefaultPolicy().place(ctx(history, capacity_rounds=1))
+    assert isinstance(decision, Launch) and decision.market == "on-demand"
+
+
+def test_with_fallback_wait_it_never_goes_on_demand():
+    history = [miss(z) for z in ZONES] * 3
+    decision = DefaultPolicy().place(ctx(history, capacity_rounds=2, fallback="wait"))
+    assert isinstance(decision, Wait)
+    preempted = [ran("z-a", "preempted", ended=9_000.0 + i) for i in range(5)]
+    assert DefaultPolicy().place(ctx(preempted, fallback="wait")).market == "spot"
+
+
+def test_k_preemptions_in_the_window_fall_back_to_on_demand():
+    two = [ran("z-a", "preempted"), ran("z-b", "preempted")]
+    assert DefaultPolicy().place(ctx(two)).market == "spot"
+    three = [*two, ran("z-c", "preempted")]
+    decision = DefaultPolicy().place(ctx(three))
+    assert decision.market == "on-demand" and "3 preemptions" in decision.reason
+
+
+def test_old_preemptions_fall_out_of_the_window():
+    old = [ran("z-a", "preempted", ended=1_000.0 + i) for i in range(5)]
+    assert DefaultPolicy().place(ctx(old)).market == "spot"
+
+
+def test_after_a_preemption_the_next_try_is_another_zone():
+    for zone in ZONES:
+        decision = DefaultPolicy().place(ctx([ran(zone, "preempted")]))
+        assert decision.zone != zone
+
+
+def test_no_spot_asked_means_on_demand_and_no_zone_means_give_up():
+    assert DefaultPolicy().place(ctx(use_spot=False)).market == "on-demand"
+    assert isinstance(DefaultPolicy().place(ctx(zones=())), GiveUp)

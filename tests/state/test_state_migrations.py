@@ -1,0 +1,113 @@
+"""The shipped migrations build exactly the models' schema, re-run harmlessly and tolerate concurrent starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Engine
+
+from spotrun.state import Base, Setting, Store
+from spotrun.state.migrations import alembic_config, current_revision, head_revision, upgrade_to_head
+from spotrun.state.migrations.lock import migration_connection
+
+WORKER = Path(__file__).with_name("upgrade_worker.py")
+
+
+def schema_differences(engine: Engine) -> list[object]:
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return compare_metadata(context, Base.metadata)
+
+
+def test_migrated_schema_equals_the_models(store: Store) -> None:
+    assert schema_differences(store.engine) == []
+    assert current_revision(store.engine) == head_revision() is not None
+
+
+def test_schema_comparison_notices_a_missing_index(store: Store) -> None:
+    # Guards the test above: the comparison must be able to see a difference at all.
+    with store.engine.begin() as connection:
+        connection.execute(text("DROP INDEX ix_events_at"))
+    differences = schema_differences(store.engine)
+    assert [(kind, index.name) for kind, index in differences] == [("add_index", "ix_events_at")]
+
+
+def test_upgrade_is_idempotent_and_keeps_data(store: Store) -> None:
+    with store.session() as session:
+        session.add(Setting(key="kept", value={"a": 1}))
+    upgrade_to_head(store.engine)
+    Store(store.url).dispose()
+    assert current_revision(store.engine) == head_revision()
+    with store.session() as session:
+        assert session.scalars(select(Setting.value)).all() == [{"a": 1}]
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM alembic_version")).scalar_one() == 1
+
+
+def test_downgrade_to_base_then_upgrade_again(store: Store) -> None:
+    with store.engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "base")
+    assert set(inspect(store.engine).get_table_names()) == {"alembic_version"}
+    assert current_revision(store.engine) is None
+    upgrade_to_head(store.engine)
+    assert schema_differences(store.engine) == []
+
+
+def test_processes_upgrading_at_once_all_succeed(database_url: str, tmp_path: Path) -> None:
+    go_file = tmp_path / "go"
+    workers = [start_upgrade_worker(database_url, tmp_path / f"ready-{n}", go_file) for n in range(4)]
+    wait_for_files([tmp_path / f"ready-{n}" for n in range(4)], timeout=30)
+    go_file.touch()
+    for worker in workers:
+        assert_worker_succeeded(worker)
+    assert_at_head_and_equal_to_models(database_url)
+
+
+def test_upgrade_waits_while_another_process_holds_the_migration_lock(database_url: str, tmp_path: Path) -> None:
+    store = Store(database_url, migrate=False)
+    try:
+        with migration_connection(store.engine) as connection:
+            command.upgrade(alembic_config(connection), "head")  # done but not committed yet
+            ready_file, go_file = tmp_path / "ready", tmp_path / "go"
+            worker = start_upgrade_worker(database_url, ready_file, go_file)
+            wait_for_files([ready_file], timeout=30)
+            go_file.touch()
+            time.sleep(0.5)
+            assert worker.poll() is None, "the second upgrade did not wait for the lock"
+        assert_worker_succeeded(worker)  # found the schema at head once the first committed
+    finally:
+        store.dispose()
+    assert_at_head_and_equal_to_models(database_url)
+
+
+def start_upgrade_worker(database_url: str, ready_file: Path, go_file: Path) -> subprocess.Popen[str]:
+    args = [sys.executable, str(WORKER), database_url, str(ready_file), str(go_file)]
+    return subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+
+
+def assert_worker_succeeded(worker: subprocess.Popen[str]) -> None:
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+
+
+def assert_at_head_and_equal_to_models(database_url: str) -> None:
+    store = Store(database_url, migrate=False)
+    try:
+        assert current_revision(store.engine) == head_revision()
+        assert schema_differences(store.engine) == []
+    finally:
+        store.dispose()
+
+
+def wait_for_files(paths: list[Path], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(path.exists() for path in paths):
+        assert time.monotonic() < deadline, f"workers not ready within {timeout} s"
+        time.sleep(0.01)
