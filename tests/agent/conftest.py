@@ -35,13 +35,15 @@ class Request:
 class RecordingController:
     """Records every agent API call; assembles /logs like the real server (a chunk at an offset already held
     is ignored). `fail_before[endpoint]` answers that many next calls with 503 without recording their effect;
-    `lose_response[endpoint]` applies that many next calls but answers 500, as if the answer was lost."""
+    `lose_response[endpoint]` applies that many next calls but answers 500, as if the answer was lost;
+    `force_status[endpoint]` records every call but answers with that status."""
 
     requests: list[Request] = field(default_factory=list)
     log: bytearray = field(default_factory=bytearray)
     log_gaps: list[int] = field(default_factory=list)
     fail_before: dict[str, int] = field(default_factory=dict)
     lose_response: dict[str, int] = field(default_factory=dict)
+    force_status: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
 
@@ -71,7 +73,7 @@ class RecordingController:
             if self.lose_response.get(endpoint, 0) > 0:
                 self.lose_response[endpoint] -= 1
                 return 500
-            return 200
+            return self.force_status.get(endpoint, 200)
 
     def _append_log(self, offset: int, data: bytes) -> None:
         if offset == len(self.log):

@@ -13,7 +13,7 @@ import fsspec
 
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
 
-from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port  # noqa: F401 (used below)
+from .conftest import TOKEN, RecordingController, free_port
 
 # A trainer that, on SIGTERM, writes checkpoint step 7 in the layout (payload, then manifest) and exits 75.
 SAVING_TRAINER = """
@@ -206,15 +206,18 @@ def test_reports_are_delivered_once_the_controller_comes_up(run_agent, start_ser
     assert recorder.of("exit")[0].body["outcome"] == "succeeded"
 
 
-def test_server_errors_are_retried_and_a_lost_log_answer_resends_the_same_offset(controller, run_agent):
+def test_server_errors_are_retried_and_a_lost_log_answer_resends_the_same_offset(controller, run_agent, tmp_path):
     controller.fail_before.update(started=2, exit=2)
     controller.lose_response["logs"] = 1
-    agent = run_agent(controller.url, run="echo one; sleep 0.7; echo two")
+    go_on = tmp_path / "go-on"
+    agent = run_agent(controller.url, run=f"echo one; while [ ! -e {go_on} ]; do sleep 0.05; done; echo two")
+    controller.wait_for(lambda: len(controller.of("logs")) == 2)
+    go_on.touch()
     assert agent.wait() == 0
 
-    first, second, *rest = controller.of("logs")
-    assert (first.body, second.body) == ({"offset": 0, "data": "one\n"},) * 2  # the same chunk, re-sent
-    assert rest[-1].body == {"offset": 4, "data": "two\n"}
+    first, second, third = controller.of("logs")
+    assert first.body == second.body == {"offset": 0, "data": "one\n"}  # the same chunk, re-sent
+    assert third.body == {"offset": 4, "data": "two\n"}
     assert controller.log_text() == "one\ntwo\n"
     assert len(controller.of("started")) == 1
     assert exit_body(controller)["outcome"] == "succeeded"

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -14,7 +15,7 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Engine
 
 from spotrun.state import Base, Setting, Store
-from spotrun.state.migrations import alembic_config, current_revision, head_revision, upgrade_to_head
+from spotrun.state.migrations import SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head
 from spotrun.state.migrations.lock import migration_connection
 
 WORKER = Path(__file__).with_name("upgrade_worker.py")
@@ -62,8 +63,8 @@ def test_downgrade_to_base_then_upgrade_again(store: Store) -> None:
 
 def test_processes_upgrading_at_once_all_succeed(database_url: str, tmp_path: Path) -> None:
     go_file = tmp_path / "go"
-    workers = [start_upgrade_worker(database_url, tmp_path / f"ready-{n}", go_file) for n in range(4)]
-    wait_for_files([tmp_path / f"ready-{n}" for n in range(4)], timeout=30)
+    workers = [start_upgrade_worker(database_url, tmp_path / f"ready-{n}", go_file) for n in range(3)]
+    wait_for_files([tmp_path / f"ready-{n}" for n in range(3)], timeout=30)
     go_file.touch()
     for worker in workers:
         assert_worker_succeeded(worker)
@@ -111,3 +112,10 @@ def wait_for_files(paths: list[Path], timeout: float) -> None:
     while not all(path.exists() for path in paths):
         assert time.monotonic() < deadline, f"workers not ready within {timeout} s"
         time.sleep(0.01)
+
+
+def test_a_schema_newer_than_this_spotrun_is_refused_by_name(store: Store) -> None:
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
+    with pytest.raises(SchemaTooNew, match="9999_future"):
+        upgrade_to_head(store.engine)

@@ -46,6 +46,7 @@ class LogShipper:
         self._in_flight: str | None = None
         self._offset = 0
         self._closing = False
+        self._finished = threading.Event()
         self._thread = threading.Thread(target=self._ship_forever, name="spotrun-logs", daemon=True)
 
     @property
@@ -65,12 +66,12 @@ class LogShipper:
             self._pending += text
 
     def close(self, timeout: float | None = None) -> bool:
-        """Ship everything written so far, then stop; False when the timeout passed first."""
+        """Ship everything written so far, then stop; False when the timeout passed first (shipping goes on,
+        and a shipper not started yet ships everything once started)."""
         with self._lock:
             self._closing = True
             self._lock.notify_all()
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._finished.wait(timeout)
 
     def _ship_forever(self) -> None:
         while True:
@@ -79,6 +80,7 @@ class LogShipper:
                     self._lock.wait(self._interval)
                 chunk = self._next_chunk()
                 if chunk is None and self._closing:
+                    self._finished.set()
                     return
             if chunk is None:
                 continue

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spotrun.agent.checkpoint_sync import CheckpointSync, PeriodicBackup
-from spotrun.agent.client import ControllerClient
+from spotrun.agent.client import ControllerClient, Delivery
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfig
 from spotrun.agent.heartbeat import Heartbeat
 from spotrun.agent.logs import LogShipper
@@ -93,7 +93,6 @@ class Agent:
     def run(self) -> ExitReport:
         """Do the whole attempt and return what was reported to the controller as its exit."""
         self.reporter.start()
-        self.logs.start()
         self.notices.start()
         try:
             report = self._attempt()
@@ -107,10 +106,9 @@ class Agent:
             restored_step = self._restore()
         except Exception:
             log.exception("cannot restore checkpoints from the store")
-            self.reporter.send("started", {"address": socket.gethostname()})
+            self._report_started()
             return ExitReport("failed", None, checkpoint_synced=False)
-        self.reporter.send("started", {"address": socket.gethostname()})
-        self.heartbeat.start()
+        self._report_started()
         self.backup.start()
         env = trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
         commands = [("setup", self.config.setup)] if self.config.setup else []
@@ -126,6 +124,15 @@ class Agent:
             if exit_code != 0 and label == "setup":
                 return ExitReport("failed", exit_code, self._final_backup(deadline=None))
         return ExitReport(outcome_of(exit_code), exit_code, self._final_backup(deadline=None))
+
+    def _report_started(self) -> None:
+        """Heartbeats and logs flow once the controller knows the attempt started; output is held till then."""
+
+        def controller_answered(delivery: Delivery) -> None:
+            self.heartbeat.start()
+            self.logs.start()
+
+        self.reporter.send("started", {"address": socket.gethostname()}, on_answer=controller_answered)
 
     def _restore(self) -> int | None:
         for attempt in range(1, RESTORE_TRIES + 1):

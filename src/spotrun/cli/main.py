@@ -44,15 +44,15 @@ def launch(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show the job's life until it ends")] = False,
 ) -> None:
     """Submit a job; starts the controller when none is running."""
+    from spotrun.server.daemon import ensure_running
+
     try:
         spec = load_spec(job_file)
+        store = _store()
+        job_id = jobs_api.submit(store, spec, time.time(), spec_dir=job_file.resolve().parent)
     except SpecError as problem:
         errors.print(f"[red]invalid job file[/]\n{escape(str(problem))}")
         raise typer.Exit(2) from None
-    from spotrun.server.daemon import ensure_running
-
-    store = _store()
-    job_id = jobs_api.submit(store, spec, time.time(), spec_dir=job_file.resolve().parent)
     ensure_running(store)
     console.print(f"launched job [bold]{job_id}[/] ({spec.name})")
     if follow:

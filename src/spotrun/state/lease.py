@@ -31,13 +31,16 @@ _INSERT_IF_ABSENT: dict[str, Callable[[Any], Insert]] = {
 }
 
 
-def try_acquire(session: Session, name: str, holder: str, pid: int | None, url: str | None, now: float, ttl: float) -> bool:
+def try_acquire(
+    session: Session, name: str, holder: str, pid: int | None, url: str | None, now: float, ttl: float
+) -> bool:
     """Take or renew lease `name` for `holder` until `now + ttl`; False when someone else holds it unexpired."""
     if not name or not holder:
         raise ValueError(f"lease name and holder must be non-empty (name={name!r}, holder={holder!r})")
     if ttl <= 0:
         raise ValueError(f"lease ttl must be positive seconds, got {ttl!r}")
-    return _take_existing(session, name, holder, pid, url, now, ttl) or _create(session, name, holder, pid, url, now, ttl)
+    arguments = (session, name, holder, pid, url, now, ttl)
+    return _take_existing(*arguments) or _create(*arguments)
 
 
 def release(session: Session, name: str, holder: str) -> bool:
@@ -77,7 +80,9 @@ def _take_existing(
     return _rows_changed(session, statement) == 1
 
 
-def _create(session: Session, name: str, holder: str, pid: int | None, url: str | None, now: float, ttl: float) -> bool:
+def _create(
+    session: Session, name: str, holder: str, pid: int | None, url: str | None, now: float, ttl: float
+) -> bool:
     dialect = session.get_bind().dialect.name
     if dialect not in _INSERT_IF_ABSENT:
         raise ValueError(f"the controller lease supports {sorted(_INSERT_IF_ABSENT)}, not database {dialect!r}")

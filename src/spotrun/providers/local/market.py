@@ -17,6 +17,7 @@ In every market a reclaim happens ``notice_seconds`` (real seconds) after the no
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import time
@@ -200,8 +201,9 @@ def find_preemption_window(
     loaded = trace if isinstance(trace, Trace) else load_trace(trace)
     length = len(loaded)
     seconds_per_sample = loaded.gap_seconds / speed
-    doubled = Trace(loaded.gap_seconds, np.concatenate([loaded.data, loaded.data]), loaded.source)  # a window may wrap past the end
-    transitions = doubled.preemption_indices(nodes)
+    # The replay loops: lay enough copies end to end to cover a window starting at the last sample.
+    copies = math.ceil(window_seconds * speed / loaded.duration_seconds) + 1
+    transitions = Trace(loaded.gap_seconds, np.tile(loaded.data, copies)).preemption_indices(nodes)
     for offset in range(length):
         if loaded.data[offset] < nodes:
             continue

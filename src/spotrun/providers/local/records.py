@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+TERMINATE_REQUEST = "terminate"  # file names under requests/
+PREEMPT_REQUEST = "preempt.json"
 
 RecordState = Literal["pending", "running", "terminated"]
 
@@ -105,6 +109,17 @@ class InstanceDir:
     @property
     def console_log(self) -> Path:
         return self.path / "console.log"
+
+    def remove_disk(self) -> None:
+        """Delete the scratch disk, even folders its processes made read-only."""
+
+        def make_writable_and_retry(function, path, _excinfo):  # type: ignore[no-untyped-def]
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            function(path)
+
+        if self.disk.exists():
+            shutil.rmtree(self.disk, onerror=make_writable_and_retry)
 
     def read(self) -> InstanceRecord:
         try:

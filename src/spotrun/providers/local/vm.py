@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,12 +24,17 @@ import psutil
 
 from spotrun.providers.local import processes
 from spotrun.providers.local.market import Market, MarketError, load_market
-from spotrun.providers.local.records import InstanceDir, InstanceRecord, write_json_atomic
+from spotrun.providers.local.records import (
+    PREEMPT_REQUEST,
+    TERMINATE_REQUEST,
+    InstanceDir,
+    InstanceRecord,
+    RecordError,
+    write_json_atomic,
+)
 
 POLL_SECONDS = 0.2
 LOCAL_ADDRESS = "127.0.0.1"
-TERMINATE_REQUEST = "terminate"
-PREEMPT_REQUEST = "preempt.json"
 
 
 def iso_utc(timestamp: float) -> str:
@@ -76,17 +80,33 @@ class VirtualMachine:
         waker = Waker()
         signal.signal(signal.SIGUSR1, lambda signum, frame: None)
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        record = self.instance.update(
-            state="running", address=LOCAL_ADDRESS, pid=self.me.pid, pid_started_at=self.me.create_time()
-        )
+        record = self._come_up()
+        if record is None:
+            log("the instance was terminated before its vm started")
+            return 0
         self._write_metadata(record)
         self.boot = self._start_boot(record)
         while True:
-            record = self.instance.read()
-            ended = self._step(record)
-            if ended:
+            try:
+                record = self.instance.read()
+            except RecordError as error:  # someone broke the record; the instance keeps running meanwhile
+                log(f"{error}; retrying")
+                waker.sleep(1.0)
+                continue
+            if self._step(record):
                 return 0
             waker.sleep(POLL_SECONDS)
+
+    def _come_up(self) -> InstanceRecord | None:
+        """Record that the VM runs (its signal handlers are in place now); None if it was terminated already."""
+        with self.instance.locked():
+            record = self.instance.read()
+            if record.state == "terminated":
+                return None
+            changes = {"state": "running", "address": LOCAL_ADDRESS, "pid": self.me.pid}
+            record = record.model_copy(update={**changes, "pid_started_at": self.me.create_time()})
+            self.instance.write(record)
+            return record
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.terminate_signalled = True
@@ -99,7 +119,7 @@ class VirtualMachine:
             return True
         if record.reclaim_at is not None:
             if now >= record.reclaim_at:
-                self._shut_down(reclaimed=True, reason="reclaimed by the market")
+                self._shut_down(reclaimed=True, reason="reclaimed: spot interruption")
                 return True
         elif record.market == "spot":
             notice_seconds = self._notice_wanted(record, now)
@@ -200,23 +220,13 @@ class VirtualMachine:
         if self.boot is not None:
             self.boot.poll()
         processes.reap_children()
-        remove_disk(self.instance.disk)
+        self.instance.remove_disk()
         write_json_atomic(self.instance.processes_file, [])
         self.instance.update(state="terminated", terminated_at=time.time(), reclaimed=reclaimed, reason=reason)
         log("terminated")
 
     def _instance_processes(self, instance_id: str) -> list[psutil.Process]:
         return processes.with_descendants([*processes.live_descendants(self.me), *processes.marked_processes(instance_id)])
-
-
-def remove_disk(disk: Path) -> None:
-    def make_writable_and_retry(function, path, _excinfo):  # type: ignore[no-untyped-def]
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        function(path)
-
-    if disk.exists():
-        shutil.rmtree(disk, onerror=make_writable_and_retry)
 
 
 def main(argv: list[str] | None = None) -> int:

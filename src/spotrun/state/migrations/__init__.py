@@ -28,9 +28,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from spotrun.state.migrations.lock import migration_connection
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade_to_head"]
+__all__ = ["SchemaTooNew", "alembic_config", "current_revision", "head_revision", "upgrade_to_head"]
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer spotrun than this one."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -46,7 +50,9 @@ def alembic_config(connection: Connection | None = None) -> Config:
 def upgrade_to_head(engine: Engine) -> None:
     """Bring the schema to the newest revision. Idempotent; safe when several processes call it at once."""
     with migration_connection(engine) as connection:
-        command.upgrade(alembic_config(connection), "head")
+        config = alembic_config(connection)
+        _refuse_unknown_revision(connection, ScriptDirectory.from_config(config))
+        command.upgrade(config, "head")
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -58,3 +64,13 @@ def current_revision(engine: Engine) -> str | None:
 def head_revision() -> str | None:
     """The newest revision shipped with this version of spotrun."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _refuse_unknown_revision(connection: Connection, scripts: ScriptDirectory) -> None:
+    current = MigrationContext.configure(connection).get_current_revision()
+    known = {script.revision for script in scripts.walk_revisions()}
+    if current is not None and current not in known:
+        raise SchemaTooNew(
+            f"the database {connection.engine.url!r} is at schema revision {current!r}, which this spotrun does not "
+            f"know (its newest is {scripts.get_current_head()!r}); upgrade spotrun to use this database"
+        )

@@ -1,0 +1,101 @@
+"""A small MLP on scikit-learn's digits, made preemption-proof with a few lines of spotrun.
+
+Environment: EPOCHS (default 40), STEP_SECONDS (a sleep per step standing in for a bigger model, default 0),
+CHECKPOINT_EVERY (steps between checkpoints, default 10), SPOTRUN_CHECKPOINT_DIR (default ./checkpoints).
+At the end it prints the test accuracy and writes final.json into the checkpoint folder:
+{"sha256": weights fingerprint, "accuracy": ..., "steps": ...}. Two runs with the same environment give the
+same sha256, however often they are preempted and resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+
+import spotrun
+
+SEED = 1234
+BATCH_SIZE = 64
+
+
+def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    digits = load_digits()
+    features = (digits.data / 16.0).astype(np.float32)
+    x_train, x_test, y_train, y_test = train_test_split(
+        features, digits.target, test_size=0.2, random_state=0, stratify=digits.target
+    )
+    return torch.from_numpy(x_train), torch.from_numpy(y_train), torch.from_numpy(x_test), torch.from_numpy(y_test)
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 10)
+    )
+
+
+def make_deterministic() -> None:
+    random.seed(SEED)
+    np.random.seed(SEED)
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
+def accuracy(model: nn.Module, features: torch.Tensor, labels: torch.Tensor) -> float:
+    model.eval()
+    with torch.no_grad():
+        predicted = model(features).argmax(dim=1)
+    model.train()
+    return float((predicted == labels).float().mean())
+
+
+def main() -> None:
+    epochs = int(os.environ.get("EPOCHS", "40"))
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+    make_deterministic()
+    x_train, y_train, x_test, y_test = load_data()
+
+    model = build_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    sampler = spotrun.ResumableSampler(len(x_train), batch_size=BATCH_SIZE, shuffle=True, seed=SEED)
+    total_steps = epochs * len(sampler)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+    ckpt = spotrun.Checkpointer(every_steps=int(os.environ.get("CHECKPOINT_EVERY", "10")))
+    state = spotrun.torch_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
+    start = ckpt.restore(state) or 0
+    print(f"starting at step {start} of {total_steps} (checkpoints in {ckpt.fs.unstrip_protocol(ckpt.root)})", flush=True)
+
+    batches = sampler.stream()
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(start, total_steps):
+        indices = next(batches)
+        loss = loss_fn(model(x_train[indices]), y_train[indices])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        if step_seconds:
+            time.sleep(step_seconds)
+        if step % 10 == 0 or step == total_steps - 1:
+            print(f"epoch {sampler.epoch} step {step} loss {loss.item():.4f}", flush=True)
+        ckpt.step(state, step)
+        ckpt.exit_if_stopped()  # preempted: the final checkpoint is committed; exit 75 = "resume me"
+
+    ckpt.save(state, total_steps - 1)
+    result = {"sha256": spotrun.weights_sha256(model), "accuracy": accuracy(model, x_test, y_test), "steps": total_steps}
+    with ckpt.fs.open(f"{ckpt.root}/final.json", "w") as fh:
+        json.dump(result, fh)
+    print(f"test accuracy {result['accuracy']:.4f} after {total_steps} steps; weights sha256 {result['sha256']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""The Checkpointer: periodic non-blocking saves, a durable save on preemption, exact restore.
+
+Step convention: ``step(state, step)`` and ``save(state, step)`` take the 0-based index of the training
+step that has just finished; the checkpoint then holds the state after ``step + 1`` steps and is named
+``ckpt-<step + 1>``. ``restore`` returns that count, i.e. the index of the next step to run (None when
+there is no checkpoint), so ``for step in range(ckpt.restore(state) or 0, total)`` resumes exactly.
+
+Saving: the training thread only copies the state to host memory; a background thread serializes,
+writes, checksums and commits it. At most one save is in flight: a periodic save that falls due while one
+is still being written is deferred to the first step after it finishes; ``save`` (and the save on
+preemption) waits for the one in flight and then writes synchronously.
+
+Distributed (torchrun, DDP): rank 0 writes the replicated state (model, optimizer, scheduler, scaler,
+sampler, user values) to ``shared.pt``; every rank writes its own per-rank state (its RNG states) to
+``rank-<rank:05d>.pt``, all into the same folder, so the location must be storage every rank sees (a
+shared disk or an object store). Rank 0 commits (manifest) only after every rank has reported its files
+written, and every rank's save returns only after the commit. The stop flag and the decision to save are
+agreed each step (all_reduce MAX), so all ranks save and stop at the same step. Every rank must create its
+Checkpointer in the same order and call ``step``/``save``/``restore`` at the same steps. Sharded (FSDP)
+state is not supported: rank 0's state is taken as everyone's.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import torch
+
+from spotrun.sdk import distributed, layout
+from spotrun.sdk.preemption import DEFAULT_SIGNALS, PREEMPTED_EXIT_CODE, PreemptionFlag, preemption_flag
+from spotrun.sdk.state import TrainingState, snapshot_to_host
+from spotrun.sdk.storage import open_store
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
+DEFAULT_LOCATION = "checkpoints"
+DEFAULT_EVERY_SECONDS = 300.0
+SHARED_FILE = "shared.pt"
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A save failed; nothing was committed for that step."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped on restore (corrupt or unreadable) or only partly applied."""
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    steps_done: int
+    shared: dict[str, Any] | None  # rank 0 only
+    own: dict[str, Any]
+
+
+class Checkpointer:
+    """Saves and restores a ``TrainingState`` under ``location`` (a path or fsspec URL).
+
+    ``location`` defaults to ``$SPOTRUN_CHECKPOINT_DIR``, else ``./checkpoints``. Periodic saves happen
+    every ``every_steps`` steps and/or ``every_seconds`` seconds (default: every 300 s when neither is
+    given). ``keep_last`` committed checkpoints are kept (None keeps all). The ``signals`` (SIGTERM and
+    SIGUSR1 by default) only set the preemption flag. ``storage_options`` go to fsspec (e.g.
+    ``{"client_kwargs": {"endpoint_url": ...}}`` for s3://); ``fs`` replaces the filesystem altogether.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = 2,
+        signals: Iterable[int] = DEFAULT_SIGNALS,
+        storage_options: dict[str, Any] | None = None,
+        fs: fsspec.AbstractFileSystem | None = None,
+        flag: PreemptionFlag = preemption_flag,
+    ) -> None:
+        if every_steps is not None and every_steps < 1:
+            raise ValueError(f"every_steps must be at least 1, got {every_steps}")
+        if every_seconds is not None and every_seconds <= 0:
+            raise ValueError(f"every_seconds must be positive, got {every_seconds}")
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
+        if every_steps is None and every_seconds is None:
+            every_seconds = DEFAULT_EVERY_SECONDS
+        if location is None:
+            location = os.environ.get(CHECKPOINT_DIR_ENV) or DEFAULT_LOCATION
+        self.store = open_store(location, storage_options, fs)
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.keep_last = keep_last
+        self._flag = flag
+        self._install_signals(tuple(signals))
+        self._ranks = distributed.current()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotrun-checkpoint")
+        self._inflight: Future[None] | None = None
+        self._last_saved: int | None = None
+        self._last_save_time = time.monotonic()
+        self._deferred = False
+        self._should_stop = False
+
+    # -- public API ---------------------------------------------------------------------------------------
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return self.store.fs
+
+    @property
+    def root(self) -> str:
+        """The checkpoint folder's path on ``fs`` (no protocol)."""
+        return self.store.root
+
+    @property
+    def rank(self) -> int:
+        return self._ranks.rank
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a preemption was seen at a step boundary and the final checkpoint is committed."""
+        return self._should_stop
+
+    def restore(self, state: TrainingState) -> int | None:
+        """Load the newest complete, intact checkpoint into ``state``; the number of steps it holds (the
+        index of the next step to run), or None when there is none. Corrupt ones are skipped with a
+        CheckpointWarning."""
+        _require_training_state(state)
+        self.wait()
+        found = self._newest_intact() if self.rank == 0 else None
+        chosen = self._ranks.broadcast_from_first(found[:2] if found else None)
+        if chosen is None:
+            return None
+        steps_done, path = chosen
+        state.load_state_dict(found[2] if found else self._read_payload(path))
+        self._last_saved = steps_done
+        self._last_save_time = time.monotonic()
+        log.info("restored checkpoint %s (%d steps done)", path, steps_done)
+        return steps_done
+
+    def step(self, state: TrainingState, step: int) -> None:
+        """Call after training step ``step`` (0-based) has finished: saves when one is due (in the
+        background), and on preemption saves synchronously and sets ``should_stop``."""
+        _require_training_state(state)
+        self._raise_failed_save()
+        steps_done = step + 1
+        stop, due, busy = self._ranks.agree_any(
+            [self._flag.is_set, self._deferred or self._periodic_due(steps_done), self._busy()]
+        )
+        if stop:
+            log.warning("preemption requested: saving %d steps and stopping", steps_done)
+            self.save(state, step)
+            self._should_stop = True
+        elif due and busy:
+            self._deferred = True
+        elif due:
+            self._submit(state, steps_done)
+
+    def save(self, state: TrainingState, step: int, *, wait: bool = True) -> None:
+        """Save the state after step ``step`` (0-based) now; with ``wait`` (default) return once it is
+        committed and durable. A save in flight is finished first; saving the same step again is a no-op."""
+        _require_training_state(state)
+        self.wait()
+        if step + 1 != self._last_saved:
+            self._submit(state, step + 1)
+        if wait:
+            self.wait()
+
+    def exit_if_stopped(self) -> None:
+        """After a preemption-triggered save: exit with PREEMPTED_EXIT_CODE (75), which means "resume me"."""
+        if self._should_stop:
+            self.wait()
+            raise SystemExit(PREEMPTED_EXIT_CODE)
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is committed; raise CheckpointError if it failed."""
+        if self._inflight is not None:
+            self._inflight.exception()  # waits
+            self._raise_failed_save()
+
+    def close(self) -> None:
+        """Flush the save in flight and stop the writer thread."""
+        try:
+            self.wait()
+        finally:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- saving -------------------------------------------------------------------------------------------
+
+    def _install_signals(self, signals: tuple[int, ...]) -> None:
+        if not signals:
+            return
+        if threading.current_thread() is threading.main_thread():
+            self._flag.install(signals)
+        else:
+            names = ", ".join(signal.Signals(s).name for s in signals)
+            warnings.warn(f"Checkpointer created outside the main thread: {names} not handled", stacklevel=3)
+
+    def _periodic_due(self, steps_done: int) -> bool:
+        if self.every_steps is not None and steps_done % self.every_steps == 0:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_save_time >= self.every_seconds
+
+    def _busy(self) -> bool:
+        return self._inflight is not None and not self._inflight.done()
+
+    def _raise_failed_save(self) -> None:
+        if self._inflight is not None and self._inflight.done():
+            failed, self._inflight = self._inflight, None
+            error = failed.exception()
+            if isinstance(error, CheckpointError):
+                raise error
+            if error is not None:
+                raise CheckpointError(f"checkpoint save failed: {error!r}") from error
+
+    def _submit(self, state: TrainingState, steps_done: int) -> None:
+        snapshot = _Snapshot(
+            steps_done=steps_done,
+            shared=snapshot_to_host(state.state_dict("shared")) if self.rank == 0 else None,
+            own=snapshot_to_host(state.state_dict("rank")),
+        )
+        self._last_saved = steps_done
+        self._last_save_time = time.monotonic()
+        self._deferred = False
+        self._inflight = self._executor.submit(self._write, snapshot)
+        self._inflight.add_done_callback(_log_failure)
+
+    def _write(self, snapshot: _Snapshot) -> None:
+        """The save protocol, in the writer thread, on every rank: rank 0 prepares the folder; each rank
+        writes its files; rank 0 commits once all have reported; all learn the outcome."""
+        steps = snapshot.steps_done
+        error = _attempt(self.store.prepare, steps)[1] if self.rank == 0 else None
+        self._ranks.barrier()
+        if error is None:
+            files, error = _attempt(self._write_own_files, snapshot)
+        reports = self._ranks.all_gather(error or files)
+        errors = [report for report in reports if isinstance(report, str)]
+        if self.rank == 0 and not errors:
+            listed = {name: entry for report in reports for name, entry in report.items()}
+            manifest = layout.build_manifest(steps, listed, world_size=self._ranks.world_size, created=time.time())
+            failed_commit = _attempt(self._commit_and_prune, steps, manifest)[1]
+            errors += [failed_commit] if failed_commit else []
+        outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
+        if outcome:
+            raise CheckpointError(f"checkpoint of {steps} steps not committed: {'; '.join(outcome)}")
+        log.debug("committed %s", self.store.path(steps))
+
+    def _write_own_files(self, snapshot: _Snapshot) -> dict[str, dict[str, Any]]:
+        payloads = {rank_file(self.rank): snapshot.own}
+        if snapshot.shared is not None:
+            payloads[SHARED_FILE] = snapshot.shared
+        staging = self.store.staging_path(snapshot.steps_done)
+        described = {}
+        for name, payload in payloads.items():
+            data = _serialize(payload)
+            self.store.write(staging, name, data)
+            described[name] = layout.describe_bytes(data)
+        return described
+
+    def _commit_and_prune(self, steps: int, manifest: dict[str, Any]) -> None:
+        self.store.commit(self.store.staging_path(steps), steps, manifest)
+        if self.keep_last is None:
+            return
+        older = [step for step, _ in self.store.committed() if step < steps]
+        keep = {steps, *older[len(older) - (self.keep_last - 1) :]} if self.keep_last > 1 else {steps}
+        for step, path in self.store.checkpoint_folders():
+            if step not in keep:
+                self.store.remove(path)
+        self.store.clean_staging()
+
+    # -- restoring ----------------------------------------------------------------------------------------
+
+    def _newest_intact(self) -> tuple[int, str, dict[str, Any]] | None:
+        """Rank 0: (steps, path, rank 0's payload) of the newest committed checkpoint whose every file
+        matches the manifest and unpickles."""
+        self.store.clean_staging()
+        for steps_done, path in reversed(self.store.committed()):
+            try:
+                payload = self._decode(path, self.store.read_verified(path))
+            except Exception as error:  # any unreadable checkpoint is skipped, never fatal
+                message = f"skipping checkpoint {path}: {error}"
+                log.warning(message)
+                warnings.warn(message, CheckpointWarning, stacklevel=3)
+                continue
+            return steps_done, path, payload
+        return None
+
+    def _read_payload(self, path: str) -> dict[str, Any]:
+        names = [SHARED_FILE] + ([rank_file(self.rank)] if self._has_file(path, rank_file(self.rank)) else [])
+        return self._decode(path, self.store.read_verified(path, names))
+
+    def _has_file(self, path: str, name: str) -> bool:
+        manifest = layout.read_manifest(self.fs, path)
+        return manifest is not None and name in manifest["files"]
+
+    def _decode(self, path: str, files: dict[str, bytes]) -> dict[str, Any]:
+        if SHARED_FILE not in files:
+            raise layout.CorruptCheckpoint(f"{path}: no {SHARED_FILE}")
+        payload = _deserialize(files[SHARED_FILE])
+        own = rank_file(self.rank)
+        if own in files:
+            payload.update(_deserialize(files[own]))
+        else:
+            warnings.warn(
+                f"{path} has no {own} (saved with fewer ranks): this rank's RNG states are not restored",
+                CheckpointWarning,
+                stacklevel=4,
+            )
+        return payload
+
+
+def _require_training_state(state: object) -> None:
+    if not isinstance(state, TrainingState):
+        raise TypeError(
+            f"expected the TrainingState from spotrun.torch_state(...), got {type(state).__name__}"
+        )
+
+
+def _attempt(action: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+    """``action(*args)`` as (result, None), or (None, its failure as a message): the ranks exchange
+    messages, not exceptions."""
+    try:
+        return action(*args), None
+    except Exception as error:
+        log.exception("checkpoint save failed in %s", getattr(action, "__name__", action))
+        return None, f"{type(error).__name__}: {error}"
+
+
+def _serialize(payload: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    return buffer.getvalue()
+
+
+def _deserialize(data: bytes) -> dict[str, Any]:
+    # weights_only=False: the payload holds RNG states and user objects; the manifest's checksums vouch
+    # that these are the bytes this SDK wrote (integrity, not trust: do not restore untrusted checkpoints).
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _log_failure(future: Future[None]) -> None:
+    if future.exception() is not None:
+        log.error("checkpoint save failed: %s", future.exception())

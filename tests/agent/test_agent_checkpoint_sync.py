@@ -1,0 +1,154 @@
+"""CheckpointSync: restore and backup between a local folder and an fsspec store, in the SDK's layout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from spotrun.agent import checkpoint_sync
+from spotrun.agent.checkpoint_sync import CheckpointSync
+from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
+
+
+def write_checkpoint(root: Path, step: int, payload: bytes = b"", committed: bool = True) -> Path:
+    folder = root / checkpoint_name(step)
+    (folder / "optim").mkdir(parents=True, exist_ok=True)
+    files = {"model.bin": payload or f"model-{step}".encode(), "optim/state.bin": f"optim-{step}".encode()}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    if committed:
+        manifest = {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in files.items()}
+        (folder / MANIFEST_NAME).write_text(json.dumps({"step": step, "files": manifest}))
+    return folder
+
+
+def committed_steps(root: Path) -> list[int]:
+    return [step for step, _ in list_committed(fsspec.filesystem("file"), str(root))]
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Path:
+    path = tmp_path / "local"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    return tmp_path / "remote"
+
+
+def test_backup_uploads_committed_checkpoints_and_user_files_only(local, remote):
+    write_checkpoint(local, 1)
+    write_checkpoint(local, 2, committed=False)  # being written by the trainer
+    (local / "notes.txt").write_text("user data")
+    (local / ".hidden").write_text("scratch")
+
+    assert CheckpointSync(local, remote.as_uri()).backup() is True
+
+    assert sorted(p.name for p in remote.iterdir()) == [checkpoint_name(1), "notes.txt"]
+    assert (remote / checkpoint_name(1) / "optim" / "state.bin").read_bytes() == b"optim-1"
+    assert committed_steps(remote) == [1]
+
+
+def test_backup_writes_the_manifest_after_every_payload_file(local, remote, monkeypatch):
+    write_checkpoint(local, 4)
+    written: list[str] = []
+    real_copy, real_write = checkpoint_sync._copy_file, checkpoint_sync._write_bytes
+    monkeypatch.setattr(checkpoint_sync, "_copy_file", lambda sf, s, df, d: (written.append(d), real_copy(sf, s, df, d)))
+    monkeypatch.setattr(checkpoint_sync, "_write_bytes", lambda fs, p, data: (written.append(p), real_write(fs, p, data)))
+
+    CheckpointSync(local, str(remote)).backup()
+
+    assert [Path(p).name for p in written] == ["model.bin", "state.bin", MANIFEST_NAME]
+
+
+def test_backup_skips_checkpoints_the_store_already_has(local, remote):
+    write_checkpoint(local, 1)
+    sync = CheckpointSync(local, str(remote))
+    sync.backup()
+    stored = remote / checkpoint_name(1) / "model.bin"
+    before = stored.stat().st_mtime_ns
+    time.sleep(0.01)
+    assert sync.backup() is True
+    assert stored.stat().st_mtime_ns == before
+
+
+def test_backup_replaces_a_store_copy_with_a_different_manifest(local, remote):
+    write_checkpoint(remote, 1, payload=b"stale")
+    write_checkpoint(local, 1, payload=b"fresh")
+    CheckpointSync(local, str(remote)).backup()
+    assert (remote / checkpoint_name(1) / "model.bin").read_bytes() == b"fresh"
+    assert (remote / checkpoint_name(1) / MANIFEST_NAME).read_bytes() == (
+        local / checkpoint_name(1) / MANIFEST_NAME
+    ).read_bytes()
+
+
+def test_backup_prunes_what_the_trainer_deleted_but_never_the_newest_in_the_store(local, remote):
+    sync = CheckpointSync(local, str(remote))
+    for step in (1, 2, 3):
+        write_checkpoint(local, step)
+    sync.backup()
+    write_checkpoint(remote, 0, committed=False)  # a dead partial upload
+    for folder in local.iterdir():
+        if folder.name == checkpoint_name(1):
+            for path in sorted(folder.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+            folder.rmdir()
+    write_checkpoint(local, 4)
+
+    sync.backup()
+
+    assert committed_steps(remote) == [2, 3, 4]
+    assert not (remote / checkpoint_name(0)).exists()
+
+    write_checkpoint(remote, 9)  # newer than anything local (another attempt's): must survive
+    write_checkpoint(local, 5)
+    sync.backup()
+    assert 9 in committed_steps(remote)
+
+
+def test_nothing_is_pruned_when_nothing_new_was_uploaded(local, remote):
+    write_checkpoint(remote, 1)
+    write_checkpoint(remote, 2)
+    assert CheckpointSync(local, str(remote)).backup() is True
+    assert committed_steps(remote) == [1, 2]
+
+
+def test_backup_past_its_deadline_leaves_no_committed_checkpoint(local, remote):
+    write_checkpoint(local, 1)
+    assert CheckpointSync(local, str(remote)).backup(deadline=time.time() - 1) is False
+    assert committed_steps(remote) == []
+
+
+def test_restore_copies_committed_checkpoints_and_user_files(local, remote):
+    write_checkpoint(remote, 1)
+    write_checkpoint(remote, 2)
+    write_checkpoint(remote, 3, committed=False)
+    (remote / "vocab.json").write_text("{}")
+    sync = CheckpointSync(local, str(remote))
+
+    assert sync.restore() == 2
+    assert sorted(p.name for p in local.iterdir()) == [checkpoint_name(1), checkpoint_name(2), "vocab.json"]
+    assert sync.newest_local_step() == 2
+    assert (local / checkpoint_name(2) / "optim" / "state.bin").read_bytes() == b"optim-2"
+
+
+def test_restore_from_an_empty_store_returns_none(local, remote):
+    assert CheckpointSync(local, str(remote)).restore() is None
+    assert list(local.iterdir()) == []
+
+
+def test_memory_store_round_trip(local, tmp_path):
+    """Any fsspec filesystem works as the store (here memory://, standing for s3:// and friends)."""
+    write_checkpoint(local, 6)
+    store_uri = f"memory://spotrun-test-{tmp_path.name}/job"
+    assert CheckpointSync(local, store_uri).backup() is True
+    fresh = tmp_path / "fresh"
+    assert CheckpointSync(fresh, store_uri).restore() == 6
+    assert (fresh / checkpoint_name(6) / "model.bin").read_bytes() == b"model-6"

@@ -1,0 +1,56 @@
+"""ControllerClient retry rules and LogShipper chunking, against the recording controller."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spotrun.agent.client import ControllerClient, Delivery
+from spotrun.agent.logs import LogShipper, split_chunk
+
+from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port
+
+
+def client_for(url: str, attempt_id: int = ATTEMPT_ID) -> ControllerClient:
+    return ControllerClient(url, TOKEN, attempt_id, request_timeout=2.0, backoff_initial=0.01, backoff_max=0.05)
+
+
+def test_5xx_is_retried_until_delivered(controller: RecordingController):
+    controller.fail_before["started"] = 3
+    assert client_for(controller.url).post("started", {"address": "a"}) is Delivery.DELIVERED
+    assert [r.body for r in controller.of("started")] == [{"address": "a"}]
+
+
+def test_4xx_is_not_retried_and_409_is_a_final_answer(controller: RecordingController):
+    assert client_for(controller.url, attempt_id=999).post("started", {}) is Delivery.REJECTED  # 404
+
+    controller.force_status["exit"] = 409
+    assert client_for(controller.url).post("exit", {"outcome": "succeeded"}) is Delivery.CONFLICT
+    assert len(controller.of("exit")) == 1
+
+
+def test_unreachable_controller_gives_up_only_at_the_deadline():
+    client = client_for(f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    assert client.post("heartbeat", {}, give_up_at=started + 0.3) is Delivery.GAVE_UP
+    assert 0.25 <= time.monotonic() - started < 2.0
+    assert client.post("heartbeat", {}, retry=False) is Delivery.GAVE_UP
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "head"),
+    [("hello", 10, "hello"), ("hello", 3, "hel"), ("aé", 2, "a"), ("éé", 4, "éé"), ("日本", 5, "日")],
+)
+def test_split_chunk_never_cuts_a_character(text, limit, head):
+    assert split_chunk(text, limit) == (head, text[len(head) :])
+
+
+def test_shipper_cuts_large_output_into_contiguous_chunks(controller: RecordingController):
+    shipper = LogShipper(client_for(controller.url), interval=0.05, max_chunk_bytes=8).start()
+    shipper.write("ünïcödé text that spans chunks\n")
+    assert shipper.close(timeout=5)
+    offsets = [r.body["offset"] for r in controller.of("logs")]
+    assert len(offsets) > 3 and offsets == sorted(set(offsets))
+    assert controller.log_text() == "ünïcödé text that spans chunks\n"
+    assert shipper.offset == len(controller.log)

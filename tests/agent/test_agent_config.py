@@ -1,0 +1,79 @@
+"""AgentConfig: where it comes from, what it rejects, how its paths resolve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spotrun.agent.__main__ import main
+from spotrun.agent.config import AgentConfigError, load_config
+
+VALID = {
+    "controller_url": "http://127.0.0.1:8000/",
+    "token": "t0k3n",
+    "job_id": 1,
+    "attempt_id": 2,
+    "attempt_number": 0,
+    "run": "python train.py",
+    "checkpoint_store": "s3://bucket/job-1",
+}
+
+
+def test_config_from_environment_with_defaults():
+    config = load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps(VALID)})
+    assert config.controller_url == "http://127.0.0.1:8000"
+    assert config.token.get_secret_value() == "t0k3n"
+    assert "t0k3n" not in repr(config)
+    assert (config.heartbeat_interval, config.sync_interval, config.notice_grace, config.sync_margin) == (
+        1.0, 30.0, 30.0, 2.0
+    )
+    assert config.storage_options == {} and config.setup is None
+
+
+def test_config_file_wins_over_the_environment(tmp_path: Path):
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({**VALID, "job_id": 9}))
+    assert load_config(str(path), {"SPOTRUN_AGENT_CONFIG": json.dumps(VALID)}).job_id == 9
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"run": None}, "run"),
+        ({"workdir": "relative/dir"}, "workdir"),
+        ({"controller_url": "ftp://x"}, "controller_url"),
+        ({"heartbeat_interval": 0}, "heartbeat_interval"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_bad_config_names_the_field(change, named):
+    with pytest.raises(AgentConfigError, match=named):
+        load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps({**VALID, **change})})
+
+
+def test_missing_or_unparsable_config_says_so(tmp_path: Path):
+    with pytest.raises(AgentConfigError, match="SPOTRUN_AGENT_CONFIG"):
+        load_config(None, {})
+    with pytest.raises(AgentConfigError, match="not valid JSON"):
+        load_config(None, {"SPOTRUN_AGENT_CONFIG": "{nope"})
+    with pytest.raises(AgentConfigError, match="cannot read"):
+        load_config(str(tmp_path / "absent.json"), {})
+
+
+def test_checkpoint_dir_is_relative_to_the_instance_disk(tmp_path: Path):
+    config = load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps({**VALID, "checkpoint_dir": "ck"})})
+    disk = {"SPOTRUN_INSTANCE_DISK": str(tmp_path)}
+    assert config.local_checkpoint_dir(disk) == tmp_path / "ck"
+    assert config.command_cwd(disk) == tmp_path
+    absolute = config.model_copy(update={"checkpoint_dir": str(tmp_path / "abs"), "workdir": "/srv"})
+    assert absolute.local_checkpoint_dir(disk) == tmp_path / "abs"
+    assert absolute.command_cwd(disk) == Path("/srv")
+
+
+def test_main_exits_2_on_a_bad_config(tmp_path: Path, caplog):
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({**VALID, "attempt_id": "two"}))
+    assert main(["--config", str(path)]) == 2
+    assert "attempt_id" in caplog.text

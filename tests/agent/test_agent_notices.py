@@ -1,0 +1,99 @@
+"""Notice sources: a failed or malformed probe is "unknown" (None), never a notice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from spotrun.agent.notices import (
+    LocalMetadataNotice,
+    Notice,
+    NoticeWatcher,
+    SigtermNotice,
+    metadata_notice_sources,
+    parse_iso_time,
+)
+
+
+def write_action(root: Path, text: str) -> None:
+    (root / "spot").mkdir(parents=True, exist_ok=True)
+    (root / "spot" / "instance-action").write_text(text)
+
+
+def test_local_metadata_without_action_file_is_no_notice(tmp_path):
+    assert LocalMetadataNotice(tmp_path).poll() is None
+
+
+def test_local_metadata_action_is_a_notice_with_its_deadline(tmp_path):
+    write_action(tmp_path, json.dumps({"action": "terminate", "time": "2031-05-04T03:02:01Z"}))
+    notice = LocalMetadataNotice(tmp_path).poll()
+    assert notice == Notice(
+        "local-metadata",
+        datetime(2031, 5, 4, 3, 2, 1, tzinfo=timezone.utc).timestamp(),
+        "instance-action terminate at 2031-05-04T03:02:01Z",
+    )
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"action": "terminate", "ti', '{"action": "terminate"}', '{"action": "reboot", "time": "2031-05-04T03:02:01Z"}',
+     '{"action": "terminate", "time": "next tuesday"}', "[]"],
+)
+def test_malformed_or_unknown_action_is_unknown_not_a_notice(tmp_path, content):
+    write_action(tmp_path, content)
+    assert LocalMetadataNotice(tmp_path).poll() is None
+
+
+def test_unreadable_action_path_is_unknown(tmp_path):
+    (tmp_path / "spot" / "instance-action").mkdir(parents=True)  # a folder where the file should be
+    assert LocalMetadataNotice(tmp_path).poll() is None
+
+
+def test_time_without_zone_is_utc():
+    assert parse_iso_time("2031-05-04T03:02:01") == parse_iso_time("2031-05-04T03:02:01+00:00")
+
+
+def test_sigterm_notice_deadline_counts_from_the_signal():
+    source = SigtermNotice(grace=30.0, clock=lambda: 1000.0)
+    assert source.poll() is None
+    source.trigger()
+    assert source.poll() == Notice("sigterm", 1030.0, "SIGTERM received by the agent")
+
+
+def test_sigterm_handler_records_the_signal():
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        source = SigtermNotice(grace=5.0).install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert source.poll() is not None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_metadata_sources_follow_the_environment(tmp_path):
+    assert metadata_notice_sources({}) == []
+    (source,) = metadata_notice_sources({"SPOTRUN_LOCAL_METADATA": str(tmp_path)})
+    assert isinstance(source, LocalMetadataNotice)
+
+
+class BrokenSource:
+    name = "broken"
+
+    def poll(self) -> Notice | None:
+        raise RuntimeError("metadata service exploded")
+
+
+def test_watcher_survives_a_broken_source_and_reports_the_first_notice(tmp_path):
+    sigterm = SigtermNotice(grace=1.0, clock=lambda: 50.0)
+    watcher = NoticeWatcher([BrokenSource(), LocalMetadataNotice(tmp_path), sigterm], interval=0.01).start()
+    try:
+        assert watcher.wait(0.1) is None
+        sigterm.trigger()
+        assert watcher.wait(2.0) == Notice("sigterm", 51.0, "SIGTERM received by the agent")
+    finally:
+        watcher.stop()
