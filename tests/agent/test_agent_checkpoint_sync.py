@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -152,3 +153,11 @@ def test_memory_store_round_trip(local, tmp_path):
     fresh = tmp_path / "fresh"
     assert CheckpointSync(fresh, store_uri).restore() == 6
     assert (fresh / checkpoint_name(6) / "model.bin").read_bytes() == b"model-6"
+
+
+def test_a_stopped_backup_leaves_no_committed_checkpoint(local, remote):
+    write_checkpoint(local, 1)
+    stop = threading.Event()
+    stop.set()
+    assert CheckpointSync(local, str(remote)).backup(stop=stop) is False
+    assert committed_steps(remote) == []

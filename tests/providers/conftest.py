@@ -29,7 +29,8 @@ class Cloud:
     @staticmethod
     def user_data(script: str = "", seconds: float = 60) -> dict[str, Any]:
         """A boot command that runs `script` (Python, cwd = the instance's disk) and then sleeps."""
-        return {"argv": [sys.executable, "-c", f"{script}\nimport time\ntime.sleep({seconds})"], "env": {"GREETING": "hi"}}
+        argv = [sys.executable, "-c", f"{script}\nimport time\ntime.sleep({seconds})"]
+        return {"argv": argv, "env": {"GREETING": "hi"}}
 
     def request(self, token: str, *, zone: str = "local-a", market: str = "spot", **changes: Any) -> LaunchRequest:
         fields: dict[str, Any] = {

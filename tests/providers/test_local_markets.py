@@ -7,9 +7,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from spotrun.providers.local import (
+    LocalProvider,
     ManualMarket,
     MarketError,
     RandomMarket,
@@ -21,7 +23,6 @@ from spotrun.providers.local import (
     trace_market,
 )
 from spotrun.traces import Trace, bundled_zone_traces, load_trace
-import numpy as np
 
 
 def write_trace(path: Path, data: list[int], gap_seconds: float = 1.0) -> Path:
@@ -145,7 +146,8 @@ def test_preemption_window_on_a_synthetic_trace() -> None:
 
 def test_preemption_window_from_a_real_trace_replays_as_promised() -> None:
     real = bundled_zone_traces()["local-a"]
-    window = find_preemption_window(real, preemptions=3, window_seconds=120, speed=600, first_after_seconds=10,
+    files = [real, bundled_zone_traces()["local-b"]]  # the first zone's trace decides
+    window = find_preemption_window(files, preemptions=3, window_seconds=120, speed=600, first_after_seconds=10,
                                     min_spacing_seconds=15)
     assert len(window.preemption_seconds) >= 3
     market = trace_market([real], speed=600, start_epoch=0.0, offset=window.offset)
@@ -154,3 +156,16 @@ def test_preemption_window_from_a_real_trace_replays_as_promised() -> None:
         assert 10 <= moment < 120
         assert market.spot_available("local-a", moment - 0.5) and not market.spot_available("local-a", moment + 0.01)
     assert load_trace(real).gap_seconds == 600
+
+
+def test_provider_sets_the_market_from_its_json_form(tmp_path: Path) -> None:
+    provider = LocalProvider(root=tmp_path, market={"kind": "random", "mean_lifetime_seconds": 5, "seed": 3})
+    assert load_market(tmp_path) == RandomMarket(mean_lifetime_seconds=5, seed=3) == provider.market
+    assert LocalProvider(root=tmp_path).market == provider.market  # a later provider keeps the stored market
+    with pytest.raises(MarketError, match="mean_lifetime_seconds"):
+        LocalProvider(root=tmp_path, market={"kind": "random"})
+
+
+def test_default_root_is_under_spotrun_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    assert LocalProvider().root == (tmp_path / "home" / "local-cloud").resolve()

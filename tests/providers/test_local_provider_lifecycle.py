@@ -155,7 +155,7 @@ def test_quota_limits_running_instances(cloud) -> None:  # type: ignore[no-untyp
     assert provider.launch(cloud.request("quota-2")).state in ("pending", "running")
 
 
-def test_no_spot_capacity_in_a_zone_whose_trace_sample_is_zero(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_no_spot_capacity_where_the_trace_sample_is_zero(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     empty, full = tmp_path / "empty.json", tmp_path / "full.json"
     empty.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 0, 1]}))
     full.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1]}))

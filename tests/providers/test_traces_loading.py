@@ -76,7 +76,9 @@ def test_unreadable_trace_files(tmp_path: Path) -> None:
 def test_shared_traces_dir_is_found_or_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPOTRUN_TRACES_DIR", raising=False)
     assert (shared_traces_dir() / "README.md").exists()
-    assert len(list_traces(shared_traces_dir())) >= 20
+    listed = list_traces(shared_traces_dir())
+    assert shared_traces_dir() / "availability/1-node/aws-10-26-2022/us-west-2a_v100_1.json" in listed
+    assert all(path.suffix == ".json" for path in listed) and len(listed) == len(set(listed)) >= 8
     monkeypatch.setenv("SPOTRUN_TRACES_DIR", str(tmp_path))
     assert shared_traces_dir() == tmp_path
     monkeypatch.setenv("SPOTRUN_TRACES_DIR", str(tmp_path / "nowhere"))

@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,26 @@ log = logging.getLogger(__name__)
 COPY_BUFFER_BYTES = 8 * 1024 * 1024
 
 
-class DeadlinePassed(Exception):
-    """The reclaim deadline came before the copy was finished."""
+class BackupCutShort(Exception):
+    """The reclaim deadline came, or a stop was asked, before the copy was finished."""
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """When a copy must stop: at a unix-time deadline, or once an event is set."""
+
+    deadline: float | None = None
+    stop: threading.Event | None = None
+    clock: Callable[[], float] = time.time
+
+    def check(self) -> None:
+        if self.deadline is not None and self.clock() >= self.deadline:
+            raise BackupCutShort("the reclaim deadline passed")
+        if self.stop is not None and self.stop.is_set():
+            raise BackupCutShort("stop was asked")
+
+
+NO_CUTOFF = Cutoff()
 
 
 def _join(root: str, name: str) -> str:
@@ -101,10 +120,11 @@ class CheckpointSync:
     def restore(self) -> int | None:
         """Copy every committed store checkpoint and the user files to the local disk; the newest step or None."""
         with self._lock:
+            self.store.fs.invalidate_cache()  # listings cached by a shared fsspec instance may be stale
             Path(self.local.root).mkdir(parents=True, exist_ok=True)
             committed = self.store.committed()
             for step, path in reversed(committed):
-                self._copy_checkpoint(self.store, path, self.local, deadline=None)
+                self._copy_checkpoint(self.store, path, self.local, NO_CUTOFF)
                 log.info("restored checkpoint step %d", step)
             for entry in self.store.user_files():
                 name = _basename(entry["name"])
@@ -113,24 +133,27 @@ class CheckpointSync:
                 self._remember_synced(name)
             return committed[-1][0] if committed else None
 
-    def backup(self, deadline: float | None = None) -> bool:
+    def backup(self, deadline: float | None = None, stop: threading.Event | None = None) -> bool:
         """Upload new local checkpoints (newest first) and changed user files, then drop store checkpoints the
-        trainer has deleted locally. True when the store holds every committed local checkpoint."""
+        trainer has deleted locally. True when the store holds every committed local checkpoint.
+        The copy is cut short (between files) at `deadline` (unix seconds) or once `stop` is set."""
         with self._lock:
+            self.store.fs.invalidate_cache()
+            cutoff = Cutoff(deadline, stop, self._clock)
             complete = True
             uploaded = False
             try:
-                for step, path in reversed(self.local.committed()):
-                    uploaded |= self._copy_checkpoint(self.local, path, self.store, deadline)
-                self._upload_user_files(deadline)
-            except DeadlinePassed:
-                log.warning("reclaim deadline reached before the backup finished")
+                for _, path in reversed(self.local.committed()):
+                    uploaded |= self._copy_checkpoint(self.local, path, self.store, cutoff)
+                self._upload_user_files(cutoff)
+            except BackupCutShort as cut:
+                log.warning("checkpoint backup cut short: %s", cut)
                 complete = False
-            if uploaded:
+            if uploaded and complete:  # no pruning on borrowed time
                 self._prune_store()
             return complete
 
-    def _copy_checkpoint(self, source: _Side, path: str, target: _Side, deadline: float | None) -> bool:
+    def _copy_checkpoint(self, source: _Side, path: str, target: _Side, cutoff: Cutoff) -> bool:
         """Copy one committed folder, manifest last; False when the target already has it or it vanished."""
         name = _basename(path)
         manifest = source.manifest_bytes(path)
@@ -147,22 +170,22 @@ class CheckpointSync:
             for file_path in source.fs.find(path):
                 relative = file_path[len(path.rstrip("/")) + 1 :]
                 if relative and relative != MANIFEST_NAME:
-                    self._check(deadline)
+                    cutoff.check()
                     _copy_file(source.fs, file_path, target.fs, _join(target_path, relative))
         except FileNotFoundError:
             log.info("checkpoint %s was deleted while it was copied; skipped", name)
             return False
-        self._check(deadline)
+        cutoff.check()
         _write_bytes(target.fs, target_manifest, manifest)
         log.info("copied checkpoint %s", name)
         return True
 
-    def _upload_user_files(self, deadline: float | None) -> None:
+    def _upload_user_files(self, cutoff: Cutoff) -> None:
         for entry in self.local.user_files():
             name = _basename(entry["name"])
             if self._synced_user_files.get(name) == (entry["size"], entry["mtime"]):
                 continue
-            self._check(deadline)
+            cutoff.check()
             try:
                 _copy_file(self.local.fs, entry["name"], self.store.fs, _join(self.store.root, name))
             except FileNotFoundError:
@@ -185,10 +208,6 @@ class CheckpointSync:
     def _remember_synced(self, name: str) -> None:
         info = self.local.fs.info(_join(self.local.root, name))
         self._synced_user_files[name] = (info["size"], info["mtime"])
-
-    def _check(self, deadline: float | None) -> None:
-        if deadline is not None and self._clock() >= deadline:
-            raise DeadlinePassed()
 
 
 def _same_manifest(existing: bytes | None, wanted: bytes) -> bool:
@@ -227,12 +246,12 @@ class PeriodicBackup:
         return self
 
     def stop(self) -> None:
-        """Stop after the backup in progress, if any (the final backup waits for it anyway)."""
+        """Stop, cutting the backup in progress short after its current file (the final backup takes over)."""
         self._stop.set()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self._sync.backup()
+                self._sync.backup(stop=self._stop)
             except Exception:
                 log.exception("periodic checkpoint backup failed; will retry")

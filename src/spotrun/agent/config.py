@@ -87,7 +87,7 @@ def load_config(config_file: str | None, environ: Mapping[str, str] = os.environ
         except OSError as exc:
             raise AgentConfigError(f"cannot read agent config file {config_file}: {exc}") from exc
         return parse_config(text, config_file)
-    text = environ.get(CONFIG_ENV_VAR)
-    if not text:
+    env_text = environ.get(CONFIG_ENV_VAR)
+    if not env_text:
         raise AgentConfigError(f"no agent config: set ${CONFIG_ENV_VAR} (JSON) or pass --config FILE")
-    return parse_config(text, f"${CONFIG_ENV_VAR}")
+    return parse_config(env_text, f"${CONFIG_ENV_VAR}")

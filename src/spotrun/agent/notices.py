@@ -65,19 +65,23 @@ class LocalMetadataNotice:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            return self._unknown(f"cannot read {self._path}: {exc}")
+            self._unknown(f"cannot read {self._path}: {exc}")
+            return None
         try:
             action = json.loads(text)
             kind = action["action"]
             deadline = parse_iso_time(action["time"])
         except (ValueError, KeyError, TypeError) as exc:
             # Possibly a half-written file; the next poll sees the whole of it.
-            return self._unknown(f"malformed {self._path}: {exc!r}")
+            self._unknown(f"malformed {self._path}: {exc!r}")
+            return None
         if kind not in RECLAIM_ACTIONS:
-            return self._unknown(f"unknown action {kind!r} in {self._path}")
+            self._unknown(f"unknown action {kind!r} in {self._path}")
+            return None
         return Notice(self.name, deadline, f"instance-action {kind} at {action['time']}")
 
     def _unknown(self, why: str) -> None:
+        """Log why the probe is unknown, once per distinct reason."""
         if why != self._warned_about:
             log.warning("notice probe unknown: %s", why)
             self._warned_about = why

@@ -7,6 +7,7 @@ decoded as UTF-8 with replacement characters, and handed to a callback.
 from __future__ import annotations
 
 import codecs
+import io
 import logging
 import os
 import signal
@@ -32,6 +33,14 @@ class CommandProcess:
     @property
     def pid(self) -> int:
         return self._running().pid
+
+    @property
+    def returncode(self) -> int:
+        """The exit code of a command that has exited (negative: killed by that signal)."""
+        code = self._running().returncode
+        if code is None:
+            raise RuntimeError("the command is still running")
+        return code
 
     def start(self) -> CommandProcess:
         self._popen = subprocess.Popen(
@@ -77,7 +86,7 @@ class CommandProcess:
 
     def _forward_output(self) -> None:
         stream = self._running().stdout
-        assert stream is not None
+        assert isinstance(stream, io.BufferedReader)  # Popen's default buffering
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         with stream:
             while chunk := stream.read1(READ_SIZE):

@@ -110,20 +110,26 @@ class Agent:
             return ExitReport("failed", None, checkpoint_synced=False)
         self._report_started()
         self.backup.start()
-        env = trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
-        commands = [("setup", self.config.setup)] if self.config.setup else []
-        commands.append(("run", self.config.run))
-        for label, command in commands:
+        return self._run_commands(
+            trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
+        )
+
+    def _run_commands(self, env: dict[str, str]) -> ExitReport:
+        """setup (when given) then run; a failed setup ends the attempt as failed."""
+        steps = ([("setup", self.config.setup)] if self.config.setup else []) + [("run", self.config.run)]
+        for label, command in steps:
             log.info("starting %s command", label)
-            self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
-            self._process.start()
-            exit_code, notice = self._wait_for_exit_or_notice(self._process)
+            process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+            process.start()
+            notice = self._wait_for_exit_or_notice(process)
             if notice is not None:
-                return self._answer_notice(self._process, notice)
+                return self._answer_notice(process, notice)
+            exit_code = process.returncode
             log.info("%s command exited with %d", label, exit_code)
-            if exit_code != 0 and label == "setup":
-                return ExitReport("failed", exit_code, self._final_backup(deadline=None))
-        return ExitReport(outcome_of(exit_code), exit_code, self._final_backup(deadline=None))
+            if label == "run" or exit_code != 0:
+                outcome = outcome_of(exit_code) if label == "run" else "failed"
+                return ExitReport(outcome, exit_code, self._final_backup(deadline=None))
+        raise AssertionError("the run command always ends the attempt")
 
     def _report_started(self) -> None:
         """Heartbeats and logs flow once the controller knows the attempt started; output is held till then."""
@@ -153,15 +159,14 @@ class Agent:
         echo_output(text)
         self.logs.write(text)
 
-    def _wait_for_exit_or_notice(self, process: CommandProcess) -> tuple[int, Notice | None]:
-        while True:
+    def _wait_for_exit_or_notice(self, process: CommandProcess) -> Notice | None:
+        """None once the command exited (its output forwarded), or the notice that came first."""
+        while process.wait(0) is None:
             notice = self.notices.wait(WAIT_STEP_SECONDS)
             if notice is not None:
-                return -1, notice
-            exit_code = process.wait(0)
-            if exit_code is not None:
-                process.drain_output(OUTPUT_DRAIN_SECONDS)
-                return exit_code, None
+                return notice
+        process.drain_output(OUTPUT_DRAIN_SECONDS)
+        return None
 
     def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
@@ -192,6 +197,7 @@ class Agent:
     def _report_exit(self, report: ExitReport) -> None:
         # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
         self.logs.close(timeout=LOG_FLUSH_SECONDS)
+        self.heartbeat.stop()  # nothing about the attempt's life follows its exit
         self.reporter.send("exit", asdict(report))
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
         self.reporter.wait_delivered()

@@ -34,7 +34,7 @@ def _store() -> Store:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[red]error:[/] {escape(message)}")
+    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -51,7 +51,8 @@ def launch(
         store = _store()
         job_id = jobs_api.submit(store, spec, time.time(), spec_dir=job_file.resolve().parent)
     except SpecError as problem:
-        errors.print(f"[red]invalid job file[/]\n{escape(str(problem))}")
+        errors.print("[red]invalid job file[/]")
+        typer.echo(str(problem), err=True)  # one unwrapped line per problem, for people and for grep
         raise typer.Exit(2) from None
     ensure_running(store)
     console.print(f"launched job [bold]{job_id}[/] ({spec.name})")

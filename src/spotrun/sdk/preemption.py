@@ -1,9 +1,11 @@
 """The preemption flag: a signal only sets it; the training loop reads it at step boundaries.
 
 The agent sends SIGTERM to the trainer's whole process group when a preemption notice arrives, so
-DataLoader workers receive it too. A worker forked from the trainer inherits the handler, which ignores
-signals in any process other than the one that installed it; a worker started with ``spawn`` should use
-``ignore_preemption_signals`` as its ``worker_init_fn``.
+DataLoader workers receive it too, and PyTorch's workers die of a SIGTERM that does not come from their
+parent (the trainer then fails with "DataLoader worker exited unexpectedly"). Give every DataLoader with
+workers ``worker_init_fn=spotrun.ignore_preemption_signals`` (or call it from your own worker_init_fn).
+Processes forked from the trainer before that inherit the handler, which ignores the signal in any
+process other than the one that installed it.
 """
 
 from __future__ import annotations

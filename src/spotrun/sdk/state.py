@@ -95,9 +95,6 @@ class TrainingState:
         for name, value in state.items():
             self.components[name].load_state_dict(value)
 
-    def names(self, part: str = "all") -> set[str]:
-        return set(self.state_dict(part)) if part != "all" else set(self.components)
-
 
 def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,), **components: Any) -> TrainingState:
     """The state of a PyTorch training run, e.g. ``torch_state(model=m, optimizer=o, scheduler=s, sampler=smp)``.
@@ -107,8 +104,8 @@ def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,),
     tensors; restored in place). ``None`` components are skipped. With ``rng`` the global Python, NumPy and
     torch RNG states are saved as the ``rng`` component.
     """
-    if RNG_COMPONENT in components:
-        raise ValueError(f"{RNG_COMPONENT!r} is reserved for the RNG states; give your component another name")
+    if not isinstance(rng, bool):
+        raise TypeError(f"rng must be True or False (it is not a component name), got {type(rng).__name__}")
     if rng:
         components[RNG_COMPONENT] = RNGState()
     return TrainingState(components, per_rank=per_rank)

@@ -18,6 +18,7 @@ import time
 import uuid
 from dataclasses import fields
 
+import psutil
 import uvicorn
 
 from spotrun import config
@@ -89,11 +90,27 @@ class Daemon:
 
     def _take_lease(self, url: str | None) -> bool:
         with self.store.session() as session:
-            return lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+            if lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL):
+                return True
+        with self.store.session() as session:
+            current = lease.read(session, LEASE_NAME)
+            dead = current.holder if current and current.holder and holder_is_dead(current.holder) else None
+        if dead is None:
+            return False
+        log.warning("taking the controller lease over from %s, whose process is gone", dead)
+        with self.store.session() as session:
+            return lease.take_over(session, LEASE_NAME, dead, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
 
     def _has_live_jobs(self) -> bool:
         with self.store.session() as session:
             return session.query(Job.id).filter(Job.state.not_in([s.value for s in TERMINAL])).first() is not None
+
+
+def holder_is_dead(holder: str) -> bool:
+    """Whether a lease holder ("host:pid:nonce") was a process on this host that no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    return host == socket.gethostname() and pid_text.isdigit() and not psutil.pid_exists(int(pid_text))
 
 
 def _bind_agent_socket(store: Store) -> socket.socket:
@@ -117,6 +134,8 @@ def live_controller_url(store: Store) -> str | None:
     with store.session() as session:
         current = lease.read(session, LEASE_NAME)
         if current is None or current.expires_at < time.time() or not current.url:
+            return None
+        if current.holder and holder_is_dead(current.holder):
             return None
         return current.url
 
@@ -154,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     daemon = Daemon(Store(), tick_interval=args.tick_interval, idle_exit=args.idle_exit)
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)

@@ -98,3 +98,15 @@ def _rows_changed(session: Session, statement: Any) -> int:
     options = {"synchronize_session": False, "preserve_rowcount": True}
     result = session.execute(statement, execution_options=options)
     return cast(CursorResult[Any], result).rowcount
+
+
+def take_over(
+    session: Session, name: str, dead_holder: str, holder: str, pid: int | None, url: str | None, now: float, ttl: float
+) -> bool:
+    """Take lease `name` from `dead_holder` before it expires (the caller knows that process is gone)."""
+    statement = (
+        update(ControllerLease)
+        .where(ControllerLease.name == name, ControllerLease.holder == dead_holder)
+        .values(holder=holder, pid=pid, url=url, expires_at=now + ttl, acquired_at=now)
+    )
+    return _rows_changed(session, statement) == 1

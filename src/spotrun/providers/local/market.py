@@ -181,7 +181,7 @@ class TraceWindow:
 
 
 def find_preemption_window(
-    trace: Trace | str | os.PathLike[str],
+    trace: Trace | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     preemptions: int,
     window_seconds: float,
     speed: float,
@@ -192,12 +192,18 @@ def find_preemption_window(
 ) -> TraceWindow:
     """The earliest start offset at which the trace has capacity and then turns 0 at least `preemptions` times.
 
+    `trace` is a Trace, a trace file, or the trace files of a trace market (the first one, local-a's, counts).
+
     Times are real seconds of a replay at `speed` trace seconds per real second. Counted 1->0 transitions
     lie in [first_after_seconds, window_seconds) and are at least `min_spacing_seconds` apart (so a job
     has time to come back between two of them). Raises MarketError when no offset fits.
     """
     if preemptions < 1 or window_seconds <= 0 or speed <= 0:
         raise MarketError("preemptions must be >= 1, window_seconds and speed > 0")
+    if isinstance(trace, Sequence) and not isinstance(trace, str):
+        if not trace:
+            raise MarketError("no trace files given")
+        trace = trace[0]
     loaded = trace if isinstance(trace, Trace) else load_trace(trace)
     length = len(loaded)
     seconds_per_sample = loaded.gap_seconds / speed

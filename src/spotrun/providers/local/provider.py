@@ -9,17 +9,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 import spotrun
+from spotrun.config import home
 from spotrun.costs import catalog
-from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, QuotaExceeded
 from spotrun.providers.local import processes
-from spotrun.providers.local.market import ZONES, Market, load_market, set_market
+from spotrun.providers.local.market import ZONES, Market, load_market, parse_market, set_market
 from spotrun.providers.local.records import (
     PREEMPT_REQUEST,
     TERMINATE_REQUEST,
@@ -44,8 +45,9 @@ class UnknownInstance(LookupError):
 class LocalProvider:
     """A cloud whose instances are VM processes (``python -m spotrun.providers.local.vm``) on this machine.
 
-    Its records live under `root` (default $SPOTRUN_HOME/local-cloud). Passing `market` makes it the
-    cloud's market for every provider and VM on the same root; otherwise the stored one (or manual) is used.
+    Its records live under `root` (default $SPOTRUN_HOME/local-cloud). Passing `market` (a market or its
+    JSON form, e.g. {"kind": "random", "mean_lifetime_seconds": 60}) makes it the market of every provider
+    and VM on the same root; otherwise the stored one (or manual) is used.
     """
 
     name = CLOUD
@@ -53,16 +55,12 @@ class LocalProvider:
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
-        market: Market | None = None,
+        market: Market | Mapping[str, Any] | None = None,
         quota: int = DEFAULT_QUOTA,
         shutdown_grace_seconds: float = 1.0,
         terminate_timeout_seconds: float = 20.0,
     ) -> None:
-        if root is None:
-            from spotrun.config import home
-
-            root = home() / "local-cloud"
-        self.root = Path(root).resolve()
+        self.root = Path(root).resolve() if root is not None else home() / "local-cloud"
         self.root.mkdir(parents=True, exist_ok=True)
         if quota < 0:
             raise ValueError(f"quota must be >= 0, got {quota}")
@@ -71,7 +69,7 @@ class LocalProvider:
         self.terminate_timeout_seconds = terminate_timeout_seconds
         self._vms: dict[str, subprocess.Popen[bytes]] = {}  # VMs this object started, reaped when they exit
         if market is not None:
-            set_market(self.root, market)
+            set_market(self.root, parse_market(market) if isinstance(market, Mapping) else market)
 
     # -- market ---------------------------------------------------------------------------------------
 
@@ -381,4 +379,4 @@ def _unknown(instance_id: str, why: str) -> InstanceInfo:
     )
 
 
-__all__ = ["LocalProvider", "ProviderError", "UnknownInstance"]
+__all__ = ["LocalProvider", "UnknownInstance"]

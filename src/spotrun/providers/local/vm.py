@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -93,9 +94,12 @@ class VirtualMachine:
                 log(f"{error}; retrying")
                 waker.sleep(1.0)
                 continue
-            if self._step(record):
-                return 0
-            waker.sleep(POLL_SECONDS)
+            try:
+                if self._step(record):
+                    return 0
+            except Exception:  # a VM that crashed would lose the instance; log it and look again
+                log(f"error in the vm loop, continuing:\n{traceback.format_exc()}")
+            waker.sleep(self._next_look(record))
 
     def _come_up(self) -> InstanceRecord | None:
         """Record that the VM runs (its signal handlers are in place now); None if it was terminated already."""
@@ -107,6 +111,13 @@ class VirtualMachine:
             record = record.model_copy(update={**changes, "pid_started_at": self.me.create_time()})
             self.instance.write(record)
             return record
+
+    @staticmethod
+    def _next_look(record: InstanceRecord) -> float:
+        """Seconds until the next look: the poll interval, or less so that a reclaim lands on time."""
+        if record.reclaim_at is None:
+            return POLL_SECONDS
+        return min(POLL_SECONDS, max(record.reclaim_at - time.time(), 0.0))
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.terminate_signalled = True
@@ -177,7 +188,8 @@ class VirtualMachine:
         if not argv:
             log("user data has no boot command; idle")
             return None
-        env = {**os.environ, **{k: str(v) for k, v in (user_data.get("env") or {}).items()}, **self._instance_env(record)}
+        extra = {key: str(value) for key, value in (user_data.get("env") or {}).items()}
+        env = {**os.environ, **extra, **self._instance_env(record)}
         try:
             boot = subprocess.Popen(argv, cwd=self.instance.disk, env=env, stdin=subprocess.DEVNULL)
         except OSError as error:
@@ -207,7 +219,12 @@ class VirtualMachine:
 
     def _track_processes(self) -> None:
         """Keep processes.json current, so the provider can clean up after a VM that died."""
-        current = {processes.identity(p) for p in processes.live_descendants(self.me)}
+        current = set()
+        for process in processes.live_descendants(self.me):
+            try:
+                current.add(processes.identity(process))
+            except psutil.NoSuchProcess:  # exited while we looked
+                continue
         if current != self.tracked:
             self.tracked = current
             write_json_atomic(self.instance.processes_file, sorted(current))
@@ -226,7 +243,8 @@ class VirtualMachine:
         log("terminated")
 
     def _instance_processes(self, instance_id: str) -> list[psutil.Process]:
-        return processes.with_descendants([*processes.live_descendants(self.me), *processes.marked_processes(instance_id)])
+        found = [*processes.live_descendants(self.me), *processes.marked_processes(instance_id)]
+        return processes.with_descendants(found)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,145 @@
+"""Drive the real `spotrun` CLI, controller daemon, local cloud and agent from tests, and clean up after them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from spotrun.providers.local import LocalProvider, ManualMarket
+from spotrun.state import Store, lease
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits"
+
+FAST_CONTROLLER = {
+    "SPOTRUN_TICK_INTERVAL": "0.2",
+    "SPOTRUN_HEARTBEAT_TIMEOUT": "20",
+    "SPOTRUN_BACKOFF_BASE": "1",
+    "SPOTRUN_IDLE_EXIT": "20",
+}
+
+
+class Spotrun:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "SPOTRUN_HOME": str(home), **FAST_CONTROLLER}
+        self.env.pop("SPOTRUN_DATABASE_URL", None)
+        os.environ["SPOTRUN_HOME"] = str(home)  # for in-process reads of the same store
+        self.cloud = LocalProvider(home / "local-cloud", market=ManualMarket(notice_seconds=3.0))
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "spotrun.cli.main", *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"spotrun {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def status(self, job_id: int) -> dict:
+        return json.loads(self.run("status", str(job_id), "--json").stdout)[0]
+
+    def wait_for(self, job_id: int, predicate, timeout: float = 90, what: str = "condition") -> dict:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            row = self.status(job_id)
+            if predicate(row):
+                return row
+            time.sleep(0.3)
+        raise AssertionError(f"job {job_id}: timed out waiting for {what}; last status {row}\n{self.controller_log()}")
+
+    def store(self) -> Store:
+        return Store(f"sqlite:///{self.home / 'state.db'}")
+
+    def controller_pid(self) -> int | None:
+        store = self.store()
+        try:
+            with store.session() as session:
+                current = lease.read(session, "controller")
+                if current is None or current.expires_at < time.time() or not psutil.pid_exists(current.pid or -1):
+                    return None
+                return current.pid
+        finally:
+            store.dispose()
+
+    def start_controller(self) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "spotrun.server.daemon"], env=self.env, start_new_session=True,
+            stdout=open(self.home / "controller.log", "ab"), stderr=subprocess.STDOUT,
+        )
+
+    def kill_controller(self) -> int:
+        pid = self.controller_pid()
+        assert pid is not None, "no live controller to kill"
+        try:
+            process = psutil.Process(pid)
+            process.kill()
+            process.wait(10)
+        except psutil.NoSuchProcess:
+            pass
+        return pid
+
+    def controller_log(self) -> str:
+        path = self.home / "controller.log"
+        return path.read_text()[-4000:] if path.exists() else ""
+
+    def instance_processes(self) -> list[psutil.Process]:
+        """Live processes that belong to an instance of this local cloud (marked by the VM's environment)."""
+        ids = {i.instance_id for i in self.cloud.list_instances()}
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("SPOTRUN_INSTANCE_ID") in ids:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    def shutdown(self) -> None:
+        pid = self.controller_pid()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for instance in self.cloud.list_instances():
+            if instance.state != "terminated":
+                self.cloud.terminate(instance.instance_id)
+
+
+def digits_job(tmp_path: Path, *, epochs: int = 6, step_seconds: float = 0.05, extra: str = "") -> Path:
+    job = tmp_path / "digits.yaml"
+    job.write_text(
+        f"""
+name: digits-e2e
+workdir: {DIGITS}
+run: python train.py
+env: {{EPOCHS: {epochs}, STEP_SECONDS: {step_seconds}, CHECKPOINT_EVERY: 5}}
+resources: {{cloud: local, instance_type: local.cpu}}
+spot: {{preemptions_before_fallback: 5}}
+checkpoint: {{sync_interval: 2s}}
+{extra}
+"""
+    )
+    return job
+
+
+def reference_digits(tmp_path: Path, *, epochs: int = 6) -> dict:
+    checkpoints = tmp_path / "reference"
+    subprocess.run(
+        [sys.executable, "train.py"], cwd=DIGITS, check=True, capture_output=True,
+        env={**os.environ, "EPOCHS": str(epochs), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "5",
+             "SPOTRUN_CHECKPOINT_DIR": str(checkpoints)},
+    )
+    return json.loads((checkpoints / "final.json").read_text())
+
+
+def final_result(home: Path, job_id: int, name: str = "digits-e2e") -> dict:
+    return json.loads((home / "checkpoints" / f"{job_id}-{name}" / "final.json").read_text())

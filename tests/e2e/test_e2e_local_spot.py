@@ -1,0 +1,118 @@
+"""End to end on one machine: the real CLI, controller daemon, local cloud, agent and the digits trainer."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from harness import Spotrun, digits_job, final_result, reference_digits
+from spotrun.state import Attempt, Job
+
+
+@pytest.fixture
+def spotrun(tmp_path):
+    world = Spotrun(tmp_path / "home")
+    yield world
+    world.shutdown()
+
+
+def running_with_checkpoint(attempts: int, past_step: int = -1):
+    def check(row: dict) -> bool:
+        return (
+            row["state"] == "RUNNING" and row["attempts"] == attempts
+            and row["checkpoint_step"] is not None and row["checkpoint_step"] > past_step
+        )
+
+    return check
+
+
+def test_preempted_job_resumes_exactly_and_reports_its_cost(spotrun, tmp_path):
+    reference = reference_digits(tmp_path)
+    launched = spotrun.run("launch", str(digits_job(tmp_path)))
+    assert "launched job 1" in launched.stdout
+
+    step = -1
+    for attempt in (1, 2):
+        row = spotrun.wait_for(1, running_with_checkpoint(attempt, step), what=f"attempt {attempt} checkpointing")
+        step = row["checkpoint_step"]
+        spotrun.run("preempt", "1")
+        spotrun.wait_for(1, lambda r, a=attempt: r["preemptions"] == a, what=f"preemption {attempt}")
+
+    done = spotrun.wait_for(1, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=120, what="the end")
+    assert done["state"] == "SUCCEEDED", spotrun.controller_log()
+    assert done["preemptions"] == 2 and done["attempts"] == 3
+
+    final = final_result(spotrun.home, 1)
+    assert final["sha256"] == reference["sha256"]
+    assert final["accuracy"] == pytest.approx(reference["accuracy"])
+
+    logs = spotrun.run("logs", "1").stdout
+    assert [line.split(" · ")[0] for line in logs.splitlines() if line.startswith("────")] == [
+        "──── attempt 1", "──── attempt 2", "──── attempt 3"
+    ]
+    assert "test accuracy" in logs
+
+    cost = spotrun.run("cost", "1").stdout
+    assert "spot" in cost and "on-demand only" in cost and "saved" in cost
+    assert not spotrun.instance_processes()
+
+
+def test_controller_killed_at_random_moments_loses_nothing(spotrun, tmp_path):
+    rng = random.Random(7)
+    spotrun.run("launch", str(digits_job(tmp_path, epochs=8)))
+    spotrun.wait_for(1, running_with_checkpoint(1), what="the first checkpoint")
+    kills = 0
+    preempted_while_down = False
+    while spotrun.status(1)["state"] not in ("SUCCEEDED", "FAILED") and kills < 4:
+        time.sleep(rng.uniform(0.2, 2.5))
+        if spotrun.controller_pid() is None:
+            spotrun.start_controller()
+            continue
+        spotrun.kill_controller()
+        kills += 1
+        row = spotrun.status(1)  # the store still tells the truth with no controller at all
+        assert row["state"] in ("PROVISIONING", "RUNNING", "PREEMPTED", "WAITING", "SUCCEEDED")
+        if not preempted_while_down and row["state"] == "RUNNING":
+            spotrun.run("preempt", "1")  # the cloud takes the instance while nobody watches
+            preempted_while_down = True
+        time.sleep(rng.uniform(0.0, 1.5))
+        spotrun.start_controller()
+    assert kills >= 2
+    if spotrun.controller_pid() is None:
+        spotrun.start_controller()
+    done = spotrun.wait_for(1, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=150, what="the end")
+    assert done["state"] == "SUCCEEDED", spotrun.controller_log()
+    assert done["preemptions"] >= (1 if preempted_while_down else 0)
+
+    store = spotrun.store()
+    with store.session() as session:
+        attempts = session.query(Attempt).order_by(Attempt.number).all()
+        assert session.query(Job).count() == 1
+    numbers = [a.number for a in attempts]
+    assert numbers == list(range(1, len(numbers) + 1))
+    placed = [a.instance_id for a in attempts if a.instance_id]
+    assert len(placed) == len(set(placed)), "two attempts share an instance"
+    launched = {i.instance_id: i for i in spotrun.cloud.list_instances()}
+    assert set(launched) == set(placed), "an instance was launched that no attempt recorded (or the reverse)"
+    assert all(i.state == "terminated" for i in launched.values())
+    assert not spotrun.instance_processes(), "an agent or trainer outlived its job"
+    store.dispose()
+
+
+def test_bad_job_file_is_refused_and_the_store_is_unchanged(spotrun, tmp_path):
+    spotrun.run("launch", str(digits_job(tmp_path)))
+    before = spotrun.run("status", "--json").stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nrun: python train.py\nspot:\n  max_wait: -5m\n  colour: blue\nmax_restarts_on_error: many\n")
+    refused = spotrun.run("launch", str(bad), check=False)
+    assert refused.returncode == 2
+    assert "bad.yaml:4: spot.max_wait" in refused.stderr
+    assert "bad.yaml:5: spot.colour" in refused.stderr
+    assert "bad.yaml:6: max_restarts_on_error" in refused.stderr
+    assert '"name": "digits-e2e"' in before
+    after = spotrun.run("status", "--json").stdout
+    assert [r["id"] for r in __import__("json").loads(after)] == [1]
+    spotrun.run("cancel", "1")
+    spotrun.wait_for(1, lambda r: r["state"] == "CANCELLED", what="the cancel")

@@ -1,0 +1,187 @@
+"""Checkpointer behaviour in one process: restore fallback, keep-last-N, the stop protocol, errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import spotrun
+from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, PreemptionFlag, layout
+
+
+def make_state(fill: float | None = None) -> tuple[spotrun.TrainingState, torch.nn.Module, dict[str, object]]:
+    model = torch.nn.Linear(4, 3)
+    if fill is not None:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(fill)
+    extra: dict[str, object] = {"note": f"filled with {fill}", "tensor": torch.arange(3)}
+    return spotrun.torch_state(model=model, extra=extra), model, extra
+
+
+def save_steps(root: Path, steps: list[int], **options: object) -> None:
+    with spotrun.Checkpointer(root, signals=(), **options) as ckpt:  # type: ignore[arg-type]
+        for step in steps:
+            ckpt.save(make_state(fill=step)[0], step)
+
+
+def restore(root: Path) -> tuple[int | None, torch.nn.Module, dict[str, object]]:
+    state, model, extra = make_state()
+    with spotrun.Checkpointer(root, signals=()) as ckpt:
+        return ckpt.restore(state), model, extra
+
+
+def folders(root: Path) -> list[str]:
+    return sorted(os.listdir(root))
+
+
+def test_restore_without_checkpoint_returns_none(tmp_path: Path) -> None:
+    assert restore(tmp_path)[0] is None
+
+
+def test_restore_returns_steps_done_and_fills_state_in_place(tmp_path: Path) -> None:
+    save_steps(tmp_path, [4])  # the 0-based index of the step just done
+    steps, model, extra = restore(tmp_path)
+    assert steps == 5
+    assert folders(tmp_path) == ["ckpt-000000000005"]
+    assert torch.equal(model.weight, torch.full((3, 4), 4.0))
+    assert extra["note"] == "filled with 4"
+    assert torch.equal(extra["tensor"], torch.arange(3))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda path: path.write_bytes(b"x" + path.read_bytes()[1:]), id="flipped-byte"),
+        pytest.param(lambda path: path.write_bytes(path.read_bytes()[:-10]), id="truncated"),
+        pytest.param(lambda path: path.unlink(), id="missing"),
+    ],
+)
+def test_corrupt_newest_falls_back_with_warning(tmp_path: Path, damage) -> None:  # type: ignore[no-untyped-def]
+    save_steps(tmp_path, [0, 1], keep_last=3)
+    damage(tmp_path / "ckpt-000000000002" / "shared.pt")
+    with pytest.warns(CheckpointWarning, match="ckpt-000000000002"):
+        steps, model, _ = restore(tmp_path)
+    assert steps == 1
+    assert torch.equal(model.weight, torch.full((3, 4), 0.0))
+
+
+def test_every_checkpoint_corrupt_gives_none_with_warnings(tmp_path: Path) -> None:
+    save_steps(tmp_path, [0])
+    (tmp_path / "ckpt-000000000001" / "rank-00000.pt").write_bytes(b"garbage")
+    with pytest.warns(CheckpointWarning):
+        assert restore(tmp_path)[0] is None
+
+
+def test_uncommitted_folders_are_ignored_silently_and_cleaned(tmp_path: Path) -> None:
+    save_steps(tmp_path, [0])
+    (tmp_path / "ckpt-000000000009").mkdir()  # a save that died before its manifest
+    (tmp_path / "ckpt-000000000009" / "shared.pt").write_bytes(b"half")
+    (tmp_path / ".staging-ckpt-000000000010").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert restore(tmp_path)[0] == 1
+    assert ".staging-ckpt-000000000010" not in folders(tmp_path)
+
+
+def test_keep_last_removes_old_and_partial_after_commit(tmp_path: Path) -> None:
+    (tmp_path / "ckpt-000000000003").mkdir()  # partial, older than the saves below
+    save_steps(tmp_path, [0, 1, 2, 3, 4], keep_last=2)
+    assert folders(tmp_path) == ["ckpt-000000000004", "ckpt-000000000005"]
+    save_steps(tmp_path, [5, 6], keep_last=None)
+    assert len(folders(tmp_path)) == 4
+
+
+def test_same_step_saved_again_replaces_the_old_one(tmp_path: Path) -> None:
+    save_steps(tmp_path, [2])
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(make_state(fill=7.0)[0], 2)
+    steps, model, _ = restore(tmp_path)
+    assert steps == 3
+    assert torch.equal(model.weight, torch.full((3, 4), 7.0))
+
+
+def test_periodic_saves_every_n_steps(tmp_path: Path) -> None:
+    state = make_state(fill=1.0)[0]
+    with spotrun.Checkpointer(tmp_path, every_steps=3, keep_last=None, signals=()) as ckpt:
+        for step in range(7):
+            ckpt.step(state, step)
+            ckpt.wait()
+    assert folders(tmp_path) == ["ckpt-000000000003", "ckpt-000000000006"]
+
+
+def test_stop_request_saves_synchronously_then_exits_75(tmp_path: Path) -> None:
+    flag = PreemptionFlag()
+    state = make_state(fill=3.0)[0]
+    with spotrun.Checkpointer(tmp_path, every_steps=1000, signals=(), flag=flag) as ckpt:
+        ckpt.step(state, 0)
+        ckpt.exit_if_stopped()  # no stop yet: returns
+        assert not ckpt.should_stop
+        flag.request()
+        ckpt.step(state, 1)
+        assert ckpt.should_stop
+        assert [s for s, _ in layout.list_committed(ckpt.fs, ckpt.root)] == [2]  # committed before step returned
+        with pytest.raises(SystemExit) as exited:
+            ckpt.exit_if_stopped()
+    assert exited.value.code == PREEMPTED_EXIT_CODE == 75
+
+
+def test_signal_only_sets_the_flag(tmp_path: Path) -> None:
+    flag = PreemptionFlag()
+    with spotrun.Checkpointer(tmp_path, signals=(signal.SIGUSR1,), flag=flag):
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert flag.is_set and flag.signal_received == signal.SIGUSR1
+        finally:
+            flag.uninstall()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="every_steps"):
+        spotrun.Checkpointer(tmp_path, every_steps=0, signals=())
+    with pytest.raises(ValueError, match="keep_last"):
+        spotrun.Checkpointer(tmp_path, keep_last=0, signals=())
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt, pytest.raises(TypeError, match="torch_state"):
+        ckpt.save(torch.nn.Linear(2, 2), 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'optimizer'"):
+        spotrun.torch_state(optimizer=object())
+    with pytest.raises(TypeError, match="rng must be"):
+        spotrun.torch_state(rng={})
+
+
+def test_location_defaults_to_the_agent_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTRUN_CHECKPOINT_DIR", str(tmp_path / "from-env"))
+    with spotrun.Checkpointer(signals=()) as ckpt:
+        assert ckpt.root == str(tmp_path / "from-env")
+
+
+def test_restores_rng_states(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    state = spotrun.torch_state(extra={})
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(state, 0)
+        expected = (random.random(), float(np.random.rand()), torch.rand(1))
+        ckpt.restore(state)
+    assert (random.random(), float(np.random.rand())) == expected[:2]
+    assert torch.equal(torch.rand(1), expected[2])
+
+
+def test_weights_sha256_covers_names_and_bytes() -> None:
+    model = torch.nn.Linear(2, 2)
+    same = torch.nn.Linear(2, 2)
+    same.load_state_dict(model.state_dict())
+    assert spotrun.weights_sha256(model) == spotrun.weights_sha256(same.state_dict())
+    with torch.no_grad():
+        same.bias[0] += 1e-7
+    assert spotrun.weights_sha256(model) != spotrun.weights_sha256(same)
+    renamed = {f"x.{name}": tensor for name, tensor in model.state_dict().items()}
+    assert spotrun.weights_sha256(renamed) != spotrun.weights_sha256(model)
