@@ -60,6 +60,8 @@ def accuracy(model: nn.Module, features: torch.Tensor, labels: torch.Tensor) -> 
 def main() -> None:
     epochs = int(os.environ.get("EPOCHS", "40"))
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+    if epochs < 1 or step_seconds < 0:
+        raise SystemExit(f"EPOCHS must be at least 1 and STEP_SECONDS not negative (got {epochs}, {step_seconds})")
     make_deterministic()
     x_train, y_train, x_test, y_test = load_data()
 

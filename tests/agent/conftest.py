@@ -36,7 +36,7 @@ class RecordingController:
     """Records every agent API call; assembles /logs like the real server (a chunk at an offset already held
     is ignored). `fail_before[endpoint]` answers that many next calls with 503 without recording their effect;
     `lose_response[endpoint]` applies that many next calls but answers 500, as if the answer was lost;
-    `force_status[endpoint]` records every call but answers with that status."""
+    `force_status[endpoint]` records every call but answers with that status, without applying it."""
 
     requests: list[Request] = field(default_factory=list)
     log: bytearray = field(default_factory=bytearray)
@@ -68,12 +68,14 @@ class RecordingController:
                 self.fail_before[endpoint] -= 1
                 return 503
             self.requests.append(Request(endpoint, body, authorization, time.time()))
+            if endpoint in self.force_status:
+                return self.force_status[endpoint]
             if endpoint == "logs":
                 self._append_log(body["offset"], body["data"].encode("utf-8"))
             if self.lose_response.get(endpoint, 0) > 0:
                 self.lose_response[endpoint] -= 1
                 return 500
-            return self.force_status.get(endpoint, 200)
+            return 200
 
     def _append_log(self, offset: int, data: bytes) -> None:
         if offset == len(self.log):

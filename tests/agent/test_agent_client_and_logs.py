@@ -54,3 +54,18 @@ def test_shipper_cuts_large_output_into_contiguous_chunks(controller: RecordingC
     assert len(offsets) > 3 and offsets == sorted(set(offsets))
     assert controller.log_text() == "ünïcödé text that spans chunks\n"
     assert shipper.offset == len(controller.log)
+
+
+def test_a_refused_chunk_is_dropped_without_moving_the_offset(controller: RecordingController):
+    controller.force_status["logs"] = 422
+    shipper = LogShipper(client_for(controller.url), interval=0.05).start()
+    shipper.write("refused\n")
+    controller.wait_for(lambda: len(controller.of("logs")) == 1)
+    del controller.force_status["logs"]
+    shipper.write("kept\n")
+    assert shipper.close(timeout=5)
+    assert [r.body for r in controller.of("logs")] == [
+        {"offset": 0, "data": "refused\n"},
+        {"offset": 0, "data": "kept\n"},
+    ]
+    assert controller.log_text() == "kept\n"

@@ -243,3 +243,20 @@ while not Path({str(go_on)!r}).exists():
     assert agent.wait() == 0
     assert_checkpoint_backed_up(agent.store)
     assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+
+
+def test_a_missing_workdir_fails_the_attempt_with_the_reason_in_its_log(controller, run_agent, tmp_path):
+    agent = run_agent(controller.url, run="true", workdir=str(tmp_path / "nowhere"))
+    assert agent.wait() == 0
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": True}
+    assert "cannot start the run command" in controller.log_text()
+    assert "nowhere" in controller.log_text()
+
+
+def test_an_unusable_store_fails_the_attempt_before_the_command_runs(controller, run_agent, tmp_path):
+    marker = tmp_path / "ran"
+    agent = run_agent(controller.url, run=f"touch {marker}", checkpoint_store="nosuchprotocol://bucket/job")
+    assert agent.wait() == 0
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert "cannot restore checkpoints from nosuchprotocol://bucket/job" in controller.log_text()
+    assert not marker.exists()

@@ -31,7 +31,6 @@ class Spotrun:
         self.home = home
         self.env = {**os.environ, "SPOTRUN_HOME": str(home), **FAST_CONTROLLER}
         self.env.pop("SPOTRUN_DATABASE_URL", None)
-        os.environ["SPOTRUN_HOME"] = str(home)  # for in-process reads of the same store
         self.cloud = LocalProvider(home / "local-cloud", market=ManualMarket(notice_seconds=3.0))
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,8 @@ from spotrun.state import Attempt, Job
 
 
 @pytest.fixture
-def spotrun(tmp_path):
+def spotrun(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))  # in-process reads see the same home
     world = Spotrun(tmp_path / "home")
     yield world
     world.shutdown()

@@ -106,7 +106,7 @@ def test_interpreter_exit_flushes_the_save_in_flight(tmp_path: Path) -> None:
 
         class SlowDisk(LocalFileSystem):
             def open(self, *args, **kwargs):
-                time.sleep(1.0)
+                time.sleep(0.5)
                 return super().open(*args, **kwargs)
 
         ckpt = spotrun.Checkpointer({str(tmp_path)!r}, fs=SlowDisk(skip_instance_cache=True), every_steps=1)

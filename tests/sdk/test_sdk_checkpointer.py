@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -95,6 +96,10 @@ def test_keep_last_removes_old_and_partial_after_commit(tmp_path: Path) -> None:
     assert folders(tmp_path) == ["ckpt-000000000004", "ckpt-000000000005"]
     save_steps(tmp_path, [5, 6], keep_last=None)
     assert len(folders(tmp_path)) == 4
+    save_steps(tmp_path, [7], keep_last=6)  # fewer checkpoints than it may keep: all stay
+    assert len(folders(tmp_path)) == 5
+    save_steps(tmp_path, [8], keep_last=1)
+    assert folders(tmp_path) == ["ckpt-000000000009"]
 
 
 def test_same_step_saved_again_replaces_the_old_one(tmp_path: Path) -> None:
@@ -113,6 +118,19 @@ def test_periodic_saves_every_n_steps(tmp_path: Path) -> None:
             ckpt.step(state, step)
             ckpt.wait()
     assert folders(tmp_path) == ["ckpt-000000000003", "ckpt-000000000006"]
+
+
+def test_periodic_saves_every_n_seconds(tmp_path: Path) -> None:
+    state = make_state(fill=1.0)[0]
+    with spotrun.Checkpointer(tmp_path, every_seconds=3600, signals=()) as ckpt:
+        ckpt.step(state, 0)
+        ckpt.wait()
+        assert folders(tmp_path) == []
+    with spotrun.Checkpointer(tmp_path, every_seconds=0.01, signals=()) as ckpt:
+        time.sleep(0.02)
+        ckpt.step(state, 0)
+        ckpt.wait()
+        assert folders(tmp_path) == ["ckpt-000000000001"]
 
 
 def test_stop_request_saves_synchronously_then_exits_75(tmp_path: Path) -> None:
@@ -185,3 +203,13 @@ def test_weights_sha256_covers_names_and_bytes() -> None:
     assert spotrun.weights_sha256(model) != spotrun.weights_sha256(same)
     renamed = {f"x.{name}": tensor for name, tensor in model.state_dict().items()}
     assert spotrun.weights_sha256(renamed) != spotrun.weights_sha256(model)
+
+
+def test_restoring_into_a_different_set_of_components(tmp_path: Path) -> None:
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=torch.nn.Linear(2, 2), extra={"a": 1}), 0)
+        with pytest.raises(KeyError, match="'extra'"):
+            ckpt.restore(spotrun.torch_state(model=torch.nn.Linear(2, 2)))
+        scaler = torch.amp.GradScaler("cpu")
+        with pytest.warns(UserWarning, match="'scaler'"):
+            ckpt.restore(spotrun.torch_state(model=torch.nn.Linear(2, 2), extra={}, scaler=scaler))

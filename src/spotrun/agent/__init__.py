@@ -2,6 +2,6 @@
 watches for preemption notices, backs checkpoints up and reports to the controller over its HTTP API."""
 
 from spotrun.agent.config import AgentConfig, AgentConfigError, load_config
-from spotrun.agent.supervisor import PREEMPTED_EXIT_CODE, Agent, ExitReport
+from spotrun.agent.supervisor import Agent, ExitReport
 
-__all__ = ["PREEMPTED_EXIT_CODE", "Agent", "AgentConfig", "AgentConfigError", "ExitReport", "load_config"]
+__all__ = ["Agent", "AgentConfig", "AgentConfigError", "ExitReport", "load_config"]

@@ -106,12 +106,21 @@ class CheckpointSync:
         storage_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        store_fs, store_root = fsspec.core.url_to_fs(store, **(storage_options or {}))
         self.local = _Side(LocalFileSystem(), str(local_dir))
-        self.store = _Side(store_fs, store_root)
+        self._store_uri = store
+        self._storage_options = storage_options or {}
+        self._store: _Side | None = None
         self._clock = clock
         self._lock = threading.Lock()  # one backup at a time: the periodic one and the final one
         self._synced_user_files: dict[str, tuple[int, float]] = {}  # name -> (size, mtime) last copied
+
+    @property
+    def store(self) -> _Side:
+        """The store's filesystem, opened on first use, so that a bad URI fails the restore, not the agent."""
+        if self._store is None:
+            store_fs, store_root = fsspec.core.url_to_fs(self._store_uri, **self._storage_options)
+            self._store = _Side(store_fs, store_root)
+        return self._store
 
     def newest_local_step(self) -> int | None:
         committed = self.local.committed()

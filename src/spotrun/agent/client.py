@@ -39,6 +39,9 @@ class Backoff:
         self.maximum = maximum
         self._next = initial
 
+    def reset(self) -> None:
+        self._next = self.initial
+
     def next_delay(self) -> float:
         delay = self._next
         self._next = min(self._next * 2, self.maximum)

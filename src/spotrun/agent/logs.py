@@ -2,7 +2,8 @@
 
 Output is batched every `interval`. A chunk that fails is re-sent unchanged (same offset, same data)
 until the controller answers, so a server that ignores offsets it already holds never loses or
-duplicates a byte. Offsets count UTF-8 bytes of the text sent.
+duplicates a byte. Offsets count UTF-8 bytes of the text stored; a chunk the controller refuses (4xx)
+is dropped without moving the offset.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class LogShipper:
         self._max_chunk_bytes = max_chunk_bytes
         self._backoff = backoff or Backoff()
         self._lock = threading.Condition()
-        self._pending = ""
+        self._pending: list[str] = []
         self._in_flight: str | None = None
         self._offset = 0
         self._closing = False
@@ -63,7 +64,7 @@ class LogShipper:
         if not text:
             return
         with self._lock:
-            self._pending += text
+            self._pending.append(text)
 
     def close(self, timeout: float | None = None) -> bool:
         """Ship everything written so far, then stop; False when the timeout passed first (shipping goes on,
@@ -85,14 +86,15 @@ class LogShipper:
             if chunk is None:
                 continue
             if self._send(chunk):
-                self._backoff = Backoff(self._backoff.initial, self._backoff.maximum)
+                self._backoff.reset()
             else:
                 time.sleep(self._backoff.next_delay())
 
     def _next_chunk(self) -> str | None:
         """The chunk in flight (a retry) or the next one cut from pending output; called under the lock."""
         if self._in_flight is None and self._pending:
-            self._in_flight, self._pending = split_chunk(self._pending, self._max_chunk_bytes)
+            self._in_flight, rest = split_chunk("".join(self._pending), self._max_chunk_bytes)
+            self._pending = [rest] if rest else []
         return self._in_flight
 
     def _send(self, chunk: str) -> bool:
@@ -101,9 +103,11 @@ class LogShipper:
         delivery = self._client.post("logs", {"offset": offset, "data": chunk}, retry=False)
         if not delivery.final:
             return False
-        if delivery is not Delivery.DELIVERED and delivery is not Delivery.CONFLICT:
-            log.error("log chunk at offset %d dropped: the controller rejected it", offset)
         with self._lock:
-            self._offset += len(chunk.encode("utf-8"))
+            if delivery is Delivery.DELIVERED:
+                self._offset += len(chunk.encode("utf-8"))
+            else:
+                # Not stored: keep the offset, so the next chunk still lands where the controller's log ends.
+                log.error("log chunk at offset %d (%d chars) dropped: the controller refused it", offset, len(chunk))
             self._in_flight = None
         return True

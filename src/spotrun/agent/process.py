@@ -56,6 +56,9 @@ class CommandProcess:
         self._reader.start()
         return self
 
+    def is_running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit code (negative: killed by that signal), or None if still running after timeout."""
         try:

@@ -21,13 +21,11 @@ from spotrun.agent.logs import LogShipper
 from spotrun.agent.notices import Notice, NoticeSource, NoticeWatcher
 from spotrun.agent.process import CommandProcess
 from spotrun.agent.reporting import Reporter
+from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
 
 log = logging.getLogger(__name__)
 
-# The trainer's "I was preempted and saved my work" exit status (EX_TEMPFAIL). Defined here because
-# spotrun.sdk does not export PREEMPTED_EXIT_CODE yet; switch to importing it once it does.
-PREEMPTED_EXIT_CODE = 75
-
+ADDRESS_ENV_VAR = "SPOTRUN_INSTANCE_ADDRESS"
 RESTORE_TRIES = 3
 LOG_FLUSH_SECONDS = 10.0
 OUTPUT_DRAIN_SECONDS = 2.0
@@ -63,6 +61,11 @@ def trainer_environment(
     return env
 
 
+def instance_address(environ: Mapping[str, str]) -> str:
+    """Where this instance can be reached: $SPOTRUN_INSTANCE_ADDRESS (set by the provider), else the hostname."""
+    return environ.get(ADDRESS_ENV_VAR) or socket.gethostname()
+
+
 def echo_output(text: str) -> None:
     try:
         sys.stdout.write(text)
@@ -95,20 +98,30 @@ class Agent:
         self.reporter.start()
         self.notices.start()
         try:
-            report = self._attempt()
+            try:
+                report = self._attempt()
+            except Exception:
+                log.exception("agent error; reporting the attempt as failed")
+                self._kill_command()
+                report = ExitReport("failed", None, checkpoint_synced=False)
             self._report_exit(report)
             return report
         finally:
             self._shut_down()
 
     def _attempt(self) -> ExitReport:
+        # Report in before restoring: a large restore must not look like a silent agent to the controller.
+        self._report_started()
         try:
             restored_step = self._restore()
-        except Exception:
+        except Exception as exc:
             log.exception("cannot restore checkpoints from the store")
-            self._report_started()
+            self._output(f"spotrun agent: cannot restore checkpoints from {self.config.checkpoint_store}: {exc}\n")
             return ExitReport("failed", None, checkpoint_synced=False)
-        self._report_started()
+        if restored_step is None:
+            log.info("no checkpoint in the store: starting fresh")
+        else:
+            log.info("resuming from checkpoint step %d", restored_step)
         self.backup.start()
         return self._run_commands(
             trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
@@ -120,7 +133,11 @@ class Agent:
         for label, command in steps:
             log.info("starting %s command", label)
             process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
-            process.start()
+            try:
+                process.start()
+            except OSError as exc:  # e.g. the workdir does not exist: the user's to fix, so it goes in their log
+                self._output(f"spotrun agent: cannot start the {label} command: {exc}\n")
+                return ExitReport("failed", None, self._final_backup(deadline=None))
             notice = self._wait_for_exit_or_notice(process)
             if notice is not None:
                 return self._answer_notice(process, notice)
@@ -138,22 +155,20 @@ class Agent:
             self.heartbeat.start()
             self.logs.start()
 
-        self.reporter.send("started", {"address": socket.gethostname()}, on_answer=controller_answered)
+        self.reporter.send("started", {"address": instance_address(self.environ)}, on_answer=controller_answered)
 
     def _restore(self) -> int | None:
-        for attempt in range(1, RESTORE_TRIES + 1):
+        """The newest restored step, or None. A failing store is tried RESTORE_TRIES times; a store URI or
+        option that cannot work (unknown protocol, missing package) fails at once."""
+        for attempt in range(1, RESTORE_TRIES):
             try:
-                step = self.sync.restore()
+                return self.sync.restore()
+            except (ValueError, ImportError):
+                raise
             except Exception:
-                if attempt == RESTORE_TRIES:
-                    raise
                 log.warning("restore failed (try %d of %d); retrying", attempt, RESTORE_TRIES, exc_info=True)
                 time.sleep(2**attempt)
-                continue
-            if step is None:
-                log.info("no checkpoint to restore")
-            return step
-        raise AssertionError("unreachable")
+        return self.sync.restore()
 
     def _output(self, text: str) -> None:
         echo_output(text)
@@ -203,9 +218,12 @@ class Agent:
         self.reporter.wait_delivered()
         self.logs.close(timeout=LOG_FLUSH_SECONDS)
 
+    def _kill_command(self) -> None:
+        if self._process is not None and self._process.is_running():
+            self._process.signal_group(signal.SIGKILL)
+
     def _shut_down(self) -> None:
-        if self._process is not None and self._process.wait(0) is None:
-            self._process.signal_group(signal.SIGKILL)  # never leave the trainer behind
+        self._kill_command()  # never leave the trainer behind
         self.backup.stop()
         self.heartbeat.stop()
         self.notices.stop()

@@ -1,16 +1,34 @@
 """Pure placement decisions: spot / on-demand / wait, and which zone. Time is an argument; no I/O."""
 
+from spotrun.policy.baselines import GreedyPolicy, OnDemandPolicy
+from spotrun.policy.deadline_aware import DeadlineAwarePolicy
 from spotrun.policy.default import DefaultPolicy
-from spotrun.policy.placement import Decision, GiveUp, Launch, PastAttempt, PlacementContext, PlacementPolicy, Wait
+from spotrun.policy.observations import SpotLog
+from spotrun.policy.placement import (
+    Decision, GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, RunningDecision,
+    StepPolicy, Wait, place_by_deciding,
+)
+from spotrun.policy.uniform_progress import UniformProgressPolicy
+from spotrun.policy.zones import max_spot_price
 
-_POLICIES = {"default": DefaultPolicy}
+_POLICIES = {
+    "default": DefaultPolicy,
+    "deadline_aware": DeadlineAwarePolicy,
+    "greedy": GreedyPolicy,
+    "on_demand": OnDemandPolicy,
+    "uniform_progress": UniformProgressPolicy,
+}
 
 
-def get_policy(name: str, **options: float) -> PlacementPolicy:
+def get_policy(name: str, **options: float) -> StepPolicy:
     try:
-        return _POLICIES[name](**options)
+        factory = _POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(_POLICIES))}") from None
+    try:
+        return factory(**options)
+    except TypeError as error:
+        raise ValueError(f"placement policy {name!r}: bad options {sorted(options)} ({error})") from None
 
 
 def policy_names() -> list[str]:
@@ -18,6 +36,7 @@ def policy_names() -> list[str]:
 
 
 __all__ = [
-    "Decision", "DefaultPolicy", "GiveUp", "Launch", "PastAttempt", "PlacementContext", "PlacementPolicy", "Wait",
-    "get_policy", "policy_names",
+    "Decision", "DeadlineAwarePolicy", "DefaultPolicy", "GiveUp", "GreedyPolicy", "Keep", "Launch", "OnDemandPolicy",
+    "PastAttempt", "Placement", "PlacementContext", "PlacementPolicy", "RunningDecision", "SpotLog", "StepPolicy",
+    "UniformProgressPolicy", "Wait", "get_policy", "max_spot_price", "place_by_deciding", "policy_names",
 ]

@@ -1,11 +1,28 @@
-"""What a placement policy sees and what it may answer. Pure data: no I/O, time is an argument."""
+"""What a placement policy sees and what it may answer. Pure data: no I/O, time is an argument.
+
+Two questions are asked of a policy:
+
+* ``place(ctx)`` — the job holds no instance: where should it run next (or wait, or give up)?
+* ``decide(ctx)`` — asked every decision step, also while the job runs: keep the current instance, move it
+  (``Launch`` of another market or zone: a voluntary checkpoint-and-move), release it (``Wait``) or give up.
+
+``place`` is what the controller calls today; deadline-aware policies implement ``decide`` and answer ``place`` by
+delegating to it. The fields after ``estimated_duration`` are the running-job view; they all have defaults so a
+context built for ``place`` alone stays valid.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from types import MappingProxyType
+from typing import Literal, Protocol, runtime_checkable
+
+from spotrun.policy.observations import SpotLog
 
 Market = Literal["spot", "on-demand"]
+
+_NOTHING_KNOWN: Mapping[str, bool] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -21,6 +38,15 @@ class PastAttempt:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """The instance the job holds now."""
+
+    zone: str
+    market: Market
+    since: float  # when it started (the restart overhead is paid from here)
+
+
+@dataclass(frozen=True)
 class PlacementContext:
     job_id: int
     now: float
@@ -32,8 +58,27 @@ class PlacementContext:
     fallback_window: float
     capacity_rounds: int = 0  # how many times the job already waited because no zone had capacity
     history: tuple[PastAttempt, ...] = field(default_factory=tuple)
-    deadline: float | None = None
-    estimated_duration: float | None = None
+    deadline: float | None = None  # absolute, same clock as `now`
+    estimated_duration: float | None = None  # seconds of compute the whole job needs
+    # ---- the running-job view (decide) ----
+    current: Placement | None = None
+    progress: float | None = None  # seconds of compute done so far (None: unknown, counted from history)
+    restart_overhead: float | None = None  # seconds of no progress after each start (None: the policy's own guess)
+    step: float | None = None  # seconds until the policy is asked again (the simulator's tick, the controller's period)
+    spot: SpotLog | None = None  # what has been seen of spot per zone (None: derived from `history`)
+    spot_now: Mapping[str, bool] = field(default_factory=lambda: _NOTHING_KNOWN)  # availability known at `now` without trying (simulator's paper model)
+
+    def spot_log(self) -> SpotLog:
+        return self.spot if self.spot is not None else SpotLog.from_history(self.history)
+
+    def spot_known_now(self, zone: str) -> bool | None:
+        """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""
+        known = self.spot_now.get(zone)
+        if known is not None:
+            return known
+        if self.current is not None and self.current.zone == zone and self.current.market == "spot":
+            return True
+        return self.spot_log().seen_at(zone, self.now)
 
 
 @dataclass(frozen=True)
@@ -54,10 +99,43 @@ class GiveUp:
     reason: str
 
 
+@dataclass(frozen=True)
+class Keep:
+    """Stay on the current instance."""
+
+    reason: str
+
+
 Decision = Launch | Wait | GiveUp
+RunningDecision = Keep | Launch | Wait | GiveUp
 
 
 class PlacementPolicy(Protocol):
     name: str
 
     def place(self, ctx: PlacementContext) -> Decision: ...
+
+
+@runtime_checkable
+class StepPolicy(Protocol):
+    """A policy that can also be asked while the job runs (see the module docstring)."""
+
+    name: str
+
+    def place(self, ctx: PlacementContext) -> Decision: ...
+
+    def decide(self, ctx: PlacementContext) -> RunningDecision: ...
+
+
+def place_by_deciding(policy: StepPolicy, ctx: PlacementContext) -> Decision:
+    """`place` for a policy written as `decide`: with no instance held, `Keep` cannot come back."""
+    decision = policy.decide(ctx if ctx.current is None else _without_instance(ctx))
+    if isinstance(decision, Keep):
+        raise AssertionError(f"{policy.name}: answered Keep while the job holds no instance")
+    return decision
+
+
+def _without_instance(ctx: PlacementContext) -> PlacementContext:
+    from dataclasses import replace
+
+    return replace(ctx, current=None)

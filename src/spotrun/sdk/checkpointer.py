@@ -228,6 +228,8 @@ class Checkpointer:
         if self._inflight is not None and self._inflight.done():
             failed, self._inflight = self._inflight, None
             error = failed.exception()
+            if error is not None:
+                self._last_saved = None  # that step is not saved: a later save of it must not be skipped
             if isinstance(error, CheckpointError):
                 raise error
             if error is not None:
@@ -258,7 +260,7 @@ class Checkpointer:
         if self.rank == 0 and not errors:
             listed = {name: entry for report in reports for name, entry in report.items()}
             manifest = layout.build_manifest(steps, listed, world_size=self._ranks.world_size, created=time.time())
-            failed_commit = _attempt(self._commit_and_prune, steps, manifest)[1]
+            failed_commit = _attempt(self._commit, steps, manifest)[1]
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
         if outcome:
@@ -277,12 +279,20 @@ class Checkpointer:
             described[name] = layout.describe_bytes(data)
         return described
 
-    def _commit_and_prune(self, steps: int, manifest: dict[str, Any]) -> None:
+    def _commit(self, steps: int, manifest: dict[str, Any]) -> None:
         self.store.commit(self.store.staging_path(steps), steps, manifest)
-        if self.keep_last is None:
-            return
-        older = [step for step, _ in self.store.committed() if step < steps]
-        keep = {steps, *older[len(older) - (self.keep_last - 1) :]} if self.keep_last > 1 else {steps}
+        if self.keep_last is not None:
+            try:
+                self._prune(newest=steps)
+            except Exception:  # the new checkpoint is committed; old ones linger until the next save
+                log.warning("could not remove old checkpoints", exc_info=True)
+
+    def _prune(self, newest: int) -> None:
+        """Keep the ``keep_last`` newest committed checkpoints up to ``newest``; remove every other
+        checkpoint folder (older ones, half-written ones, and any from an abandoned later timeline)."""
+        assert self.keep_last is not None
+        older = [step for step, _ in self.store.committed() if step < newest]
+        keep = {newest, *older[::-1][: self.keep_last - 1]}
         for step, path in self.store.checkpoint_folders():
             if step not in keep:
                 self.store.remove(path)
@@ -318,14 +328,8 @@ class Checkpointer:
             raise layout.CorruptCheckpoint(f"{path}: no {SHARED_FILE}")
         payload = _deserialize(files[SHARED_FILE])
         own = rank_file(self.rank)
-        if own in files:
+        if own in files:  # absent when the checkpoint was saved by fewer ranks
             payload.update(_deserialize(files[own]))
-        else:
-            warnings.warn(
-                f"{path} has no {own} (saved with fewer ranks): this rank's RNG states are not restored",
-                CheckpointWarning,
-                stacklevel=4,
-            )
         return payload
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import random
+import warnings
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,10 +89,16 @@ class TrainingState:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load every component present in ``state``; a component of this object missing there is an error."""
+        """Load every component found in ``state``. A component ``state`` lacks keeps its current value, with
+        a warning; a component only ``state`` has is an error (the checkpoint is of another program)."""
         unknown = state.keys() - self.components.keys()
         if unknown:
-            raise KeyError(f"checkpoint has components this state does not: {sorted(unknown)}")
+            raise KeyError(f"the checkpoint has components this state does not: {sorted(unknown)}")
+        missing = self.components.keys() - state.keys()
+        if missing:
+            warnings.warn(
+                f"the checkpoint has no state for {sorted(missing)}: they keep their current values", stacklevel=3
+            )
         for name, value in state.items():
             self.components[name].load_state_dict(value)
 

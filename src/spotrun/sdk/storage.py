@@ -87,7 +87,6 @@ class LocalStore(CheckpointStore):
         staging = self.staging_path(step)
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
-        _fsync_dir(self.root)
         return staging
 
     def write(self, staging: str, name: str, data: bytes) -> None:

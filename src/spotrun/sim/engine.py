@@ -1,0 +1,233 @@
+"""Run one job through a simulated market with any policy, step by step (the paper simulator's model).
+
+Each step t (of the traces' sample period):
+1. a spot instance that ran in step t-1 is lost if its zone has no spot in step t (a preemption);
+2. the job is done if its progress reached the compute it needs;
+3. the policy is asked (`decide`). A Launch of spot where there is no capacity is answered "no capacity" (recorded
+   as the live controller would) and the policy is asked again, at most once per zone and market per step;
+4. the instance held runs the step: billed whole; progress is the step minus what is left of its restart overhead.
+
+What the policy sees of spot: ``observe="tick"`` (the paper's model) tells it every zone's availability in step t;
+``observe="launches"`` tells it only what the live controller can learn: its own launches (success or "no
+capacity"), the spot instance it holds, and preemptions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait
+
+Observe = Literal["tick", "launches"]
+P3_2XLARGE_ON_DEMAND = 3.06
+P3_2XLARGE_SPOT = 0.9731
+
+
+@dataclass(frozen=True)
+class SimJob:
+    compute_seconds: float  # C
+    deadline_seconds: float  # D, after the start
+    restart_overhead: float  # d
+    on_demand_price: float = P3_2XLARGE_ON_DEMAND  # $/h
+    spot_price: float = P3_2XLARGE_SPOT  # $/h
+
+    def __post_init__(self) -> None:
+        for name in ("compute_seconds", "deadline_seconds", "on_demand_price", "spot_price"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.restart_overhead < 0:
+            raise ValueError(f"restart_overhead must be >= 0, got {self.restart_overhead}")
+
+    @property
+    def on_demand_cost(self) -> float:
+        """What the whole job costs on on-demand with no overhead: the normalizer of every reported cost."""
+        return self.on_demand_price * self.compute_seconds / 3600
+
+
+@dataclass
+class RunResult:
+    cost: float = 0.0
+    finished_at: float | None = None  # seconds after the start
+    gave_up: bool = False
+    preemptions: int = 0
+    switches: int = 0  # consecutive instances in different markets
+    moves: int = 0  # consecutive instances in different zones
+    launches: int = 0
+    spot_seconds: float = 0.0
+    on_demand_seconds: float = 0.0
+    deadline_seconds: float = 0.0
+    attempts: list[PastAttempt] = field(default_factory=list)
+
+    @property
+    def met_deadline(self) -> bool:
+        return self.finished_at is not None and self.finished_at <= self.deadline_seconds + 1e-6
+
+
+def run_job(
+    policy: StepPolicy,
+    zones: tuple[str, ...],
+    available: np.ndarray,
+    step: float,
+    job: SimJob,
+    *,
+    observe: Observe = "tick",
+    job_id: int = 1,
+) -> RunResult:
+    """Simulate `job` from the first column of `available` (zones × steps) until done or the columns run out."""
+    return _Run(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id).go()
+
+
+class _Run:
+    def __init__(self, policy, zones, available, step, job: SimJob, observe: Observe, job_id: int) -> None:
+        if available.ndim != 2 or available.shape[0] != len(zones):
+            raise ValueError(f"availability must be (zones, steps) with {len(zones)} zones, got {available.shape}")
+        if observe not in ("tick", "launches"):
+            raise ValueError(f"observe must be 'tick' or 'launches', got {observe!r}")
+        self.policy, self.zones, self.available, self.step, self.job = policy, zones, available, step, job
+        self.tick_model = observe == "tick"
+        self.job_id = job_id
+        self.log = SpotLog()
+        self.result = RunResult(deadline_seconds=job.deadline_seconds)
+        self.current: Placement | None = None
+        self.zone_index = {z: i for i, z in enumerate(zones)}
+        self.progress = 0.0
+        self.overhead_left = 0.0
+        self.last_market: str | None = None
+        self.last_zone: str | None = None
+        self.history: tuple[PastAttempt, ...] = ()
+        self.spot_price = job.spot_price * step / 3600
+        self.od_price = job.on_demand_price * step / 3600
+
+    def go(self) -> RunResult:
+        for t in range(self.available.shape[1]):
+            now = t * self.step
+            column = self.available[:, t]
+            self._maybe_preempt(now, column)
+            if self.progress >= self.job.compute_seconds - 1e-6:
+                self.result.finished_at = now
+                break
+            spot_now = self._observe(now, column)
+            if not self._ask(now, column, spot_now):
+                break
+            self._run_step(now)
+        if self.current is not None:
+            self._end(self.result.finished_at or self.available.shape[1] * self.step, "succeeded")
+        self.result.attempts = list(self.history)
+        return self.result
+
+    def _maybe_preempt(self, now: float, column: np.ndarray) -> None:
+        current = self.current
+        if current is not None and current.market == "spot" and not column[self.zone_index[current.zone]]:
+            self.result.preemptions += 1
+            self.log.record(current.zone, now, False)
+            self._end(now, "preempted")
+
+    def _observe(self, now: float, column: np.ndarray) -> dict[str, bool]:
+        if not self.tick_model:
+            return {}
+        spot_now = {}
+        for zone, up in zip(self.zones, column.tolist()):
+            spot_now[zone] = up
+            self.log.record(zone, now, up)
+        return spot_now
+
+    def _ask(self, now: float, column: np.ndarray, spot_now: dict[str, bool]) -> bool:
+        """Ask the policy until it settles for this step; False when it gives up."""
+        refused: set[str] = set()
+        for _ in range(len(self.zones) + 2):
+            decision = self.policy.decide(self._context(now, spot_now))
+            if isinstance(decision, Keep):
+                if self.current is None:
+                    raise RuntimeError(f"{self.policy.name}: Keep while the job holds no instance")
+                return True
+            if isinstance(decision, Wait):
+                if self.current is not None:
+                    self._end(now, "released")
+                return True
+            if isinstance(decision, GiveUp):
+                self.result.gave_up = True
+                return False
+            if self._same_as_current(decision):
+                return True
+            zone = self.zone_index.get(decision.zone)
+            if zone is None:
+                raise RuntimeError(f"{self.policy.name}: launch in unknown zone {decision.zone!r}")
+            if decision.market == "spot" and not column[zone]:
+                if decision.zone in refused:
+                    raise RuntimeError(f"{self.policy.name}: asked twice in one step for spot in {decision.zone}")
+                refused.add(decision.zone)
+                self.log.record(decision.zone, now, False)
+                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, "no_capacity"))
+                continue
+            self._start(now, decision)
+            return True
+        return True  # kept asking for zones without capacity: idle this step
+
+    def _same_as_current(self, launch: Launch) -> bool:
+        current = self.current
+        return current is not None and current.zone == launch.zone and current.market == launch.market
+
+    def _start(self, now: float, launch: Launch) -> None:
+        if self.current is not None:
+            self._end(now, "moved")
+        result = self.result
+        result.launches += 1
+        if self.last_market is not None and self.last_market != launch.market:
+            result.switches += 1
+        if self.last_zone is not None and self.last_zone != launch.zone:
+            result.moves += 1
+        self.last_market, self.last_zone = launch.market, launch.zone
+        self.current = Placement(launch.zone, launch.market, now)
+        self.overhead_left = self.job.restart_overhead
+        if launch.market == "spot":
+            self.log.record(launch.zone, now, True)
+
+    def _end(self, now: float, reason: str) -> None:
+        current = self.current
+        assert current is not None
+        self.history = (*self.history, PastAttempt(current.zone, current.market, current.since, current.since, now, reason))
+        self.current = None
+
+    def _run_step(self, now: float) -> None:
+        current = self.current
+        if current is None:
+            return
+        result = self.result
+        if current.market == "spot":
+            result.cost += self.spot_price
+            result.spot_seconds += self.step
+        else:
+            result.cost += self.od_price
+            result.on_demand_seconds += self.step
+        work = max(self.step - self.overhead_left, 0.0)
+        self.overhead_left = max(self.overhead_left - self.step, 0.0)
+        self.progress = min(self.progress + work, self.job.compute_seconds)
+
+    def _context(self, now: float, spot_now: dict[str, bool]) -> PlacementContext:
+        return PlacementContext(
+            job_id=self.job_id,
+            now=now,
+            zones=self.zones,
+            use_spot=True,
+            fallback="on-demand",
+            submitted_at=0.0,
+            preemptions_before_fallback=3,
+            fallback_window=3600.0,
+            history=self.history,
+            deadline=self.job.deadline_seconds,
+            estimated_duration=self.job.compute_seconds,
+            current=self.current,
+            progress=self.progress,
+            restart_overhead=self.job.restart_overhead,
+            step=self.step,
+            spot=self.log,
+            spot_now=spot_now,
+        )
+
+
+def steps_for(seconds: float, step: float) -> int:
+    return math.ceil(seconds / step - 1e-9)

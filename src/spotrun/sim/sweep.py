@@ -1,0 +1,145 @@
+"""Run policies from many start offsets along the traces and summarize them (the policy benchmark).
+
+Every run of every policy is independent, so the sweep spreads (market, start) pairs over worker processes; within a
+run the policy is asked once per trace step, exactly as `engine.run_job` does for a single job.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from spotrun.policy import StepPolicy, get_policy
+from spotrun.policy.omniscient import OmniscientPolicy, Problem
+from spotrun.sim.engine import Observe, RunResult, SimJob, run_job
+from spotrun.sim.market import Market
+
+OMNISCIENT = "omniscient"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    policy: str
+    market: str
+    start: int  # sample offset in the traces
+    cost: float
+    normalized_cost: float
+    met_deadline: bool
+    preemptions: int
+    switches: int
+    moves: int
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    policy: str
+    runs: int
+    mean: float
+    median: float
+    p90: float
+    misses: int
+    preemptions: float  # per run, mean
+    switches: float
+    moves: float
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    label: str
+    market: Market
+    start: int
+
+
+def policy_for(name: str, market: Market, start: int, job: SimJob) -> StepPolicy:
+    if name == OMNISCIENT:
+        problem = Problem(
+            available=market.window(start, _deadline_steps(job, market)),
+            step=market.gap_seconds,
+            compute=job.compute_seconds,
+            deadline=job.deadline_seconds,
+            overhead=job.restart_overhead,
+            spot_price=job.spot_price,
+            on_demand_price=job.on_demand_price,
+        )
+        return OmniscientPolicy.plan(problem, market.zones)
+    return get_policy(name)
+
+
+def _deadline_steps(job: SimJob, market: Market) -> int:
+    return int(math.floor(job.deadline_seconds / market.gap_seconds + 1e-9))
+
+
+def run_one(task: SweepTask, policies: Sequence[str], job: SimJob, observe: Observe) -> list[RunRecord]:
+    records = []
+    available = task.market.available[:, task.start :]
+    for name in policies:
+        policy = policy_for(name, task.market, task.start, job)
+        result = run_job(policy, task.market.zones, available, task.market.gap_seconds, job, observe=observe)
+        records.append(_record(name, task, result, job))
+    return records
+
+
+def _record(name: str, task: SweepTask, result: RunResult, job: SimJob) -> RunRecord:
+    return RunRecord(
+        policy=name, market=task.label, start=task.start, cost=result.cost,
+        normalized_cost=result.cost / job.on_demand_cost, met_deadline=result.met_deadline,
+        preemptions=result.preemptions, switches=result.switches, moves=result.moves,
+    )
+
+
+def sweep_tasks(markets: Sequence[tuple[str, Market]], job: SimJob, every_seconds: float) -> list[SweepTask]:
+    return [
+        SweepTask(label, market, start)
+        for label, market in markets
+        for start in market.starts(every_seconds, job.deadline_seconds)
+    ]
+
+
+def sweep(
+    markets: Sequence[tuple[str, Market]],
+    policies: Sequence[str],
+    job: SimJob,
+    *,
+    every_seconds: float = 6 * 3600,
+    observe: Observe = "tick",
+    processes: int | None = None,
+) -> list[RunRecord]:
+    """Every policy from every start offset (every `every_seconds`) of every market; one record per run."""
+    tasks = sweep_tasks(markets, job, every_seconds)
+    if not tasks:
+        raise ValueError("no start offset fits: the traces are shorter than the deadline")
+    workers = processes if processes is not None else min(os.cpu_count() or 1, len(tasks))
+    if workers <= 1:
+        return [r for task in tasks for r in run_one(task, policies, job, observe)]
+    chunk = max(1, len(tasks) // (workers * 8))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(_run_one_packed, [(t, tuple(policies), job, observe) for t in tasks], chunksize=chunk)
+        return [r for records in results for r in records]
+
+
+def _run_one_packed(args: tuple[SweepTask, tuple[str, ...], SimJob, Observe]) -> list[RunRecord]:
+    return run_one(*args)
+
+
+def summarize(records: Sequence[RunRecord], policies: Sequence[str]) -> list[PolicySummary]:
+    summaries = []
+    for name in policies:
+        mine = [r for r in records if r.policy == name]
+        if not mine:
+            continue
+        costs = np.array([r.normalized_cost for r in mine])
+        summaries.append(PolicySummary(
+            policy=name, runs=len(mine), mean=float(costs.mean()), median=float(np.median(costs)),
+            p90=float(np.percentile(costs, 90)), misses=sum(not r.met_deadline for r in mine),
+            preemptions=float(np.mean([r.preemptions for r in mine])),
+            switches=float(np.mean([r.switches for r in mine])), moves=float(np.mean([r.moves for r in mine])),
+        ))
+    return summaries

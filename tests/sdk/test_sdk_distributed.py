@@ -1,0 +1,33 @@
+"""Two gloo ranks: the stop flag is agreed (both stop at the step one rank was signalled), the checkpoint is
+committed once with every rank's files, and each rank restores its own RNG state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from spotrun.sdk import layout
+
+WORKER = Path(__file__).with_name("sdk_distributed_worker.py")
+
+
+def test_two_ranks_stop_together_and_commit_once(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(WORKER), str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in range(2)]
+    for rank, result in enumerate(results):
+        assert result["stopped_at"] == 6, f"rank {rank} stopped at {result['stopped_at']}"
+        assert result["restored"] == 7, f"rank {rank}"
+        assert result["rng_restored"] and result["weights_restored"] and result["sampler_restored"], f"rank {rank}"
+
+    import fsspec
+
+    fs = fsspec.filesystem("file")
+    committed = layout.list_committed(fs, str(tmp_path / "ckpt"))
+    assert [steps for steps, _ in committed] == [4, 7]  # the periodic save at 4, the stop save at 7
+    manifest = layout.read_manifest(fs, committed[-1][1])
+    assert manifest is not None and manifest["world_size"] == 2
+    assert sorted(manifest["files"]) == ["rank-00000.pt", "rank-00001.pt", "shared.pt"]
+    layout.read_verified(fs, committed[-1][1])

@@ -1,0 +1,57 @@
+"""examples/digits/train.py: deterministic, and a preempted + resumed run ends with the same weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from spotrun.sdk import PREEMPTED_EXIT_CODE
+
+TRAIN = Path(__file__).resolve().parents[2] / "examples" / "digits" / "train.py"
+EPOCHS = 3
+
+
+def _environment(checkpoint_dir: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "EPOCHS": str(EPOCHS),
+        "STEP_SECONDS": "0.01",
+        "CHECKPOINT_EVERY": "5",
+        "SPOTRUN_CHECKPOINT_DIR": str(checkpoint_dir),
+    }
+
+
+def _final(checkpoint_dir: Path) -> dict[str, object]:
+    return json.loads((checkpoint_dir / "final.json").read_text())
+
+
+def test_digits_example_is_deterministic_across_a_preemption(tmp_path: Path) -> None:
+    uninterrupted = subprocess.Popen([sys.executable, str(TRAIN)], env=_environment(tmp_path / "a"), stdout=subprocess.DEVNULL)
+
+    preempted = subprocess.Popen(
+        [sys.executable, str(TRAIN)], env=_environment(tmp_path / "b"), stdout=subprocess.PIPE, text=True
+    )
+    assert preempted.stdout is not None
+    assert preempted.stdout.readline().startswith("starting at step 0 ")
+    assert preempted.stdout.readline().startswith("epoch 0 step 0 loss")  # training has begun
+    preempted.send_signal(signal.SIGTERM)
+    preempted.stdout.read()
+    assert preempted.wait(timeout=60) == PREEMPTED_EXIT_CODE
+    resumed = subprocess.run(
+        [sys.executable, str(TRAIN)], env=_environment(tmp_path / "b"), capture_output=True, text=True, timeout=120
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    first_line = resumed.stdout.splitlines()[0]
+    assert not first_line.startswith("starting at step 0 "), first_line
+    assert "test accuracy" in resumed.stdout.splitlines()[-1]
+    assert uninterrupted.wait(timeout=120) == 0
+
+    reference, result = _final(tmp_path / "a"), _final(tmp_path / "b")
+    assert result["sha256"] == reference["sha256"]
+    assert len(str(result["sha256"])) == 64
+    assert result["steps"] == reference["steps"] == EPOCHS * 23  # 1437 training digits, batches of 64
+    assert 0.5 < float(result["accuracy"]) <= 1.0  # type: ignore[arg-type]
