@@ -44,6 +44,7 @@ class RecordingController:
     fail_before: dict[str, int] = field(default_factory=dict)
     lose_response: dict[str, int] = field(default_factory=dict)
     force_status: dict[str, int] = field(default_factory=dict)
+    replies: dict[str, dict[str, Any]] = field(default_factory=dict)  # JSON answer per endpoint (default {})
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
 
@@ -93,7 +94,7 @@ def _handler_for(controller: RecordingController) -> type[BaseHTTPRequestHandler
                 status = 404
             else:
                 status = controller.handle(self.path[len(PREFIX) :], body, self.headers.get("Authorization"))
-            payload = b"{}"
+            payload = json.dumps(controller.replies.get(self.path[len(PREFIX) :], {})).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

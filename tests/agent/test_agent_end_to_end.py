@@ -260,3 +260,18 @@ def test_an_unusable_store_fails_the_attempt_before_the_command_runs(controller,
     assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
     assert "cannot restore checkpoints from nosuchprotocol://bucket/job" in controller.log_text()
     assert not marker.exists()
+
+
+def test_a_stop_asked_in_a_heartbeat_answer_checkpoints_and_ends_the_attempt(controller, run_agent, tmp_path):
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    time.sleep(0.5)
+    assert controller.of("notice") == []  # heartbeats answered without a stop change nothing
+    controller.replies["heartbeat"] = {"ok": True, "stop": "move: spot is back"}
+    assert agent.wait() == 0
+
+    (notice,) = controller.of("notice")
+    assert notice.body["source"] == "controller" and "spot is back" in notice.body["detail"]
+    assert "got SIGTERM" in controller.log_text()
+    assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}

@@ -244,3 +244,36 @@ def test_log_chunks_are_idempotent(world):
         headers={"Authorization": f"Bearer {config['token']}"},
     )
     assert gap.status_code == 409
+
+
+def test_a_requested_move_drains_the_trainer_then_places_again(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    post = world.agent(instance)
+    assert post("heartbeat", {})["stop"] is None
+    attempt = world.attempts(job_id)[0]
+    world.controller.request_move(attempt.id, "spot is back in m-b")
+    assert "spot is back" in post("heartbeat", {})["stop"]
+    world.tick()
+    assert world.job(job_id).state == "RUNNING"  # waiting for the trainer's checkpoint
+    post("notice", {"source": "controller", "deadline": None})
+    post("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    job = world.job(job_id)
+    assert job.attempts[0].end_reason == "migrated"
+    assert job.state == "PROVISIONING" and job.preemptions == 0 and job.restarts_on_error == 0
+    world.tick()
+    assert len(world.cloud.running()) == 1 and world.cloud.running()[0].instance_id != instance
+
+
+def test_a_move_the_agent_ignores_is_forced_after_the_grace(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.controller.request_move(world.attempts(job_id)[0].id, "test")
+    for _ in range(4):
+        world.tick(10)
+        world.agent(instance)("heartbeat", {})
+    assert world.attempts(job_id)[0].ended_at is None
+    world.tick(10)
+    assert world.attempts(job_id)[0].end_reason == "migrated"
+    assert world.cloud.describe(instance).state == "terminated"

@@ -7,6 +7,7 @@ Fake credentials with distinctive values are set so tests can prove they never l
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     empty = tmp_path_factory.mktemp("aws-home")
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("SPOTRUN_AWS_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_ACCESS_KEY)

@@ -77,12 +77,13 @@ class ControllerClient:
         retry: bool = True,
         give_up_at: float | None = None,
         stop: threading.Event | None = None,
+        on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> Delivery:
         """POST body to the attempt's endpoint; retry transient failures until give_up_at (monotonic) or stop."""
         backoff = Backoff(self._backoff_initial, self._backoff_max)
         failures = 0
         while True:
-            outcome = self._post_once(endpoint, body)
+            outcome = self._post_once(endpoint, body, on_reply)
             if outcome is not None:
                 if failures:
                     log.info("POST %s delivered after %d failed tries", endpoint, failures)
@@ -103,7 +104,9 @@ class ControllerClient:
             else:
                 time.sleep(delay)
 
-    def _post_once(self, endpoint: str, body: dict[str, Any]) -> Delivery | None:
+    def _post_once(
+        self, endpoint: str, body: dict[str, Any], on_reply: Callable[[dict[str, Any]], None] | None = None
+    ) -> Delivery | None:
         """The final Delivery, or None when the failure is transient."""
         try:
             response = self._http.post(f"{self._base}/{endpoint}", json=body)
@@ -112,6 +115,8 @@ class ControllerClient:
             return None
         status = response.status_code
         if status < 300:
+            if on_reply is not None:
+                _hand_reply(response, on_reply)
             return Delivery.DELIVERED
         if status >= 500:
             log.debug("POST %s answered %d; will retry", endpoint, status)
@@ -121,3 +126,13 @@ class ControllerClient:
             return Delivery.CONFLICT
         log.error("POST %s rejected with %d: %s", endpoint, status, response.text[:200])
         return Delivery.REJECTED
+
+
+def _hand_reply(response: httpx.Response, on_reply: Callable[[dict[str, Any]], None]) -> None:
+    try:
+        reply = response.json()
+    except ValueError:
+        log.warning("the controller's answer is not JSON: %r", response.text[:200])
+        return
+    if isinstance(reply, dict):
+        on_reply(reply)

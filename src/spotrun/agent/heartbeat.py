@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from spotrun.agent.client import ControllerClient
 
@@ -15,8 +16,15 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, client: ControllerClient, interval: float, checkpoint_step: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        client: ControllerClient,
+        interval: float,
+        checkpoint_step: Callable[[], int | None],
+        on_reply: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self._client = client
+        self._on_reply = on_reply
         self._interval = interval
         self._checkpoint_step = checkpoint_step
         self._stop = threading.Event()
@@ -38,5 +46,5 @@ class Heartbeat:
             except Exception:  # a checkpoint folder vanishing mid-read must not stop the heartbeat
                 log.exception("cannot read the newest checkpoint step")
                 step = None
-            self._client.post("heartbeat", {"checkpoint_step": step}, retry=False)
+            self._client.post("heartbeat", {"checkpoint_step": step}, retry=False, on_reply=self._on_reply)
             self._stop.wait(self._interval)

@@ -16,6 +16,7 @@ from pathlib import Path
 from spotrun.agent.checkpoint_sync import CheckpointSync, PeriodicBackup
 from spotrun.agent.client import ControllerClient, Delivery
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfig
+from spotrun.agent.controller_stop import ControllerStopNotice
 from spotrun.agent.heartbeat import Heartbeat
 from spotrun.agent.logs import LogShipper
 from spotrun.agent.notices import Notice, NoticeSource, NoticeWatcher
@@ -88,8 +89,11 @@ class Agent:
         self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
         self.reporter = Reporter(self.client)
         self.logs = LogShipper(self.client)
-        self.notices = NoticeWatcher(notice_sources, config.notice_poll_interval)
-        self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, self.sync.newest_local_step)
+        self.controller_stop = ControllerStopNotice(config.notice_grace)
+        self.notices = NoticeWatcher([*notice_sources, self.controller_stop], config.notice_poll_interval)
+        self.heartbeat = Heartbeat(
+            self.client, config.heartbeat_interval, self.sync.newest_local_step, self.controller_stop.on_heartbeat_reply
+        )
         self.backup = PeriodicBackup(self.sync, config.sync_interval)
         self._process: CommandProcess | None = None
 

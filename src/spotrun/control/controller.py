@@ -267,6 +267,21 @@ class Controller:
             log.warning("describe %s failed", attempt.instance_id, exc_info=True)
             return None
 
+    def request_move(self, attempt_id: int, reason: str) -> None:
+        """Ask the attempt's agent (in its next heartbeat's answer) to checkpoint and stop, so the job can move."""
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.state != "running":
+                return
+            attempt.state = "draining"
+            attempt.notice_at = now
+            attempt.notice_source = f"move: {reason}"[:60]
+            add_event(
+                session, at=now, kind="move_requested", job_id=attempt.job_id, attempt_id=attempt.id,
+                message=f"attempt {attempt.number}: asking the trainer to checkpoint and stop ({reason})",
+            )
+
     def _mark_running(self, attempt_id: int, verdict: Verdict) -> None:
         now = self.clock.now()
         with self.store.session() as session:
@@ -330,6 +345,8 @@ class Controller:
                 records.transition(session, job, JobState.FAILED, now, job.failure_reason)
             else:
                 records.transition(session, job, JobState.PROVISIONING, now, f"the command failed; restart {job.restarts_on_error} of {spec.max_restarts_on_error}")
+        elif reason == "migrated":
+            records.transition(session, job, JobState.PROVISIONING, now, "moving to a better placement")
         else:  # lost: the instance or its agent vanished without a word; not the user's fault
             records.transition(session, job, JobState.PROVISIONING, now, f"attempt {reason}; placing the job again")
 

@@ -69,7 +69,7 @@ def preempt(store: Store, job_id: int, now: float, notice_seconds: float | None 
     with store.session() as session:
         job = get_job(session, job_id)
         attempt = records.open_attempt(session, job_id)
-        if attempt is None or attempt.instance_id is None or attempt.state != "running":
+        if attempt is None or attempt.instance_id is None or attempt.state not in ("running", "draining"):
             raise LookupError(f"job {job_id} is {job.state} and holds no running instance to preempt")
         target = PreemptTarget(attempt.instance_id, attempt.provider, attempt.number)
         add_event(

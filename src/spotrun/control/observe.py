@@ -38,6 +38,8 @@ def judge_attempt(
     if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait:
         failure = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
         return Verdict("cancelled", failure, job_failure=failure)
+    if attempt.state == "draining":
+        return _judge_draining(attempt, info, now, spec)
     if attempt.reported_outcome:
         code = f" (exit code {attempt.exit_code})" if attempt.exit_code is not None else ""
         return Verdict(attempt.reported_outcome, f"the agent reported {attempt.reported_outcome}{code}")
@@ -63,4 +65,19 @@ def _judge_agent(
         return Verdict("lost", f"no heartbeat for {now - last_sign:.0f} s")
     if job.state != JobState.RUNNING:
         return Verdict(None, f"agent started on {attempt.instance_id}")
+    return None
+
+
+DRAIN_MARGIN = 15.0  # seconds beyond the trainer's grace for the agent to back up and report
+
+
+def _judge_draining(attempt: Attempt, info: InstanceInfo | None, now: float, spec: JobSpec) -> Verdict | None:
+    """An attempt the controller asked to stop so that the job can move: it ends as "migrated" once the agent
+    reports (the trainer checkpointed), or when it overstays its grace."""
+    if attempt.reported_outcome:
+        return Verdict("migrated", f"stopped to move ({attempt.notice_source}); the agent reported {attempt.reported_outcome}")
+    if info is not None and info.state == "terminated":
+        return Verdict("preempted" if info.reclaimed else "lost", f"instance {info.instance_id} went while stopping")
+    if attempt.notice_at is not None and now - attempt.notice_at > spec.spot.notice_grace + DRAIN_MARGIN:
+        return Verdict("migrated", "the agent did not stop in time; terminating to move")
     return None

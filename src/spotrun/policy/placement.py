@@ -66,6 +66,8 @@ class PlacementContext:
     restart_overhead: float | None = None  # seconds of no progress after each start (None: the policy's own guess)
     step: float | None = None  # seconds until the policy is asked again (the simulator's tick, the controller's period)
     spot: SpotLog | None = None  # what has been seen of spot per zone (None: derived from `history`)
+    spot_price: float | None = None  # $/h of the job's instance type on spot (None: the policy's own ratio)
+    on_demand_price: float | None = None  # $/h on-demand
     spot_now: Mapping[str, bool] = field(default_factory=lambda: _NOTHING_KNOWN)  # availability known at `now` without trying (simulator's paper model)
 
     def spot_log(self) -> SpotLog:

@@ -73,7 +73,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
                 attempt.checkpoint_step = body.checkpoint_step
-            return {"ok": True, "cancel": attempt.job.cancel_requested}
+            stop = attempt.notice_source if attempt.state == "draining" else None
+            return {"ok": True, "stop": stop}
 
     @app.post("/agent/v1/attempts/{attempt_id}/notice")
     def notice(body: Notice, attempt_id: int = Authorized) -> dict:

@@ -13,7 +13,6 @@ NO_CAPACITY_CODES = frozenset({
     "UnfulfillableCapacity",
     "capacity-not-available",
     "capacity-oversubscribed",
-    "SpotCapacityNotAvailable",
 })
 PRICE_TOO_LOW_CODES = frozenset({"SpotMaxPriceTooLow", "price-too-low"})
 QUOTA_CODES = frozenset({
