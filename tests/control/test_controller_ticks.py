@@ -277,3 +277,18 @@ def test_a_move_the_agent_ignores_is_forced_after_the_grace(world):
     world.tick(10)
     assert world.attempts(job_id)[0].end_reason == "migrated"
     assert world.cloud.describe(instance).state == "terminated"
+
+
+def test_an_instance_the_cloud_cannot_describe_and_a_silent_agent_is_lost_only_after_the_unknown_timeout(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+
+    def failing_describe(instance_id):
+        raise ConnectionError("the cloud's API is down")
+
+    world.cloud.describe = failing_describe
+    world.tick(300)
+    assert world.attempts(job_id)[0].ended_at is None  # unknown is not a verdict
+    world.tick(301)
+    assert world.attempts(job_id)[0].end_reason == "lost"
+    assert world.cloud.instances[instance].state == "terminated"

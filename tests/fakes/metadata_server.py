@@ -64,7 +64,9 @@ class FakeMetadataServer:
         self._closing = False
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name=type(self).__name__, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name=type(self).__name__, daemon=True
+        )
         self._thread.start()
 
     # ---- what tests use ------------------------------------------------------------------------------------

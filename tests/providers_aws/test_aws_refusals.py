@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import ClientError
 
 from spotrun.providers.aws import AwsApiError
+from spotrun.providers.aws.errors import translate
 from spotrun.providers.base import NoCapacity, PriceTooLow, QuotaExceeded
 
 
@@ -21,21 +23,27 @@ from spotrun.providers.base import NoCapacity, PriceTooLow, QuotaExceeded
         ("VcpuLimitExceeded", QuotaExceeded),
     ],
 )
-def test_refusal_codes_map_to_provider_errors(aws_in_process, make_request, inject, code, refusal) -> None:
-    handler = inject(aws_in_process, "RunInstances", error=(code, f"EC2 says {code}"))
+def test_refusal_codes_map_to_provider_errors(code, refusal) -> None:
+    error = ClientError({"Error": {"Code": code, "Message": f"EC2 says {code}"}}, "RunInstances")
+
+    translated = translate(error, "ec2:RunInstances")
+
+    assert type(translated) is refusal
+    assert f"EC2 says {code}" in str(translated)
+
+
+@pytest.mark.parametrize(
+    ("code", "refusal"),
+    [("InsufficientInstanceCapacity", NoCapacity), ("SpotMaxPriceTooLow", PriceTooLow), ("VcpuLimitExceeded", QuotaExceeded)],
+)
+def test_refusals_from_ec2_reach_the_caller(aws, make_request, inject, code, refusal) -> None:
+    handler = inject(aws, "RunInstances", error=(code, f"EC2 says {code}"))
 
     with pytest.raises(refusal, match=f"EC2 says {code}"):
-        aws_in_process.launch(make_request("sr-42-refused"))
+        aws.launch(make_request("sr-42-refused"))
 
     assert len(handler.calls) == 1
-    assert aws_in_process.list_instances() == []
-
-
-def test_capacity_error_from_moto_server(aws, make_request, inject) -> None:
-    inject(aws, "RunInstances", error=("InsufficientInstanceCapacity", "no p3 in us-east-1a"))
-
-    with pytest.raises(NoCapacity, match="no p3 in us-east-1a"):
-        aws.launch(make_request("sr-42-nocap"))
+    assert aws.list_instances() == []
 
 
 def test_other_errors_keep_the_aws_code_and_message(aws_in_process, make_request, inject) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import spotrun
-from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, PreemptionFlag, layout
+from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint, PreemptionFlag, layout
 
 
 def make_state(fill: float | None = None) -> tuple[spotrun.TrainingState, torch.nn.Module, dict[str, object]]:
@@ -72,11 +72,11 @@ def test_corrupt_newest_falls_back_with_warning(tmp_path: Path, damage) -> None:
     assert torch.equal(model.weight, torch.full((3, 4), 0.0))
 
 
-def test_every_checkpoint_corrupt_gives_none_with_warnings(tmp_path: Path) -> None:
+def test_every_checkpoint_corrupt_raises_no_valid_checkpoint(tmp_path: Path) -> None:
     save_steps(tmp_path, [0])
     (tmp_path / "ckpt-000000000001" / "rank-00000.pt").write_bytes(b"garbage")
-    with pytest.warns(CheckpointWarning):
-        assert restore(tmp_path)[0] is None
+    with pytest.raises(NoValidCheckpoint, match="ckpt-000000000001: rank-00000.pt does not match"):
+        restore(tmp_path)
 
 
 def test_uncommitted_folders_are_ignored_silently_and_cleaned(tmp_path: Path) -> None:

@@ -119,12 +119,17 @@ class SigtermNotice:
 
 
 def metadata_notice_sources(environ: Mapping[str, str] = os.environ) -> list[NoticeSource]:
-    """The instance-metadata sources this instance has: local metadata when $SPOTRUN_LOCAL_METADATA is set
-    (cloud metadata sources go here too). SigtermNotice is added by the caller, who owns signal handling."""
+    """The instance-metadata sources this instance has: local metadata when $SPOTRUN_LOCAL_METADATA is set, and
+    the cloud's when $SPOTRUN_CLOUD (aws|gcp|azure) or an endpoint override names it (see `cloud_notices`).
+    Nothing is probed here. SigtermNotice is added by the caller, who owns signal handling."""
+    # Imported here: cloud_notices builds on this module's Notice.
+    from spotrun.agent.cloud_notices import cloud_notice_sources
+
     sources: list[NoticeSource] = []
     local_root = environ.get(LOCAL_METADATA_ENV_VAR)
     if local_root:
         sources.append(LocalMetadataNotice(Path(local_root)))
+    sources.extend(cloud_notice_sources(environ))
     return sources
 
 

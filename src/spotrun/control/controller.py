@@ -43,6 +43,7 @@ class ControllerSettings:
     heartbeat_timeout: float = 30.0
     boot_timeout: float = 120.0
     launch_timeout: float = 300.0
+    unknown_timeout: float = 600.0  # describe failing and no heartbeat for this long: the instance is lost
     agent_heartbeat_interval: float = 1.0
     backoff_base: float = 5.0
     backoff_max: float = 300.0

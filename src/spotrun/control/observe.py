@@ -44,7 +44,7 @@ def judge_attempt(
         code = f" (exit code {attempt.exit_code})" if attempt.exit_code is not None else ""
         return Verdict(attempt.reported_outcome, f"the agent reported {attempt.reported_outcome}{code}")
     if info is None or info.state == "unknown":
-        return None  # a failed probe says nothing
+        return _judge_unknown(attempt, now, settings, controller_started_at)
     if info.state == "terminated":
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
@@ -80,4 +80,16 @@ def _judge_draining(attempt: Attempt, info: InstanceInfo | None, now: float, spe
         return Verdict("preempted" if info.reclaimed else "lost", f"instance {info.instance_id} went while stopping")
     if attempt.notice_at is not None and now - attempt.notice_at > spec.spot.notice_grace + DRAIN_MARGIN:
         return Verdict("migrated", "the agent did not stop in time; terminating to move")
+    return None
+
+
+def _judge_unknown(
+    attempt: Attempt, now: float, settings: ControllerSettings, controller_started_at: float
+) -> Verdict | None:
+    """A failed probe says nothing; but an instance the cloud cannot describe AND whose agent has been silent
+    for long (e.g. records the cloud has already forgotten) is lost, or the attempt would hang forever."""
+    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.started_at or 0.0, controller_started_at)
+    silent = now - last_sign
+    if silent > max(settings.heartbeat_timeout, settings.unknown_timeout):
+        return Verdict("lost", f"the cloud cannot describe the instance and its agent has been silent for {silent:.0f} s")
     return None

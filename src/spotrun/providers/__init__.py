@@ -15,12 +15,19 @@ from spotrun.providers.base import (
 )
 
 
+CLOUDS = ("local", "aws")
+
+
 def get_provider(name: str, **options: Any) -> Provider:
     if name == "local":
         from spotrun.providers.local import LocalProvider
 
         return LocalProvider(**options)
-    raise ValueError(f"unknown cloud {name!r}; known: local")
+    if name == "aws":
+        from spotrun.providers.aws import AwsProvider
+
+        return AwsProvider(**options)
+    raise ValueError(f"unknown cloud {name!r}; known: {', '.join(CLOUDS)}")
 
 
 __all__ = [

@@ -38,6 +38,7 @@ import fsspec
 import torch
 
 from spotrun.sdk import distributed, layout
+from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PREEMPTED_EXIT_CODE, PreemptionFlag, preemption_flag
 from spotrun.sdk.state import TrainingState, snapshot_to_host
 from spotrun.sdk.storage import open_store
@@ -52,14 +53,6 @@ SHARED_FILE = "shared.pt"
 
 def rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
-
-
-class CheckpointError(RuntimeError):
-    """A save failed; nothing was committed for that step."""
-
-
-class CheckpointWarning(UserWarning):
-    """A checkpoint was skipped on restore (corrupt or unreadable) or only partly applied."""
 
 
 @dataclass(frozen=True)
@@ -137,16 +130,25 @@ class Checkpointer:
 
     def restore(self, state: TrainingState) -> int | None:
         """Load the newest complete, intact checkpoint into ``state``; the number of steps it holds (the
-        index of the next step to run), or None when there is none. Corrupt ones are skipped with a
-        CheckpointWarning."""
+        index of the next step to run), or None when there is none (folders without a manifest, i.e. saves
+        that died half-way, do not count). Corrupt ones are skipped with a CheckpointWarning.
+
+        Raises NoValidCheckpoint when checkpoints exist but none verifies, and IncompatibleCheckpoint when
+        the chosen one does not fit ``state`` (another model shape, ...); either way ``state`` is unchanged
+        and nothing in the folder is deleted."""
         _require_training_state(state)
         self.wait()
-        found = self._newest_intact() if self.rank == 0 else None
-        chosen = self._ranks.broadcast_from_first(found[:2] if found else None)
+        found, failure = self._newest_intact() if self.rank == 0 else (None, None)
+        chosen, failure = self._ranks.broadcast_from_first((found[:2] if found else None, failure))
+        if failure is not None:
+            raise NoValidCheckpoint(failure)
         if chosen is None:
             return None
         steps_done, path = chosen
-        state.load_state_dict(found[2] if found else self._read_payload(path))
+        try:
+            state.load_state_dict(found[2] if found else self._read_payload(path))
+        except IncompatibleCheckpoint as error:
+            raise IncompatibleCheckpoint(f"{path}: {error}") from None
         self._last_saved = steps_done
         self._last_save_time = time.monotonic()
         log.info("restored checkpoint %s (%d steps done)", path, steps_done)
@@ -300,20 +302,31 @@ class Checkpointer:
 
     # -- restoring ----------------------------------------------------------------------------------------
 
-    def _newest_intact(self) -> tuple[int, str, dict[str, Any]] | None:
-        """Rank 0: (steps, path, rank 0's payload) of the newest committed checkpoint whose every file
-        matches the manifest and unpickles."""
-        self.store.clean_staging()
-        for steps_done, path in reversed(self.store.committed()):
+    def _newest_intact(self) -> tuple[tuple[int, str, dict[str, Any]] | None, str | None]:
+        """Rank 0: ((steps, path, rank 0's payload) of the newest checkpoint whose every file matches the
+        manifest and unpickles, None), or (None, why none does) when there are candidates but none is
+        intact, or (None, None) when there is no candidate. Leftover staging folders are removed only
+        when the outcome is not a failure."""
+        rejected: list[str] = []
+        for steps_done, path in reversed(self.store.candidates()):
             try:
                 payload = self._decode(path, self.store.read_verified(path))
-            except Exception as error:  # any unreadable checkpoint is skipped, never fatal
-                message = f"skipping checkpoint {path}: {error}"
-                log.warning(message)
-                warnings.warn(message, CheckpointWarning, stacklevel=3)
+            except Exception as error:  # any unreadable checkpoint is skipped here, whatever the damage
+                rejected.append(_reason(path, error))
+                log.warning("skipping checkpoint %s", rejected[-1])
                 continue
-            return steps_done, path, payload
-        return None
+            for reason in rejected:
+                warnings.warn(f"skipping checkpoint {reason}", CheckpointWarning, stacklevel=3)
+            self.store.clean_staging()
+            return (steps_done, path, payload), None
+        if rejected:
+            listed = "\n  ".join(rejected)
+            return None, (
+                f"no valid checkpoint in {self.store.fs.unstrip_protocol(self.root)}; nothing was loaded or "
+                f"deleted (move these aside to start from scratch):\n  {listed}"
+            )
+        self.store.clean_staging()
+        return None, None
 
     def _read_payload(self, path: str) -> dict[str, Any]:
         names = [SHARED_FILE] + ([rank_file(self.rank)] if self._has_file(path, rank_file(self.rank)) else [])
@@ -326,10 +339,10 @@ class Checkpointer:
     def _decode(self, path: str, files: dict[str, bytes]) -> dict[str, Any]:
         if SHARED_FILE not in files:
             raise layout.CorruptCheckpoint(f"{path}: no {SHARED_FILE}")
-        payload = _deserialize(files[SHARED_FILE])
+        payload = _deserialize_components(path, SHARED_FILE, files[SHARED_FILE])
         own = rank_file(self.rank)
         if own in files:  # absent when the checkpoint was saved by fewer ranks
-            payload.update(_deserialize(files[own]))
+            payload.update(_deserialize_components(path, own, files[own]))
         return payload
 
 
@@ -360,6 +373,21 @@ def _deserialize(data: bytes) -> dict[str, Any]:
     # weights_only=False: the payload holds RNG states and user objects; the manifest's checksums vouch
     # that these are the bytes this SDK wrote (integrity, not trust: do not restore untrusted checkpoints).
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def _deserialize_components(path: str, name: str, data: bytes) -> dict[str, Any]:
+    payload = _deserialize(data)
+    if not isinstance(payload, dict) or not all(isinstance(key, str) for key in payload):
+        raise layout.CorruptCheckpoint(f"{path}: {name} holds a {type(payload).__name__}, not named components")
+    return payload
+
+
+def _reason(path: str, error: Exception) -> str:
+    """``path: what is wrong with it``, for any failure to read a checkpoint."""
+    message = str(error)
+    if isinstance(error, layout.CorruptCheckpoint) and message.startswith(path):
+        return message
+    return f"{path}: {type(error).__name__}: {message}"
 
 
 def _log_failure(future: Future[None]) -> None:

@@ -52,6 +52,28 @@ def list_committed(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, 
     return sorted(found)
 
 
+def list_candidates(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
+    """(step, path) of every ckpt-* folder under root holding a manifest file, readable or not, oldest first:
+    what restore must either use or report. A folder without one is a save that died half-way."""
+    try:
+        entries = fs.ls(root, detail=False)
+    except (FileNotFoundError, OSError):
+        return []
+    found = []
+    for path in entries:
+        step = parse_step(path)
+        if step is not None and _is_file(fs, f"{path.rstrip('/')}/{MANIFEST_NAME}"):
+            found.append((step, path))
+    return sorted(found)
+
+
+def _is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    try:
+        return bool(fs.isfile(path))
+    except OSError:
+        return False
+
+
 MANIFEST_FORMAT = 1
 
 

@@ -101,12 +101,19 @@ class ResumableSampler(Sampler):
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "position": self.position, **{f: getattr(self, f) for f in _CONFIG_FIELDS}}
 
+    def state_dict_mismatches(self, state: Any) -> list[str]:
+        """Why ``state`` cannot be loaded here: another configuration (the rank may differ), or no position."""
+        if not isinstance(state, dict) or not all(isinstance(state.get(key), int) for key in ("epoch", "position")):
+            return ["the checkpoint holds no sampler position"]
+        return [
+            f"the checkpoint was made with {field}={state.get(field)!r}, this sampler has {field}={getattr(self, field)!r}"
+            for field in _CONFIG_FIELDS
+            if field != "rank" and state.get(field) != getattr(self, field)
+        ]
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for field in _CONFIG_FIELDS:
-            if field != "rank" and state.get(field) != getattr(self, field):
-                raise ValueError(
-                    f"sampler mismatch: the checkpoint was made with {field}={state.get(field)!r}, "
-                    f"this sampler has {field}={getattr(self, field)!r}"
-                )
+        problems = self.state_dict_mismatches(state)
+        if problems:
+            raise ValueError(f"sampler mismatch: {'; '.join(problems)}")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])

@@ -13,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from spotrun.sdk.compat import mismatches
+from spotrun.sdk.errors import IncompatibleCheckpoint
+
 RNG_COMPONENT = "rng"
 
 
@@ -35,6 +38,11 @@ class RNGState:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
+
+    def state_dict_mismatches(self, state: Any) -> list[str]:
+        if not isinstance(state, Mapping):
+            return [f"the checkpoint holds a {type(state).__name__}, not RNG states"]
+        return [f"no {kind} RNG state in the checkpoint" for kind in ("python", "numpy", "torch") if kind not in state]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         random.setstate(state["python"])
@@ -90,10 +98,17 @@ class TrainingState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Load every component found in ``state``. A component ``state`` lacks keeps its current value, with
-        a warning; a component only ``state`` has is an error (the checkpoint is of another program)."""
+        a warning; a component only ``state`` has is an error (the checkpoint is of another program).
+
+        Every component is checked first (see ``compat``): IncompatibleCheckpoint names each mismatch (a
+        parameter of another shape, ...) and nothing is loaded."""
         unknown = state.keys() - self.components.keys()
         if unknown:
             raise KeyError(f"the checkpoint has components this state does not: {sorted(unknown)}")
+        problems = [problem for name, value in state.items() for problem in mismatches(name, self.components[name], value)]
+        if problems:
+            listed = "\n  ".join(problems)
+            raise IncompatibleCheckpoint(f"the checkpoint does not fit this training state; nothing was loaded:\n  {listed}")
         missing = self.components.keys() - state.keys()
         if missing:
             warnings.warn(

@@ -38,6 +38,11 @@ class CheckpointStore:
         self.fs.invalidate_cache(self.root)
         return layout.list_committed(self.fs, self.root)
 
+    def candidates(self) -> list[tuple[int, str]]:
+        """(step, path) of every folder with a manifest file, readable or not, oldest first."""
+        self.fs.invalidate_cache(self.root)
+        return layout.list_candidates(self.fs, self.root)
+
     def checkpoint_folders(self) -> list[tuple[int, str]]:
         """(step, path) of every ckpt-* folder, committed or not, oldest first."""
         self.fs.invalidate_cache(self.root)

@@ -57,7 +57,7 @@ class Daemon:
             log.info("another controller holds the lease; nothing to do")
             return 0
         sock = _bind_agent_socket(self.store)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        url = advertised_url(sock.getsockname()[1])
         server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store), log_level="warning", access_log=False))
         threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="agent-api").start()
         self._take_lease(url)
@@ -118,16 +118,25 @@ def _bind_agent_socket(store: Store) -> socket.socket:
     with store.session() as session:
         row = session.get(Setting, PORT_SETTING)
         wanted = int(row.value) if row else 0
+    wanted = int(os.environ.get("SPOTRUN_CONTROLLER_PORT") or wanted)
+    host = os.environ.get("SPOTRUN_CONTROLLER_BIND", "127.0.0.1")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", wanted))
+        sock.bind((host, wanted))
     except OSError:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
     port = sock.getsockname()[1]
     with store.session() as session:
         session.merge(Setting(key=PORT_SETTING, value=port))
     return sock
+
+
+def advertised_url(port: int) -> str:
+    """The agent API's URL as instances must use it: $SPOTRUN_CONTROLLER_URL as given (a routable address for
+    cloud instances; bind with SPOTRUN_CONTROLLER_BIND and SPOTRUN_CONTROLLER_PORT to match), else loopback."""
+    configured = os.environ.get("SPOTRUN_CONTROLLER_URL")
+    return configured.rstrip("/") if configured else f"http://127.0.0.1:{port}"
 
 
 def live_controller_url(store: Store) -> str | None:

@@ -1,0 +1,21 @@
+"""What the Checkpointer raises and warns about."""
+
+from __future__ import annotations
+
+
+class CheckpointError(RuntimeError):
+    """A save failed (nothing was committed for that step), or restore found nothing it could use."""
+
+
+class NoValidCheckpoint(CheckpointError):
+    """Checkpoints exist but none of them verifies; each one is named with its reason. Nothing was loaded
+    and nothing was deleted."""
+
+
+class IncompatibleCheckpoint(CheckpointError):
+    """The checkpoint's state does not fit the training state (another model shape, optimizer or sampler
+    configuration); each mismatch is named. Nothing was loaded."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped on restore (corrupt or unreadable) or only partly applied."""
