@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from email.utils import format_datetime
 from typing import Any
 
-from .metadata_server import FakeMetadataServer, Reply, ServedRequest, text_reply
+from .metadata_server import FakeMetadataServer, Reply, ServedRequest
 
 SCHEDULED_EVENTS_PATH = "/metadata/scheduledevents"
 METADATA_HEADER = "Metadata"

@@ -73,8 +73,7 @@ class FakeMetadataServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def requests(self) -> list[ServedRequest]:

@@ -11,7 +11,6 @@ The services are link-local, so requests never go through a proxy, and every one
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -43,6 +42,7 @@ AWS_TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 AWS_TOKEN_HEADER = "X-aws-ec2-metadata-token"
 AWS_TOKEN_TTL_SECONDS = 21600  # the longest IMDSv2 allows
 AWS_TOKEN_REFRESH_MARGIN = 0.1  # renew once 90% of the token's life has passed
+AWS_REBALANCE_WARNING = "rebalance"
 
 GCE_METADATA_URL = "http://metadata.google.internal"
 GCE_PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
@@ -78,7 +78,7 @@ class EarlyWarning:
 EarlyWarningHandler = Callable[[EarlyWarning], None]
 
 
-def metadata_client(base_url: str, timeout: float) -> httpx.Client:
+def metadata_client(base_url: str, timeout: float | httpx.Timeout) -> httpx.Client:
     # trust_env=False: a metadata service is link-local and must never be reached through $HTTP_PROXY.
     return httpx.Client(base_url=base_url, timeout=timeout, trust_env=False, follow_redirects=False)
 
@@ -104,8 +104,9 @@ class MetadataSource:
             self._unknown(f"{type(exc).__name__}: {exc}")
             return None
         except Exception as exc:  # a bug here must not stop the watcher; the rule is "unknown", not "preempted"
-            log.exception("notice source %s failed unexpectedly", self.name)
-            self._unknown(repr(exc))
+            if repr(exc) != self._last_unknown:
+                log.exception("notice source %s failed unexpectedly", self.name)
+                self._last_unknown = repr(exc)
             return None
         self._last_unknown = None
         return self._notice
@@ -190,8 +191,9 @@ class AwsSpotNotice(MetadataSource):
         return Notice(self.name, deadline, f"spot instance-action {kind} at {when}")
 
     def _check_rebalance(self) -> None:
-        """A failed rebalance probe is only logged: it must not hide a good answer about instance-action."""
-        if "rebalance" in self._warned:
+        """A failed rebalance probe must not hide a good answer about instance-action; the recommendation is
+        advisory, so its failures are only logged at debug level (the instance-action probe reports outages)."""
+        if AWS_REBALANCE_WARNING in self._warned:
             return
         try:
             response = self._get(AWS_REBALANCE_PATH)
@@ -202,9 +204,9 @@ class AwsSpotNotice(MetadataSource):
             notice_time = json_object(response, "rebalance recommendation").get("noticeTime")
             at = parse_iso_time(notice_time) if isinstance(notice_time, str) else None
         except (ProbeFailed, httpx.HTTPError, ValueError) as exc:
-            self._unknown(f"rebalance recommendation: {type(exc).__name__}: {exc}")
+            log.debug("rebalance recommendation unknown: %s: %s", type(exc).__name__, exc)
             return
-        self._early_warning("rebalance", f"EC2 rebalance recommendation (noticeTime {notice_time})", at)
+        self._early_warning(AWS_REBALANCE_WARNING, f"EC2 rebalance recommendation (noticeTime {notice_time})", at)
 
     def _get(self, path: str) -> httpx.Response:
         response = self._client.get(path, headers={AWS_TOKEN_HEADER: self._session_token()})
@@ -351,6 +353,8 @@ class GcpPreemptionNotice(MetadataSource):
         if event.value == "TERMINATE_ON_HOST_MAINTENANCE":
             deadline = event.since + GCE_MAINTENANCE_NOTICE_SECONDS
             return Notice(self.name, deadline, f"GCE maintenance-event {event.value}")
+        if event.value != "MIGRATE_ON_HOST_MAINTENANCE":
+            raise ProbeFailed(f"unexpected maintenance-event {event.value[:60]!r}")
         self._early_warning(f"maintenance {event.value}", f"GCE maintenance-event {event.value}", None)
         return None
 
@@ -425,7 +429,8 @@ class AzurePreemptNotice(MetadataSource):
             raise ProbeFailed(f"Preempt NotBefore {not_before!r} is not an RFC 1123 date") from exc
         if self._acknowledge:
             self._approve(event)
-        return Notice(self.name, deadline, f"Azure Preempt event {event.get('EventId')} not before {not_before or 'now'}")
+        detail = f"Azure Preempt event {event.get('EventId')} not before {not_before or 'now'}"
+        return Notice(self.name, deadline, detail)
 
     def _approve(self, event: dict[str, Any]) -> None:
         """Failing to approve loses nothing: the event starts at NotBefore anyway."""

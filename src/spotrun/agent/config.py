@@ -34,7 +34,7 @@ class AgentConfig(BaseModel):
     checkpoint_store: str = Field(min_length=1, description="fsspec URI or local path")
     heartbeat_interval: float = Field(default=1.0, gt=0)
     sync_interval: float = Field(default=30.0, gt=0)
-    notice_poll_interval: float = Field(default=1.0, gt=0)
+    notice_poll_interval: float = Field(default=1.0, gt=0, le=5)  # AWS gives 2 min; poll at least every 5 s
     notice_grace: float = Field(default=30.0, ge=0, description="trainer's grace when a notice has no deadline")
     sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
     storage_options: dict[str, Any] = Field(default_factory=dict)

@@ -8,34 +8,50 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
-from spotrun.cli.views import attempts_table, follow_events, job_bill, job_rows, status_table
+from spotrun.cli.admin import tokens_app, users_app
+from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.views import attempts_table, follow_events, status_table
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
-from spotrun.spec import SpecError, load_spec
-from spotrun.state import Store
+from spotrun.spec import SpecError
 
-app = typer.Typer(help="Train on spot instances: preemptions handled, checkpoints kept, costs told.", no_args_is_help=True)
-app.add_typer(market_cli.app, name="market")
 console = Console()
 errors = Console(stderr=True)
-
-JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
-AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-
-
-def _store() -> Store:
-    return Store()
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
     errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+class _Commands(TyperGroup):
+    """Reports a BackendError (e.g. an unreachable server) as one error line, whichever command raised it."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BackendError as problem:
+            raise _fail(str(problem)) from None
+
+
+app = typer.Typer(
+    help="Train on spot instances: preemptions handled, checkpoints kept, costs told.", no_args_is_help=True,
+    cls=_Commands,
+)
+app.add_typer(market_cli.app, name="market")
+app.add_typer(users_app, name="user")
+app.add_typer(tokens_app, name="token")
+
+JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command()
@@ -44,30 +60,26 @@ def launch(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show the job's life until it ends")] = False,
 ) -> None:
     """Submit a job; starts the controller when none is running."""
-    from spotrun.server.daemon import ensure_running
-
+    backend = current_backend()
     try:
-        spec = load_spec(job_file)
-        store = _store()
-        job_id = jobs_api.submit(store, spec, time.time(), spec_dir=job_file.resolve().parent)
+        launched = backend.launch(job_file)
     except SpecError as problem:
         errors.print("[red]invalid job file[/]")
         typer.echo(str(problem), err=True)  # one unwrapped line per problem, for people and for grep
         raise typer.Exit(2) from None
-    ensure_running(store)
-    console.print(f"launched job [bold]{job_id}[/] ({spec.name})")
+    console.print(f"launched job [bold]{launched.id}[/] ({launched.name})")
     if follow:
-        _follow(store, job_id)
+        _follow(backend, launched.id)
 
 
-def _follow(store: Store, job_id: int) -> None:
-    state = follow_events(store, job_id, console)
-    job, job_bill_ = job_bill(store, job_id, time.time())
-    console.print(f"job {job_id} [bold]{state}[/] after {len([a for a in job.attempts if a.started_at])} attempts, "
-                  f"{job.preemptions} preemptions")
-    if job.failure_reason:
-        console.print(f"reason: {job.failure_reason}")
-    console.print(format_bill(job_bill_))
+def _follow(backend: Backend, job_id: int) -> None:
+    state = follow_events(backend, job_id, console)
+    detail = backend.detail(job_id)
+    console.print(f"job {job_id} [bold]{state}[/] after {detail.job.attempts} attempts, "
+                  f"{detail.job.preemptions} preemptions")
+    if detail.job.failure_reason:
+        console.print(f"reason: {detail.job.failure_reason}")
+    console.print(format_bill(detail.bill.to_bill()))
     if state != "SUCCEEDED":
         raise typer.Exit(1)
 
@@ -75,24 +87,25 @@ def _follow(store: Store, job_id: int) -> None:
 @app.command()
 def status(job_id: Annotated[Optional[int], typer.Argument()] = None, as_json: AsJson = False) -> None:
     """The jobs (or one job and its attempts)."""
-    store = _store()
+    backend = current_backend()
     try:
-        rows = job_rows(store, time.time(), job_id)
+        detail = backend.detail(job_id) if job_id is not None else None
+        rows = [detail.job] if detail is not None else backend.rows()
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if as_json:
         typer.echo(json.dumps([row.to_json() for row in rows], indent=2))
         return
     console.print(status_table(rows))
-    if job_id is not None:
-        console.print(attempts_table(store, job_id, time.time()))
+    if detail is not None:
+        console.print(attempts_table(detail.attempts, detail.job.id, time.time()))
 
 
 @app.command()
 def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
     """One stream across all the job's attempts, each attempt's start marked."""
     try:
-        logs_view.print_logs(_store(), job_id, sys.stdout, follow=follow)
+        logs_view.print_logs(current_backend(), job_id, sys.stdout, follow=follow)
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
 
@@ -104,7 +117,7 @@ def preempt(
 ) -> None:
     """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
     try:
-        target = jobs_api.preempt(_store(), job_id, time.time(), notice)
+        target = current_backend().preempt(job_id, notice)
     except (jobs_api.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
     console.print(f"preempting {target.instance_id} (attempt {target.attempt_number} of job {job_id})")
@@ -113,16 +126,12 @@ def preempt(
 @app.command()
 def cancel(job_id: JobId) -> None:
     """Stop a job and give back its instance."""
-    store = _store()
     try:
-        requested = jobs_api.request_cancel(store, job_id, time.time())
+        requested = current_backend().cancel(job_id)
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if not requested:
         raise _fail(f"job {job_id} has already ended")
-    from spotrun.server.daemon import ensure_running
-
-    ensure_running(store)
     console.print(f"cancelling job {job_id}")
 
 
@@ -130,13 +139,37 @@ def cancel(job_id: JobId) -> None:
 def cost(job_id: JobId, as_json: AsJson = False) -> None:
     """What the job cost, what it would have cost on-demand, and the saving."""
     try:
-        job, the_bill = job_bill(_store(), job_id, time.time())
+        job_cost = current_backend().cost(job_id)
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
+    the_bill = job_cost.bill.to_bill()
     if as_json:
-        typer.echo(json.dumps({"job_id": job_id, "state": job.state, **the_bill.to_json()}, indent=2))
+        typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **the_bill.to_json()}, indent=2))
     else:
-        console.print(f"job {job_id} ({job.name}, {job.state}): {format_bill(the_bill)}")
+        console.print(f"job {job_id} ({job_cost.name}, {job_cost.state}): {format_bill(the_bill)}")
+
+
+@app.command()
+def server(
+    host: Annotated[str, typer.Option(envvar="SPOTRUN_SERVER_HOST", help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="SPOTRUN_SERVER_PORT", help="port to listen on (0: any free one)")] = 8080,
+    database_url: Annotated[Optional[str], typer.Option(
+        envvar="SPOTRUN_DATABASE_URL", help="the store (default: SQLite under $SPOTRUN_HOME)")] = None,
+    public_url: Annotated[Optional[str], typer.Option(
+        envvar="SPOTRUN_PUBLIC_URL", help="the URL agents and users reach this server at (default: from host/port)")] = None,
+    tick_interval: Annotated[float, typer.Option(envvar="SPOTRUN_TICK_INTERVAL", help="seconds between ticks")] = 0.5,
+    no_controller: Annotated[bool, typer.Option("--no-controller", help="serve the API only; never drive jobs")] = False,
+) -> None:
+    """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
+    import logging
+
+    from spotrun.server.serve import serve
+    from spotrun.state import Store
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
+          run_controller=not no_controller)
 
 
 @app.command()

@@ -1,70 +1,23 @@
-"""Read-only views of jobs for the CLI: rows for `status`, the bill for `cost`, the follow display."""
+"""How the CLI shows jobs: the `status` tables and the follow display (the rows themselves: spotrun.server.views)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from spotrun.control import jobs as jobs_api
 from spotrun.control.states import is_terminal
-from spotrun.costs.ledger import JobBill, bill
-from spotrun.state import Job, Store
+from spotrun.server.views import AttemptView, JobRow, job_row
 
+if TYPE_CHECKING:
+    from spotrun.cli.backend import Backend
 
-@dataclass(frozen=True)
-class JobRow:
-    id: int
-    name: str
-    state: str
-    attempts: int
-    preemptions: int
-    market: str | None
-    zone: str | None
-    elapsed: float
-    cost: float
-    checkpoint_step: int | None
-    failure_reason: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def job_row(job: Job, now: float) -> JobRow:
-    placed = [a for a in job.attempts if a.started_at is not None]
-    current = placed[-1] if placed and not is_terminal(job.state) else None
-    steps = [a.checkpoint_step for a in job.attempts if a.checkpoint_step is not None]
-    return JobRow(
-        id=job.id,
-        name=job.name,
-        state=job.state,
-        attempts=len(placed),
-        preemptions=job.preemptions,
-        market=current.market if current and current.ended_at is None else None,
-        zone=current.zone if current and current.ended_at is None else None,
-        elapsed=(job.finished_at or now) - job.created_at,
-        cost=bill(job.attempts, now).cost,
-        checkpoint_step=max(steps) if steps else None,
-        failure_reason=job.failure_reason,
-    )
-
-
-def job_rows(store: Store, now: float, job_id: int | None = None) -> list[JobRow]:
-    with store.session() as session:
-        found = [jobs_api.get_job(session, job_id)] if job_id is not None else jobs_api.list_jobs(session)
-        return [job_row(job, now) for job in found]
-
-
-def job_bill(store: Store, job_id: int, now: float) -> tuple[Job, JobBill]:
-    with store.session() as session:
-        job = jobs_api.get_job(session, job_id)
-        return job, bill(job.attempts, now)
+__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "progress_line", "status_table"]
 
 
 _STATE_STYLE = {
@@ -86,29 +39,26 @@ def status_table(rows: list[JobRow]) -> Table:
     return table
 
 
-def attempts_table(store: Store, job_id: int, now: float) -> Table:
+def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Table:
     table = Table(title=f"attempts of job {job_id}")
     for column in ("#", "market", "zone", "instance", "started", "ended", "end", "billed s", "$/h"):
         table.add_column(column)
-    with store.session() as session:
-        for a in jobs_api.job_attempts(session, job_id):
-            table.add_row(
-                str(a.number), a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-                clock_time(a.ended_at), a.end_reason or a.state,
-                f"{a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0):.0f}", f"{a.price_per_hour:.4f}",
-            )
+    for a in attempts:
+        table.add_row(
+            str(a.number), a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
+            clock_time(a.ended_at), a.end_reason or a.state,
+            f"{a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0):.0f}", f"{a.price_per_hour:.4f}",
+        )
     return table
 
 
-def follow_events(store: Store, job_id: int, console: Console, poll: float = 0.3) -> str:
+def follow_events(backend: Backend, job_id: int, console: Console, poll: float = 0.3) -> str:
     """Print the job's events as they happen, under a live status line, until it ends; returns its final state."""
     last_event = 0
     with Live(console=console, auto_refresh=False, transient=True) as live:
         while True:
-            with store.session() as session:
-                job = jobs_api.get_job(session, job_id)
-                events = jobs_api.job_events(session, job_id, after_id=last_event)
-                row = job_row(job, time.time())
+            row = backend.rows(job_id)[0]  # read before the events: every event of a job that has ended is stored
+            events = backend.events(job_id, after=last_event)
             for event in events:
                 live.console.print(f"[dim]{clock_time(event.at)}[/] {_event_text(event.kind, event.message)}")
                 last_event = event.id

@@ -21,6 +21,9 @@ import numpy as np
 from spotrun.policy.observations import SpotLog
 
 
+GRID_PER_OCTAVE = 1
+
+
 @dataclass(frozen=True)
 class SpotModel:
     mean_up: float  # steps spot stays available, on average
@@ -35,8 +38,8 @@ class SpotModel:
         return _probability(1.0 / self.mean_down)
 
     def quantized(self) -> SpotModel:
-        """Means rounded to a half-octave grid, so that tables are shared and rarely recomputed."""
-        return SpotModel(_half_octave(self.mean_up), _half_octave(self.mean_down))
+        """Means rounded to a grid of GRID_PER_OCTAVE points per doubling, so that tables are shared and rarely recomputed."""
+        return SpotModel(_on_grid(self.mean_up), _on_grid(self.mean_down))
 
 
 def _probability(p: float) -> float:
@@ -44,8 +47,8 @@ def _probability(p: float) -> float:
     return min(max(p, 1e-9), 1.0 - 1e-9)
 
 
-def _half_octave(mean: float) -> float:
-    return float(2 ** (round(math.log2(min(max(mean, 1.0), 512.0)) * 2) / 2))
+def _on_grid(mean: float) -> float:
+    return float(2 ** (round(math.log2(min(max(mean, 1.0), 512.0)) * GRID_PER_OCTAVE) / GRID_PER_OCTAVE))
 
 
 def fit_spot_model(
@@ -116,48 +119,46 @@ def _shifted_down(row: np.ndarray, by: int) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=12)
+@lru_cache(maxsize=32)
 def value_table(shape: JobShape, model: SpotModel) -> np.ndarray:
-    """V[k, held, spot_now, work_left]: least expected cost with k steps left (inf: the deadline could be missed)."""
-    ages, works = shape.ages, shape.works
-    rows = 1 + 2 * ages
-    table = np.empty((shape.steps + 1, rows, 2, shape.goal + 1))
-    table[0] = np.inf
-    table[0, :, :, 0] = 0.0
+    """V[k, spot_now, held, work_left]: least expected cost with k steps left (inf: the deadline could be missed).
+
+    Stored as float32 (tables are large and only compared); computed in float64.
+    """
+    rows = 1 + 2 * shape.ages
+    table = np.empty((shape.steps + 1, 2, rows, shape.goal + 1), dtype=np.float32)
+    nxt = np.full((2, rows, shape.goal + 1), np.inf)
+    nxt[:, :, 0] = 0.0
+    table[0] = nxt
     stay_up, recover = model.stay_up, model.recover
     for k in range(1, shape.steps + 1):
-        nxt = table[k - 1]
-        after_up = stay_up * nxt[:, 1] + (1 - stay_up) * nxt[:, 0]  # expected next value when spot is up now
-        after_down = recover * nxt[:, 1] + (1 - recover) * nxt[:, 0]
-        _fill_step(table[k], after_up, after_down, shape)
-        table[k, :, :, 0] = 0.0
+        after = np.stack((recover * nxt[1] + (1 - recover) * nxt[0], stay_up * nxt[1] + (1 - stay_up) * nxt[0]))
+        nxt = _step_values(after, shape)
+        nxt[:, :, 0] = 0.0
+        table[k] = nxt
     return table
 
 
-def _fill_step(now: np.ndarray, after_up: np.ndarray, after_down: np.ndarray, shape: JobShape) -> None:
+def _step_values(after: np.ndarray, shape: JobShape) -> np.ndarray:
+    """This step's values from the expected next-step values `after[spot_now, held_next, work_left]`."""
     ages, works = shape.ages, shape.works
     od, spot = shape.on_demand_cost, shape.spot_cost
-    for s, after in ((0, after_down), (1, after_up)):
-        idle = after[0]
-        od_start = od + _shifted_down(after[on_demand_row(1)], works[0])
-        none_best = np.minimum(idle, od_start)
-        spot_start = None
-        if s == 1:
-            spot_start = spot + _shifted_down(after[spot_row(1, ages)], works[0])
-            none_best = np.minimum(none_best, spot_start)
-        now[0, s] = none_best
-        for age in range(1, ages + 1):
-            later = min(age + 1, ages)
-            od_keep = od + _shifted_down(after[on_demand_row(later)], works[age])
-            best = np.minimum(idle, od_keep)
-            if spot_start is not None:
-                best = np.minimum(best, spot_start)
-            now[on_demand_row(age), s] = best
-            if s == 1:
-                spot_keep = spot + _shifted_down(after[spot_row(later, ages)], works[age])
-                now[spot_row(age, ages), s] = np.minimum(np.minimum(idle, od_start), spot_keep)
-            else:  # a spot instance with no spot now has been preempted
-                now[spot_row(age, ages), s] = none_best
+    now = np.empty_like(after)
+    idle = after[:, 0]
+    od_start = od + _shifted_down(after[:, on_demand_row(1)], works[0])
+    spot_start = spot + _shifted_down(after[1, spot_row(1, ages)], works[0])  # only when spot is up
+    fresh = np.minimum(idle, od_start)  # best with nothing held (or a spot instance just preempted)
+    fresh[1] = np.minimum(fresh[1], spot_start)
+    now[:, 0] = fresh
+    for age in range(1, ages + 1):
+        later = min(age + 1, ages)
+        od_keep = np.minimum(idle, od + _shifted_down(after[:, on_demand_row(later)], works[age]))
+        od_keep[1] = np.minimum(od_keep[1], spot_start)
+        now[:, on_demand_row(age)] = od_keep
+        spot_keep = spot + _shifted_down(after[1, spot_row(later, ages)], works[age])
+        now[1, spot_row(age, ages)] = np.minimum(np.minimum(idle[1], od_start[1]), spot_keep)
+        now[0, spot_row(age, ages)] = fresh[0]
+    return now
 
 
 def option_values(
@@ -165,13 +166,13 @@ def option_values(
     spot_now: bool,
 ) -> dict[str, float]:
     """Expected cost of each choice for this step: "idle", "on-demand", "spot" (only when spot is up)."""
-    nxt = table[steps_left - 1]
+    nxt = table[steps_left - 1].astype(np.float64)
     p_up = model.stay_up if spot_now else model.recover
     ages, works = shape.ages, shape.works
 
     def expected(row: int, work: int) -> float:
         w = max(work_left - work, 0)
-        return p_up * nxt[row, 1, w] + (1 - p_up) * nxt[row, 0, w]
+        return p_up * nxt[1, row, w] + (1 - p_up) * nxt[0, row, w]
 
     od_age = age if held == "on-demand" else 0
     values = {

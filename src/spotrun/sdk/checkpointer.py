@@ -22,7 +22,7 @@ state is not supported: rank 0's state is taken as everyone's.
 
 from __future__ import annotations
 
-import io
+import functools
 import logging
 import os
 import signal
@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 import torch
@@ -103,6 +103,7 @@ class Checkpointer:
         self._ranks = distributed.current()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotrun-checkpoint")
         self._inflight: Future[None] | None = None
+        self._previous: _Snapshot | None = None
         self._last_saved: int | None = None
         self._last_save_time = time.monotonic()
         self._deferred = False
@@ -148,7 +149,7 @@ class Checkpointer:
         try:
             state.load_state_dict(found[2] if found else self._read_payload(path))
         except IncompatibleCheckpoint as error:
-            raise IncompatibleCheckpoint(f"{path}: {error}") from None
+            raise type(error)(f"{path}: {error}") from None
         self._last_saved = steps_done
         self._last_save_time = time.monotonic()
         log.info("restored checkpoint %s (%d steps done)", path, steps_done)
@@ -238,11 +239,17 @@ class Checkpointer:
                 raise CheckpointError(f"checkpoint save failed: {error!r}") from error
 
     def _submit(self, state: TrainingState, steps_done: int) -> None:
+        """Snapshot the state (the only part of a save that blocks training) and hand it to the writer. The
+        previous snapshot, written by now, lends its host memory: between saves the Checkpointer holds one
+        host copy of the state, and a save needs no more than that."""
+        earlier = self._previous if not self._busy() else None
+        self._previous = None
         snapshot = _Snapshot(
             steps_done=steps_done,
-            shared=snapshot_to_host(state.state_dict("shared")) if self.rank == 0 else None,
-            own=snapshot_to_host(state.state_dict("rank")),
+            shared=snapshot_to_host(state.state_dict("shared"), earlier and earlier.shared) if self.rank == 0 else None,
+            own=snapshot_to_host(state.state_dict("rank"), earlier and earlier.own),
         )
+        self._previous = snapshot
         self._last_saved = steps_done
         self._last_save_time = time.monotonic()
         self._deferred = False
@@ -274,12 +281,10 @@ class Checkpointer:
         if snapshot.shared is not None:
             payloads[SHARED_FILE] = snapshot.shared
         staging = self.store.staging_path(snapshot.steps_done)
-        described = {}
-        for name, payload in payloads.items():
-            data = _serialize(payload)
-            self.store.write(staging, name, data)
-            described[name] = layout.describe_bytes(data)
-        return described
+        return {
+            name: self.store.write_payload(staging, name, functools.partial(torch.save, payload))
+            for name, payload in payloads.items()
+        }
 
     def _commit(self, steps: int, manifest: dict[str, Any]) -> None:
         self.store.commit(self.store.staging_path(steps), steps, manifest)
@@ -310,7 +315,7 @@ class Checkpointer:
         rejected: list[str] = []
         for steps_done, path in reversed(self.store.candidates()):
             try:
-                payload = self._decode(path, self.store.read_verified(path))
+                payload = self._decode(path, self.store.load_verified(path, None, _deserialize))
             except Exception as error:  # any unreadable checkpoint is skipped here, whatever the damage
                 rejected.append(_reason(path, error))
                 log.warning("skipping checkpoint %s", rejected[-1])
@@ -330,19 +335,20 @@ class Checkpointer:
 
     def _read_payload(self, path: str) -> dict[str, Any]:
         names = [SHARED_FILE] + ([rank_file(self.rank)] if self._has_file(path, rank_file(self.rank)) else [])
-        return self._decode(path, self.store.read_verified(path, names))
+        return self._decode(path, self.store.load_verified(path, names, _deserialize))
 
     def _has_file(self, path: str, name: str) -> bool:
         manifest = layout.read_manifest(self.fs, path)
         return manifest is not None and name in manifest["files"]
 
-    def _decode(self, path: str, files: dict[str, bytes]) -> dict[str, Any]:
+    def _decode(self, path: str, files: dict[str, Any]) -> dict[str, Any]:
+        """Rank ``self.rank``'s payload from the loaded files: the shared components plus its own."""
         if SHARED_FILE not in files:
             raise layout.CorruptCheckpoint(f"{path}: no {SHARED_FILE}")
-        payload = _deserialize_components(path, SHARED_FILE, files[SHARED_FILE])
+        payload = _components(path, SHARED_FILE, files[SHARED_FILE])
         own = rank_file(self.rank)
         if own in files:  # absent when the checkpoint was saved by fewer ranks
-            payload.update(_deserialize_components(path, own, files[own]))
+            payload.update(_components(path, own, files[own]))
         return payload
 
 
@@ -363,20 +369,13 @@ def _attempt(action: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
         return None, f"{type(error).__name__}: {error}"
 
 
-def _serialize(payload: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    return buffer.getvalue()
-
-
-def _deserialize(data: bytes) -> dict[str, Any]:
+def _deserialize(source: str | BinaryIO) -> Any:
     # weights_only=False: the payload holds RNG states and user objects; the manifest's checksums vouch
     # that these are the bytes this SDK wrote (integrity, not trust: do not restore untrusted checkpoints).
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return torch.load(source, map_location="cpu", weights_only=False)
 
 
-def _deserialize_components(path: str, name: str, data: bytes) -> dict[str, Any]:
-    payload = _deserialize(data)
+def _components(path: str, name: str, payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict) or not all(isinstance(key, str) for key in payload):
         raise layout.CorruptCheckpoint(f"{path}: {name} holds a {type(payload).__name__}, not named components")
     return payload

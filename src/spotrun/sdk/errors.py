@@ -17,5 +17,12 @@ class IncompatibleCheckpoint(CheckpointError):
     configuration); each mismatch is named. Nothing was loaded."""
 
 
+class UnknownComponents(IncompatibleCheckpoint, KeyError):
+    """The checkpoint has components the training state lacks: it is of another program. A KeyError too,
+    as it was before IncompatibleCheckpoint existed."""
+
+    __str__ = RuntimeError.__str__  # the message as written, not KeyError's quoted repr
+
+
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped on restore (corrupt or unreadable) or only partly applied."""

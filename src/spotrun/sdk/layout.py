@@ -105,20 +105,39 @@ def read_verified(
 
     Raises CorruptCheckpoint naming the first file that is missing, unlisted, or differs in size or SHA-256.
     """
-    manifest = read_manifest(fs, checkpoint_path)
-    if manifest is None:
-        raise CorruptCheckpoint(f"{checkpoint_path}: no readable {MANIFEST_NAME}")
-    wanted = list(manifest["files"]) if names is None else names
     contents = {}
-    for name in wanted:
-        entry = manifest["files"].get(name)
-        if not isinstance(entry, dict):
-            raise CorruptCheckpoint(f"{checkpoint_path}: {name} is not listed in the manifest")
+    for name, entry in manifest_entries(fs, checkpoint_path, names):
         try:
             data = bytes(fs.cat_file(f"{checkpoint_path.rstrip('/')}/{name}"))
         except (FileNotFoundError, OSError) as error:
-            raise CorruptCheckpoint(f"{checkpoint_path}: {name} cannot be read ({error})") from error
-        if describe_bytes(data) != {"size": entry.get("size"), "sha256": entry.get("sha256")}:
-            raise CorruptCheckpoint(f"{checkpoint_path}: {name} does not match its size/sha256 in the manifest")
+            raise unreadable(checkpoint_path, name, error) from error
+        check_entry(checkpoint_path, name, describe_bytes(data), entry)
         contents[name] = data
     return contents
+
+
+def manifest_entries(
+    fs: fsspec.AbstractFileSystem, checkpoint_path: str, names: list[str] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name, manifest entry) of the payload files named (default: all); CorruptCheckpoint when the manifest
+    is unreadable or does not list one of them."""
+    manifest = read_manifest(fs, checkpoint_path)
+    if manifest is None:
+        raise CorruptCheckpoint(f"{checkpoint_path}: no readable {MANIFEST_NAME}")
+    entries = []
+    for name in list(manifest["files"]) if names is None else names:
+        entry = manifest["files"].get(name)
+        if not isinstance(entry, dict):
+            raise CorruptCheckpoint(f"{checkpoint_path}: {name} is not listed in the manifest")
+        entries.append((name, entry))
+    return entries
+
+
+def check_entry(checkpoint_path: str, name: str, described: dict[str, Any], entry: dict[str, Any]) -> None:
+    """CorruptCheckpoint unless ``described`` (see ``describe_bytes``) matches the file's manifest entry."""
+    if described != {"size": entry.get("size"), "sha256": entry.get("sha256")}:
+        raise CorruptCheckpoint(f"{checkpoint_path}: {name} does not match its size/sha256 in the manifest")
+
+
+def unreadable(checkpoint_path: str, name: str, error: Exception) -> CorruptCheckpoint:
+    return CorruptCheckpoint(f"{checkpoint_path}: {name} cannot be read ({error})")

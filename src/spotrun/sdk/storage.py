@@ -6,10 +6,15 @@ Either way a folder counts as a checkpoint only once its manifest is there (see 
 
 from __future__ import annotations
 
+import hashlib
+import io
+import itertools
 import os
 import shutil
 import uuid
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -18,6 +23,12 @@ from spotrun.sdk import layout
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
+HASH_IN_PARALLEL_BYTES = 1 << 20  # smaller chunks are hashed inline: a thread hand-off costs more
+
+HASH_READ_CHUNK = 16 << 20
+
+Serializer = Callable[[BinaryIO], None]
+Loader = Callable[[str | BinaryIO], Any]
 
 
 class CheckpointStore:
@@ -55,6 +66,11 @@ class CheckpointStore:
     def read_verified(self, path: str, names: list[str] | None = None) -> dict[str, bytes]:
         return layout.read_verified(self.fs, path, names)
 
+    def load_verified(self, path: str, names: list[str] | None, load: Loader) -> dict[str, Any]:
+        """``load`` applied to each payload file named (default: all) once it matches the manifest
+        (CorruptCheckpoint otherwise); here ``load`` is given the verified bytes as a file object."""
+        return {name: load(io.BytesIO(data)) for name, data in self.read_verified(path, names).items()}
+
     def staging_path(self, step: int) -> str:
         """Where the payload of ``step`` is written before it is committed."""
         return self.path(step)
@@ -66,6 +82,16 @@ class CheckpointStore:
 
     def write(self, staging: str, name: str, data: bytes) -> None:
         self.fs.pipe_file(f"{staging}/{name}", data)
+
+    def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
+        """Write what ``serialize`` writes to the file it is given; its manifest entry (size, sha256).
+        An object is uploaded whole, so the payload is gathered in memory first."""
+        buffer = io.BytesIO()
+        serialize(buffer)
+        data = buffer.getvalue()
+        del buffer
+        self.write(staging, name, data)
+        return layout.describe_bytes(data)
 
     def commit(self, staging: str, step: int, manifest: dict[str, Any]) -> None:
         self.fs.pipe_file(f"{staging}/{layout.MANIFEST_NAME}", layout.encode_manifest(manifest))
@@ -100,6 +126,32 @@ class LocalStore(CheckpointStore):
             fh.flush()
             os.fsync(fh.fileno())
 
+    def load_verified(self, path: str, names: list[str] | None, load: Loader) -> dict[str, Any]:
+        """As for any store, but each file is hashed as it is read (the hash overlapping the next read) and
+        then ``load`` is given its path: loading from a path (page cache) is much faster than from bytes in
+        memory, and no copy of the file is held. A file changed between the check and the load is not
+        caught: only the SDK writes checkpoint folders."""
+        loaded = {}
+        for name, entry in layout.manifest_entries(self.fs, path, names):
+            file = f"{path.rstrip('/')}/{name}"
+            try:
+                described = _describe_file(file)
+            except OSError as error:
+                raise layout.unreadable(path, name, error) from error
+            layout.check_entry(path, name, described, entry)
+            loaded[name] = load(file)
+        return loaded
+
+    def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
+        """Stream the payload to disk, hashing it on the way: no copy of the serialized payload is held in
+        memory (a save's extra memory stays at the host snapshot it writes)."""
+        with self.fs.open(f"{staging}/{name}", "wb") as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
+            hashing = _HashingWriter(fh, hasher)
+            serialize(hashing)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return hashing.describe()
+
     def commit(self, staging: str, step: int, manifest: dict[str, Any]) -> None:
         self.write(staging, layout.MANIFEST_NAME, layout.encode_manifest(manifest))
         _fsync_dir(staging)
@@ -132,6 +184,57 @@ class LocalStore(CheckpointStore):
 
     def _trash_path(self, path: str) -> str:
         return f"{self.root}/{TRASH_PREFIX}{os.path.basename(path)}-{uuid.uuid4().hex[:8]}"
+
+
+class _HashingWriter:
+    """A write-only file that passes what it is given on and computes its size and SHA-256. A large chunk
+    is hashed in a helper thread while it is written (hashlib and file writes both release the GIL), so
+    hashing hardly adds to the time of a save; ``write`` returns only once both are done with the chunk,
+    since the caller may reuse its buffer."""
+
+    def __init__(self, raw: BinaryIO, hasher: ThreadPoolExecutor) -> None:
+        self._raw = raw
+        self._hasher = hasher
+        self._sha256 = hashlib.sha256()
+        self._size = 0
+
+    def write(self, data: Any) -> int:
+        chunk = memoryview(data).cast("B")
+        if chunk.nbytes >= HASH_IN_PARALLEL_BYTES:
+            hashed = self._hasher.submit(self._sha256.update, chunk)
+            self._raw.write(chunk)
+            hashed.result()
+        else:
+            self._sha256.update(chunk)
+            self._raw.write(chunk)
+        self._size += chunk.nbytes
+        return chunk.nbytes
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def describe(self) -> dict[str, Any]:
+        return {"size": self._size, "sha256": self._sha256.hexdigest()}
+
+
+def _describe_file(path: str) -> dict[str, Any]:
+    """Size and SHA-256 of a file, read in chunks into two buffers in turn: one is hashed in a helper thread
+    while the next chunk is read into the other."""
+    sha256 = hashlib.sha256()
+    size = 0
+    buffers = (bytearray(HASH_READ_CHUNK), bytearray(HASH_READ_CHUNK))
+    with open(path, "rb", buffering=0) as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
+        hashing = None
+        for turn in itertools.count():
+            buffer = buffers[turn % 2]
+            read = fh.readinto(buffer)
+            if hashing is not None:
+                hashing.result()
+            if not read:
+                break
+            hashing = hasher.submit(sha256.update, memoryview(buffer)[:read])
+            size += read
+    return {"size": size, "sha256": sha256.hexdigest()}
 
 
 def _fsync_dir(path: str) -> None:

@@ -71,6 +71,20 @@ class Daemon:
                 lease.release(session, LEASE_NAME, self.holder)
         return 0
 
+    def run_at(self, url: str, standby_poll: float = LEASE_TTL / 2) -> None:
+        """Drive the controller, agents reporting at `url`, for a server that serves the agent API itself.
+
+        Stands by while another process holds the lease, and takes it once that one is gone; returns on stop().
+        """
+        while not self._stop.is_set():
+            if self._take_lease(url):
+                try:
+                    self._loop(Controller(self.store, settings_from_env(url)), url)
+                finally:
+                    with self.store.session() as session:
+                        lease.release(session, LEASE_NAME, self.holder)
+            self._stop.wait(standby_poll)
+
     def stop(self, *_: object) -> None:
         self._stop.set()
 

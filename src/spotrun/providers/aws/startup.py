@@ -47,6 +47,7 @@ def render_startup_script(
         f"cd {shlex.quote(instance_disk)}",
         install_command,
         f"export SPOTRUN_INSTANCE_DISK={shlex.quote(instance_disk)}",
+        "export SPOTRUN_CLOUD=aws",  # the agent then watches IMDSv2 for the spot interruption notice
         *_path_line(python),
         *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
         f"exec {shlex.join(_on_instance(argv, python))} >>{shlex.quote(agent_log)} 2>&1",

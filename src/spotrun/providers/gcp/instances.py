@@ -87,10 +87,6 @@ def metadata_value(instance: compute_v1.Instance, key: str) -> str | None:
     return next((item.value for item in instance.metadata.items if item.key == key), None)
 
 
-def targets(operation: compute_v1.Operation, name: str) -> bool:
-    return last_segment(operation.target_link) == name and "/instances/" in operation.target_link
-
-
 def timestamp(value: str) -> float | None:
     """Seconds since the epoch of GCE's RFC 3339 times ("2024-05-01T12:00:00.123-07:00")."""
     if not value:

@@ -1,0 +1,68 @@
+"""`spotrun user` and `spotrun token`: the team server's users and API tokens, managed on the server's store.
+
+These act on the store directly ($SPOTRUN_DATABASE_URL, as `spotrun server` uses), never over HTTP: whoever can
+reach the database is the server's administrator.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from spotrun.server.users import IssuedToken, UserError, add_user, create_token, revoke_token
+from spotrun.state import Store
+
+users_app = typer.Typer(help="Users of the team server (acts on the server's store).", no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens of the team server's users (acts on the server's store).",
+                         no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+
+@users_app.command("add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="the user's name; their jobs are owned by it")],
+    admin: Annotated[bool, typer.Option("--admin", help="may see and act on every user's jobs")] = False,
+) -> None:
+    """Create a user and print their first API token (shown once)."""
+    _print_token(_issue(lambda store: add_user(store, name, time.time(), admin=admin)))
+
+
+@tokens_app.command("create")
+def token_create(user: Annotated[str, typer.Argument(help="whose token")]) -> None:
+    """Print a new API token for a user (shown once)."""
+    _print_token(_issue(lambda store: create_token(store, user, time.time())))
+
+
+@tokens_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (as printed at creation), or the token")]) -> None:
+    """Revoke a token: requests carrying it are refused from now on."""
+    store = Store()
+    try:
+        revoked = revoke_token(store, token_id, time.time())
+    finally:
+        store.dispose()
+    if not revoked:
+        errors.print(f"[red]error:[/] no live token with id {escape(token_id)}", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"revoked token {escape(token_id)}")
+
+
+def _issue(make) -> IssuedToken:
+    store = Store()
+    try:
+        return make(store)
+    except UserError as problem:
+        errors.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        store.dispose()
+
+
+def _print_token(issued: IssuedToken) -> None:
+    errors.print(f"token {issued.prefix} for {escape(issued.user)}; it is shown only this once:")
+    typer.echo(issued.token)  # alone on stdout, for `export SPOTRUN_TOKEN=$(spotrun user add ...)`

@@ -1,0 +1,59 @@
+"""What the CLI's commands need from spotrun, behind one interface with two implementations: embedded (the store
+on this machine, a controller started on demand) and remote (a team server over HTTP, when SPOTRUN_SERVER is set).
+
+Both answer with the same read models (`spotrun.server.views`, `spotrun.server.schemas`) and raise the same errors:
+`JobNotFound`, `LookupError` (nothing to preempt), `SpecError` (invalid job file), `BackendError` (anything else
+the user must fix, e.g. an unreachable server).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
+from spotrun.server.views import EventView, JobDetail, JobRow
+
+SERVER_ENV = "SPOTRUN_SERVER"
+TOKEN_ENV = "SPOTRUN_TOKEN"
+
+
+class BackendError(RuntimeError):
+    """A problem the command cannot get past; the message says what to fix."""
+
+
+class Backend(Protocol):
+    def launch(self, job_file: Path) -> Launched: ...
+
+    def rows(self, job_id: int | None = None) -> list[JobRow]: ...
+
+    def detail(self, job_id: int) -> JobDetail: ...
+
+    def events(self, job_id: int, after: int) -> list[EventView]: ...
+
+    def log_stream(self, job_id: int, *, follow: bool) -> Iterator[str]: ...
+
+    def cancel(self, job_id: int) -> bool:
+        """Ask for the job to be cancelled; False when it had already ended."""
+        ...
+
+    def preempt(self, job_id: int, notice_seconds: float | None) -> PreemptAccepted: ...
+
+    def cost(self, job_id: int) -> JobCost: ...
+
+
+def current_backend() -> Backend:
+    """Remote when $SPOTRUN_SERVER names a server (with $SPOTRUN_TOKEN), else embedded."""
+    server = os.environ.get(SERVER_ENV, "").strip()
+    if not server:
+        from spotrun.cli.embedded import EmbeddedBackend
+
+        return EmbeddedBackend()
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise BackendError(f"{SERVER_ENV} is set to {server} but {TOKEN_ENV} is not; ask the server's admin for a token")
+    from spotrun.cli.remote import RemoteBackend
+
+    return RemoteBackend(server, token)

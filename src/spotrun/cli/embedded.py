@@ -1,0 +1,69 @@
+"""The embedded backend: the store on this machine (SQLite by default), a controller daemon started on demand."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from spotrun.control import jobs as jobs_api
+from spotrun.costs.ledger import bill
+from spotrun.server.logstream import job_log_stream
+from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
+from spotrun.server.views import BillView, EventView, JobDetail, JobRow, event_views, job_detail, job_row
+from spotrun.spec import load_spec
+from spotrun.state import Store
+
+
+class EmbeddedBackend:
+    def __init__(self, store: Store | None = None) -> None:
+        self._store = store
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    def launch(self, job_file: Path) -> Launched:
+        from spotrun.server.daemon import ensure_running
+
+        spec = load_spec(job_file)
+        job_id = jobs_api.submit(self.store, spec, time.time(), spec_dir=job_file.resolve().parent)
+        ensure_running(self.store)
+        return Launched(id=job_id, name=spec.name or "job", owner="local")
+
+    def rows(self, job_id: int | None = None) -> list[JobRow]:
+        now = time.time()
+        with self.store.session() as session:
+            found = [jobs_api.get_job(session, job_id)] if job_id is not None else jobs_api.list_jobs(session)
+            return [job_row(job, now) for job in found]
+
+    def detail(self, job_id: int) -> JobDetail:
+        with self.store.session() as session:
+            return job_detail(jobs_api.get_job(session, job_id), time.time())
+
+    def events(self, job_id: int, after: int) -> list[EventView]:
+        with self.store.session() as session:
+            jobs_api.get_job(session, job_id)
+            return event_views(jobs_api.job_events(session, job_id, after_id=after))
+
+    def log_stream(self, job_id: int, *, follow: bool) -> Iterator[str]:
+        return job_log_stream(self.store, job_id, follow=follow)
+
+    def cancel(self, job_id: int) -> bool:
+        if not jobs_api.request_cancel(self.store, job_id, time.time()):
+            return False
+        from spotrun.server.daemon import ensure_running
+
+        ensure_running(self.store)
+        return True
+
+    def preempt(self, job_id: int, notice_seconds: float | None) -> PreemptAccepted:
+        target = jobs_api.preempt(self.store, job_id, time.time(), notice_seconds)
+        return PreemptAccepted(job_id=job_id, instance_id=target.instance_id, attempt_number=target.attempt_number)
+
+    def cost(self, job_id: int) -> JobCost:
+        with self.store.session() as session:
+            job = jobs_api.get_job(session, job_id)
+            return JobCost(job_id=job_id, name=job.name, state=job.state, bill=BillView.of(bill(job.attempts, time.time())))

@@ -1,0 +1,111 @@
+"""The remote backend: a team server's /api/v1 over HTTP, authenticated with the user's API token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from spotrun.cli.backend import TOKEN_ENV, BackendError
+from spotrun.control.jobs import JobNotFound
+from spotrun.server.schemas import CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
+from spotrun.server.views import EventView, JobDetail, JobRow
+from spotrun.spec import Problem, SpecError, load_spec
+
+TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+
+class RemoteBackend:
+    def __init__(self, server: str, token: str, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.server = server.rstrip("/")
+        self._client = httpx.Client(
+            base_url=f"{self.server}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT,
+            transport=transport,
+        )
+
+    def launch(self, job_file: Path) -> Launched:
+        load_spec(job_file)  # the same file errors as embedded mode, before anything is sent; the server checks again
+        body = {"spec": job_file.read_text(encoding="utf-8"), "source": str(job_file),
+                "base_dir": str(job_file.resolve().parent)}
+        response = self._send("POST", "/jobs", json=body)
+        if response.status_code == 422:
+            invalid = InvalidSpec.model_validate(response.json())
+            raise SpecError(invalid.source, [Problem(p.field, p.message, p.line) for p in invalid.problems])
+        return Launched.model_validate(self._ok(response).json())
+
+    def rows(self, job_id: int | None = None) -> list[JobRow]:
+        if job_id is not None:
+            return [self.detail(job_id).job]
+        return [JobRow.model_validate(row) for row in self._ok(self._send("GET", "/jobs")).json()]
+
+    def detail(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate(self._job_json("GET", job_id, ""))
+
+    def events(self, job_id: int, after: int) -> list[EventView]:
+        return [EventView.model_validate(e) for e in self._job_json("GET", job_id, "/events", params={"after": after})]
+
+    def log_stream(self, job_id: int, *, follow: bool) -> Iterator[str]:
+        request = self._client.build_request(
+            "GET", f"/jobs/{job_id}/logs", params={"follow": follow}, timeout=httpx.Timeout(30.0, read=None),
+        )
+        try:
+            response = self._client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+        try:
+            if response.status_code == 404:
+                raise JobNotFound(job_id)
+            self._ok(response)
+            yield from response.iter_text()
+        finally:
+            response.close()
+
+    def cancel(self, job_id: int) -> bool:
+        response = self._send("POST", f"/jobs/{job_id}/cancel")
+        if response.status_code == 409:
+            return False
+        return CancelAccepted.model_validate(self._for_job(response, job_id).json()).cancel_requested
+
+    def preempt(self, job_id: int, notice_seconds: float | None) -> PreemptAccepted:
+        response = self._send("POST", f"/jobs/{job_id}/preempt", json={"notice_seconds": notice_seconds})
+        if response.status_code == 409:
+            raise LookupError(_detail(response))
+        return PreemptAccepted.model_validate(self._for_job(response, job_id).json())
+
+    def cost(self, job_id: int) -> JobCost:
+        return JobCost.model_validate(self._job_json("GET", job_id, "/cost"))
+
+    def _job_json(self, method: str, job_id: int, path: str, **options: Any) -> Any:
+        return self._for_job(self._send(method, f"/jobs/{job_id}{path}", **options), job_id).json()
+
+    def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
+        try:
+            return self._client.request(method, path, **options)
+        except httpx.HTTPError as error:
+            raise self._unreachable(error) from None
+
+    def _for_job(self, response: httpx.Response, job_id: int) -> httpx.Response:
+        if response.status_code == 404:
+            raise JobNotFound(job_id)
+        return self._ok(response)
+
+    def _ok(self, response: httpx.Response) -> httpx.Response:
+        if response.status_code == 401:
+            raise BackendError(f"the server at {self.server} refused the token in {TOKEN_ENV} (unknown or revoked)")
+        if response.is_error:
+            response.read()
+            raise BackendError(f"the server at {self.server} answered {response.status_code}: {_detail(response)}")
+        return response
+
+    def _unreachable(self, error: httpx.HTTPError) -> BackendError:
+        return BackendError(f"cannot reach the spotrun server at {self.server}: {error}")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)

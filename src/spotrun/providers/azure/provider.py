@@ -1,0 +1,283 @@
+"""Azure VMs as a provider: Spot and regular VMs through azure-mgmt-compute, idempotent on the client token.
+
+Idempotency: a VM's name is derived from the launch's client token, and a launch first GETs that name, so a
+repeated launch returns the VM the first one created. Allocation failures (no capacity) arrive in the
+long-running create operation, after Azure accepted the PUT: `launch` waits up to `launch_wait` seconds for it,
+and later a repeated launch or `describe` reads them off the failed VM.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.polling import LROPoller
+from azure.identity import DefaultAzureCredential
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.compute.models import VirtualMachine
+
+from spotrun.providers.azure.errors import error_code, error_message, translate
+from spotrun.providers.azure.instances import (
+    TOKEN_TAG,
+    check_vm_name,
+    instance_info,
+    unknown_info,
+    vm_name,
+    zones_field,
+)
+from spotrun.providers.azure.settings import AzureSettings
+from spotrun.providers.azure.skus import available_zones, location_filter
+from spotrun.providers.azure.vm_body import vm_body
+from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+
+log = logging.getLogger(__name__)
+
+CLOUD = "azure"
+MAX_CLIENT_TOKEN_LENGTH = 256  # Azure's limit on a tag value
+ZONES_CACHE_SECONDS = 600.0  # the SKU list of a location is megabytes; zones change rarely
+_REFUSALS = {"no_capacity": NoCapacity, "price_too_low": PriceTooLow, "quota_exceeded": QuotaExceeded}
+
+
+class AzureProvider:
+    """Azure VMs in one resource group and location, described by `AzureSettings` (arguments here override
+    SPOTRUN_AZURE_* variables).
+
+    `credential` defaults to azure-identity's DefaultAzureCredential; `client_options` go to
+    ComputeManagementClient (tests give a transport that reaches a local fake ARM).
+    """
+
+    name = CLOUD
+
+    def __init__(
+        self,
+        settings: AzureSettings | None = None,
+        *,
+        credential: TokenCredential | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        if settings is not None and options:
+            raise TypeError("pass either settings or individual options, not both")
+        self.settings = settings or AzureSettings.from_env(**options)
+        self.compute = ComputeManagementClient(
+            credential or DefaultAzureCredential(),
+            self.settings.subscription_id,
+            polling_interval=self.settings.poll_interval,
+            **dict(client_options or {}),
+        )
+        # What this process saw of its VMs, to describe one that has vanished (Azure forgets a deleted VM).
+        self._last_seen: dict[str, InstanceInfo] = {}
+        self._deleted_here: set[str] = set()
+        self._zones_cache: dict[str, tuple[float, list[str]]] = {}
+
+    @property
+    def resource_group(self) -> str:
+        return self.settings.resource_group
+
+    # -- where -------------------------------------------------------------------------------------------
+
+    def zones(self, instance_type: str) -> list[str]:
+        """Zones ("<location>-<n>") of the location that offer `instance_type` to this subscription."""
+        key = instance_type.lower()  # Azure size names are case-insensitive
+        cached = self._zones_cache.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return list(cached[1])
+        with _arm("Microsoft.Compute/skus/read"):
+            skus = self.compute.resource_skus.list(filter=location_filter(self.settings.location))
+            found = available_zones(skus, instance_type, self.settings.location)
+        self._zones_cache[key] = (time.monotonic() + ZONES_CACHE_SECONDS, found)
+        return list(found)
+
+    # -- launch ------------------------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> InstanceInfo:
+        _validate(request, self.settings.location)
+        name = vm_name(request.client_token)
+        body = vm_body(request, name, self.settings)  # bad user data is refused before any call
+        existing = self._get(name)
+        if existing is not None:
+            return self._relaunch(existing, request)
+        with _arm("Microsoft.Compute/virtualMachines/write"):
+            poller = self.compute.virtual_machines.begin_create_or_update(
+                self.resource_group, name, body, polling=self.settings.launch_wait > 0
+            )
+        log.info(
+            "creating VM %s: %s %s in %s (client token %s)",
+            name, request.market, request.instance_type, request.zone, request.client_token,
+        )
+        self._await_allocation(poller, name)
+        return self._after_launch(name, request)
+
+    def _relaunch(self, existing: InstanceInfo, request: LaunchRequest) -> InstanceInfo:
+        """A launch whose VM exists: the same VM, or the refusal its failed allocation stands for."""
+        if existing.client_token != request.client_token:
+            raise ValueError(
+                f"VM {existing.instance_id} exists but was launched for client token {existing.client_token!r}, "
+                f"not {request.client_token!r}"
+            )
+        _check_same_request(existing, request)
+        self._raise_if_refused(existing)
+        return existing
+
+    def _await_allocation(self, poller: LROPoller[VirtualMachine], name: str) -> None:
+        """Wait up to launch_wait for the create operation; a failed one raises (a refusal, or AzureApiError)."""
+        try:
+            poller.wait(self.settings.launch_wait)
+        except AzureError as error:
+            translated = translate(error, "Microsoft.Compute/virtualMachines/write")
+            if isinstance(translated, ProviderError):
+                self._discard_failed(name)
+            raise translated from error
+        if not poller.done():
+            log.info("VM %s not allocated within %.0f s; answering pending", name, self.settings.launch_wait)
+
+    def _after_launch(self, name: str, request: LaunchRequest) -> InstanceInfo:
+        info = self.describe(name)
+        if info.state != "unknown":
+            return info
+        # Azure accepted the VM; only the look afterwards failed.
+        return InstanceInfo(
+            instance_id=name, zone=request.zone, market=request.market, instance_type=request.instance_type,
+            state="pending", client_token=request.client_token, detail={"note": info.detail.get("error", "")},
+        )
+
+    def _raise_if_refused(self, info: InstanceInfo) -> None:
+        refusal = _REFUSALS.get(info.detail.get("refusal", ""))
+        if refusal is not None and info.state == "terminated":
+            self._discard_failed(info.instance_id)
+            raise refusal(str(info.detail.get("reason", info.detail["refusal"])))
+
+    def _discard_failed(self, name: str) -> None:
+        """Delete a VM whose allocation failed (it holds its NIC and disk); a failure here only delays that."""
+        try:
+            self.terminate(name)
+        except Exception:  # the controller terminates the instance of an ended attempt again
+            log.warning("could not delete VM %s after its allocation failed", name, exc_info=True)
+
+    # -- look --------------------------------------------------------------------------------------------
+
+    def describe(self, instance_id: str) -> InstanceInfo:
+        """Azure's view with the instance view; a failed call answers state="unknown", a deleted VM "terminated"."""
+        check_vm_name(instance_id)
+        try:
+            found = self._fetch(instance_id)
+        except AzureError as error:
+            code = error_code(error) or type(error).__name__
+            return unknown_info(instance_id, f"virtualMachines/read failed: {code}: {error_message(error)}")
+        if found is None:
+            return self._vanished(instance_id)
+        return found
+
+    def find_by_token(self, client_token: str) -> InstanceInfo | None:
+        found = self._get(vm_name(client_token))
+        if found is None or found.client_token != client_token:
+            return None
+        return found
+
+    def list_instances(self) -> list[InstanceInfo]:
+        """Every VM of the resource group tagged with a client token, as `describe` sees it."""
+        with _arm("Microsoft.Compute/virtualMachines/read"):
+            names = [
+                str(vm.name) for vm in self.compute.virtual_machines.list(self.resource_group)
+                if TOKEN_TAG in (vm.tags or {})
+            ]
+        return [self.describe(name) for name in names]
+
+    def _get(self, name: str) -> InstanceInfo | None:
+        """The VM, or None if Azure has no such VM; a failed call raises, translated."""
+        with _arm("Microsoft.Compute/virtualMachines/read"):
+            return self._fetch(name)
+
+    def _fetch(self, name: str) -> InstanceInfo | None:
+        """The VM with its instance view, or None if Azure has no such VM; a failed call raises AzureError."""
+        try:
+            vm = self.compute.virtual_machines.get(self.resource_group, name, expand="instanceView")
+        except ResourceNotFoundError:
+            return None
+        info = instance_info(vm, self.settings.location)
+        self._last_seen[name] = info
+        return info
+
+    def _vanished(self, name: str) -> InstanceInfo:
+        """A VM Azure no longer has. A spot VM with eviction policy Delete that this process did not delete was,
+        most likely, evicted; the activity log would tell that from a person deleting it, but is not read here."""
+        seen = self._last_seen.get(name)
+        deleted_here = name in self._deleted_here
+        evictable = seen is not None and seen.market == "spot" and seen.detail.get("eviction_policy") == "Delete"
+        reclaimed = evictable and not deleted_here
+        if deleted_here:
+            reason = "deleted by spotrun"
+        elif reclaimed:
+            reason = "gone: evicted (spot, eviction policy Delete), or deleted outside spotrun"
+        else:
+            reason = "gone: deleted outside spotrun"
+        return InstanceInfo(
+            instance_id=name,
+            zone=seen.zone if seen else "",
+            market=seen.market if seen else "spot",
+            instance_type=seen.instance_type if seen else "",
+            state="terminated",
+            reclaimed=reclaimed,
+            launched_at=seen.launched_at if seen else None,
+            client_token=seen.client_token if seen else None,
+            detail={"reason": reason, "vanished": True},
+        )
+
+    # -- end ---------------------------------------------------------------------------------------------
+
+    def terminate(self, instance_id: str) -> None:
+        """Start deleting the VM with its NIC and disk; idempotent (an unknown VM is fine). Returns once Azure
+        accepted the deletion; the VM then describes as terminated (provisioning state Deleting)."""
+        check_vm_name(instance_id)
+        self._deleted_here.add(instance_id)
+        try:
+            self.compute.virtual_machines.begin_delete(self.resource_group, instance_id, polling=False)
+        except ResourceNotFoundError:
+            return
+        except AzureError as error:
+            raise translate(error, "Microsoft.Compute/virtualMachines/delete") from error
+        log.info("deleting VM %s", instance_id)
+
+    def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
+        """Azure's simulated eviction of a spot VM: a Preempt scheduled event, then eviction about 30 s later
+        (Azure's notice; `notice_seconds` cannot change it)."""
+        check_vm_name(instance_id)
+        if notice_seconds is not None:
+            log.info("Azure gives its own eviction notice (about 30 s); notice_seconds=%s is not used", notice_seconds)
+        with _arm("Microsoft.Compute/virtualMachines/simulateEviction/action"):
+            self.compute.virtual_machines.simulate_eviction(self.resource_group, instance_id)
+
+
+@contextmanager
+def _arm(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except AzureError as error:
+        raise translate(error, operation) from error
+
+
+def _validate(request: LaunchRequest, location: str) -> None:
+    token = request.client_token
+    if not token:
+        raise ValueError("launch request needs a client_token")
+    if len(token) > MAX_CLIENT_TOKEN_LENGTH or not token.isascii() or not token.isprintable():
+        raise ValueError(f"client_token must be at most {MAX_CLIENT_TOKEN_LENGTH} printable ASCII characters, got {token!r}")
+    if request.market not in ("spot", "on-demand"):
+        raise ValueError(f"unknown market {request.market!r}; expected spot or on-demand")
+    if not request.instance_type:
+        raise ValueError("launch request needs an instance_type")
+    if request.max_price is not None and request.max_price <= 0:
+        raise ValueError(f"max_price must be > 0, got {request.max_price}")
+    zones_field(location, request.zone)  # raises for a zone of another location
+
+
+def _check_same_request(existing: InstanceInfo, request: LaunchRequest) -> None:
+    had = (existing.zone, existing.market, existing.instance_type.lower())
+    asked = (request.zone, request.market, request.instance_type.lower())
+    if had != asked:
+        raise ValueError(f"client token {request.client_token!r} was used for {existing.instance_id} {had}, not for {asked}")

@@ -1,0 +1,127 @@
+"""The Instance resource spotrun asks GCE to create for one launch request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from google.cloud import compute_v1
+
+from spotrun.providers.base import LaunchRequest
+from spotrun.providers.gcp.naming import JOB_LABEL, TOKEN_LABEL, TOKEN_METADATA_KEY, instance_name, label_value
+from spotrun.providers.gcp.settings import GcpSettings
+from spotrun.providers.gcp.startup import render_startup_script
+
+# Short GPU names, as a job file writes them, to GCE's accelerator types; a GCE name passes unchanged.
+ACCELERATOR_TYPES: Mapping[str, str] = {
+    "K80": "nvidia-tesla-k80",
+    "P4": "nvidia-tesla-p4",
+    "P100": "nvidia-tesla-p100",
+    "V100": "nvidia-tesla-v100",
+    "T4": "nvidia-tesla-t4",
+    "A100": "nvidia-tesla-a100",
+    "A100-80GB": "nvidia-a100-80gb",
+    "L4": "nvidia-l4",
+    "H100": "nvidia-h100-80gb",
+}
+_AGENT_CONFIG_ENV = "SPOTRUN_AGENT_CONFIG"
+
+
+def accelerator_type(name: str) -> str:
+    if name.lower().startswith("nvidia-"):
+        return name.lower()
+    found = ACCELERATOR_TYPES.get(name.upper())
+    if found is None:
+        raise ValueError(f"unknown accelerator {name!r}; known: {', '.join(ACCELERATOR_TYPES)} or a GCE type (nvidia-...)")
+    return found
+
+
+def instance_resource(request: LaunchRequest, settings: GcpSettings, accelerators: Mapping[str, int]) -> compute_v1.Instance:
+    zone = request.zone
+    return compute_v1.Instance(
+        name=instance_name(request.client_token),
+        machine_type=f"zones/{zone}/machineTypes/{request.instance_type}",
+        labels=_labels(request),
+        metadata=compute_v1.Metadata(items=[
+            compute_v1.Items(
+                key="startup-script",
+                value=render_startup_script(request.user_data, settings.bootstrap_command, settings.python),
+            ),
+            compute_v1.Items(key=TOKEN_METADATA_KEY, value=request.client_token),
+        ]),
+        disks=[_boot_disk(zone, settings)],
+        network_interfaces=[_network_interface(settings)],
+        guest_accelerators=[
+            compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{zone}/acceleratorTypes/{accelerator_type(name)}", accelerator_count=count
+            )
+            for name, count in accelerators.items()
+        ],
+        scheduling=scheduling(request.market, settings, has_accelerators=bool(accelerators)),
+        service_accounts=(
+            [compute_v1.ServiceAccount(email=settings.service_account, scopes=list(settings.scopes))]
+            if settings.service_account else []
+        ),
+    )
+
+
+def scheduling(market: str, settings: GcpSettings, has_accelerators: bool) -> compute_v1.Scheduling:
+    if market == "on-demand":
+        # GPUs cannot live-migrate: a VM with one must stop for host maintenance.
+        return compute_v1.Scheduling(
+            provisioning_model="STANDARD",
+            automatic_restart=True,
+            on_host_maintenance="TERMINATE" if has_accelerators else "MIGRATE",
+        )
+    if settings.preemptible:
+        return compute_v1.Scheduling(preemptible=True, automatic_restart=False, on_host_maintenance="TERMINATE")
+    spot = compute_v1.Scheduling(
+        provisioning_model="SPOT",
+        instance_termination_action="DELETE",
+        automatic_restart=False,
+        on_host_maintenance="TERMINATE",
+    )
+    if settings.max_run_duration is not None:
+        spot.max_run_duration = compute_v1.Duration(seconds=int(settings.max_run_duration))
+    return spot
+
+
+def _boot_disk(zone: str, settings: GcpSettings) -> compute_v1.AttachedDisk:
+    return compute_v1.AttachedDisk(
+        boot=True,
+        auto_delete=True,
+        initialize_params=compute_v1.AttachedDiskInitializeParams(
+            source_image=settings.image,
+            disk_size_gb=settings.disk_size_gb,
+            disk_type=f"zones/{zone}/diskTypes/{settings.disk_type}",
+        ),
+    )
+
+
+def _network_interface(settings: GcpSettings) -> compute_v1.NetworkInterface:
+    interface = compute_v1.NetworkInterface(network=settings.network)
+    if settings.subnetwork:
+        interface.subnetwork = settings.subnetwork
+    if settings.external_ip:
+        interface.access_configs = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+    return interface
+
+
+def _labels(request: LaunchRequest) -> dict[str, str]:
+    labels = {TOKEN_LABEL: label_value(request.client_token), "spotrun-market": request.market}
+    job_id = job_id_of(request.user_data)
+    if job_id is not None:
+        labels[JOB_LABEL] = label_value(job_id)
+    return labels
+
+
+def job_id_of(user_data: dict[str, Any]) -> str | None:
+    """The job id from the agent configuration the controller puts in the boot env, when there is one."""
+    env = user_data.get("env") if isinstance(user_data, dict) else None
+    raw = env.get(_AGENT_CONFIG_ENV) if isinstance(env, dict) else None
+    try:
+        job_id = json.loads(raw).get("job_id") if isinstance(raw, str) else None
+    except (ValueError, AttributeError):
+        return None
+    return str(job_id) if job_id is not None else None

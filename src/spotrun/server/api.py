@@ -1,0 +1,154 @@
+"""The user API (/api/v1): what the CLI's remote mode and the dashboard call. Every route acts for the user whose
+token came with the request; the work itself is done by `spotrun.control.jobs`, as in embedded mode."""
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from spotrun.control import jobs as jobs_api
+from spotrun.control.logs import attempt_log_path
+from spotrun.providers import ProviderError
+from spotrun.server.auth import may_see, principal_dependency, visible_job
+from spotrun.server.logstream import job_log_stream, read_log
+from spotrun.server.schemas import (
+    CancelAccepted, InvalidSpec, JobCost, LaunchRequest, Launched, Message, OwnedJobRow, PreemptAccepted, PreemptRequest,
+    SpecProblem,
+)
+from spotrun.server.users import Principal
+from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
+from spotrun.spec import Problem, SpecError, parse_spec
+from spotrun.state import Store
+
+MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
+
+NOT_FOUND = {404: {"model": Message, "description": "no such job, or another user's"}}
+UNAUTHORIZED = {401: {"model": Message, "description": "missing, unknown or revoked token"}}
+CONFLICT = {409: {"model": Message, "description": "the job is not in a state that allows this"}}
+
+
+def create_api_router(store: Store) -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=UNAUTHORIZED)
+    User = Annotated[Principal, Depends(principal_dependency(store))]
+
+    @router.post(
+        "/jobs", status_code=status.HTTP_201_CREATED, response_model=Launched,
+        responses={422: {"model": InvalidSpec, "description": "the job file is invalid; nothing was stored"}},
+    )
+    def launch(request: LaunchRequest, user: User) -> Launched | JSONResponse:
+        """Submit a job file's text; it is validated as `spotrun launch` does, and owned by the caller."""
+        source = request.source or "<request>"
+        default_name = Path(request.source).stem if request.source else None
+        try:
+            spec = parse_spec(request.spec, source=source, default_name=default_name or None)
+            base_dir = Path(request.base_dir) if request.base_dir else None
+            job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name)
+        except SpecError as error:
+            return _invalid_spec(error)
+        except yaml.YAMLError as error:  # parse_spec lets the YAML reader's refusals (e.g. a NUL byte) through
+            return _invalid_spec(SpecError(source, [Problem("", f"invalid YAML: {error}")]))
+        return Launched(id=job_id, name=spec.name or "job", owner=user.name)
+
+    @router.get("/jobs", response_model=list[OwnedJobRow])
+    def list_jobs(user: User) -> list[OwnedJobRow]:
+        """The caller's jobs (an admin's: everyone's), oldest first."""
+        now = time.time()
+        with store.session() as session:
+            return [
+                OwnedJobRow(**job_row(job, now).to_json(), owner=job.owner)
+                for job in jobs_api.list_jobs(session) if may_see(user, job)
+            ]
+
+    @router.get("/jobs/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
+    def get_job(job_id: JobId, user: User) -> JobDetail:
+        with store.session() as session:
+            return job_detail(visible_job(session, job_id, user), time.time())
+
+    @router.get("/jobs/{job_id}/events", response_model=list[EventView], responses=NOT_FOUND)
+    def events(
+        job_id: JobId, user: User,
+        after: Annotated[int, Query(ge=0, le=2**63 - 1, description="only events with a larger id")] = 0,
+    ) -> list[EventView]:
+        with store.session() as session:
+            visible_job(session, job_id, user)
+            return event_views(jobs_api.job_events(session, job_id, after_id=after))
+
+    @router.get(
+        "/jobs/{job_id}/logs", response_class=StreamingResponse,
+        responses={**NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the logs as `spotrun logs` prints them"}},
+    )
+    def logs(
+        job_id: JobId, user: User,
+        follow: Annotated[bool, Query(description="keep the response open, streaming, until the job ends")] = False,
+    ) -> StreamingResponse:
+        """All attempts' logs as one text stream, each attempt's start marked."""
+        with store.session() as session:
+            visible_job(session, job_id, user)
+        return StreamingResponse(job_log_stream(store, job_id, follow=follow), media_type="text/plain; charset=utf-8")
+
+    @router.get(
+        "/jobs/{job_id}/attempts/{number}/log", response_class=PlainTextResponse,
+        responses={**NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the log's bytes from `offset`"}},
+    )
+    def attempt_log(
+        job_id: JobId, number: Annotated[int, PathParam(ge=1, le=MAX_ID)], user: User,
+        offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
+    ) -> PlainTextResponse:
+        """One attempt's log from a byte offset; the `X-Log-Size` header says where the next read starts."""
+        with store.session() as session:
+            visible_job(session, job_id, user)
+            if number not in {a.number for a in jobs_api.job_attempts(session, job_id)}:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no attempt {number}")
+        data = read_log(attempt_log_path(job_id, number), offset)
+        return PlainTextResponse(data, headers={"X-Log-Size": str(offset + len(data))})
+
+    @router.post(
+        "/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelAccepted,
+        responses={**NOT_FOUND, **CONFLICT},
+    )
+    def cancel(job_id: JobId, user: User) -> CancelAccepted:
+        """Ask the controller to stop the job and give back its instance."""
+        with store.session() as session:
+            visible_job(session, job_id, user)
+        if not jobs_api.request_cancel(store, job_id, time.time()):
+            raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has already ended")
+        return CancelAccepted(job_id=job_id, cancel_requested=True)
+
+    @router.post(
+        "/jobs/{job_id}/preempt", status_code=status.HTTP_202_ACCEPTED, response_model=PreemptAccepted,
+        responses={**NOT_FOUND, **CONFLICT},
+    )
+    def preempt(job_id: JobId, user: User, request: PreemptRequest | None = None) -> PreemptAccepted:
+        """Chaos: have the cloud reclaim the job's instance, with the notice window."""
+        with store.session() as session:
+            visible_job(session, job_id, user)
+        notice = request.notice_seconds if request else None
+        try:
+            target = jobs_api.preempt(store, job_id, time.time(), notice)
+        except jobs_api.JobNotFound:
+            raise
+        except (LookupError, ProviderError, NotImplementedError) as problem:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(problem) or type(problem).__name__) from None
+        return PreemptAccepted(job_id=job_id, instance_id=target.instance_id, attempt_number=target.attempt_number)
+
+    @router.get("/jobs/{job_id}/cost", response_model=JobCost, responses=NOT_FOUND)
+    def cost(job_id: JobId, user: User) -> JobCost:
+        """What the job cost, what it would have cost on-demand, and the saving."""
+        with store.session() as session:
+            detail = job_detail(visible_job(session, job_id, user), time.time())
+        return JobCost(job_id=job_id, name=detail.job.name, state=detail.job.state, bill=detail.bill)
+
+    return router
+
+
+def _invalid_spec(error: SpecError) -> JSONResponse:
+    body = InvalidSpec(
+        detail="invalid job file", source=error.source,
+        problems=[SpecProblem(field=p.field, message=p.message, line=p.line) for p in error.problems],
+    )
+    return JSONResponse(body.model_dump(), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)

@@ -1,0 +1,65 @@
+"""The team server's ASGI app: the user API, the agent API, /metrics and /healthz on one port."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+from sqlalchemy import text
+
+from spotrun.control.clock import Clock
+from spotrun.control.jobs import JobNotFound
+from spotrun.server.agent_api import create_agent_app
+from spotrun.server.api import create_api_router
+from spotrun.server.metrics import store_registry
+from spotrun.state import Store
+
+
+class Health(BaseModel):
+    ok: bool
+    database: str
+
+
+class Refusal(BaseModel):
+    detail: str
+
+
+AGENT_REFUSALS: dict[int | str, dict[str, object]] = {
+    403: {"model": Refusal, "description": "the token is not this attempt's"},
+    409: {"model": Refusal, "description": "a log chunk past the end of what is stored"},
+}
+
+
+def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
+    app = FastAPI(
+        title="spotrun server", version="1",
+        description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
+    )
+    app.include_router(create_api_router(store))
+    # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.
+    app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)
+    app.add_exception_handler(JobNotFound, _not_found)
+    registry = store_registry(store)
+
+    @app.get("/metrics", tags=["operations"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}})
+    def metrics() -> Response:
+        """Jobs by state, preemptions, recoveries and their time, dollars spent and saved; read from the store."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", tags=["operations"], response_model=Health, responses={503: {"model": Health}})
+    def healthz() -> Health | JSONResponse:
+        try:
+            with store.session() as session:
+                session.execute(text("SELECT 1"))
+        except Exception as error:  # any failure to reach the store makes the server unhealthy
+            body = Health(ok=False, database=f"unreachable: {type(error).__name__}")
+            return JSONResponse(body.model_dump(), status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Health(ok=True, database="ok")
+
+    return app
+
+
+async def _not_found(_request: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=status.HTTP_404_NOT_FOUND)

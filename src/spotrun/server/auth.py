@@ -1,0 +1,44 @@
+"""Who is asking: the user API's bearer-token check, and which jobs that user may see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from spotrun.control import jobs as jobs_api
+from spotrun.server.users import Principal, authenticate
+from spotrun.state import Job, Store
+
+_bearer = HTTPBearer(auto_error=False, description="a user's API token (`spotrun user add` / `spotrun token create`)")
+
+
+def principal_dependency(store: Store) -> Callable[..., Principal]:
+    """A FastAPI dependency answering 401 unless the request carries a live user token."""
+
+    def current_principal(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+        principal = None
+        if credentials is not None:
+            with store.session() as session:
+                principal = authenticate(session, credentials.credentials)
+        if principal is None:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED, "a valid API token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+        return principal
+
+    return current_principal
+
+
+def may_see(principal: Principal, job: Job) -> bool:
+    return principal.is_admin or job.owner == principal.name
+
+
+def visible_job(session: Session, job_id: int, principal: Principal) -> Job:
+    """The job, or JobNotFound when it does not exist or belongs to someone else (the two look alike)."""
+    job = jobs_api.get_job(session, job_id)
+    if not may_see(principal, job):
+        raise jobs_api.JobNotFound(job_id)
+    return job

@@ -1,0 +1,52 @@
+"""`spotrun server`: the team server process. One port serves the user API, the agent API, /metrics and /healthz;
+the controller runs in the same process, driven by the daemon's lease and tick loop."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+import uvicorn
+
+from spotrun.server.app import create_app
+from spotrun.server.daemon import Daemon
+from spotrun.state import Store
+
+log = logging.getLogger("spotrun.server")
+
+
+def public_url(host: str, port: int) -> str:
+    """The address agents and clients are told to use when none is configured."""
+    reachable = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://[{reachable}]:{port}" if ":" in reachable else f"http://{reachable}:{port}"
+
+
+def serve(
+    store: Store, *, host: str, port: int, url: str | None = None, tick_interval: float = 0.5,
+    run_controller: bool = True,
+) -> None:
+    """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it)."""
+    sock = _listen(host, port)
+    url = url or public_url(host, sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="info", timeout_graceful_shutdown=3))
+    daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
+    controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
+    if run_controller:
+        controller.start()
+    print(f"spotrun server listening on {url}", flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        daemon.stop()
+        if controller.is_alive():
+            controller.join(timeout=10)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,127 @@
+"""Read models of jobs, shared by the HTTP API (its response bodies) and the CLI (what it prints).
+
+They are built from the store's rows here, once, so `spotrun status --json` prints the same thing whether it read
+the store itself or asked a team server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotrun.control.states import is_terminal
+from spotrun.costs.ledger import JobBill, bill
+from spotrun.state import Attempt, Event, Job
+
+
+class JobRow(BaseModel):
+    """One line of `spotrun status`."""
+
+    id: int
+    name: str
+    state: str
+    attempts: int
+    preemptions: int
+    market: str | None
+    zone: str | None
+    elapsed: float
+    cost: float
+    checkpoint_step: int | None
+    failure_reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class AttemptView(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    number: int
+    state: str
+    provider: str
+    market: str
+    zone: str
+    instance_type: str
+    instance_id: str | None
+    created_at: float
+    started_at: float | None
+    agent_started_at: float | None
+    notice_at: float | None
+    ended_at: float | None
+    end_reason: str | None
+    billed_seconds: float
+    price_per_hour: float
+    on_demand_price_per_hour: float
+    checkpoint_step: int | None
+    log_bytes: int
+
+
+class EventView(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: float
+    kind: str
+    message: str
+    attempt_id: int | None
+
+
+class BillView(BaseModel):
+    spot_seconds: float
+    on_demand_seconds: float
+    cost: float
+    on_demand_cost: float
+    seconds: float
+    saved: float
+    saved_fraction: float
+
+    @classmethod
+    def of(cls, job_bill: JobBill) -> BillView:
+        return cls(**job_bill.to_json())
+
+    def to_bill(self) -> JobBill:
+        return JobBill(self.spot_seconds, self.on_demand_seconds, self.cost, self.on_demand_cost)
+
+
+class JobDetail(BaseModel):
+    """A job with its attempts and its bill so far."""
+
+    job: JobRow
+    owner: str
+    attempts: list[AttemptView]
+    bill: BillView
+
+
+def job_row(job: Job, now: float) -> JobRow:
+    placed = [a for a in job.attempts if a.started_at is not None]
+    current = placed[-1] if placed and not is_terminal(job.state) else None
+    steps = [a.checkpoint_step for a in job.attempts if a.checkpoint_step is not None]
+    return JobRow(
+        id=job.id,
+        name=job.name,
+        state=job.state,
+        attempts=len(placed),
+        preemptions=job.preemptions,
+        market=current.market if current and current.ended_at is None else None,
+        zone=current.zone if current and current.ended_at is None else None,
+        elapsed=(job.finished_at or now) - job.created_at,
+        cost=bill(job.attempts, now).cost,
+        checkpoint_step=max(steps) if steps else None,
+        failure_reason=job.failure_reason,
+    )
+
+
+def attempt_views(attempts: list[Attempt]) -> list[AttemptView]:
+    return [AttemptView.model_validate(attempt) for attempt in attempts]
+
+
+def event_views(events: list[Event]) -> list[EventView]:
+    return [EventView.model_validate(event) for event in events]
+
+
+def job_detail(job: Job, now: float) -> JobDetail:
+    return JobDetail(
+        job=job_row(job, now), owner=job.owner, attempts=attempt_views(job.attempts),
+        bill=BillView.of(bill(job.attempts, now)),
+    )

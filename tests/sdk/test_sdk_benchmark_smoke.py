@@ -1,0 +1,33 @@
+"""The checkpoint benchmark runs end to end at a small size and reports every method and target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "checkpoint.py"
+
+
+def test_checkpoint_benchmark_small_run(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--size-gib", "0.02", "--repeats", "1", "--dir", str(tmp_path / "work"), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    summary = report["summary"]
+    assert 0.015 * 2**30 < summary["state_bytes"] < 0.025 * 2**30
+    assert summary["raw_write_MBps"] > 0 and summary["raw_read_MBps"] > 0
+    methods = summary["methods"]
+    assert set(methods) | set(summary["unavailable"]) == {"torch.save (sync)", "torch DCP async_save", "spotrun Checkpointer"}
+    for name in ("torch.save (sync)", "spotrun Checkpointer"):
+        measured = methods[name]
+        assert 0 < measured["blocked_s"] <= measured["durable_s"]
+        assert measured["restore_s"] > 0 and measured["disk_bytes"] >= summary["state_bytes"]
+    assert set(summary["targets"]) == {"blocked_vs_torch_save", "durable_vs_raw_write", "restore_vs_raw_read", "peak_extra_vs_state"}
+    assert "target peak_extra_vs_state" in done.stdout and "spotrun Checkpointer" in done.stdout

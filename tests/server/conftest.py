@@ -1,0 +1,34 @@
+"""Fixtures for the team server: an app on a fresh store (SQLite and PostgreSQL) with users alice, bob and root."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))  # the e2e harness: isolated SPOTRUN_HOME, clean-up
+
+from server_world import Team  # noqa: E402
+
+from spotrun.server.app import create_app  # noqa: E402
+from spotrun.server.users import add_user  # noqa: E402
+from spotrun.state import Store  # noqa: E402
+
+
+@pytest.fixture
+def team(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
+    """The app on a fresh store; users alice and bob, and root (admin), each with a token."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    now = time.time()
+    tokens = {
+        "alice": add_user(store, "alice", now).token,
+        "bob": add_user(store, "bob", now).token,
+        "root": add_user(store, "root", now, admin=True).token,
+    }
+    with TestClient(create_app(store)) as client:
+        yield Team(store, client, tokens)

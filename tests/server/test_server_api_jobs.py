@@ -1,0 +1,115 @@
+"""The user API on SQLite and PostgreSQL: launch, list, one job with attempts and bill, events, logs, cancel, cost."""
+
+from __future__ import annotations
+
+from server_world import TINY_JOB, Team, place_attempt
+
+from spotrun.state import Job
+
+
+def test_launched_job_is_owned_by_the_caller_and_listed(team: Team) -> None:
+    response = team.client.post("/api/v1/jobs", json={"spec": TINY_JOB}, headers=team.as_user("alice"))
+    assert response.status_code == 201
+    assert response.json() == {"id": 1, "name": "tiny", "owner": "alice"}
+    with team.store.session() as session:
+        assert session.get(Job, 1).owner == "alice"
+    rows = team.client.get("/api/v1/jobs", headers=team.as_user("alice")).json()
+    assert [(row["id"], row["state"], row["owner"]) for row in rows] == [(1, "PENDING", "alice")]
+
+
+def test_a_job_without_a_name_is_named_after_its_file(team: Team) -> None:
+    text = 'run: "true"\nresources: {cloud: local, instance_type: local.cpu}\n'
+    response = team.client.post(
+        "/api/v1/jobs", json={"spec": text, "source": "jobs/nightly.yaml"}, headers=team.as_user("alice")
+    )
+    assert response.json()["name"] == "nightly"
+
+
+def test_one_job_comes_with_its_attempts_and_bill(team: Team) -> None:
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    detail = team.client.get(f"/api/v1/jobs/{job_id}", headers=team.as_user("alice")).json()
+    assert detail["owner"] == "alice"
+    assert detail["job"]["id"] == job_id and detail["job"]["attempts"] == 1
+    assert [(a["number"], a["market"], a["instance_id"]) for a in detail["attempts"]] == [(1, "spot", f"i-{job_id}-1")]
+    assert detail["bill"]["spot_seconds"] > 0 and detail["bill"]["on_demand_cost"] > detail["bill"]["cost"]
+
+
+def test_events_after_an_id_are_only_the_newer_ones(team: Team) -> None:
+    job_id = team.launch("alice")
+    headers = team.as_user("alice")
+    first = team.client.get(f"/api/v1/jobs/{job_id}/events", headers=headers).json()
+    assert [e["message"] for e in first] == ["submitted job 'tiny'"]
+    assert team.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=headers).status_code == 202
+    newer = team.client.get(f"/api/v1/jobs/{job_id}/events", params={"after": first[-1]["id"]}, headers=headers).json()
+    assert [e["kind"] for e in newer] == ["cancel_requested"]
+
+
+def test_logs_by_attempt_and_offset_and_as_one_stream(team: Team) -> None:
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    agent = {"Authorization": "Bearer agent-token"}
+    for offset, data in ((0, "épоch 1\n"), (len("épоch 1\n".encode()), "epoch 2\n")):
+        posted = team.client.post(f"/agent/v1/attempts/{attempt_id}/logs", json={"offset": offset, "data": data},
+                                  headers=agent)
+        assert posted.status_code == 200, posted.text
+    headers = team.as_user("alice")
+    whole = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", headers=headers)
+    assert whole.content.decode() == "épоch 1\nepoch 2\n"
+    size = int(whole.headers["X-Log-Size"])
+    later = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", params={"offset": size - 8}, headers=headers)
+    assert later.text == "epoch 2\n" and later.headers["X-Log-Size"] == str(size)
+    assert team.client.get(f"/api/v1/jobs/{job_id}/attempts/2/log", headers=headers).status_code == 404
+
+    stream = team.client.get(f"/api/v1/jobs/{job_id}/logs", headers=headers).text
+    header, body = stream.split("\n", 1)
+    assert header.startswith(f"──── attempt 1 · spot · local-a · i-{job_id}-1 · started ")
+    assert body == "épоch 1\nepoch 2\n"
+
+
+def test_following_logs_streams_until_the_job_ends(team: Team) -> None:
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    team.client.post(f"/agent/v1/attempts/{attempt_id}/logs", json={"offset": 0, "data": "hello\n"},
+                     headers={"Authorization": "Bearer agent-token"})
+    with team.client.stream("GET", f"/api/v1/jobs/{job_id}/logs", params={"follow": True},
+                            headers=team.as_user("alice")) as response:
+        chunks = response.iter_text()
+        assert "attempt 1" in next(chunks)
+        assert next(chunks) == "hello\n"
+        with team.store.session() as session:
+            session.get(Job, job_id).state = "SUCCEEDED"  # what the controller records when the job ends
+        assert list(chunks) == []  # the response ends once the job has
+
+
+def test_cancel_twice_is_a_conflict_the_second_time(team: Team) -> None:
+    job_id = team.launch("alice")
+    headers = team.as_user("alice")
+    assert team.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=headers).json() == {
+        "job_id": job_id, "cancel_requested": True
+    }
+    with team.store.session() as session:
+        session.get(Job, job_id).state = "CANCELLED"
+    again = team.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=headers)
+    assert again.status_code == 409 and again.json()["detail"] == f"job {job_id} has already ended"
+
+
+def test_preempting_a_job_without_an_instance_is_a_conflict(team: Team) -> None:
+    job_id = team.launch("alice")
+    response = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={}, headers=team.as_user("alice"))
+    assert response.status_code == 409
+    assert "holds no running instance" in response.json()["detail"]
+
+
+def test_cost_names_the_job_and_its_bill(team: Team) -> None:
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    cost = team.client.get(f"/api/v1/jobs/{job_id}/cost", headers=team.as_user("alice")).json()
+    assert (cost["job_id"], cost["name"], cost["state"]) == (job_id, "tiny", "PENDING")
+    assert cost["bill"]["saved"] == cost["bill"]["on_demand_cost"] - cost["bill"]["cost"] > 0
+
+
+def test_unknown_job_is_404_and_health_says_ok(team: Team) -> None:
+    missing = team.client.get("/api/v1/jobs/999", headers=team.as_user("root"))
+    assert missing.status_code == 404 and missing.json() == {"detail": "no job with id 999"}
+    assert team.client.get("/healthz").json() == {"ok": True, "database": "ok"}

@@ -1,0 +1,48 @@
+"""An invalid job file is refused with 422, every problem named by field and line, and nothing is stored."""
+
+from __future__ import annotations
+
+from server_world import Team
+from sqlalchemy import func, select
+
+from spotrun.state import Event, Job
+
+BAD_JOB = """\
+name: bad
+run: "true"
+resources: {cloud: local, instance_type: local.cpu}
+spot: {max_wait: soon}
+unknown_key: 1
+"""
+
+
+def stored_rows(team: Team) -> tuple[int, int]:
+    with team.store.session() as session:
+        return session.scalar(select(func.count(Job.id))), session.scalar(select(func.count(Event.id)))
+
+
+def test_invalid_job_file_is_422_with_field_names_and_lines(team: Team) -> None:
+    response = team.client.post("/api/v1/jobs", json={"spec": BAD_JOB, "source": "bad.yaml"},
+                                headers=team.as_user("alice"))
+    assert response.status_code == 422
+    body = response.json()
+    assert body["detail"] == "invalid job file" and body["source"] == "bad.yaml"
+    assert [(p["field"], p["line"]) for p in body["problems"]] == [("spot.max_wait", 4), ("unknown_key", 5)]
+    assert all(p["message"] for p in body["problems"])
+    assert stored_rows(team) == (0, 0)
+
+
+def test_a_job_the_controller_cannot_place_is_refused_at_submit(team: Team) -> None:
+    response = team.client.post("/api/v1/jobs", json={"spec": 'run: "true"\nresources: {cloud: aws}\n'},
+                                headers=team.as_user("alice"))
+    assert response.status_code == 422
+    assert [p["field"] for p in response.json()["problems"]] == ["resources.instance_type"]
+    assert stored_rows(team) == (0, 0)
+
+
+def test_text_that_is_not_a_mapping_is_422(team: Team) -> None:
+    for text in ("", "- a list\n", "key: [unclosed\n", "\x00"):
+        response = team.client.post("/api/v1/jobs", json={"spec": text}, headers=team.as_user("alice"))
+        assert response.status_code == 422, (text, response.text)
+        assert response.json()["problems"], text
+    assert stored_rows(team) == (0, 0)

@@ -1,0 +1,57 @@
+"""/metrics is computed from the store: jobs by state, preemptions, recoveries and their time, dollars."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from server_world import Team, place_attempt
+
+from spotrun.state import Attempt, Job
+
+
+def samples(team: Team) -> dict[tuple[str, tuple], float]:
+    response = team.client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text) for sample in family.samples
+    }
+
+
+def end(team: Team, attempt_id: int, reason: str, ended_at: float, notice_at: float | None = None) -> None:
+    with team.store.session() as session:
+        attempt = session.get(Attempt, attempt_id)
+        attempt.state, attempt.end_reason, attempt.ended_at, attempt.notice_at = "ended", reason, ended_at, notice_at
+        attempt.billed_seconds = ended_at - attempt.started_at
+
+
+def test_metrics_follow_the_store(team: Team) -> None:
+    assert samples(team)[("spotrun_jobs", (("state", "PENDING"),))] == 0
+    job_id = team.launch("alice")
+    team.launch("bob")
+    first = place_attempt(team.store, job_id, "t1", number=1, at=1000.0)
+    end(team, first, "preempted", ended_at=1090.0, notice_at=1080.0)
+    second = place_attempt(team.store, job_id, "t2", number=2, at=1100.0)
+    with team.store.session() as session:
+        session.get(Attempt, second).agent_started_at = 1105.0  # 25 s after the notice
+        session.get(Job, job_id).state = "RUNNING"
+    end(team, second, "preempted", ended_at=1200.0)  # no notice: the end counts; never recovered
+    seen = samples(team)
+
+    assert seen[("spotrun_jobs", (("state", "RUNNING"),))] == 1
+    assert seen[("spotrun_jobs", (("state", "PENDING"),))] == 1
+    assert seen[("spotrun_preemptions_total", ())] == 2
+    assert seen[("spotrun_recoveries_total", ())] == 1
+    assert seen[("spotrun_recovery_seconds_count", ())] == 1
+    assert seen[("spotrun_recovery_seconds_sum", ())] == 25
+    assert seen[("spotrun_recovery_seconds_bucket", (("le", "10.0"),))] == 0
+    assert seen[("spotrun_recovery_seconds_bucket", (("le", "30.0"),))] == 1
+    # 190 s billed at $0.10/h against $0.40/h on-demand
+    assert seen[("spotrun_dollars_spent_total", ())] == pytest.approx(190 / 3600 * 0.1)
+    assert seen[("spotrun_dollars_saved_total", ())] == pytest.approx(190 / 3600 * 0.3)
+
+
+def test_metrics_need_no_token_and_reveal_no_names(team: Team) -> None:
+    team.launch("alice")
+    text = team.client.get("/metrics").text
+    assert "alice" not in text and "tiny" not in text

@@ -1,0 +1,116 @@
+"""The CLI's remote mode end to end: a real `spotrun server` process (API + controller) on a random port, the local
+cloud, and the same commands printing the same things as in embedded mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import Spotrun
+from server_world import TINY_JOB
+from sqlalchemy import select as sql_select
+
+from spotrun.state import Event
+
+
+class TeamServer:
+    def __init__(self, spotrun: Spotrun) -> None:
+        self.output = spotrun.home / "server.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--tick-interval", "0.2"],
+            env=spotrun.env, stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True,
+            start_new_session=True,
+        )
+        self.url = self._announced_url(timeout=30)
+
+    def _announced_url(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        assert ready, f"the server did not start within {timeout} s:\n{self.output.read_text()}"
+        line = self.process.stdout.readline()
+        assert line.startswith("spotrun server listening on "), line + self.output.read_text()
+        return line.split()[-1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+
+
+@pytest.fixture
+def spotrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spotrun]:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    world = Spotrun(tmp_path / "home")
+    yield world
+    world.shutdown()
+
+
+@pytest.fixture
+def server(spotrun: Spotrun) -> Iterator[TeamServer]:
+    team_server = TeamServer(spotrun)
+    yield team_server
+    team_server.stop()
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spotrun.cli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=90)
+
+
+def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
+    spotrun: Spotrun, server: TeamServer, tmp_path: Path
+) -> None:
+    added = cli(spotrun.env, "user", "add", "alice")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    remote = {**spotrun.env, "SPOTRUN_SERVER": server.url, "SPOTRUN_TOKEN": token}
+    job_file = tmp_path / "tiny.yaml"
+    job_file.write_text(TINY_JOB)
+
+    launched = cli(remote, "launch", str(job_file), "--follow")
+    assert launched.returncode == 0, launched.stdout + launched.stderr + server.output.read_text()
+    assert "launched job 1 (tiny)" in launched.stdout and "job 1 SUCCEEDED after 1 attempts" in launched.stdout
+    rows = json.loads(cli(remote, "status", "--json").stdout)
+    assert [(row["id"], row["state"], row["attempts"]) for row in rows] == [(1, "SUCCEEDED", 1)]
+
+    for command in (("status", "--json"), ("status", "1", "--json"), ("cost", "1", "--json"), ("cost", "1"),
+                    ("logs", "1"), ("cancel", "1"), ("status", "7")):
+        by_server, by_store = cli(remote, *command), cli(spotrun.env, *command)
+        assert (by_server.returncode, by_server.stdout, by_server.stderr) == (
+            by_store.returncode, by_store.stdout, by_store.stderr), command
+
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'spotrun_jobs{state="SUCCEEDED"} 1.0' in metrics
+    assert "spotrun_dollars_spent_total" in metrics
+
+    server.stop()
+    assert_no_credential_leaked(spotrun, token)
+
+
+def test_remote_mode_without_a_valid_token_says_so(spotrun: Spotrun, server: TeamServer) -> None:
+    remote = {**spotrun.env, "SPOTRUN_SERVER": server.url, "SPOTRUN_TOKEN": "spr_abc_wrong"}
+    refused = cli(remote, "status")
+    assert refused.returncode == 1
+    assert "refused the token in SPOTRUN_TOKEN" in refused.stderr
+
+
+def assert_no_credential_leaked(spotrun: Spotrun, token: str) -> None:
+    with spotrun.store().session() as session:
+        agent_token_hashes = [hash_ for (hash_,) in session.execute(sql_select(Event.message))]
+        texts = [m for m in agent_token_hashes]
+        texts += [json.dumps(data) for (data,) in session.execute(sql_select(Event.data))]
+    texts += [path.read_text(errors="replace") for path in spotrun.home.rglob("*.log")]
+    secret_prefix = token.split("_")[2][:12]
+    assert texts and not any(token in text or secret_prefix in text for text in texts)
