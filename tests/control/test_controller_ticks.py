@@ -25,7 +25,7 @@ max_restarts_on_error: 1
 """
 
 
-def prices(cloud, instance_type, market, zone):
+def prices(cloud, instance_type, market, zone, accelerators=None):
     return (1.0 if market == "spot" else 3.0), 3.0
 
 

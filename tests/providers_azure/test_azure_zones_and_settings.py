@@ -6,6 +6,7 @@ import pytest
 from fakes_azure import disk_sku, vm_sku
 
 from spotrun.providers.azure import AzureApiError, AzureProvider, AzureSettings
+from spotrun.providers.base import Provider
 
 SUBSCRIPTION = "8f0c2d4e-1a3b-4c5d-9e7f-0123456789ab"
 SUBNET = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s"
@@ -129,4 +130,4 @@ def test_without_a_credential_the_provider_uses_azure_identitys_default_chain(mo
     )
 
     assert isinstance(provider.compute._config.credential, DefaultAzureCredential)
-    assert provider.name == "azure"
+    assert isinstance(provider, Provider) and provider.name == "azure"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -12,13 +11,6 @@ from spotrun.providers.gcp import PREEMPTIBLE_MAX_LIFETIME_SECONDS, GcpApiError
 from spotrun.providers.gcp.naming import instance_name, request_id
 
 TOKEN = "sr-7-0123456789abcdef"
-
-
-@dataclass(frozen=True)
-class RequestWithAccelerators(LaunchRequest):
-    """A launch request as it will be once LaunchRequest carries the job's resources.accelerators."""
-
-    accelerators: dict[str, int] = field(default_factory=dict)
 
 
 def inserted(cloud) -> dict:
@@ -69,7 +61,7 @@ def test_on_demand_launch_is_a_standard_vm(provider, launch_request, cloud):
 
 
 def test_accelerators_become_guest_accelerators_and_stop_live_migration(provider, cloud):
-    request = RequestWithAccelerators(
+    request = LaunchRequest(
         zone="us-central1-b", market="on-demand", instance_type="n1-standard-8", client_token="sr-8-aa",
         user_data={"argv": ["python", "-m", "spotrun.agent"], "env": {}}, accelerators={"V100": 2},
     )
@@ -83,7 +75,7 @@ def test_accelerators_become_guest_accelerators_and_stop_live_migration(provider
 
 
 def test_unknown_accelerator_is_refused_before_any_call(provider, cloud):
-    request = RequestWithAccelerators(
+    request = LaunchRequest(
         zone="us-central1-a", market="spot", instance_type="n1-standard-8", client_token="sr-8-ab",
         user_data={"argv": ["python"], "env": {}}, accelerators={"Z9000": 1},
     )

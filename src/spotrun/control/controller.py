@@ -58,7 +58,7 @@ class Controller:
         *,
         clock: Clock | None = None,
         provider_factory: Callable[[str], Provider] = get_provider,
-        prices: Callable[[str, str, str, str], tuple[float, float]] = price_for,
+        prices: Callable[..., tuple[float, float]] = price_for,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -134,7 +134,9 @@ class Controller:
 
     def _record_launch_intent(self, session, job: Job, spec: JobSpec, decision: Launch, now: float) -> int:
         cloud = spec.resources.cloud
-        price, on_demand = self._prices(cloud, spec.resources.instance_type, decision.market, decision.zone)
+        price, on_demand = self._prices(
+            cloud, spec.resources.instance_type, decision.market, decision.zone, spec.resources.accelerators
+        )
         client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
         attempt = Attempt(
             job_id=job.id,
@@ -174,6 +176,7 @@ class Controller:
                 client_token=attempt.client_token,
                 user_data=user_data(config),
                 max_price=attempt.max_price,
+                accelerators=JobSpec.model_validate(job.spec).resources.accelerators,
             )
         provider = self._provider(attempt.provider)
         try:

@@ -31,6 +31,11 @@ def placement_context(job: Job, spec: JobSpec, provider_zones: list[str], now: f
     )
 
 
-def price_for(cloud: str, instance_type: str, market: str, zone: str) -> tuple[float, float]:
-    """($/h in that market and zone, $/h on-demand) from the catalog."""
-    return catalog.price(cloud, instance_type, market, zone), catalog.on_demand_price(cloud, instance_type)
+def price_for(
+    cloud: str, instance_type: str, market: str, zone: str, accelerators: dict[str, int] | None = None
+) -> tuple[float, float]:
+    """($/h in that market and zone, $/h on-demand) from the catalog, attached accelerators included."""
+    return (
+        catalog.machine_price(cloud, instance_type, accelerators, market, zone),
+        catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
+    )

@@ -54,10 +54,15 @@ CATALOG: Mapping[str, Mapping[str, PriceEntry]] = MappingProxyType({
         "p2.xlarge": PriceEntry(on_demand=0.90, spot=0.27),  # 1×K80
         "p2.8xlarge": PriceEntry(on_demand=14.40, spot=4.32),  # 8×K80
     }),
-    "gcp": MappingProxyType({  # per GPU, GCP's accelerator type names
+    "gcp": MappingProxyType({
+        # per GPU, GCP's accelerator type names (attached to a VM; billed on top of its machine type)
         "nvidia-tesla-k80": PriceEntry(on_demand=0.45, spot=0.135),
         "nvidia-tesla-p100": PriceEntry(on_demand=1.46, spot=0.43),
         "nvidia-tesla-v100": PriceEntry(on_demand=2.48, spot=0.74),
+        # machine types, GCP's public list prices for us-central1 (spot prices move; these are typical)
+        "n1-standard-4": PriceEntry(on_demand=0.19, spot=0.04),
+        "n1-standard-8": PriceEntry(on_demand=0.38, spot=0.08),
+        "n1-standard-16": PriceEntry(on_demand=0.76, spot=0.16),
     }),
 })
 
@@ -92,6 +97,23 @@ def price(cloud: str, instance_type: str, market: str, zone: str | None = None) 
 
 def on_demand_price(cloud: str, instance_type: str) -> float:
     return entry(cloud, instance_type).on_demand
+
+
+def machine_price(
+    cloud: str, instance_type: str, accelerators: Mapping[str, int] | None, market: str, zone: str | None = None
+) -> float:
+    """$/h of an instance plus the accelerators attached to it (GCP bills GPUs apart from the VM)."""
+    total = price(cloud, instance_type, market, zone)
+    if cloud == "gcp":
+        for name, count in (accelerators or {}).items():
+            total += count * price(cloud, gcp_accelerator_type(name), market)
+    return total
+
+
+def gcp_accelerator_type(name: str) -> str:
+    """A spec's accelerator name ("V100") as GCP's accelerator type ("nvidia-tesla-v100")."""
+    lowered = name.lower()
+    return lowered if lowered.startswith("nvidia-") else f"nvidia-tesla-{lowered}"
 
 
 def instance_types(cloud: str) -> list[str]:

@@ -15,7 +15,7 @@ from spotrun.providers.base import (
 )
 
 
-CLOUDS = ("local", "aws")
+CLOUDS = ("local", "aws", "gcp")
 
 
 def get_provider(name: str, **options: Any) -> Provider:
@@ -27,6 +27,10 @@ def get_provider(name: str, **options: Any) -> Provider:
         from spotrun.providers.aws import AwsProvider
 
         return AwsProvider(**options)
+    if name == "gcp":
+        from spotrun.providers.gcp import GcpProvider
+
+        return GcpProvider(**options)
     raise ValueError(f"unknown cloud {name!r}; known: {', '.join(CLOUDS)}")
 
 

@@ -33,6 +33,7 @@ class LaunchRequest:
     client_token: str
     user_data: dict[str, Any]
     max_price: float | None = None
+    accelerators: dict[str, int] | None = None  # e.g. {"V100": 1}, for clouds that attach GPUs to a VM
 
 
 @dataclass(frozen=True)

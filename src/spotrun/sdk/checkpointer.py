@@ -201,6 +201,7 @@ class Checkpointer:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
+            self._previous = None
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -38,7 +38,7 @@ _IDENTITY_ID = re.compile(
     r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.ManagedIdentity/userAssignedIdentities/[^/]+",
     re.IGNORECASE,
 )
-_RESOURCE_GROUP = re.compile(r"[-\w.()]{1,89}[-\w()]")
+_RESOURCE_GROUP = re.compile(r"[-\w.()]{0,89}[-\w()]")
 _LOCATION = re.compile(r"[a-z0-9]+")
 _ADMIN_USERNAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _SSH_KEY = re.compile(r"(ssh-rsa|ssh-ed25519|ecdsa-sha2-nistp\d+) \S+( .*)?")
@@ -80,7 +80,8 @@ class AzureSettings:
         _check(_RESOURCE_GROUP.fullmatch(self.resource_group), "resource_group", "a resource group name", self.resource_group)
         _check(_LOCATION.fullmatch(self.location), "location", "a location name such as eastus", self.location)
         _check(_SUBNET_ID.fullmatch(self.subnet_id), "subnet_id", "a subnet resource id (/subscriptions/.../subnets/...)", self.subnet_id)
-        _check(_SSH_KEY.fullmatch(self.ssh_public_key.strip()), "ssh_public_key", "an OpenSSH public key line", "<not a key>")
+        # The value is not echoed: what was pasted instead of a public key may be a private one.
+        _check(_SSH_KEY.fullmatch(self.ssh_public_key.strip()), "ssh_public_key", "an OpenSSH public key line", "<not shown>")
         _check(
             _URN.fullmatch(self.image) or self.image.lower().startswith("/subscriptions/"),
             "image", "a URN publisher:offer:sku:version or an image resource id", self.image,
