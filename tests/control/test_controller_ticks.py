@@ -19,7 +19,7 @@ from memory_cloud import Crash, MemoryCloud  # noqa: E402  (tests/control is on 
 SPEC = """
 name: unit
 run: "true"
-resources: {cloud: memory, instance_type: m.small}
+resources: {cloud: local, instance_type: local.cpu}  # placed in the in-memory cloud below
 spot: {zones: [m-a, m-b, m-c], preemptions_before_fallback: 3, max_wait: 2h}
 max_restarts_on_error: 1
 """
@@ -292,3 +292,22 @@ def test_an_instance_the_cloud_cannot_describe_and_a_silent_agent_is_lost_only_a
     world.tick(301)
     assert world.attempts(job_id)[0].end_reason == "lost"
     assert world.cloud.instances[instance].state == "terminated"
+
+
+@pytest.mark.parametrize(
+    ("resources", "field", "words"),
+    [
+        ("{cloud: nimbus, instance_type: x}", "resources.cloud", "unknown cloud 'nimbus'"),
+        ("{cloud: aws, instance_type: p9.mega}", "resources.instance_type", "p9.mega"),
+        ("{cloud: aws, accelerators: V100}", "resources.instance_type", "needs an instance type"),
+    ],
+)
+def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stored(world, resources, field, words):
+    from spotrun.spec import SpecError
+
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(world.store, parse_spec(f"run: 'true'\nresources: {resources}\n"), 0.0, source="job.yaml")
+    (problem,) = refused.value.problems
+    assert problem.field == field and words in problem.message
+    with world.store.session() as session:
+        assert session.query(Job).count() == 0

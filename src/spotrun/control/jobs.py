@@ -10,8 +10,10 @@ from sqlalchemy.orm import Session
 
 from spotrun import config
 from spotrun.control import records
+from spotrun.control.placement import price_for
 from spotrun.control.states import JobState, is_terminal
-from spotrun.providers import get_provider
+from spotrun.costs.catalog import UnknownPrice
+from spotrun.providers import CLOUDS, get_provider
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
 
@@ -21,14 +23,11 @@ class JobNotFound(LookupError):
         super().__init__(f"no job with id {job_id}")
 
 
-def submit(store: Store, spec: JobSpec, now: float, *, spec_dir: Path | None = None, owner: str = "local") -> int:
+def submit(
+    store: Store, spec: JobSpec, now: float, *, spec_dir: Path | None = None, owner: str = "local", source: str = "<job>"
+) -> int:
     """Write a validated job into the store as PENDING; paths and defaults are resolved here, once."""
-    if spec.resources.instance_type is None:
-        raise SpecError(
-            "<job>",
-            [Problem("resources.instance_type", f"cloud {spec.resources.cloud!r} needs an instance type; "
-                     "choosing one from accelerators alone is not supported yet")],
-        )
+    _check_resources(spec, source)
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
         session.add(job)
@@ -36,6 +35,23 @@ def submit(store: Store, spec: JobSpec, now: float, *, spec_dir: Path | None = N
         job.spec = _resolved(spec, job.id, spec_dir).to_json()
         add_event(session, at=now, kind="state", job_id=job.id, message=f"submitted job {job.name!r}")
         return job.id
+
+
+def _check_resources(spec: JobSpec, source: str) -> None:
+    """Refuse, before anything is stored, a job the controller could never place or bill."""
+    resources = spec.resources
+    if resources.cloud not in CLOUDS:
+        raise SpecError(source, [Problem("resources.cloud", f"unknown cloud {resources.cloud!r}; known: {', '.join(CLOUDS)}")])
+    if resources.instance_type is None:
+        raise SpecError(
+            source,
+            [Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
+                     "choosing one from accelerators alone is not supported yet")],
+        )
+    try:
+        price_for(resources.cloud, resources.instance_type, "on-demand", "", resources.accelerators)
+    except UnknownPrice as unknown:
+        raise SpecError(source, [Problem("resources.instance_type", str(unknown))]) from None
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:

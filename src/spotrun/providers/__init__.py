@@ -15,7 +15,7 @@ from spotrun.providers.base import (
 )
 
 
-CLOUDS = ("local", "aws", "gcp")
+CLOUDS = ("local", "aws", "gcp", "azure")
 
 
 def get_provider(name: str, **options: Any) -> Provider:
@@ -31,6 +31,10 @@ def get_provider(name: str, **options: Any) -> Provider:
         from spotrun.providers.gcp import GcpProvider
 
         return GcpProvider(**options)
+    if name == "azure":
+        from spotrun.providers.azure import AzureProvider
+
+        return AzureProvider(**options)
     raise ValueError(f"unknown cloud {name!r}; known: {', '.join(CLOUDS)}")
 
 

@@ -1,0 +1,65 @@
+"""`spotrun simulate` end to end on small traces, and the demo's replay helper on the new policy code."""
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from spotrun.cli.simulate import app
+from spotrun.policy import DefaultPolicy
+from spotrun.sim.replay import ReplayJob, replay
+
+
+def write_trace(path, data, gap=600):
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": data}))
+
+
+def test_simulate_json_compares_every_policy(tmp_path):
+    rng = np.random.default_rng(0)
+    for zone in ("a", "b"):
+        write_trace(tmp_path / f"{zone}.json", (rng.random(300) < 0.7).astype(int).tolist())
+    result = CliRunner().invoke(app, [
+        "--trace", str(tmp_path), "--policy", "all", "--compute-hours", "8", "--deadline-hours", "12",
+        "--every-hours", "12", "--json", "--processes", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    by_name = {p["policy"]: p for p in report["policies"]}
+    assert set(by_name) == {"on_demand", "greedy", "uniform_progress", "default", "omniscient"}
+    assert all(p["misses"] == 0 for p in by_name.values())
+    assert by_name["omniscient"]["mean"] <= min(p["mean"] for p in by_name.values()) + 1e-9
+    assert by_name["on_demand"]["mean"] > 1.0  # restart overhead and whole-step billing
+
+
+def test_simulate_multi_zone_table(tmp_path):
+    write_trace(tmp_path / "a.json", [1] * 200)
+    write_trace(tmp_path / "b.json", [0, 1] * 100)
+    result = CliRunner().invoke(app, [
+        "--trace", str(tmp_path / "a.json"), "--trace", str(tmp_path / "b.json"), "--multi-zone",
+        "--policy", "default", "--policy", "uniform_progress", "--compute-hours", "4", "--deadline-hours", "8",
+        "--processes", "1",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "a+b" in result.output or "1 market" in result.output
+    assert "default" in result.output and "uniform_progress" in result.output
+
+
+def test_simulate_names_a_bad_trace_file(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{nope")
+    result = CliRunner().invoke(app, ["--trace", str(bad)])
+    assert result.exit_code == 1
+    assert "broken.json" in result.output and "not valid JSON" in result.output
+
+
+def test_simulate_refuses_an_unknown_policy(tmp_path):
+    write_trace(tmp_path / "a.json", [1] * 100)
+    result = CliRunner().invoke(app, ["--trace", str(tmp_path), "--policy", "psychic"])
+    assert result.exit_code == 1 and "unknown policy 'psychic'" in result.output
+
+
+def test_replay_still_drives_the_default_policy_without_deadline():
+    job = ReplayJob(job_id=1, zones=("a", "b"), compute_seconds=50.0, restart_overhead=1.0, notice_seconds=0.5)
+    outage = lambda zone, t: not (zone == "a" and 10 <= t < 20)  # noqa: E731
+    result = replay(job, DefaultPolicy(), outage, horizon=500.0)
+    assert result.finished_at is not None and result.preemptions <= 1

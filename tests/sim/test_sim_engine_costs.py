@@ -1,0 +1,107 @@
+"""The simulator's arithmetic and guarantees: billing per step, restart overheads, preemptions, deadlines."""
+
+import json
+
+import numpy as np
+import pytest
+
+from spotrun.policy import GreedyPolicy, OnDemandPolicy, get_policy
+from spotrun.sim.engine import SimJob, run_job
+from spotrun.sim.market import Market
+from spotrun.sim.sweep import policy_for
+from spotrun.traces import TraceError, Trace, load_trace
+
+STEP = 600.0
+OD_STEP = 3.06 * STEP / 3600
+SPOT_STEP = 0.9731 * STEP / 3600
+
+
+def test_on_demand_bills_every_started_step_including_the_restart_overhead():
+    job = SimJob(compute_seconds=3600.0, deadline_seconds=5 * 3600.0, restart_overhead=360.0)
+    result = run_job(OnDemandPolicy(), ("z",), np.ones((1, 40), bool), STEP, job)
+    # 3600 s of work + 360 s overhead = 3960 s -> 7 steps, the last one billed whole
+    assert result.cost == pytest.approx(7 * OD_STEP)
+    assert result.finished_at == 7 * STEP and result.met_deadline
+    assert result.launches == 1 and result.preemptions == 0 and result.switches == 0
+
+
+def test_a_preemption_costs_a_restart_and_is_counted():
+    job = SimJob(compute_seconds=4 * STEP, deadline_seconds=30 * STEP, restart_overhead=300.0)
+    available = np.array([[1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1] + [1] * 20], bool)
+    result = run_job(GreedyPolicy(), ("z",), available, STEP, job)
+    # steps 0-1 on spot: 300 + 600 s of work; preempted at step 2 (idle); steps 3-5: 300 + 600 + 600 more
+    assert result.preemptions == 1 and result.launches == 2
+    assert result.finished_at == 6 * STEP
+    assert result.cost == pytest.approx(5 * SPOT_STEP)
+    assert [a.end_reason for a in result.attempts] == ["preempted", "succeeded"]
+
+
+def test_normalized_cost_of_all_spot_is_the_price_ratio():
+    job = SimJob(compute_seconds=10 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0)
+    result = run_job(GreedyPolicy(), ("z",), np.ones((1, 30), bool), STEP, job)
+    assert result.cost / job.on_demand_cost == pytest.approx(0.9731 / 3.06)
+
+
+@pytest.mark.parametrize("observe", ["tick", "launches"])
+@pytest.mark.parametrize("name", ["on_demand", "greedy", "uniform_progress", "default", "omniscient"])
+def test_no_policy_misses_a_deadline_that_on_demand_from_the_start_meets(name, observe):
+    rng = np.random.default_rng(3)
+    for trial in range(4):
+        flips = rng.random(400) < rng.choice([0.05, 0.2, 0.5])
+        available = (np.cumsum(flips) % 2 == 0)[None, :] | (rng.random((1, 400)) < 0.1 * trial)
+        market = Market(("z",), available, STEP)
+        # on-demand from the start needs ceil((C + d) / step) = 61 of the 66 steps: 5 steps of slack
+        job = SimJob(compute_seconds=60 * STEP - 360, deadline_seconds=66 * STEP, restart_overhead=720.0)
+        result = run_job(policy_for(name, market, 0, job), ("z",), available, STEP, job, observe=observe)
+        assert result.met_deadline, (name, observe, trial)
+
+
+def test_the_launches_model_learns_no_capacity_by_trying():
+    job = SimJob(compute_seconds=2 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0)
+    available = np.array([[0, 0, 1, 1, 1] + [1] * 20], bool)
+    result = run_job(GreedyPolicy(), ("z",), available, STEP, job, observe="launches")
+    assert [a.end_reason for a in result.attempts] == ["no_capacity", "no_capacity", "succeeded"]
+    assert result.cost == pytest.approx(2 * SPOT_STEP)
+
+
+def test_multi_zone_default_moves_to_the_zone_that_has_spot():
+    job = SimJob(compute_seconds=20 * STEP, deadline_seconds=60 * STEP, restart_overhead=60.0)
+    a = np.array([1] * 5 + [0] * 95, bool)
+    b = np.array([0] * 3 + [1] * 97, bool)
+    result = run_job(get_policy("default"), ("a", "b"), np.stack([a, b]), STEP, job)
+    assert result.met_deadline and result.moves >= 1
+    assert {x.zone for x in result.attempts if x.started_at is not None} == {"a", "b"}
+
+
+def test_market_windows_and_mismatched_traces():
+    market = Market.from_traces({"a": Trace(600.0, np.array([1, 0, 1, 1])), "b": Trace(600.0, np.array([0, 0, 1]))})
+    assert market.available.shape == (2, 3)
+    assert market.starts(every_seconds=600.0, span_seconds=1200.0) == [0, 1]
+    with pytest.raises(TraceError, match="different sample periods"):
+        Market.from_traces({"a": Trace(600.0, np.array([1])), "b": Trace(300.0, np.array([1]))})
+    with pytest.raises(ValueError, match="outside"):
+        market.window(2, 5)
+
+
+def test_bad_jobs_are_refused():
+    with pytest.raises(ValueError, match="compute_seconds"):
+        SimJob(compute_seconds=0, deadline_seconds=10, restart_overhead=0)
+    with pytest.raises(ValueError, match="restart_overhead"):
+        SimJob(compute_seconds=1, deadline_seconds=10, restart_overhead=-1)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json at all", "not valid JSON"),
+        (json.dumps({"metadata": {"gap_seconds": 600}, "data": []}), "'data' is empty"),
+        (json.dumps({"metadata": {"gap_seconds": 600}}), "missing 'data'"),
+        (json.dumps({"metadata": {"gap_seconds": -600}, "data": [1]}), "must be a positive number"),
+    ],
+)
+def test_bad_trace_files_name_the_file(tmp_path, content, message):
+    path = tmp_path / "zone-x.json"
+    path.write_text(content)
+    with pytest.raises(TraceError, match=message) as caught:
+        load_trace(path)
+    assert str(path) in str(caught.value)
