@@ -311,3 +311,14 @@ def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stor
     assert problem.field == field and words in problem.message
     with world.store.session() as session:
         assert session.query(Job).count() == 0
+
+
+def test_a_command_that_starts_and_ends_between_two_ticks_succeeds(world):
+    job_id = world.submit()
+    world.tick()
+    post = world.agent(world.attempts(job_id)[0].instance_id)
+    post("started", {})
+    post("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "SUCCEEDED" and job.attempts[0].end_reason == "succeeded"

@@ -38,9 +38,9 @@ def test_simulate_multi_zone_table(tmp_path):
         "--trace", str(tmp_path / "a.json"), "--trace", str(tmp_path / "b.json"), "--multi-zone",
         "--policy", "default", "--policy", "uniform_progress", "--compute-hours", "4", "--deadline-hours", "8",
         "--processes", "1",
-    ])
+    ], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "a+b" in result.output or "1 market" in result.output
+    assert "1 market(s)" in result.output
     assert "default" in result.output and "uniform_progress" in result.output
 
 

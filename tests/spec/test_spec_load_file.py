@@ -71,3 +71,10 @@ def test_spec_error_survives_pickling():
     copy = pickle.loads(pickle.dumps(caught.value))
     assert copy.problems == caught.value.problems
     assert str(copy) == str(caught.value)
+
+
+def test_a_nul_byte_is_a_spec_error_not_a_crash() -> None:
+    from spotrun.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError, match="invalid YAML"):
+        parse_spec("run: x\x00\n", "job.yaml")

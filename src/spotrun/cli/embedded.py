@@ -29,7 +29,9 @@ class EmbeddedBackend:
         from spotrun.server.daemon import ensure_running
 
         spec = load_spec(job_file)
-        job_id = jobs_api.submit(self.store, spec, time.time(), spec_dir=job_file.resolve().parent)
+        job_id = jobs_api.submit(
+            self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file)
+        )
         ensure_running(self.store)
         return Launched(id=job_id, name=spec.name or "job", owner="local")
 

@@ -92,7 +92,7 @@ def load_markets(paths: list[Path], multi_zone: bool) -> list[tuple[str, Market]
 def summary_table(summaries: list[PolicySummary], title: str) -> Table:
     table = Table(title=title)
     for column in ("policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
+        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
     for s in summaries:
         table.add_row(
             s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}",

@@ -322,6 +322,9 @@ class Controller:
                 self._record_instance_gone(session, attempt, ended_at, info)
             billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
             records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
+            if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
+                # the command started and ended between two ticks: it did run
+                records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
             self._after_attempt(session, attempt.job, attempt.end_reason, now)
 
     def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:

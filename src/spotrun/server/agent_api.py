@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException
+from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
 from spotrun.control.clock import Clock, WallClock
@@ -43,7 +44,9 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
 
-    def attempt_id_for(attempt_id: int, authorization: str = Header(default="")) -> int:
+    def attempt_id_for(
+        attempt_id: int = PathParam(ge=1, le=2**31 - 1), authorization: str = Header(default="")
+    ) -> int:
         token = authorization.removeprefix("Bearer ").strip()
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)

@@ -77,12 +77,15 @@ class Daemon:
         Stands by while another process holds the lease, and takes it once that one is gone; returns on stop().
         """
         while not self._stop.is_set():
-            if self._take_lease(url):
-                try:
-                    self._loop(Controller(self.store, settings_from_env(url)), url)
-                finally:
-                    with self.store.session() as session:
-                        lease.release(session, LEASE_NAME, self.holder)
+            try:
+                if self._take_lease(url):
+                    try:
+                        self._loop(Controller(self.store, settings_from_env(url)), url)
+                    finally:
+                        with self.store.session() as session:
+                            lease.release(session, LEASE_NAME, self.holder)
+            except Exception:  # e.g. the database unreachable for a while: the server keeps serving, retries
+                log.exception("the controller loop failed; retrying in %.0f s", standby_poll)
             self._stop.wait(standby_poll)
 
     def stop(self, *_: object) -> None:

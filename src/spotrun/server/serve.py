@@ -3,7 +3,6 @@ the controller runs in the same process, driven by the daemon's lease and tick l
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 
@@ -12,9 +11,6 @@ import uvicorn
 from spotrun.server.app import create_app
 from spotrun.server.daemon import Daemon
 from spotrun.state import Store
-
-log = logging.getLogger("spotrun.server")
-
 
 def public_url(host: str, port: int) -> str:
     """The address agents and clients are told to use when none is configured."""

@@ -83,7 +83,10 @@ class YamlSource:
 
 def read_yaml(text: str, source: str) -> YamlSource:
     """Parse one YAML document; a syntax error is a SpecError with its line."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # a NUL or other unreadable character fails here already
+    except yaml.YAMLError as exc:
+        raise SpecError(source, [Problem("", f"invalid YAML: {exc}")]) from None
     try:
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
