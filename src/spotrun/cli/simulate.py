@@ -29,7 +29,7 @@ def simulate(
         Optional[list[Path]], typer.Option(help="trace file or folder of them (repeatable); default: the bundled traces")
     ] = None,
     multi_zone: Annotated[bool, typer.Option(help="all traces are zones of ONE market (else each trace is its own)")] = False,
-    policy: Annotated[list[str], typer.Option(help=f"policy to run (repeatable), or 'all'")] = ["all"],  # noqa: B006
+    policy: Annotated[list[str], typer.Option(help="policy to run (repeatable), or 'all'")] = ["all"],  # noqa: B006
     compute_hours: Annotated[float, typer.Option(help="C: hours of compute the job needs")] = 48.0,
     deadline_hours: Annotated[float, typer.Option(help="D: hours from the start to the deadline")] = 52.0,
     overhead_hours: Annotated[float, typer.Option(help="d: hours lost at each start or restart")] = 0.1,

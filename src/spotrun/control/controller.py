@@ -26,7 +26,7 @@ from spotrun.policy import GiveUp, Launch, PlacementPolicy, Wait, get_policy
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
 from spotrun.providers import QuotaExceeded, get_provider
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Instance, Job, Store, add_event
+from spotrun.state import Attempt, Instance, Job, Store, add_event, claims
 
 log = logging.getLogger("spotrun.controller")
 
@@ -48,6 +48,7 @@ class ControllerSettings:
     backoff_base: float = 5.0
     backoff_max: float = 300.0
     sweep_every_ticks: int = 20
+    claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
 
 
 class Controller:
@@ -59,13 +60,17 @@ class Controller:
         clock: Clock | None = None,
         provider_factory: Callable[[str], Provider] = get_provider,
         prices: Callable[..., tuple[float, float]] = price_for,
+        worker_id: str | None = None,
     ) -> None:
+        """With `worker_id`, the controller is one of several workers and drives only the jobs it has claimed;
+        without, it drives every live job (one controller, or tests)."""
         self.store = store
         self.settings = settings
         self.clock = clock or WallClock()
         self.started_at = self.clock.now()
         self._provider_factory = provider_factory
         self._prices = prices
+        self.worker_id = worker_id
         self._providers: dict[str, Provider] = {}
         self._ticks = 0
 
@@ -84,6 +89,8 @@ class Controller:
     def drive(self, job_id: int) -> None:
         """One step for one job; safe to repeat after a crash at any point."""
         with self.store.session() as session:
+            if self.worker_id and not claims.holds(session, self.worker_id, job_id, self.clock.now()):
+                return
             job = session.get(Job, job_id)
             if job is None or JobState(job.state) in TERMINAL:
                 return
@@ -384,10 +391,18 @@ class Controller:
                     provider.terminate(info.instance_id)
 
     def _live_job_ids(self) -> list[int]:
+        ended = [s.value for s in TERMINAL]
         with self.store.session() as session:
+            if self.worker_id:
+                return claims.claim_jobs(session, self.worker_id, self.clock.now(), self.settings.claim_ttl, ended_states=ended)
             return list(
                 session.scalars(select(Job.id).where(Job.state.not_in([s.value for s in TERMINAL])).order_by(Job.id))
             )
+
+    def release_claims(self) -> None:
+        if self.worker_id:
+            with self.store.session() as session:
+                claims.release_all(session, self.worker_id)
 
     def _provider(self, name: str) -> Provider:
         if name not in self._providers:

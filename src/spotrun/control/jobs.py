@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +25,20 @@ class JobNotFound(LookupError):
 
 
 def submit(
-    store: Store, spec: JobSpec, now: float, *, spec_dir: Path | None = None, owner: str = "local", source: str = "<job>"
+    store: Store,
+    spec: JobSpec,
+    now: float,
+    *,
+    spec_dir: Path | None = None,
+    owner: str = "local",
+    source: str = "<job>",
+    prices: Callable[..., tuple[float, float]] = price_for,
 ) -> int:
-    """Write a validated job into the store as PENDING; paths and defaults are resolved here, once."""
-    _check_resources(spec, source)
+    """Write a validated job into the store as PENDING; paths and defaults are resolved here, once.
+
+    `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
+    is refused."""
+    _check_resources(spec, source, prices)
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
         session.add(job)
@@ -37,7 +48,7 @@ def submit(
         return job.id
 
 
-def _check_resources(spec: JobSpec, source: str) -> None:
+def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[float, float]]) -> None:
     """Refuse, before anything is stored, a job the controller could never place or bill."""
     resources = spec.resources
     if resources.cloud not in CLOUDS:
@@ -49,7 +60,7 @@ def _check_resources(spec: JobSpec, source: str) -> None:
                      "choosing one from accelerators alone is not supported yet")],
         )
     try:
-        price_for(resources.cloud, resources.instance_type, "on-demand", "", resources.accelerators)
+        prices(resources.cloud, resources.instance_type, "on-demand", "", resources.accelerators)
     except UnknownPrice as unknown:
         raise SpecError(source, [Problem("resources.instance_type", str(unknown))]) from None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from spotrun.policy.deadline import DEFAULT_RESTART_OVERHEAD, DeadlineView, deadline_view
+from spotrun.policy.deadline import DeadlineView, deadline_view
 from spotrun.policy.markov import JobShape, SpotModel, fit_spot_model, option_values, value_table
 from spotrun.policy.placement import Decision, Keep, PlacementContext, RunningDecision, Wait, place_by_deciding
 from spotrun.policy.requests import no_zone, spot_has_capacity, want_nothing, want_on_demand, want_spot
@@ -88,5 +88,3 @@ def _progress_unit(step: float, overhead: float) -> float:
         return step / 60
     return float(math.gcd(whole_step, whole_overhead)) if whole_overhead else float(whole_step)
 
-
-__all__ = ["DEFAULT_RESTART_OVERHEAD", "DeadlineAwarePolicy"]

@@ -60,11 +60,6 @@ class SpotLog:
             return None
         return runs.available
 
-    def losses_since(self, zone: str | None, since: float) -> int:
-        """How many times spot was seen to go away after `since`, in one zone or (None) in all."""
-        zones = self._zones.values() if zone is None else [self.zone(zone)]
-        return sum(1 for runs in zones for at in reversed(runs.lost_at) if at > since)
-
     @classmethod
     def from_history(cls, history: Iterable[PastAttempt]) -> SpotLog:
         """What the controller's attempt records tell about spot: starts, preemptions and "no capacity" answers."""

@@ -14,7 +14,7 @@ context built for ``place`` alone stays valid.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal, Protocol, runtime_checkable
 
@@ -138,6 +138,4 @@ def place_by_deciding(policy: StepPolicy, ctx: PlacementContext) -> Decision:
 
 
 def _without_instance(ctx: PlacementContext) -> PlacementContext:
-    from dataclasses import replace
-
     return replace(ctx, current=None)

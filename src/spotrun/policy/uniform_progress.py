@@ -2,8 +2,8 @@
 
 1. Uniform progress: when the job is idle and behind the line C·t/D, go on-demand.
 2. Take risks: take spot whenever it is available (also when behind), stay on it until preempted.
-3. Hysteresis: on on-demand, stay while no spot is available (``hysteresis_2d``: also until progress is ahead of the
-   line 2d from now, the paper's stricter form).
+3. Hysteresis: on on-demand, stay while no spot is available and, with ``hysteresis_2d`` (the default, which
+   reproduces the paper's numbers), until progress is ahead of where the line will be 2d from now.
 4. Safety net: when idle or on on-demand and what is left plus 2d of restarts fills the time left, go (stay)
    on-demand to the end; once even one restart does not fit, only a running spot instance past its restart
    overhead may continue.

@@ -12,6 +12,7 @@ from spotrun.control.clock import Clock
 from spotrun.control.jobs import JobNotFound
 from spotrun.server.agent_api import create_agent_app
 from spotrun.server.api import create_api_router
+from spotrun.server.dashboard import create_dashboard_router
 from spotrun.server.metrics import store_registry
 from spotrun.state import Store
 
@@ -37,6 +38,7 @@ def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
     )
     app.include_router(create_api_router(store))
+    app.include_router(create_dashboard_router())
     # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.
     app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)
     app.add_exception_handler(JobNotFound, _not_found)

@@ -25,10 +25,11 @@ from spotrun import config
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import TERMINAL
 from spotrun.server.agent_api import create_agent_app
-from spotrun.state import Job, Setting, Store, lease
+from spotrun.state import Job, Setting, Store, claims, lease
 
 LEASE_NAME = "controller"
 LEASE_TTL = 10.0
+DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
 
 log = logging.getLogger("spotrun.daemon")
@@ -61,42 +62,43 @@ class Daemon:
         server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store), log_level="warning", access_log=False))
         threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="agent-api").start()
         self._take_lease(url)
-        controller = Controller(self.store, settings_from_env(url))
+        controller = Controller(self.store, settings_from_env(url), worker_id=self.holder)
         log.info("controller %s serving the agent API at %s", self.holder, url)
         try:
             self._loop(controller, url)
         finally:
+            controller.release_claims()
             server.should_exit = True
             with self.store.session() as session:
                 lease.release(session, LEASE_NAME, self.holder)
         return 0
 
-    def run_at(self, url: str, standby_poll: float = LEASE_TTL / 2) -> None:
-        """Drive the controller, agents reporting at `url`, for a server that serves the agent API itself.
-
-        Stands by while another process holds the lease, and takes it once that one is gone; returns on stop().
-        """
+    def run_at(self, url: str, retry_after: float = LEASE_TTL / 2) -> None:
+        """Be one controller worker among any number over the same database (the team server), agents reporting
+        at `url`: drive the jobs this worker claims until stop(); retry after an error (e.g. the database away)."""
         while not self._stop.is_set():
+            controller = Controller(self.store, settings_from_env(url), worker_id=self.holder)
             try:
-                if self._take_lease(url):
-                    try:
-                        self._loop(Controller(self.store, settings_from_env(url)), url)
-                    finally:
-                        with self.store.session() as session:
-                            lease.release(session, LEASE_NAME, self.holder)
-            except Exception:  # e.g. the database unreachable for a while: the server keeps serving, retries
-                log.exception("the controller loop failed; retrying in %.0f s", standby_poll)
-            self._stop.wait(standby_poll)
+                self._loop(controller, url, hold_lease=False)
+            except Exception:
+                log.exception("the controller loop failed; retrying in %.0f s", retry_after)
+            finally:
+                controller.release_claims()
+            self._stop.wait(retry_after)
 
     def stop(self, *_: object) -> None:
         self._stop.set()
 
-    def _loop(self, controller: Controller, url: str) -> None:
+    def _loop(self, controller: Controller, url: str, hold_lease: bool = True) -> None:
         idle_since = time.time()
+        ticks = 0
         while not self._stop.is_set():
-            if not self._take_lease(url):
+            if hold_lease and not self._take_lease(url):
                 log.error("lost the controller lease to another process; stopping")
                 return
+            if ticks % DEAD_CLAIMS_EVERY_TICKS == 0:
+                self._free_claims_of_dead_workers()
+            ticks += 1
             controller.tick()
             if self._has_live_jobs():
                 idle_since = time.time()
@@ -117,6 +119,14 @@ class Daemon:
         log.warning("taking the controller lease over from %s, whose process is gone", dead)
         with self.store.session() as session:
             return lease.take_over(session, LEASE_NAME, dead, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+
+    def _free_claims_of_dead_workers(self) -> None:
+        """Claims of a worker that died on this host need not wait for their expiry (a restart resumes at once)."""
+        with self.store.session() as session:
+            for holder in claims.holders(session):
+                if holder != self.holder and holder_is_dead(holder):
+                    log.warning("releasing the job claims of %s, whose process is gone", holder)
+                    claims.release_all(session, holder)
 
     def _has_live_jobs(self) -> bool:
         with self.store.session() as session:

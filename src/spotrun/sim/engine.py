@@ -14,7 +14,6 @@ capacity"), the spot instance it holds, and preemptions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -228,6 +227,3 @@ class _Run:
             spot_now=spot_now,
         )
 
-
-def steps_for(seconds: float, step: float) -> int:
-    return math.ceil(seconds / step - 1e-9)

@@ -45,6 +45,9 @@ class Job(Base):
     failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Consecutive placement rounds that found no capacity anywhere (drives backoff).
     capacity_rounds: Mapped[int] = mapped_column(Integer, default=0)
+    # Which controller worker drives the job, until when (see spotrun.state.claims).
+    claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
+    claim_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"

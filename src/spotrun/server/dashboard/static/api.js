@@ -1,0 +1,75 @@
+// Talks to the user API with the token the user entered once. The token lives in localStorage and travels only
+// in the Authorization header: never in a URL, so it reaches neither access logs nor the browser history.
+const TOKEN_KEY = "spotrun.token";
+const LOGIN_NOTE_KEY = "spotrun.loginNote";
+export const POLL_MS = 3000;
+
+export class Unauthorized extends Error {}
+export class NotFound extends Error {}
+
+export function hasToken() {
+  return Boolean(localStorage.getItem(TOKEN_KEY));
+}
+
+export function saveToken(token) {
+  localStorage.setItem(TOKEN_KEY, token);
+}
+
+// Back to the login page, forgetting the token; `note` is shown there once (e.g. why the token was dropped).
+export function toLogin(note = "") {
+  localStorage.removeItem(TOKEN_KEY);
+  if (note) sessionStorage.setItem(LOGIN_NOTE_KEY, note);
+  location.replace("/dashboard/login");
+}
+
+export function takeLoginNote() {
+  const note = sessionStorage.getItem(LOGIN_NOTE_KEY) || "";
+  sessionStorage.removeItem(LOGIN_NOTE_KEY);
+  return note;
+}
+
+// GET /api/v1{path}; `token` overrides the stored one (the login form checks a token before keeping it).
+export async function apiGet(path, { token = localStorage.getItem(TOKEN_KEY) } = {}) {
+  if (!token) throw new Unauthorized("no token entered");
+  const response = await fetch(`/api/v1${path}`, {
+    headers: { Authorization: `Bearer ${token}` },
+    cache: "no-store",
+    credentials: "omit",
+  });
+  if (response.status === 401) throw new Unauthorized("the server refused the token");
+  if (response.status === 404) throw new NotFound(`${path}: not found`);
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response;
+}
+
+export async function apiJson(path) {
+  return (await apiGet(path)).json();
+}
+
+// Calls `tick` now and then every POLL_MS after each one finishes, until it returns false. A refused token sends
+// the user to the login page; other errors are shown by `onError` and the polling goes on (the server may restart).
+export function poll(tick, onError) {
+  const step = async () => {
+    let again = true;
+    try {
+      again = (await tick()) !== false;
+    } catch (error) {
+      if (error instanceof Unauthorized) {
+        toLogin("The server refused the stored token; enter a valid one.");
+        return;
+      }
+      again = onError(error) !== false;
+    }
+    if (again) setTimeout(step, POLL_MS);
+  };
+  step();
+}
+
+export function setUpPage() {
+  if (!hasToken()) {
+    toLogin();
+    return false;
+  }
+  document.getElementById("logout").addEventListener("click", () => toLogin("Logged out."));
+  return true;
+}

@@ -1,0 +1,96 @@
+import { NotFound, apiJson, poll, setUpPage } from "./api.js";
+import { TERMINAL_STATES, clockTime, dollars, duration, el, integer, percent, stateBadge } from "./format.js";
+import { LogView } from "./log-view.js";
+import { renderTimeline } from "./timeline.js";
+
+const jobId = Number(location.pathname.match(/\/dashboard\/jobs\/(\d+)/)[1]);
+const logView = new LogView(document.getElementById("logs"), jobId);
+let lastEventId = 0;
+
+function setText(id, text) {
+  document.getElementById(id).textContent = text;
+}
+
+function setAmount(id, text, value) {
+  const node = document.getElementById(id);
+  node.textContent = text;
+  node.dataset.value = String(value);
+}
+
+function renderHeader(detail) {
+  const job = detail.job;
+  document.title = `spotrun · ${job.name}`;
+  setText("job-name", job.name);
+  setText("job-id", `#${job.id}`);
+  document.getElementById("job-state").replaceChildren(stateBadge(job.state));
+  setText("job-owner", detail.owner);
+  setText("job-elapsed", duration(job.elapsed));
+  setText("job-failure", job.failure_reason ? ` · ${job.failure_reason}` : "");
+  setAmount("checkpoint-step", integer(job.checkpoint_step), job.checkpoint_step ?? "");
+}
+
+function renderBill(bill) {
+  setAmount("cost", dollars(bill.cost), bill.cost);
+  setAmount("on-demand-cost", dollars(bill.on_demand_cost), bill.on_demand_cost);
+  setAmount("saved", dollars(bill.saved), bill.saved);
+  setAmount("saved-percent", percent(bill.saved_fraction), bill.saved_fraction);
+  setText("spot-seconds", duration(bill.spot_seconds));
+  setText("on-demand-seconds", duration(bill.on_demand_seconds));
+  const share = bill.on_demand_cost > 0 ? Math.min(bill.cost / bill.on_demand_cost, 1) : 0;
+  document.getElementById("cost-bar").style.width = `${(share * 100).toFixed(1)}%`;
+}
+
+function attemptRow(a) {
+  const ran = a.started_at === null ? "—" : duration((a.ended_at ?? Date.now() / 1000) - a.started_at);
+  return el("tr", { dataset: { attempt: a.number, market: a.market } },
+    el("td", {}, a.number),
+    el("td", {}, el("span", { className: `market-tag market-${a.market}` }, a.market)),
+    el("td", {}, a.zone),
+    el("td", {}, `${a.instance_type} ${a.instance_id ?? ""}`),
+    el("td", {}, clockTime(a.started_at)),
+    el("td", {}, clockTime(a.ended_at)),
+    el("td", { className: "num" }, ran),
+    el("td", { className: `end-reason end-${a.end_reason ?? "running"}` }, a.end_reason ?? (a.state === "running" ? "running" : a.state)),
+    el("td", { className: "num" }, integer(a.checkpoint_step)),
+    el("td", { className: "num" }, `${dollars(a.price_per_hour)} (on-demand ${dollars(a.on_demand_price_per_hour)})`),
+  );
+}
+
+async function appendEvents() {
+  const events = await apiJson(`/jobs/${jobId}/events?after=${lastEventId}`);
+  const list = document.getElementById("events");
+  for (const event of events) {
+    list.append(el("li", { dataset: { kind: event.kind } },
+      el("time", {}, clockTime(event.at)), " ", el("code", {}, event.kind), " ", event.message));
+    lastEventId = Math.max(lastEventId, event.id);
+  }
+}
+
+async function refresh() {
+  const detail = await apiJson(`/jobs/${jobId}`);
+  const ended = TERMINAL_STATES.has(detail.job.state);
+  const attempts = detail.attempts;
+  const end = ended && attempts.length
+    ? Math.max(...attempts.map((a) => a.ended_at ?? a.started_at ?? a.created_at))
+    : Date.now() / 1000;
+  renderHeader(detail);
+  renderBill(detail.bill);
+  renderTimeline(document.getElementById("timeline"), document.getElementById("timeline-axis"), attempts, end);
+  document.querySelector("#attempts tbody").replaceChildren(...attempts.map(attemptRow));
+  await logView.update(attempts, ended);
+  await appendEvents();
+  document.getElementById("job").hidden = false;
+  setText("status", ended ? `Job ended (${detail.job.state}).` : `Live · updated ${clockTime(Date.now() / 1000)}`);
+  return !ended;  // an ended job changes no more: stop polling
+}
+
+function showError(error) {
+  if (error instanceof NotFound) {
+    setText("status", `Job ${jobId} not found (it does not exist or is not yours).`);
+    return false;
+  }
+  setText("status", `Could not refresh: ${error.message}`);
+  return true;
+}
+
+if (setUpPage()) poll(refresh, showError);

@@ -1,0 +1,39 @@
+// A job's logs, one block per attempt, read incrementally from the API's per-attempt log endpoint: each poll asks
+// for the bytes after the last offset (the X-Log-Size header), decoding UTF-8 split across reads correctly.
+import { apiGet } from "./api.js";
+import { clockTime, el } from "./format.js";
+
+const FIRST_READ_LIMIT = 1_000_000;  // a huge log starts with its last megabyte
+
+export class LogView {
+  constructor(container, jobId) {
+    this.container = container;
+    this.jobId = jobId;
+    this.readers = new Map();  // attempt number -> {offset, decoder, text}
+  }
+
+  reader(attempt) {
+    if (!this.readers.has(attempt.number)) {
+      const skipped = Math.max(0, attempt.log_bytes - FIRST_READ_LIMIT);
+      const text = el("pre", { className: "log-text" }, skipped ? `… (${skipped} earlier bytes not shown)\n` : "");
+      const header = `attempt ${attempt.number} · ${attempt.market} · ${attempt.zone} · ${attempt.instance_id ?? "—"}`
+        + ` · started ${clockTime(attempt.started_at)}`;
+      this.container.append(el("div", { className: "log", dataset: { attempt: attempt.number } },
+        el("h3", { className: "log-header" }, header), text));
+      this.readers.set(attempt.number, { offset: skipped, decoder: new TextDecoder("utf-8"), text });
+    }
+    return this.readers.get(attempt.number);
+  }
+
+  // Reads what is new for every placed attempt; `final` flushes the decoders (the job has ended).
+  async update(attempts, final) {
+    for (const attempt of attempts.filter((a) => a.started_at !== null)) {
+      const reader = this.reader(attempt);
+      const response = await apiGet(`/jobs/${this.jobId}/attempts/${attempt.number}/log?offset=${reader.offset}`);
+      const bytes = await response.arrayBuffer();
+      reader.offset = Number(response.headers.get("X-Log-Size"));
+      const text = reader.decoder.decode(bytes, { stream: !final });
+      if (text) reader.text.append(text);
+    }
+  }
+}

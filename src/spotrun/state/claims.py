@@ -1,0 +1,73 @@
+"""Job claims: which controller worker drives which job. Several workers share one database; each job is driven
+by at most one of them at a time, and the jobs of a worker that died are taken over once its claims expire.
+
+Taking jobs is one UPDATE over a `SELECT … FOR UPDATE SKIP LOCKED` (PostgreSQL: concurrent workers skip each
+other's rows instead of waiting or double-claiming); SQLite has one writer at a time, so the same conditional
+UPDATE is already exclusive there (its dialect renders no FOR UPDATE). Which states are live is the caller's rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
+
+from spotrun.state.models import Job
+
+
+def claim_jobs(
+    session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str], batch: int = 20
+) -> list[int]:
+    """Renew this worker's claims, take up to `batch` unclaimed or expired live jobs, return the ids it holds."""
+    expires = now + ttl
+    session.execute(
+        update(Job)
+        .where(Job.claimed_by == worker, Job.state.not_in(ended_states))
+        .values(claim_expires_at=expires),
+        execution_options={"synchronize_session": False},
+    )
+    free = (
+        select(Job.id)
+        .where(
+            Job.state.not_in(ended_states),
+            or_(Job.claimed_by.is_(None), Job.claim_expires_at < now),
+        )
+        .order_by(Job.id)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    session.execute(
+        update(Job).where(Job.id.in_(free.scalar_subquery())).values(claimed_by=worker, claim_expires_at=expires),
+        execution_options={"synchronize_session": False},
+    )
+    return held_jobs(session, worker, now, ended_states=ended_states)
+
+
+def held_jobs(session: Session, worker: str, now: float, *, ended_states: Collection[str]) -> list[int]:
+    return list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.claimed_by == worker, Job.claim_expires_at >= now, Job.state.not_in(ended_states))
+            .order_by(Job.id)
+        )
+    )
+
+
+def holds(session: Session, worker: str, job_id: int, now: float) -> bool:
+    """Whether `worker` still holds the job's claim (checked before each step: a worker that stalled past its
+    claim must not act on a job another worker has taken over)."""
+    row = session.execute(select(Job.claimed_by, Job.claim_expires_at).where(Job.id == job_id)).first()
+    return row is not None and row.claimed_by == worker and (row.claim_expires_at or 0.0) >= now
+
+
+def release_all(session: Session, worker: str) -> int:
+    result = session.execute(
+        update(Job).where(Job.claimed_by == worker).values(claimed_by=None, claim_expires_at=None),
+        execution_options={"synchronize_session": False},
+    )
+    return result.rowcount
+
+
+def holders(session: Session) -> list[str]:
+    return [h for h in session.scalars(select(Job.claimed_by).where(Job.claimed_by.is_not(None)).distinct()) if h]

@@ -1,0 +1,44 @@
+"""Fixtures for the per-cloud end-to-end tests: each cloud's fake, a provider on it, and a VM emulator over it.
+
+Nothing leaves the machine: the providers talk to their fakes on 127.0.0.1 (moto in-process for AWS), every
+agent is pointed at its own fake metadata service on 127.0.0.1, and in-process code runs under a guard that
+refuses any other host.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))  # fakes, fakes_gcp, fakes_azure, vm_emulation
+
+from fakes_gcp import loopback_only  # noqa: E402
+
+from spotrun.state import Store  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_network() -> Iterator[None]:
+    with loopback_only() as attempts:
+        yield
+    assert not attempts, f"the test tried to reach hosts beyond loopback: {attempts}"
+
+
+@pytest.fixture(autouse=True)
+def spotrun_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the controller keeps checkpoints (the store stands in for a bucket) and logs."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPOTRUN_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def cloud_store(tmp_path: Path) -> Iterator[Store]:
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    yield store
+    store.dispose()
+
