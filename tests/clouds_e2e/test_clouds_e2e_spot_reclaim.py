@@ -99,7 +99,7 @@ def _refuse_next_run_instances(provider: AwsProvider, refused: list[str]) -> Non
     def refuse(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
         if refused:
             return None
-        refused.append(params["Placement"]["AvailabilityZone"])
+        refused.append(params["body"]["Placement.AvailabilityZone"])  # the request as serialized for EC2
         error = {"Code": "InsufficientInstanceCapacity", "Message": "There is no Spot capacity available that matches your request."}
         return AWSResponse("https://ec2.test", 400, {}, None), {"Error": error}
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
 from dataclasses import replace
 
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity
@@ -10,6 +12,15 @@ from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity
 
 class Crash(BaseException):
     """Stands for the controller process dying at this exact point (not an Exception: nothing catches it)."""
+
+
+def _locked(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class MemoryCloud:
@@ -25,10 +36,12 @@ class MemoryCloud:
         self.crash_after_launch = False
         self.crash_after_terminate = False
         self._ids = itertools.count(1)
+        self._lock = threading.RLock()  # several controller workers may call at once
 
     def zones(self, instance_type):
         return list(self._zones)
 
+    @_locked
     def launch(self, request: LaunchRequest) -> InstanceInfo:
         self.launch_calls += 1
         existing = self.find_by_token(request.client_token)
@@ -48,12 +61,14 @@ class MemoryCloud:
             raise Crash()
         return info
 
+    @_locked
     def find_by_token(self, client_token):
         return next((i for i in self.instances.values() if i.client_token == client_token), None)
 
     def describe(self, instance_id):
         return self.instances[instance_id]
 
+    @_locked
     def terminate(self, instance_id):
         info = self.instances[instance_id]
         if info.state != "terminated":
@@ -62,10 +77,12 @@ class MemoryCloud:
             self.crash_after_terminate = False
             raise Crash()
 
+    @_locked
     def reclaim(self, instance_id):
         info = self.instances[instance_id]
         self.instances[instance_id] = replace(info, state="terminated", reclaimed=True, terminated_at=self.clock.now())
 
+    @_locked
     def list_instances(self):
         return list(self.instances.values())
 

@@ -1,0 +1,96 @@
+"""Several controller workers over one database: no job is ever driven by two, and a dead worker's jobs are
+taken over once its claims expire."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from spotrun.control import jobs
+from spotrun.control.clock import WallClock
+from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.spec import parse_spec
+from spotrun.state import Job
+
+from memory_cloud import MemoryCloud
+
+SPEC = "run: 'true'\nresources: {cloud: local, instance_type: local.cpu}\nspot: {zones: [m-a, m-b, m-c]}\n"
+
+
+class RecordingController(Controller):
+    """Records when it drove which job, to check that two workers never overlap on one."""
+
+    def __init__(self, *args, log, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log = log
+
+    def drive(self, job_id: int) -> None:
+        started = time.monotonic()
+        super().drive(job_id)
+        self.log.append((job_id, self.worker_id, started, time.monotonic()))
+
+
+def worker(store, cloud, name, log, claim_ttl):
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=claim_ttl)
+    return RecordingController(
+        store, settings, clock=WallClock(), provider_factory=lambda _: cloud,
+        prices=lambda *a, **k: (1.0, 3.0), worker_id=name, log=log,
+    )
+
+
+def run_ticks(controller, stop: threading.Event, errors: list) -> None:
+    while not stop.is_set():
+        try:
+            controller.tick()
+        except Exception as error:  # pragma: no cover - surfaced by the assertion below
+            errors.append(error)
+            return
+
+
+def drives_by_job(log):
+    by_job = defaultdict(list)
+    for job_id, name, start, end in log:
+        by_job[job_id].append((name, start, end))
+    return by_job
+
+
+def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    cloud = MemoryCloud(WallClock())
+    ids = [jobs.submit(store, parse_spec(SPEC), time.time()) for _ in range(40)]
+    log: list = []
+    errors: list = []
+    first, second = worker(store, cloud, "w1", log, 2.0), worker(store, cloud, "w2", log, 2.0)
+    stop_first, stop_second = threading.Event(), threading.Event()
+    threads = [
+        threading.Thread(target=run_ticks, args=(first, stop_first, errors)),
+        threading.Thread(target=run_ticks, args=(second, stop_second, errors)),
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(4)
+    stop_first.set()  # w1 dies without releasing anything
+    threads[0].join()
+    w1_died = time.monotonic()
+    time.sleep(5)
+    stop_second.set()
+    threads[1].join()
+    assert errors == []
+
+    by_job = drives_by_job(log)
+    assert set(by_job) == set(ids), "every job was driven"
+    for job_id, drives in by_job.items():
+        drives.sort(key=lambda d: d[1])
+        for (name_a, _, end_a), (name_b, start_b, _) in zip(drives, drives[1:]):
+            if name_a != name_b:
+                assert start_b >= end_a, f"job {job_id}: {name_b} drove it while {name_a} still was"
+    w1_jobs = {job_id for job_id, drives in by_job.items() if any(d[0] == "w1" for d in drives)}
+    assert w1_jobs, "the first worker claimed some jobs"
+    taken_over = {job_id for job_id in w1_jobs if any(d[0] == "w2" and d[1] > w1_died for d in by_job[job_id])}
+    assert taken_over == w1_jobs, "the second worker took over every job of the dead one"
+
+    tokens = [i.client_token for i in cloud.instances.values()]
+    assert len(tokens) == len(set(tokens)) == len(ids), "one instance per job, none launched twice"
+    with store.session() as session:
+        assert {j.claimed_by for j in session.query(Job)} == {"w2"}

@@ -1,0 +1,139 @@
+"""Helpers of the dashboard tests: the server in a thread on a free loopback port, a job with a preemption history,
+and the headless Chromium that Debian ships (driven by Playwright, never a downloaded browser)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+import uvicorn
+from fastapi import FastAPI
+
+from spotrun.control.logs import append_chunk, attempt_log_path
+from spotrun.control.tokens import hash_token
+from spotrun.state import Attempt, Job, Store
+
+CHROMIUM = os.environ.get("SPOTRUN_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+INSTALL_HINT = "apt-get update && apt-get install -y chromium; pip install playwright (never `playwright install`)"
+
+
+def chromium_path() -> str | None:
+    return CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
+
+
+class LiveServer:
+    """The app served by uvicorn in a thread, on 127.0.0.1 at a free port, until the block ends."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        # log_config=None: uvicorn's access records reach the root logger, where a test can read them.
+        self._server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="info"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the dashboard's server did not start within 10 s")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._socket.close()
+
+
+@dataclass(frozen=True)
+class PlannedAttempt:
+    market: str
+    zone: str
+    start: float  # seconds after the job was submitted
+    end: float
+    end_reason: str
+    price_per_hour: float
+    checkpoint_step: int | None
+    log: str
+
+
+ON_DEMAND_PRICE = 0.40
+# Spot in local-a, preempted; a try without capacity; spot in local-b, preempted; on-demand in local-a, succeeded.
+PREEMPTED_HISTORY = (
+    PlannedAttempt("spot", "local-a", 0, 1200, "preempted", 0.12, 400, "epoch 1 loss 2.30\nstep 400 saved\n"),
+    PlannedAttempt("spot", "local-b", 1500, 2400, "preempted", 0.10, 700, "resumed at step 400\nstep 700 saved\n"),
+    PlannedAttempt("on-demand", "local-a", 2520, 3300, "succeeded", ON_DEMAND_PRICE, 1000, "resumed at step 700\ndone ✓\n"),
+)
+NO_CAPACITY_AT = 1250.0  # the try between the first two attempts
+
+
+def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str = "resnet") -> int:
+    """A finished job whose attempts follow PREEMPTED_HISTORY, with each placed attempt's log on disk."""
+    with store.session() as session:
+        job = Job(
+            name=name, owner=owner, spec={"name": name, "run": "train"}, state="SUCCEEDED", created_at=submitted_at,
+            updated_at=submitted_at + 3300, finished_at=submitted_at + 3300, preemptions=2,
+        )
+        session.add(job)
+        session.flush()
+        placed = [_placed_attempt(job.id, plan, submitted_at) for plan in PREEMPTED_HISTORY]
+        unplaced = Attempt(
+            job_id=job.id, state="ended", provider="local", zone="local-a", market="spot", instance_type="local.cpu",
+            price_per_hour=0.12, on_demand_price_per_hour=ON_DEMAND_PRICE, client_token=f"ct-{job.id}-nocap",
+            token_hash=hash_token(f"agent-{job.id}-nocap"), created_at=submitted_at + NO_CAPACITY_AT,
+            ended_at=submitted_at + NO_CAPACITY_AT, end_reason="no_capacity",
+        )
+        for number, attempt in enumerate([placed[0], unplaced, *placed[1:]], start=1):
+            attempt.number = number
+            session.add(attempt)
+        job_id = job.id
+    for number, plan in zip((1, 3, 4), PREEMPTED_HISTORY, strict=True):
+        append_chunk(attempt_log_path(job_id, number), 0, plan.log.encode())
+    return job_id
+
+
+def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> Attempt:
+    started, ended = submitted_at + plan.start, submitted_at + plan.end
+    return Attempt(
+        job_id=job_id, state="ended", provider="local", zone=plan.zone, market=plan.market,
+        instance_type="local.cpu", price_per_hour=plan.price_per_hour, on_demand_price_per_hour=ON_DEMAND_PRICE,
+        client_token=f"ct-{job_id}-{plan.start}", token_hash=hash_token(f"agent-{job_id}-{plan.start}"),
+        instance_id=f"li-{job_id}-{int(plan.start)}", created_at=started, started_at=started,
+        agent_started_at=started + 2, notice_at=ended - 30 if plan.end_reason == "preempted" else None,
+        ended_at=ended, end_reason=plan.end_reason, billed_seconds=plan.end - plan.start,
+        checkpoint_step=plan.checkpoint_step, log_bytes=len(plan.log.encode()),
+    )
+
+
+def seed_running_job(store: Store, owner: str, name: str, now: float) -> int:
+    """A job running on a spot instance in local-c since a minute ago."""
+    with store.session() as session:
+        job = Job(name=name, owner=owner, spec={"name": name, "run": "train"}, state="RUNNING",
+                  created_at=now - 60, updated_at=now)
+        session.add(job)
+        session.flush()
+        session.add(Attempt(
+            job_id=job.id, number=1, state="running", provider="local", zone="local-c", market="spot",
+            instance_type="local.cpu", price_per_hour=0.1, on_demand_price_per_hour=ON_DEMAND_PRICE,
+            client_token=f"ct-{job.id}-1", token_hash=hash_token(f"agent-{job.id}-1"), instance_id=f"li-{job.id}-1",
+            created_at=now - 60, started_at=now - 55,
+        ))
+        return job.id
+
+
+def set_job_state(store: Store, job_id: int, state: str) -> None:
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.state = state
