@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -49,7 +49,7 @@ def dashboard(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         store.dispose()
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     """Skip, or fail where the browser is required (SPOTRUN_REQUIRE_BROWSER=1, e.g. in CI)."""
     message = f"{reason}; to install: {INSTALL_HINT}"
     if os.environ.get("SPOTRUN_REQUIRE_BROWSER") == "1":

@@ -18,6 +18,7 @@ from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.simulate import simulate
 from spotrun.cli.views import attempts_table, follow_events, status_table
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
@@ -49,6 +50,7 @@ app = typer.Typer(
 app.add_typer(market_cli.app, name="market")
 app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
+app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
 
 JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]

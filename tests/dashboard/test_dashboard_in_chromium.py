@@ -1,0 +1,179 @@
+"""The dashboard in headless Chromium: log in with a token, the live job list, a job's timeline, bill and logs,
+and screenshots whose pixels show the markets' colours in the timeline's order."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Dashboard
+from dashboard_world import PREEMPTED_HISTORY, set_job_state
+from PIL import Image
+
+from spotrun.control import jobs as jobs_api
+from spotrun.costs.ledger import bill
+from spotrun.state import Store
+
+VIEWPORT = {"width": 1280, "height": 900}
+POLL_WAIT_MS = 8_000  # the pages poll every 3 s
+SPOT_GREEN, ON_DEMAND_BLUE, PREEMPTED_RED = (22, 163, 74), (37, 99, 235), (220, 38, 38)
+
+
+class PageErrors:
+    """Script errors and failed requests of a page, and every URL it asked for."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.urls: list[str] = []
+        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+        page.on("request", lambda request: self.urls.append(request.url))
+
+
+def log_in(page: Any, url: str, token: str) -> None:
+    page.goto(f"{url}/dashboard/")
+    page.wait_for_url(f"{url}/dashboard/login")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{url}/dashboard/")
+
+
+def expected_bill(store: Store, job_id: int) -> Any:
+    with store.session() as session:
+        return bill(jobs_api.job_attempts(session, job_id), time.time())
+
+
+def colour_runs(image: Image.Image, y: int, margin: int = 8) -> list[str]:
+    """The sequence of colours along one row (spot, on-demand, preempted or other), runs under 3 px dropped."""
+    rgb = image.convert("RGB")
+
+    def classify(pixel: tuple[int, int, int]) -> str:
+        for name, colour in (("spot", SPOT_GREEN), ("on-demand", ON_DEMAND_BLUE), ("preempted", PREEMPTED_RED)):
+            if sum(abs(a - b) for a, b in zip(pixel, colour, strict=True)) < 30:
+                return name
+        return "other"
+
+    runs: list[list[Any]] = []
+    for x in range(margin, rgb.width - margin):
+        name = classify(rgb.getpixel((x, y)))
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    kept: list[str] = []
+    for name, length in runs:
+        if length >= 3 and (not kept or kept[-1] != name):
+            kept.append(name)
+    return kept
+
+
+def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
+    dashboard: Dashboard, browser: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from playwright.sync_api import expect
+
+    caplog.set_level(logging.INFO, logger="uvicorn.access")
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    seen = PageErrors(page)
+    token = dashboard.tokens["alice"]
+
+    # A refused token is said so and not kept; then alice logs in.
+    page.goto(f"{dashboard.url}/dashboard/login")
+    page.fill("#token", "spr_0000_not-a-real-token")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("refused")
+    seen.errors.clear()  # the refused check's 401 is logged by the console on purpose
+    log_in(page, dashboard.url, token)
+
+    # The list: alice's two jobs with their state, not bob's; a state change shows up by polling.
+    rows = page.locator("#jobs tbody tr")
+    expect(rows).to_have_count(2)
+    finished = page.locator(f"#jobs tr[data-job-id='{dashboard.finished_job}']")
+    expect(finished.locator(".state")).to_have_text("SUCCEEDED")
+    expect(finished.locator(".preemptions")).to_have_text("2")
+    running = page.locator(f"#jobs tr[data-job-id='{dashboard.running_job}']")
+    expect(running.locator(".state")).to_have_text("RUNNING")
+    expect(running.locator(".market")).to_have_text("spot")
+    expect(running.locator(".zone")).to_have_text("local-c")
+    assert "bobs-secret-job" not in page.locator("#jobs").inner_text()
+    set_job_state(dashboard.store, dashboard.running_job, "PREEMPTED")
+    expect(running.locator(".state")).to_have_text("PREEMPTED", timeout=POLL_WAIT_MS)
+    list_png = page.screenshot(path=str(tmp_path / "jobs.png"))
+
+    # The job page.
+    finished.locator("a").click()
+    page.wait_for_url(f"{dashboard.url}/dashboard/jobs/{dashboard.finished_job}")
+    expect(page.locator("#status")).to_contain_text("Job ended (SUCCEEDED)")
+
+    segments = page.locator("#timeline .segment")
+    expect(segments).to_have_count(3)
+    assert [segments.nth(i).get_attribute("data-market") for i in range(3)] == [p.market for p in PREEMPTED_HISTORY]
+    assert [segments.nth(i).get_attribute("data-zone") for i in range(3)] == [p.zone for p in PREEMPTED_HISTORY]
+    assert [segments.nth(i).locator(".preemption-mark").count() for i in range(3)] == [1, 1, 0]
+    assert [segments.nth(i).get_attribute("data-attempt") for i in range(3)] == ["1", "3", "4"]
+    gaps = page.locator("#timeline .gap")
+    assert [gaps.nth(i).get_attribute("data-seconds") for i in range(gaps.count())] == ["300", "120"]
+    expect(gaps.first).to_contain_text("1 tries without capacity")
+    expect(page.locator("#checkpoint-step")).to_have_text("1,000")
+
+    expected = expected_bill(dashboard.store, dashboard.finished_job)
+    for element, value in (("#cost", expected.cost), ("#on-demand-cost", expected.on_demand_cost),
+                           ("#saved", expected.saved), ("#saved-percent", expected.saved_fraction)):
+        assert float(page.locator(element).get_attribute("data-value")) == pytest.approx(value)
+    assert page.locator("#cost").inner_text() == f"${expected.cost:.4f}"
+    assert page.locator("#on-demand-cost").inner_text() == f"${expected.on_demand_cost:.4f}"
+    assert page.locator("#saved-percent").inner_text() == f"{expected.saved_fraction:.1%}"
+
+    logs = page.locator("#logs .log")
+    expect(logs).to_have_count(3)
+    for index, plan in enumerate(PREEMPTED_HISTORY):
+        assert logs.nth(index).locator(".log-text").inner_text() == plan.log.rstrip("\n")
+        assert f"· {plan.market} · {plan.zone} ·" in logs.nth(index).locator(".log-header").inner_text()
+
+    # Screenshots: the page is drawn, and the timeline's pixels run spot|mark|gap|spot|mark|gap|on-demand.
+    page_png = page.screenshot(path=str(tmp_path / "job.png"))
+    timeline_png = page.locator("#timeline").screenshot(path=str(tmp_path / "timeline.png"))
+    for png in (list_png, page_png):
+        image = Image.open(io.BytesIO(png))
+        assert image.format == "PNG" and image.size == (VIEWPORT["width"], VIEWPORT["height"])
+        assert len(image.convert("RGB").getcolors(maxcolors=1 << 20)) > 50, "the screenshot is (nearly) blank"
+    timeline = Image.open(io.BytesIO(timeline_png))
+    assert timeline.width > 1000 and 40 <= timeline.height <= 50
+    assert colour_runs(timeline, y=6) == [
+        "spot", "preempted", "other", "spot", "preempted", "other", "on-demand",
+    ]
+
+    # The token went only in headers: never in a URL the browser asked for, nor in the server's access log.
+    assert seen.urls and not [url for url in seen.urls if token in url]
+    access_log = [record.getMessage() for record in caplog.records if record.name == "uvicorn.access"]
+    assert access_log and not [line for line in access_log if token in line]
+    assert seen.errors == []
+    context.close()
+
+
+def test_another_users_job_is_not_found_and_a_revoked_token_logs_out(dashboard: Dashboard, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    from spotrun.server.users import revoke_token
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    log_in(page, dashboard.url, dashboard.tokens["bob"])
+    expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    page.goto(f"{dashboard.url}/dashboard/jobs/{dashboard.finished_job}")
+    expect(page.locator("#status")).to_have_text(
+        f"Job {dashboard.finished_job} not found (it does not exist or is not yours)."
+    )
+    assert page.locator("#job").is_hidden()
+
+    assert revoke_token(dashboard.store, dashboard.tokens["bob"], time.time())
+    page.goto(f"{dashboard.url}/dashboard/")
+    page.wait_for_url(f"{dashboard.url}/dashboard/login")
+    expect(page.locator("#login-note")).to_contain_text("refused the stored token")
+    assert page.evaluate("localStorage.getItem('spotrun.token')") is None
+    context.close()
