@@ -132,7 +132,7 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     logs = page.locator("#logs .log")
     expect(logs).to_have_count(3)
     for index, plan in enumerate(PREEMPTED_HISTORY):
-        assert logs.nth(index).locator(".log-text").inner_text() == plan.log.rstrip("\n")
+        assert logs.nth(index).locator(".log-text").text_content() == plan.log
         assert f"· {plan.market} · {plan.zone} ·" in logs.nth(index).locator(".log-header").inner_text()
 
     # Screenshots: the page is drawn, and the timeline's pixels run spot|mark|gap|spot|mark|gap|on-demand.
