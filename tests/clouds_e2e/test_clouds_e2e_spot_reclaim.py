@@ -38,11 +38,11 @@ from spotrun.providers.azure import AzureProvider, AzureSettings
 from spotrun.providers.gcp import GcpProvider
 from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Instance, Job, Store
-from vm_emulation import AwsSide, AzureSide, CloudSide, ControlPlane, GcpSide, Hypervisor
+from vm_emulation import AwsSide, AzureSide, CloudSide, ControlPlane, GcpSide, Hypervisor, ec2_repeated_terminate_keeps_reason
 
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
 TRAINER_ENV = {"EPOCHS": "3", "CHECKPOINT_EVERY": "5"}
-NOTICE_SECONDS = 6.0  # the emulated clouds' notice window (AWS gives 2 min, GCP and Azure 30 s)
+NOTICE_SECONDS = 10.0  # the emulated clouds' notice window (AWS gives 2 min, GCP and Azure 30 s); the trainer gets it less 2 s
 STEP_SECONDS = 0.05
 # The image already has spotrun (this virtualenv); the startup script's install step checks that it does.
 IMAGE_CHECK = f"{shlex.quote(sys.executable)} -c 'import spotrun'"
@@ -79,7 +79,7 @@ def aws_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cloud
     offerings = moto_instance_types.INSTANCE_TYPE_OFFERINGS["availability-zone"]
     p3 = [{"InstanceType": "p3.2xlarge", "Location": zone, "LocationType": "availability-zone"} for zone in AWS_ZONES]
     monkeypatch.setitem(offerings, AWS_REGION, [*offerings.get(AWS_REGION, []), *p3])
-    with mock_aws():
+    with mock_aws(), ec2_repeated_terminate_keeps_reason():
         session = boto3.Session(region_name=AWS_REGION)
         provider = AwsProvider(
             session=session, region=AWS_REGION, image=MOTO_IMAGE_PARAMETER, python=sys.executable,

@@ -322,3 +322,93 @@ def test_a_command_that_starts_and_ends_between_two_ticks_succeeds(world):
     world.tick()
     job = world.job(job_id)
     assert job.state == "SUCCEEDED" and job.attempts[0].end_reason == "succeeded"
+
+
+class ScriptedPolicy:
+    """A running-job policy whose answers the test sets (the real policies' rules are tested in tests/policy)."""
+
+    name = "scripted"
+    answer = None
+    asked = 0
+
+    def __init__(self, **_):
+        pass
+
+    def place(self, ctx):
+        from spotrun.policy import Launch
+
+        return Launch(ctx.zones[0], "spot", "scripted")
+
+    def decide(self, ctx):
+        ScriptedPolicy.asked += 1
+        assert ctx.current is not None and ctx.deadline is not None
+        return ScriptedPolicy.answer
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    from spotrun import policy
+
+    monkeypatch.setitem(policy._POLICIES, "scripted", ScriptedPolicy)
+    ScriptedPolicy.asked = 0
+    return ScriptedPolicy
+
+
+DEADLINE_SPEC = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 10h, policy: scripted") + "estimated_duration: 5h\n"
+
+
+def alive_for(world, instance, seconds):
+    """Let `seconds` pass in ticks of 20 s, the agent heartbeating, as a healthy attempt would."""
+    for _ in range(int(seconds // 20)):
+        world.agent(instance)("heartbeat", {})
+        world.tick(20)
+    world.agent(instance)("heartbeat", {})
+    world.tick(seconds % 20)
+
+
+def test_a_running_job_with_a_deadline_is_put_to_its_policy_and_moved_when_it_says_so(world, scripted):
+    from spotrun.policy import Keep, Launch
+
+    job_id = world.submit(DEADLINE_SPEC)
+    instance = world.run_to_running(job_id)
+    attempt = world.attempts(job_id)[0]
+    scripted.answer = Keep("fine")
+    alive_for(world, instance, 61)
+    assert scripted.asked == 1 and world.attempts(job_id)[0].state == "running"
+    alive_for(world, instance, 10)
+    assert scripted.asked == 1  # asked again only after reconsider_every
+    scripted.answer = Launch(attempt.zone, attempt.market, "same place")
+    alive_for(world, instance, 61)
+    assert scripted.asked == 2 and world.attempts(job_id)[0].state == "running"
+    scripted.answer = Launch("m-c" if attempt.zone != "m-c" else "m-a", "on-demand", "the deadline needs on-demand")
+    alive_for(world, instance, 61)
+    assert world.attempts(job_id)[0].state == "draining"
+    assert "deadline needs on-demand" in world.agent(instance)("heartbeat", {})["stop"]
+
+
+def test_a_policy_that_gives_up_on_a_running_job_fails_it(world, scripted):
+    from spotrun.policy import GiveUp
+
+    job_id = world.submit(DEADLINE_SPEC)
+    instance = world.run_to_running(job_id)
+    scripted.answer = GiveUp("the deadline cannot be met any more")
+    alive_for(world, instance, 61)
+    job = world.job(job_id)
+    assert job.state == "FAILED" and "cannot be met" in job.failure_reason and world.cloud.running() == []
+
+
+def test_jobs_without_a_deadline_are_not_reconsidered(world, scripted):
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 2h, policy: scripted"))
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 200)
+    assert scripted.asked == 0 and world.attempts(job_id)[0].state == "running"
+
+
+@pytest.mark.parametrize("policy_name", ["default", "uniform_progress", "greedy"])
+def test_the_real_deadline_policies_run_inside_the_controller_without_errors(world, caplog, policy_name):
+    spec = SPEC.replace("max_wait: 2h", f"max_wait: 2h, deadline: 3h, policy: {policy_name}") + "estimated_duration: 2h\n"
+    job_id = world.submit(spec)
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 400)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert world.attempts(job_id)[0].state in ("running", "draining")

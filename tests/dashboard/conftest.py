@@ -6,7 +6,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -15,22 +14,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from dashboard_world import (  # noqa: E402
-    CHROMIUM_ARGS, INSTALL_HINT, LiveServer, chromium_path, seed_preempted_job, seed_running_job,
+    CHROMIUM_ARGS, INSTALL_HINT, Dashboard, LiveServer, chromium_path, seed_preempted_job, seed_running_job,
 )
 
 from spotrun.server.app import create_app  # noqa: E402
 from spotrun.server.users import add_user  # noqa: E402
 from spotrun.state import Store  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Dashboard:
-    url: str
-    store: Store
-    tokens: dict[str, str]
-    finished_job: int  # alice's, preempted twice, then succeeded on-demand
-    running_job: int  # alice's
-    bobs_job: int
 
 
 @pytest.fixture

@@ -57,6 +57,16 @@ class LiveServer:
 
 
 @dataclass(frozen=True)
+class Dashboard:
+    url: str
+    store: Store
+    tokens: dict[str, str]
+    finished_job: int  # alice's, preempted twice, then succeeded on-demand
+    running_job: int  # alice's
+    bobs_job: int
+
+
+@dataclass(frozen=True)
 class PlannedAttempt:
     market: str
     zone: str

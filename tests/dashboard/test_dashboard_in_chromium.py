@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Dashboard
-from dashboard_world import PREEMPTED_HISTORY, set_job_state
+from dashboard_world import PREEMPTED_HISTORY, Dashboard, set_job_state
 from PIL import Image
 
 from spotrun.control import jobs as jobs_api
@@ -118,7 +117,7 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     assert [segments.nth(i).get_attribute("data-attempt") for i in range(3)] == ["1", "3", "4"]
     gaps = page.locator("#timeline .gap")
     assert [gaps.nth(i).get_attribute("data-seconds") for i in range(gaps.count())] == ["300", "120"]
-    expect(gaps.first).to_contain_text("1 tries without capacity")
+    expect(gaps.first).to_contain_text("1 try without capacity")
     expect(page.locator("#checkpoint-step")).to_have_text("1,000")
 
     expected = expected_bill(dashboard.store, dashboard.finished_job)

@@ -104,13 +104,14 @@ def test_deadline_aware_waits_with_slack_takes_spot_and_goes_on_demand_when_tigh
 
 
 def test_deadline_aware_stops_taking_spot_that_keeps_dying_young():
-    now = 24 * STEP
-    hurried = ctx(now=now, progress=now * 0.8, spot=True, compute=10 * HOUR, deadline=12 * HOUR,
+    cycles = 30
+    now = 2 * cycles * STEP
+    hurried = ctx(now=now, progress=now * 0.8, spot=True, compute=20 * HOUR, deadline=24 * HOUR,
                   current=on("on-demand", now - 3 * STEP))
     leave = DeadlineAwarePolicy().decide(hurried)  # nothing seen yet: spot is assumed to last
     assert isinstance(leave, Launch) and leave.market == "spot"
     flaky = SpotLog()
-    for i in range(12):  # spot lives one step and is gone the next, over and over
+    for i in range(cycles):  # spot lives one step and is gone the next, over and over
         flaky.record("z", i * 2 * STEP, True)
         flaky.record("z", (i * 2 + 1) * STEP, False)
     flaky.record("z", now, True)
@@ -153,3 +154,12 @@ def test_registry_names_and_clear_errors():
         get_policy("greedy", colour=1)
     with pytest.raises(ValueError, match="deadline"):
         UniformProgressPolicy().decide(ctx(deadline=None))
+
+
+def test_a_fresh_no_capacity_answer_from_the_controller_counts_as_known_now():
+    tried = (PastAttempt("z", "spot", HOUR - 5, None, HOUR - 5, "no_capacity"),)
+    live = ctx(now=HOUR, spot=None, step=None, history=tried)  # the controller's view: no spot_now, no log
+    assert live.spot_known_now("z") is False
+    assert isinstance(DeadlineAwarePolicy().decide(live), Wait)  # plenty of slack: wait rather than pay on-demand
+    stale = ctx(now=2 * HOUR, spot=None, step=None, history=tried)
+    assert stale.spot_known_now("z") is None

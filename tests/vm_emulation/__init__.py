@@ -14,7 +14,7 @@ Tests run with --import-mode=importlib, so a conftest that wants this package pu
     from vm_emulation import AwsSide, ControlPlane, Hypervisor
 """
 
-from .clouds import AwsSide, AzureSide, Boot, CloudSide, GcpSide, NoticeChannel
+from .clouds import AwsSide, AzureSide, Boot, CloudSide, GcpSide, NoticeChannel, ec2_repeated_terminate_keeps_reason
 from .control_plane import ControlPlane
 from .hypervisor import Hypervisor
 from .machine import BootError, EmulatedVm, map_filesystem
@@ -30,5 +30,6 @@ __all__ = [
     "GcpSide",
     "Hypervisor",
     "NoticeChannel",
+    "ec2_repeated_terminate_keeps_reason",
     "map_filesystem",
 ]

@@ -12,6 +12,9 @@ metadata service per instance that speaks the cloud's notice protocol, and the c
 from __future__ import annotations
 
 import base64
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -108,6 +111,29 @@ class AwsSide:
         instance.state_reason = StateReason(
             "Server.SpotInstanceTermination: Spot instance termination", "Server.SpotInstanceTermination"
         )
+
+
+@contextmanager
+def ec2_repeated_terminate_keeps_reason() -> Iterator[None]:
+    """Within: moto, like EC2, leaves an instance that is already terminated as it is when it is terminated again.
+
+    moto (5.x) terminates it anew and overwrites its state reason with Client.UserInitiatedShutdown, which would
+    erase a spot reclaim the moment the controller cleans up after it; EC2 keeps the reason of the first end.
+    """
+    from moto.ec2.models.instances import Instance
+
+    terminate = Instance.terminate
+
+    def terminate_unless_terminated(instance: Instance) -> Any:
+        if instance._state.name == "terminated":
+            return copy.copy(instance._state)
+        return terminate(instance)
+
+    Instance.terminate = terminate_unless_terminated  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Instance.terminate = terminate  # type: ignore[method-assign]
 
 
 # ---- GCP ------------------------------------------------------------------------------------------------------

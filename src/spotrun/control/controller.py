@@ -22,7 +22,7 @@ from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
-from spotrun.policy import GiveUp, Launch, PlacementPolicy, Wait, get_policy
+from spotrun.policy import GiveUp, Keep, Launch, Placement, PlacementPolicy, Wait, get_policy
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
 from spotrun.providers import QuotaExceeded, get_provider
 from spotrun.spec import JobSpec
@@ -49,6 +49,7 @@ class ControllerSettings:
     backoff_max: float = 300.0
     sweep_every_ticks: int = 20
     claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
+    reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
 
 
 class Controller:
@@ -73,6 +74,7 @@ class Controller:
         self.worker_id = worker_id
         self._providers: dict[str, Provider] = {}
         self._ticks = 0
+        self._reconsidered_at: dict[int, float] = {}
 
     # ---- the loop body -------------------------------------------------------------------------------------
 
@@ -264,6 +266,8 @@ class Controller:
         info = self._describe(attempt)
         verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
         if verdict is None:
+            if attempt.state == "running" and job.state == JobState.RUNNING:
+                self._reconsider(job, attempt, now)
             return
         if verdict.end_reason is None:
             self._mark_running(attempt.id, verdict)
@@ -277,6 +281,37 @@ class Controller:
         except Exception:  # a failed probe is "unknown", never "gone"
             log.warning("describe %s failed", attempt.instance_id, exc_info=True)
             return None
+
+    def _reconsider(self, job: Job, attempt: Attempt, now: float) -> None:
+        """Every `reconsider_every` seconds, ask a running job's policy whether it should move (deadline-aware
+        policies do: back to spot when it returns, to on-demand when the deadline needs it). A move drains the
+        attempt first (its trainer checkpoints), then the job is placed again."""
+        spec = JobSpec.model_validate(job.spec)
+        if spec.spot.deadline is None or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
+            return
+        self._reconsidered_at[job.id] = now
+        policy = self._policy(spec)
+        if not hasattr(policy, "decide"):
+            return
+        zones = self._provider(attempt.provider).zones(attempt.instance_type)
+        with self.store.session() as session:
+            ctx = placement_context(
+                session.get(Job, job.id), spec, zones, now,
+                current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
+                step=self.settings.reconsider_every,
+                spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
+                on_demand_price=attempt.on_demand_price_per_hour,
+            )
+        decision = policy.decide(ctx)
+        if isinstance(decision, Keep):
+            return
+        if isinstance(decision, Launch) and (decision.zone, decision.market) == (attempt.zone, attempt.market):
+            return
+        if isinstance(decision, GiveUp):
+            self._begin_end(attempt.id, Verdict("cancelled", decision.reason, job_failure=decision.reason))
+            self._finish_attempt(attempt.id)
+            return
+        self.request_move(attempt.id, decision.reason)
 
     def request_move(self, attempt_id: int, reason: str) -> None:
         """Ask the attempt's agent (in its next heartbeat's answer) to checkpoint and stop, so the job can move."""

@@ -14,6 +14,7 @@ from spotrun.control import records
 from spotrun.control.placement import price_for
 from spotrun.control.states import JobState, is_terminal
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.policy import policy_names
 from spotrun.providers import CLOUDS, get_provider
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
 from spotrun.state import Job
 
 
-def placement_context(job: Job, spec: JobSpec, provider_zones: list[str], now: float) -> PlacementContext:
+def placement_context(
+    job: Job, spec: JobSpec, provider_zones: list[str], now: float, **running: Any
+) -> PlacementContext:
+    """What the policy sees; `running` adds the running-job view (current placement, step, prices)."""
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]
@@ -28,6 +33,7 @@ def placement_context(job: Job, spec: JobSpec, provider_zones: list[str], now: f
         ),
         deadline=spec.deadline_at(job.created_at),
         estimated_duration=spec.estimated_duration,
+        **running,
     )
 
 

@@ -80,7 +80,8 @@ class PlacementContext:
             return known
         if self.current is not None and self.current.zone == zone and self.current.market == "spot":
             return True
-        return self.spot_log().seen_at(zone, self.now)
+        # a "no capacity" answer stays news for half a step: the controller asks again a moment after it
+        return self.spot_log().seen_at(zone, self.now - (self.step if self.step is not None else 60.0) / 2)
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,8 @@ class AzureProvider:
         """Start deleting the VM with its NIC and disk; idempotent (an unknown VM is fine). Returns once Azure
         accepted the deletion; the VM then describes as terminated (provisioning state Deleting)."""
         check_vm_name(instance_id)
-        self._deleted_here.add(instance_id)
+        if not self._gone_before_terminate(instance_id):
+            self._deleted_here.add(instance_id)
         try:
             self.compute.virtual_machines.begin_delete(self.resource_group, instance_id, polling=False)
         except ResourceNotFoundError:
@@ -242,6 +243,16 @@ class AzureProvider:
         except AzureError as error:
             raise translate(error, "Microsoft.Compute/virtualMachines/delete") from error
         log.info("deleting VM %s", instance_id)
+
+    def _gone_before_terminate(self, name: str) -> bool:
+        """A VM this process saw that Azure no longer has when it is terminated went without spotrun (evicted, most
+        likely): terminate must not claim its deletion, or describe would report the eviction as spotrun's delete."""
+        if name not in self._last_seen or name in self._deleted_here:
+            return False
+        try:
+            return self._fetch(name) is None
+        except AzureError:
+            return False  # not known: count the deletion as ours, as before
 
     def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
         """Azure's simulated eviction of a spot VM: a Preempt scheduled event, then eviction about 30 s later

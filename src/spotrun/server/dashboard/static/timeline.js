@@ -44,7 +44,7 @@ function segmentNode(item) {
 }
 
 function gapNode(item) {
-  const tries = item.tries ? ` · ${item.tries} tries without capacity` : "";
+  const tries = item.tries ? ` · ${item.tries} ${item.tries === 1 ? "try" : "tries"} without capacity` : "";
   const label = `waiting ${duration(item.end - item.start)}${tries}`;
   return el("div", {
     className: "gap", title: label, dataset: { seconds: Math.round(item.end - item.start) },
