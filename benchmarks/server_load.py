@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -200,11 +201,13 @@ def running_server(url: str, home: Path, controller: bool, time_limit: float) ->
     command = [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--database-url", url]
     if not controller:
         command.append("--no-controller")
-    env = {**os.environ, "SPOTRUN_HOME": str(home)}
-    with open(home / "server.log", "wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log)
+    env = {**os.environ, "SPOTRUN_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    log_path = home / "server.log"
+    # Everything the server prints goes to a file: a pipe nobody reads would fill up and stall the server.
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            yield _listening_url(process, deadline=time.monotonic() + min(time_limit, 60))
+            yield _listening_url(process, log_path, deadline=time.monotonic() + min(time_limit, 60))
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -214,22 +217,19 @@ def running_server(url: str, home: Path, controller: bool, time_limit: float) ->
                 process.wait()
 
 
-def _listening_url(process: subprocess.Popen[bytes], deadline: float) -> str:
-    assert process.stdout is not None
-    marker = "spotrun server listening on "
-    for line in iter(process.stdout.readline, b""):
-        text = line.decode().strip()
-        if text.startswith(marker):
-            url = text.removeprefix(marker)
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                        return url
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-            break
-    raise RuntimeError(f"the server did not come up (exit code {process.poll()}); see its log")
+def _listening_url(process: subprocess.Popen[bytes], log_path: Path, deadline: float) -> str:
+    marker = re.compile(r"^spotrun server listening on (\S+)$", re.MULTILINE)
+    while time.monotonic() < deadline and process.poll() is None:
+        found = marker.search(log_path.read_text(errors="replace"))
+        if found:
+            try:
+                if httpx.get(f"{found[1]}/healthz", timeout=2).status_code == 200:
+                    return found[1]
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"the server did not come up (exit code {process.poll()}); its log ends:\n{tail}")
 
 
 def controller_activity(url: str) -> dict[str, int]:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,6 @@ class CloudWorld:
     zones: list[str]
     refuse_next_launch: Callable[[], None]  # the next launch, whatever its zone, is refused for lack of capacity
     prices: Callable[..., tuple[float, float]] = price_for
-    refused: list[str] = field(default_factory=list)
 
 
 # ---- the three clouds -----------------------------------------------------------------------------------------
@@ -85,12 +84,12 @@ def aws_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cloud
             session=session, region=AWS_REGION, image=MOTO_IMAGE_PARAMETER, python=sys.executable,
             install_command=IMAGE_CHECK,
         )
-        world = CloudWorld(
+        refused: list[str] = []
+        yield CloudWorld(
             side=AwsSide(session.client("ec2")), provider=provider, zones=AWS_ZONES,
-            resources="{cloud: aws, instance_type: p3.2xlarge}", refuse_next_launch=lambda: None,
+            resources="{cloud: aws, instance_type: p3.2xlarge}",
+            refuse_next_launch=lambda: _refuse_next_run_instances(provider, refused),
         )
-        world.refuse_next_launch = lambda: _refuse_next_run_instances(provider, world.refused)
-        yield world
 
 
 def _refuse_next_run_instances(provider: AwsProvider, refused: list[str]) -> None:

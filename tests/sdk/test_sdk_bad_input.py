@@ -173,7 +173,7 @@ def test_no_valid_checkpoint_lists_each_candidate_with_its_reason_and_deletes_no
     assert reasons == [
         f"{tmp_path}/{CKPT_3}: no readable {layout.MANIFEST_NAME}",
         f"{tmp_path}/{CKPT_2}: rank-00000.pt cannot be read" + reasons[1].split("cannot be read", 1)[1],
-        f"{tmp_path}/{CKPT_1}: shared.pt does not match its size/sha256 in the manifest",
+        f"{tmp_path}/{CKPT_1}: shared.pt does not match its size/checksum in the manifest",
     ]
     assert_same(before, everything(parts))
     assert folder_contents(tmp_path) == files

@@ -3,7 +3,6 @@ copy of the state, and reused buffers never leak one save's values into another 
 
 from __future__ import annotations
 
-import io
 import re
 import threading
 import time
@@ -13,7 +12,6 @@ import pytest
 import torch
 
 import spotrun
-from spotrun.sdk import layout
 from spotrun.sdk.state import snapshot_to_host
 
 STATE_BYTES = 192 << 20
@@ -39,8 +37,7 @@ def test_consecutive_saves_hold_their_own_values(tmp_path: Path) -> None:
             ckpt.step(state, step)
             ckpt.wait()
         for steps in (1, 2, 3):
-            shared = layout.read_verified(ckpt.fs, ckpt.store.path(steps), ["shared.pt"])["shared.pt"]
-            saved = torch.load(io.BytesIO(shared), weights_only=False)
+            saved = ckpt.store.load_verified(ckpt.store.path(steps), ["shared.pt"])["shared.pt"]
             assert torch.equal(saved["model"]["weight"], torch.full((8, 8), float(steps - 1))), steps
 
 

@@ -32,12 +32,11 @@ import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import fsspec
-import torch
 
-from spotrun.sdk import distributed, layout
+from spotrun.sdk import distributed, layout, tensorfile
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PREEMPTED_EXIT_CODE, PreemptionFlag, preemption_flag
 from spotrun.sdk.state import TrainingState, snapshot_to_host
@@ -283,7 +282,7 @@ class Checkpointer:
             payloads[SHARED_FILE] = snapshot.shared
         staging = self.store.staging_path(snapshot.steps_done)
         return {
-            name: self.store.write_payload(staging, name, functools.partial(torch.save, payload))
+            name: self.store.write_payload(staging, name, functools.partial(tensorfile.write, payload))
             for name, payload in payloads.items()
         }
 
@@ -316,7 +315,7 @@ class Checkpointer:
         rejected: list[str] = []
         for steps_done, path in reversed(self.store.candidates()):
             try:
-                payload = self._decode(path, self.store.load_verified(path, None, _deserialize))
+                payload = self._decode(path, self.store.load_verified(path))
             except Exception as error:  # any unreadable checkpoint is skipped here, whatever the damage
                 rejected.append(_reason(path, error))
                 log.warning("skipping checkpoint %s", rejected[-1])
@@ -336,7 +335,7 @@ class Checkpointer:
 
     def _read_payload(self, path: str) -> dict[str, Any]:
         names = [SHARED_FILE] + ([rank_file(self.rank)] if self._has_file(path, rank_file(self.rank)) else [])
-        return self._decode(path, self.store.load_verified(path, names, _deserialize))
+        return self._decode(path, self.store.load_verified(path, names))
 
     def _has_file(self, path: str, name: str) -> bool:
         manifest = layout.read_manifest(self.fs, path)
@@ -368,12 +367,6 @@ def _attempt(action: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     except Exception as error:
         log.exception("checkpoint save failed in %s", getattr(action, "__name__", action))
         return None, f"{type(error).__name__}: {error}"
-
-
-def _deserialize(source: str | BinaryIO) -> Any:
-    # weights_only=False: the payload holds RNG states and user objects; the manifest's checksums vouch
-    # that these are the bytes this SDK wrote (integrity, not trust: do not restore untrusted checkpoints).
-    return torch.load(source, map_location="cpu", weights_only=False)
 
 
 def _components(path: str, name: str, payload: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The on-disk (and in-store) checkpoint format, shared by the SDK that writes it and the agent that backs it up.
 
 A checkpoint is a folder ``ckpt-<step:012d>/`` with payload files and ``manifest.json`` written last.
-The manifest lists every payload file with its size and SHA-256; a folder without a readable manifest
-is not a checkpoint (it is a save that died half-way).
+The manifest lists every payload file with its size and a checksum, keyed by the checksum's algorithm:
+``{"size": 123, "xxh3_128": "<hex>"}`` (manifest format 2) or ``{"size": 123, "sha256": "<hex>"}`` (format 1,
+still verified). A folder without a readable manifest is not a checkpoint (it is a save that died half-way).
+The checksum guards against damage (torn or corrupted files), not against tampering.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import fsspec
 
@@ -74,7 +77,23 @@ def _is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
         return False
 
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
+CHECKSUM = "xxh3_128"  # what new manifests use: about 10 GB/s here, against 0.7 GB/s for SHA-256
+
+
+class Hasher(Protocol):
+    def update(self, data: Any, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _xxh3_128() -> Hasher:
+    import xxhash  # imported on use: the agent reads manifests without verifying them
+
+    return xxhash.xxh3_128()
+
+
+CHECKSUMS: dict[str, Callable[[], Hasher]] = {"xxh3_128": _xxh3_128, "sha256": hashlib.sha256}
 
 
 class CorruptCheckpoint(Exception):
@@ -82,16 +101,29 @@ class CorruptCheckpoint(Exception):
 
 
 def build_manifest(step: int, files: dict[str, bytes | dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    """The manifest of a checkpoint: for each payload file its size and SHA-256.
+    """The manifest of a checkpoint: for each payload file its size and checksum.
 
-    ``files`` maps a file name to its bytes, or to an already computed ``{"size", "sha256"}`` entry.
+    ``files`` maps a file name to its bytes, or to an already computed entry (see ``describe_bytes``).
     """
     entries = {name: data if isinstance(data, dict) else describe_bytes(data) for name, data in files.items()}
     return {"format": MANIFEST_FORMAT, "step": step, "files": dict(sorted(entries.items())), **extra}
 
 
-def describe_bytes(data: bytes) -> dict[str, Any]:
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+def describe_bytes(data: bytes, algorithm: str = CHECKSUM) -> dict[str, Any]:
+    """The manifest entry of ``data``: ``{"size": ..., algorithm: hex digest}``."""
+    hasher = CHECKSUMS[algorithm]()
+    hasher.update(data)
+    return {"size": len(data), algorithm: hasher.hexdigest()}
+
+
+def checksum_algorithm(checkpoint_path: str, name: str, entry: dict[str, Any]) -> str:
+    """The algorithm of the checksum a manifest entry records; CorruptCheckpoint when it records none we know."""
+    for algorithm in CHECKSUMS:
+        if isinstance(entry.get(algorithm), str):
+            return algorithm
+    raise CorruptCheckpoint(
+        f"{checkpoint_path}: {name} has no checksum in the manifest (expected one of {', '.join(CHECKSUMS)})"
+    )
 
 
 def encode_manifest(manifest: dict[str, Any]) -> bytes:
@@ -103,7 +135,7 @@ def read_verified(
 ) -> dict[str, bytes]:
     """The payload files of a committed checkpoint (all, or those named), each checked against the manifest.
 
-    Raises CorruptCheckpoint naming the first file that is missing, unlisted, or differs in size or SHA-256.
+    Raises CorruptCheckpoint naming the first file that is missing, unlisted, or differs in size or checksum.
     """
     contents = {}
     for name, entry in manifest_entries(fs, checkpoint_path, names):
@@ -111,7 +143,7 @@ def read_verified(
             data = bytes(fs.cat_file(f"{checkpoint_path.rstrip('/')}/{name}"))
         except (FileNotFoundError, OSError) as error:
             raise unreadable(checkpoint_path, name, error) from error
-        check_entry(checkpoint_path, name, describe_bytes(data), entry)
+        check_entry(checkpoint_path, name, describe_bytes(data, checksum_algorithm(checkpoint_path, name, entry)), entry)
         contents[name] = data
     return contents
 
@@ -135,8 +167,8 @@ def manifest_entries(
 
 def check_entry(checkpoint_path: str, name: str, described: dict[str, Any], entry: dict[str, Any]) -> None:
     """CorruptCheckpoint unless ``described`` (see ``describe_bytes``) matches the file's manifest entry."""
-    if described != {"size": entry.get("size"), "sha256": entry.get("sha256")}:
-        raise CorruptCheckpoint(f"{checkpoint_path}: {name} does not match its size/sha256 in the manifest")
+    if described != {key: entry.get(key) for key in described}:
+        raise CorruptCheckpoint(f"{checkpoint_path}: {name} does not match its size/checksum in the manifest")
 
 
 def unreadable(checkpoint_path: str, name: str, error: Exception) -> CorruptCheckpoint:

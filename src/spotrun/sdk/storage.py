@@ -6,29 +6,28 @@ Either way a folder counts as a checkpoint only once its manifest is there (see 
 
 from __future__ import annotations
 
-import hashlib
+import ctypes
+import ctypes.util
 import io
-import itertools
 import os
 import shutil
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spotrun.sdk import layout
+from spotrun.sdk import layout, tensorfile
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
 HASH_IN_PARALLEL_BYTES = 1 << 20  # smaller chunks are hashed inline: a thread hand-off costs more
-
-HASH_READ_CHUNK = 16 << 20
+WRITE_CHUNK = 16 << 20  # a large write goes out in pieces, each handed to the disk as soon as it is written
 
 Serializer = Callable[[BinaryIO], None]
-Loader = Callable[[str | BinaryIO], Any]
 
 
 class CheckpointStore:
@@ -66,10 +65,34 @@ class CheckpointStore:
     def read_verified(self, path: str, names: list[str] | None = None) -> dict[str, bytes]:
         return layout.read_verified(self.fs, path, names)
 
-    def load_verified(self, path: str, names: list[str] | None, load: Loader) -> dict[str, Any]:
-        """``load`` applied to each payload file named (default: all) once it matches the manifest
-        (CorruptCheckpoint otherwise); here ``load`` is given the verified bytes as a file object."""
-        return {name: load(io.BytesIO(data)) for name, data in self.read_verified(path, names).items()}
+    def load_verified(self, path: str, names: list[str] | None = None) -> dict[str, Any]:
+        """The decoded payload files named (default: all; see ``tensorfile``), each read once: checksummed as
+        it is read (in a helper thread, overlapping the reading) and decoded only once it matches the
+        manifest. CorruptCheckpoint names the first file that is missing, unlisted, damaged or malformed."""
+        return {name: self._load_file(path, name, entry) for name, entry in layout.manifest_entries(self.fs, path, names)}
+
+    def _load_file(self, path: str, name: str, entry: dict[str, Any]) -> Any:
+        algorithm = layout.checksum_algorithm(path, name, entry)
+        size = entry.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise layout.CorruptCheckpoint(f"{path}: {name} has no valid size in the manifest")
+        try:
+            with self._open_for_reading(f"{path}/{name}") as fh:
+                with _OverlappedHash(algorithm) as hashing:
+                    decode = tensorfile.read(fh, size, hashing.update)
+                layout.check_entry(path, name, hashing.describe(), entry)
+                return decode()
+        except tensorfile.FormatError as error:
+            raise layout.CorruptCheckpoint(
+                f"{path}: {name} does not match its size/checksum in the manifest ({error})"
+            ) from error
+        except OSError as error:
+            raise layout.unreadable(path, name, error) from error
+
+    @contextmanager
+    def _open_for_reading(self, file: str) -> Iterator[BinaryIO]:
+        with self.fs.open(file, "rb") as fh:
+            yield fh
 
     def staging_path(self, step: int) -> str:
         """Where the payload of ``step`` is written before it is committed."""
@@ -126,29 +149,18 @@ class LocalStore(CheckpointStore):
             fh.flush()
             os.fsync(fh.fileno())
 
-    def load_verified(self, path: str, names: list[str] | None, load: Loader) -> dict[str, Any]:
-        """As for any store, but each file is hashed as it is read (the hash overlapping the next read) and
-        then ``load`` is given its path: loading from a path (page cache) is much faster than from bytes in
-        memory, and no copy of the file is held. A file changed between the check and the load is not
-        caught: only the SDK writes checkpoint folders."""
-        loaded = {}
-        for name, entry in layout.manifest_entries(self.fs, path, names):
-            file = f"{path.rstrip('/')}/{name}"
-            try:
-                described = _describe_file(file)
-            except OSError as error:
-                raise layout.unreadable(path, name, error) from error
-            layout.check_entry(path, name, described, entry)
-            loaded[name] = load(file)
-        return loaded
+    @contextmanager
+    def _open_for_reading(self, file: str) -> Iterator[BinaryIO]:
+        with open(file, "rb", buffering=0) as fh:  # large reads straight into the tensors' memory
+            yield fh
 
     def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
-        """Stream the payload to disk, hashing it on the way: no copy of the serialized payload is held in
-        memory (a save's extra memory stays at the host snapshot it writes)."""
-        with self.fs.open(f"{staging}/{name}", "wb") as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
+        """Stream the payload to disk, checksumming it on the way and starting the disk writes while it is
+        still being written: no copy of the serialized payload is held in memory (a save's extra memory
+        stays at the host snapshot it writes), and the closing fsync has little left to wait for."""
+        with open(f"{staging}/{name}", "wb", buffering=0) as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
             hashing = _HashingWriter(fh, hasher)
             serialize(hashing)
-            fh.flush()
             os.fsync(fh.fileno())
         return hashing.describe()
 
@@ -187,54 +199,96 @@ class LocalStore(CheckpointStore):
 
 
 class _HashingWriter:
-    """A write-only file that passes what it is given on and computes its size and SHA-256. A large chunk
-    is hashed in a helper thread while it is written (hashlib and file writes both release the GIL), so
-    hashing hardly adds to the time of a save; ``write`` returns only once both are done with the chunk,
-    since the caller may reuse its buffer."""
+    """A write-only file that writes what it is given to a raw file and computes its size and checksum. A
+    large chunk is hashed in a helper thread while it is written (the hash and file writes both release the
+    GIL), in pieces whose writeback to the disk is started at once; ``write`` returns only once both are done
+    with the chunk, since the caller may reuse its buffer."""
 
-    def __init__(self, raw: BinaryIO, hasher: ThreadPoolExecutor) -> None:
+    def __init__(self, raw: io.RawIOBase, hasher: ThreadPoolExecutor) -> None:
         self._raw = raw
         self._hasher = hasher
-        self._sha256 = hashlib.sha256()
+        self._checksum = layout.CHECKSUMS[layout.CHECKSUM]()
         self._size = 0
 
     def write(self, data: Any) -> int:
         chunk = memoryview(data).cast("B")
-        if chunk.nbytes >= HASH_IN_PARALLEL_BYTES:
-            hashed = self._hasher.submit(self._sha256.update, chunk)
-            self._raw.write(chunk)
+        if chunk.nbytes < HASH_IN_PARALLEL_BYTES:
+            self._checksum.update(chunk)
+            self._write_all(chunk)
+            return chunk.nbytes
+        hashed = self._hasher.submit(self._checksum.update, chunk)
+        try:
+            for offset in range(0, chunk.nbytes, WRITE_CHUNK):
+                piece = chunk[offset : offset + WRITE_CHUNK]
+                self._write_all(piece)
+                _start_writeback(self._raw.fileno(), self._size - piece.nbytes, piece.nbytes)
+        finally:
             hashed.result()
-        else:
-            self._sha256.update(chunk)
-            self._raw.write(chunk)
-        self._size += chunk.nbytes
         return chunk.nbytes
+
+    def _write_all(self, chunk: memoryview) -> None:
+        written = 0
+        while written < chunk.nbytes:
+            written += self._raw.write(chunk[written:]) or 0
+        self._size += written
 
     def flush(self) -> None:
         self._raw.flush()
 
     def describe(self) -> dict[str, Any]:
-        return {"size": self._size, "sha256": self._sha256.hexdigest()}
+        return {"size": self._size, layout.CHECKSUM: self._checksum.hexdigest()}
 
 
-def _describe_file(path: str) -> dict[str, Any]:
-    """Size and SHA-256 of a file, read in chunks into two buffers in turn: one is hashed in a helper thread
-    while the next chunk is read into the other."""
-    sha256 = hashlib.sha256()
-    size = 0
-    buffers = (bytearray(HASH_READ_CHUNK), bytearray(HASH_READ_CHUNK))
-    with open(path, "rb", buffering=0) as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
-        hashing = None
-        for turn in itertools.count():
-            buffer = buffers[turn % 2]
-            read = fh.readinto(buffer)
-            if hashing is not None:
-                hashing.result()
-            if not read:
-                break
-            hashing = hasher.submit(sha256.update, memoryview(buffer)[:read])
-            size += read
-    return {"size": size, "sha256": sha256.hexdigest()}
+class _OverlappedHash:
+    """A checksum computed in a helper thread, chunk after chunk in the order given, while the caller reads
+    on; ``describe`` (after the ``with`` block) waits for it. Chunks must not change once given."""
+
+    def __init__(self, algorithm: str) -> None:
+        self._algorithm = algorithm
+        self._checksum = layout.CHECKSUMS[algorithm]()
+        self._size = 0
+        self._pending: Future[None] | None = None
+        self._thread = ThreadPoolExecutor(1, "spotrun-hash")
+
+    def update(self, chunk: memoryview) -> None:
+        self._size += chunk.nbytes
+        if chunk.nbytes < HASH_IN_PARALLEL_BYTES and (self._pending is None or self._pending.done()):
+            self._checksum.update(chunk)
+        else:
+            self._pending = self._thread.submit(self._checksum.update, chunk)
+
+    def __enter__(self) -> _OverlappedHash:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._thread.shutdown(wait=True)
+
+    def describe(self) -> dict[str, Any]:
+        if self._pending is not None:
+            self._pending.result()
+        return {"size": self._size, self._algorithm: self._checksum.hexdigest()}
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """Linux's sync_file_range (not in Python's os module), or None elsewhere."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a range of the file to the disk now, without waiting for it: the
+    final fsync then finds most of the file already written. Durability still rests on that fsync."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def _fsync_dir(path: str) -> None:

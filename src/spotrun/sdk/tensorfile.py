@@ -1,0 +1,190 @@
+"""The payload file format: a pickle of the object with its tensors' bytes kept out of the pickle, written raw.
+
+    header  b"SPOTRUNT", version (u32), 0 (u32), storage count (u64), pickle length (u64)
+    storage sizes (u64 each), the pickle, zero padding to a multiple of 64 bytes
+    each storage's bytes, zero-padded to a multiple of 64 bytes
+
+Each plain CPU tensor in the object is pickled as a reference (storage number, dtype, shape, stride, offset);
+its storage's bytes are written straight from the tensor's memory (no serialization copy, no CRC) and read
+straight into a new tensor's memory on load (no second copy). Tensors sharing a storage share it again after
+loading. Anything else (other tensor kinds included) is pickled as usual. Loading happens in two phases, so
+that a checksum can be checked in between: ``read`` reads every byte of the file, passing each chunk to a
+callback, and only the ``decode`` it returns unpickles. Files written by ``torch.save`` (checkpoints of SDK
+versions before this format) are read the same way and decoded with ``torch.load``.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import torch
+
+MAGIC = b"SPOTRUNT"
+VERSION = 1
+_HEADER = struct.Struct("<8sIIQQ")
+_SIZE = struct.Struct("<Q")
+ALIGNMENT = 64
+READ_CHUNK = 64 << 20
+
+# Byte-addressable dtypes whose bytes are the values: a uint8 view of them round-trips exactly.
+_RAW_DTYPES = frozenset(
+    [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16]
+    + [torch.float32, torch.float64, torch.complex64, torch.complex128]
+    + [getattr(torch, name) for name in ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2") if hasattr(torch, name)]
+)
+
+ChunkSink = Callable[[memoryview], None]
+
+
+class FormatError(ValueError):
+    """The file is not a well-formed payload file."""
+
+
+# -- writing ----------------------------------------------------------------------------------------------
+
+
+def write(obj: Any, fh: BinaryIO) -> None:
+    """Write ``obj`` to ``fh`` (anything with ``write``), each tensor storage in a single ``write`` call."""
+    storages: list[torch.UntypedStorage] = []
+    buffer = io.BytesIO()
+    _Pickler(buffer, storages).dump(obj)
+    pickled = buffer.getvalue()
+    head = _HEADER.pack(MAGIC, VERSION, 0, len(storages), len(pickled))
+    head += b"".join(_SIZE.pack(storage.nbytes()) for storage in storages) + pickled
+    fh.write(head + _padding(len(head)))
+    for storage in storages:
+        if storage.nbytes():
+            fh.write(memoryview(_bytes_of(storage).numpy()))
+            fh.write(_padding(storage.nbytes()))
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: BinaryIO, storages: list[torch.UntypedStorage]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._storages = storages
+        self._numbers: dict[tuple[int, int], int] = {}
+
+    def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
+        if not _is_raw_tensor(obj):
+            return None
+        storage = obj.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes()) if storage.nbytes() else (id(storage), 0)
+        number = self._numbers.get(key)
+        if number is None:
+            number = self._numbers[key] = len(self._storages)
+            self._storages.append(storage)
+        return ("tensor", number, str(obj.dtype).removeprefix("torch."), tuple(obj.shape), obj.stride(),
+                obj.storage_offset(), obj.requires_grad)
+
+
+def _is_raw_tensor(obj: Any) -> bool:
+    return (
+        type(obj) is torch.Tensor
+        and obj.device.type == "cpu"
+        and obj.layout == torch.strided
+        and obj.dtype in _RAW_DTYPES
+        and not obj.is_conj()
+        and not obj.is_neg()
+        and not obj.__dict__  # Python attributes set on the tensor: leave those to torch's own pickling
+    )
+
+
+def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),))
+
+
+def _padding(length: int) -> bytes:
+    return bytes(-length % ALIGNMENT)
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+
+def read(fh: BinaryIO, size: int, on_chunk: ChunkSink) -> Callable[[], Any]:
+    """Read the whole file of ``size`` bytes from ``fh``, passing every chunk read, in order, to ``on_chunk``
+    (a chunk is never changed afterwards, so it may be used later, e.g. hashed in another thread); return the
+    function that decodes what was read. FormatError when the file is cut short, longer, or malformed."""
+    start = _read_exactly(fh, len(MAGIC), on_chunk)
+    if bytes(start) != MAGIC:
+        return _read_torch_save(fh, size, start, on_chunk)
+    header = bytes(start) + bytes(_read_exactly(fh, _HEADER.size - len(MAGIC), on_chunk))
+    _, version, _, count, pickle_length = _HEADER.unpack(header)
+    if version != VERSION:
+        raise FormatError(f"payload format version {version}; this SDK reads version {VERSION}")
+    if _HEADER.size + count * _SIZE.size + pickle_length > size:
+        raise FormatError(f"its header describes more than its {size} bytes")
+    sizes = [n for (n,) in _SIZE.iter_unpack(_read_exactly(fh, count * _SIZE.size, on_chunk))]
+    head_length = _HEADER.size + count * _SIZE.size + pickle_length
+    expected = head_length + len(_padding(head_length)) + sum(n + len(_padding(n)) for n in sizes)
+    if expected != size:
+        raise FormatError(f"its header describes {expected} bytes, not {size}")
+    pickled = _read_exactly(fh, pickle_length, on_chunk)
+    _read_exactly(fh, len(_padding(head_length)), on_chunk)
+    storages = []
+    for nbytes in sizes:
+        storages.append(_read_storage(fh, nbytes, on_chunk))
+        _read_exactly(fh, len(_padding(nbytes)), on_chunk)
+    if fh.read(1):
+        raise FormatError(f"longer than {size} bytes")
+    return lambda: _Unpickler(io.BytesIO(pickled), storages).load()
+
+
+def _read_storage(fh: BinaryIO, nbytes: int, on_chunk: ChunkSink) -> torch.UntypedStorage:
+    target = torch.empty(nbytes, dtype=torch.uint8)
+    view = memoryview(target.numpy())
+    for offset in range(0, nbytes, READ_CHUNK):
+        chunk = view[offset : min(offset + READ_CHUNK, nbytes)]
+        _fill(fh, chunk)
+        on_chunk(chunk)
+    return target.untyped_storage()
+
+
+def _read_exactly(fh: BinaryIO, length: int, on_chunk: ChunkSink) -> memoryview:
+    chunk = memoryview(bytearray(length))
+    _fill(fh, chunk)
+    on_chunk(chunk)
+    return chunk
+
+
+def _fill(fh: BinaryIO, view: memoryview) -> None:
+    filled = 0
+    while filled < view.nbytes:
+        read = fh.readinto(view[filled:])
+        if not read:
+            raise FormatError("cut short")
+        filled += read
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: BinaryIO, storages: list[torch.UntypedStorage]) -> None:
+        super().__init__(file)
+        self._storages = storages
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        kind, number, dtype, shape, stride, offset, requires_grad = pid
+        if kind != "tensor":
+            raise FormatError(f"unknown reference {kind!r} in the pickle")
+        tensor = torch.empty(0, dtype=getattr(torch, dtype)).set_(self._storages[number], offset, shape, stride)
+        return tensor.requires_grad_(requires_grad)
+
+
+def _read_torch_save(fh: BinaryIO, size: int, start: memoryview, on_chunk: ChunkSink) -> Callable[[], Any]:
+    """A file written by torch.save: hash it through, then load it with torch.load from the start."""
+    seen = start.nbytes
+    while chunk := fh.read(READ_CHUNK):
+        on_chunk(memoryview(chunk))
+        seen += len(chunk)
+    if seen != size:
+        raise FormatError(f"{seen} bytes, not {size}")
+
+    def decode() -> Any:
+        fh.seek(0)
+        # weights_only=False: the payload holds RNG states and user objects; the manifest's checksum vouches
+        # that these are the bytes the SDK wrote (integrity, not trust: do not restore untrusted checkpoints).
+        return torch.load(fh, map_location="cpu", weights_only=False)
+
+    return decode
