@@ -412,3 +412,21 @@ def test_the_real_deadline_policies_run_inside_the_controller_without_errors(wor
     alive_for(world, instance, 400)
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
     assert world.attempts(job_id)[0].state in ("running", "draining")
+
+
+def test_unknown_policy_is_refused_and_given_prices_replace_the_catalog(world):
+    from spotrun.spec import SpecError
+
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(world.store, parse_spec("run: 'true'\nspot: {policy: clairvoyant}\n"), 0.0, source="job.yaml")
+    assert refused.value.problems[0].field == "spot.policy"
+    # a type the catalog lacks is fine once the job names its prices, and the attempt is billed at them
+    priced = "run: 'true'\nresources: {cloud: azure, instance_type: Standard_NC6s_v3, prices: {on_demand: 3.06, spot: 0.9}}\n"
+    job_id = jobs.submit(world.store, parse_spec(priced), 0.0, source="job.yaml")
+    world.controller = Controller(
+        world.store, ControllerSettings(controller_url="http://unused"), clock=world.clock,
+        provider_factory=lambda name: world.cloud,
+    )
+    world.tick()
+    attempt = world.attempts(job_id)[0]
+    assert (attempt.price_per_hour, attempt.on_demand_price_per_hour) == (0.9, 3.06)

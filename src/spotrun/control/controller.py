@@ -19,7 +19,7 @@ from spotrun.control import records
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.observe import Verdict, judge_attempt
-from spotrun.control.placement import placement_context, price_for
+from spotrun.control.placement import job_prices, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import GiveUp, Keep, Launch, Placement, PlacementPolicy, Wait, get_policy
@@ -143,9 +143,7 @@ class Controller:
 
     def _record_launch_intent(self, session, job: Job, spec: JobSpec, decision: Launch, now: float) -> int:
         cloud = spec.resources.cloud
-        price, on_demand = self._prices(
-            cloud, spec.resources.instance_type, decision.market, decision.zone, spec.resources.accelerators
-        )
+        price, on_demand = job_prices(spec, decision.market, decision.zone, self._prices)
         client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
         attempt = Attempt(
             job_id=job.id,

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from spotrun import config
 from spotrun.control import records
-from spotrun.control.placement import price_for
+from spotrun.control.placement import job_prices, price_for
 from spotrun.control.states import JobState, is_terminal
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import policy_names
@@ -60,10 +60,15 @@ def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[flo
             [Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
                      "choosing one from accelerators alone is not supported yet")],
         )
+    if spec.spot.policy not in policy_names():
+        known = ", ".join(policy_names())
+        raise SpecError(source, [Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}")])
     try:
-        prices(resources.cloud, resources.instance_type, "on-demand", "", resources.accelerators)
+        job_prices(spec, "on-demand", "", prices)
     except UnknownPrice as unknown:
-        raise SpecError(source, [Problem("resources.instance_type", str(unknown))]) from None
+        raise SpecError(
+            source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)")]
+        ) from None
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from spotrun.costs import catalog
@@ -45,3 +46,14 @@ def price_for(
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
     )
+
+
+def job_prices(
+    spec: JobSpec, market: str, zone: str, prices: Callable[..., tuple[float, float]] = price_for
+) -> tuple[float, float]:
+    """The job's own `resources.prices` when given, else what `prices` (the catalog) says."""
+    given = spec.resources.prices
+    if given is not None:
+        return (given.spot if market == "spot" else given.on_demand), given.on_demand
+    resources = spec.resources
+    return prices(resources.cloud, resources.instance_type, market, zone, resources.accelerators)

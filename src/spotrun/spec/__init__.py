@@ -3,11 +3,12 @@
 from spotrun.spec.durations import parse_duration
 from spotrun.spec.errors import Problem, SpecError
 from spotrun.spec.loader import load_spec, parse_spec
-from spotrun.spec.models import CheckpointSpec, JobSpec, Resources, SpotSpec
+from spotrun.spec.models import CheckpointSpec, JobSpec, Prices, Resources, SpotSpec
 
 __all__ = [
     "CheckpointSpec",
     "JobSpec",
+    "Prices",
     "Problem",
     "Resources",
     "SpecError",

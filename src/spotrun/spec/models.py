@@ -30,8 +30,16 @@ class _SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class Prices(_SpecModel):
+    """$/h the user pays for the instance type (e.g. negotiated prices, or a type the catalog lacks)."""
+
+    on_demand: float = Field(gt=0, allow_inf_nan=False)
+    spot: float = Field(gt=0, allow_inf_nan=False)
+
+
 class Resources(_SpecModel):
     cloud: NonBlankStr = LOCAL_CLOUD
+    prices: Prices | None = None  # None: spotrun's price catalog
     accelerators: Accelerators | None = None
     nodes: int = Field(default=1, ge=1)
     # Declared after cloud and accelerators so its check can see them (pydantic validates fields in order).
