@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -13,17 +12,17 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
-from spotrun.providers.aws.errors import MALFORMED_ID_CODES, NOT_FOUND_CODES, AwsApiError, error_code, translate
+from spotrun.providers.aws.errors import MALFORMED_ID_CODES, NOT_FOUND_CODES, error_code, translate
 from spotrun.providers.aws.instances import JOB_TAG, TOKEN_TAG, instance_info, unknown_info
 from spotrun.providers.aws.settings import AwsSettings
 from spotrun.providers.aws.startup import render_startup_script
 from spotrun.providers.base import InstanceInfo, LaunchRequest
+from spotrun.providers.startup import job_id_of
 
 log = logging.getLogger(__name__)
 
 CLOUD = "aws"
 MAX_CLIENT_TOKEN_LENGTH = 64  # EC2's limit on ClientToken
-_AGENT_CONFIG_ENV = "SPOTRUN_AGENT_CONFIG"
 _INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 
 
@@ -265,21 +264,10 @@ def _check_same_request(existing: InstanceInfo, request: LaunchRequest) -> None:
 
 def _tags(request: LaunchRequest) -> list[dict[str, str]]:
     tags = {"Name": f"spotrun-{request.client_token}", TOKEN_TAG: request.client_token}
-    job_id = _job_id(request.user_data)
+    job_id = job_id_of(request.user_data)
     if job_id is not None:
         tags[JOB_TAG] = job_id
     return [{"Key": key, "Value": value} for key, value in tags.items()]
-
-
-def _job_id(user_data: dict[str, Any]) -> str | None:
-    """The job id from the agent configuration the controller puts in the boot env, when there is one."""
-    env = user_data.get("env") if isinstance(user_data, dict) else None
-    raw = env.get(_AGENT_CONFIG_ENV) if isinstance(env, dict) else None
-    try:
-        job_id = json.loads(raw).get("job_id") if isinstance(raw, str) else None
-    except (ValueError, AttributeError):
-        return None
-    return str(job_id) if job_id is not None else None
 
 
 def _api_name(operation: str) -> str:

@@ -1,33 +1,24 @@
 """The VM's custom data: a bash script that cloud-init runs at first boot to install spotrun and exec the agent.
 
-The controller hands every provider the same boot command, ``{"argv": [...], "env": {...}}`` (see
-``spotrun.control.boot.user_data``), built for processes on the controller's machine. On the VM, argv[0] (the
-controller's interpreter) becomes the VM's Python, and PATH (the controller's) is left out. The env carries the
-agent's token, so the script never echoes it: no ``set -x``, values only in ``export`` lines, and the agent's
-output goes to a root-only log file. Azure does not return custom data from its API once the VM exists.
+The rendering is shared by every cloud (`spotrun.providers.startup`); Azure's part is the custom-data limit and
+base64, SPOTRUN_CLOUD=azure and the VM's own name. Azure does not return custom data from its API once the VM
+exists.
 """
 
 from __future__ import annotations
 
 import base64
-import os
-import re
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
+
+from spotrun.providers.startup import AGENT_LOG, CLOUD_ENV_VAR, INSTANCE_DISK, encoded_within_limit, render_bootstrap
 
 # Azure's limit on osProfile.customData, before base64.
 MAX_CUSTOM_DATA_BYTES = 64 * 1024 - 1
-INSTANCE_DISK = "/var/lib/spotrun"
-AGENT_LOG = "/var/log/spotrun-agent.log"
 # Read by spotrun.agent.cloud_notices: which notice source to watch, and which VM's Scheduled Events are ours.
-CLOUD_ENV = "SPOTRUN_CLOUD"
+CLOUD_ENV = CLOUD_ENV_VAR
 VM_NAME_ENV = "SPOTRUN_AZURE_VM_NAME"
 CLOUD = "azure"
-# Variables that only make sense on the controller's machine, or that the provider itself sets.
-CONTROLLER_ONLY_ENV = frozenset({"PATH"})
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PYTHON = re.compile(r"python[0-9.]*")
 
 
 def render_startup_script(
@@ -39,61 +30,18 @@ def render_startup_script(
     agent_log: str = AGENT_LOG,
 ) -> str:
     """A bash script that installs spotrun with `install_command` and execs the boot command on VM `vm_name`."""
-    argv = _argv(user_data)
-    env = {**_env(user_data), CLOUD_ENV: CLOUD, VM_NAME_ENV: vm_name}
-    lines = [
-        "#!/bin/bash",
-        "# spotrun VM bootstrap, rendered by spotrun.providers.azure",
-        "set -euo pipefail",
-        "umask 077",
-        f"mkdir -p {shlex.quote(instance_disk)}",
-        f"cd {shlex.quote(instance_disk)}",
-        install_command,
-        f"export SPOTRUN_INSTANCE_DISK={shlex.quote(instance_disk)}",
-        *_path_line(python),
-        *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
-        f"exec {shlex.join(_on_instance(argv, python))} >>{shlex.quote(agent_log)} 2>&1",
-        "",
-    ]
-    return "\n".join(lines)
+    return render_bootstrap(
+        user_data,
+        install_command=install_command,
+        python=python,
+        instance_disk=instance_disk,
+        agent_log=agent_log,
+        comment="spotrun VM bootstrap, rendered by spotrun.providers.azure",
+        env_over_boot={CLOUD_ENV: CLOUD, VM_NAME_ENV: vm_name},
+    )
 
 
 def custom_data(script: str) -> str:
     """`script` as osProfile.customData (base64), refused when Azure would refuse it."""
-    raw = script.encode()
-    if len(raw) > MAX_CUSTOM_DATA_BYTES:
-        raise ValueError(f"startup script is {len(raw)} bytes; Azure custom data is limited to {MAX_CUSTOM_DATA_BYTES}")
+    raw = encoded_within_limit(script, MAX_CUSTOM_DATA_BYTES, "Azure custom data")
     return base64.b64encode(raw).decode("ascii")
-
-
-def _argv(user_data: Mapping[str, Any]) -> list[str]:
-    argv = user_data.get("argv") if isinstance(user_data, Mapping) else None
-    if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
-        raise ValueError("user_data must be {'argv': [str, ...], 'env': {str: str}}; 'argv' is not a non-empty list of strings")
-    return argv
-
-
-def _env(user_data: Mapping[str, Any]) -> dict[str, str]:
-    env = user_data.get("env", {})
-    if not isinstance(env, Mapping):
-        raise ValueError("user_data 'env' must be a mapping of variable names to string values")
-    for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"user_data 'env' has an invalid variable name {name!r}")
-        if not isinstance(value, str):
-            raise ValueError(f"user_data 'env' value of {name} must be a string, got {type(value).__name__}")
-    return {name: value for name, value in env.items() if name not in CONTROLLER_ONLY_ENV}
-
-
-def _path_line(python: str) -> list[str]:
-    """Put an absolute interpreter's folder first on PATH, so `python` in the job's command means it."""
-    if not os.path.isabs(python):
-        return []
-    return [f'export PATH={shlex.quote(os.path.dirname(python))}:"$PATH"']
-
-
-def _on_instance(argv: Sequence[str], python: str) -> list[str]:
-    """argv with a Python interpreter of the controller's machine replaced by the VM's."""
-    if _PYTHON.fullmatch(os.path.basename(argv[0])):
-        return [python, *argv[1:]]
-    return list(argv)

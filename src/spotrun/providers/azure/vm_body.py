@@ -7,9 +7,6 @@ nothing behind and spotrun needs no network client.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from azure.mgmt.compute.models import (
     BillingProfile,
     HardwareProfile,
@@ -36,10 +33,10 @@ from spotrun.providers.azure.instances import JOB_TAG, TOKEN_TAG, zones_field
 from spotrun.providers.azure.settings import AzureSettings
 from spotrun.providers.azure.startup import custom_data, render_startup_script
 from spotrun.providers.base import LaunchRequest
+from spotrun.providers.startup import job_id_of
 
 NETWORK_API_VERSION = "2020-11-01"  # lets the VM create its own NIC
 CAPACITY_ONLY_MAX_PRICE = -1.0  # spot, paying up to the on-demand price: evicted only for capacity
-_AGENT_CONFIG_ENV = "SPOTRUN_AGENT_CONFIG"
 
 
 def vm_body(request: LaunchRequest, name: str, settings: AzureSettings) -> VirtualMachine:
@@ -84,7 +81,7 @@ def vm_body(request: LaunchRequest, name: str, settings: AzureSettings) -> Virtu
 
 def tags(request: LaunchRequest) -> dict[str, str]:
     found = {TOKEN_TAG: request.client_token}
-    job_id = _job_id(request.user_data)
+    job_id = job_id_of(request.user_data)
     if job_id is not None:
         found[JOB_TAG] = job_id
     return found
@@ -125,14 +122,3 @@ def _network(name: str, settings: AzureSettings) -> NetworkProfile:
             )
         ],
     )
-
-
-def _job_id(user_data: dict[str, Any]) -> str | None:
-    """The job id from the agent configuration the controller puts in the boot env, when there is one."""
-    env = user_data.get("env") if isinstance(user_data, dict) else None
-    raw = env.get(_AGENT_CONFIG_ENV) if isinstance(env, dict) else None
-    try:
-        job_id = json.loads(raw).get("job_id") if isinstance(raw, str) else None
-    except (ValueError, AttributeError):
-        return None
-    return str(job_id) if job_id is not None else None

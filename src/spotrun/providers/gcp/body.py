@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
 
 from google.cloud import compute_v1
 
@@ -12,6 +10,7 @@ from spotrun.providers.base import LaunchRequest
 from spotrun.providers.gcp.naming import JOB_LABEL, TOKEN_LABEL, TOKEN_METADATA_KEY, instance_name, label_value
 from spotrun.providers.gcp.settings import GcpSettings
 from spotrun.providers.gcp.startup import render_startup_script
+from spotrun.providers.startup import job_id_of
 
 # Short GPU names, as a job file writes them, to GCE's accelerator types; a GCE name passes unchanged.
 ACCELERATOR_TYPES: Mapping[str, str] = {
@@ -25,7 +24,6 @@ ACCELERATOR_TYPES: Mapping[str, str] = {
     "L4": "nvidia-l4",
     "H100": "nvidia-h100-80gb",
 }
-_AGENT_CONFIG_ENV = "SPOTRUN_AGENT_CONFIG"
 
 
 def accelerator_type(name: str) -> str:
@@ -114,14 +112,3 @@ def _labels(request: LaunchRequest) -> dict[str, str]:
     if job_id is not None:
         labels[JOB_LABEL] = label_value(job_id)
     return labels
-
-
-def job_id_of(user_data: dict[str, Any]) -> str | None:
-    """The job id from the agent configuration the controller puts in the boot env, when there is one."""
-    env = user_data.get("env") if isinstance(user_data, dict) else None
-    raw = env.get(_AGENT_CONFIG_ENV) if isinstance(env, dict) else None
-    try:
-        job_id = json.loads(raw).get("job_id") if isinstance(raw, str) else None
-    except (ValueError, AttributeError):
-        return None
-    return str(job_id) if job_id is not None else None
