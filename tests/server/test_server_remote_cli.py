@@ -113,6 +113,9 @@ def assert_no_credential_leaked(spotrun: Spotrun, token: str) -> None:
     with store.session() as session:
         texts = [message + json.dumps(data) for message, data in session.execute(sql_select(Event.message, Event.data))]
     store.dispose()
-    texts += [path.read_text(errors="replace") for path in spotrun.home.rglob("*.log")]
-    secret_prefix = token.split("_")[2][:12]
-    assert texts and not any(token in text or secret_prefix in text for text in texts)
+    texts += [f"{path}: " + path.read_text(errors="replace") for path in spotrun.home.rglob("*.log")]
+    secret_prefix = token.split("_", 2)[2][:12]  # the secret itself may contain "_"
+    assert texts
+    leaks = [text[max(0, text.find(secret_prefix) - 300) : text.find(secret_prefix) + 100] for text in texts
+             if token in text or secret_prefix in text]
+    assert not leaks, f"the token's secret {secret_prefix!r} is stored: {leaks}"
