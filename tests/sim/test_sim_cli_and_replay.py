@@ -5,7 +5,7 @@ import json
 import numpy as np
 from typer.testing import CliRunner
 
-from spotrun.cli.simulate import app
+from spotrun.cli.main import app  # `spotrun simulate` as users call it
 from spotrun.policy import DefaultPolicy
 from spotrun.sim.replay import ReplayJob, replay
 
@@ -18,7 +18,7 @@ def test_simulate_json_compares_every_policy(tmp_path):
     rng = np.random.default_rng(0)
     for zone in ("a", "b"):
         write_trace(tmp_path / f"{zone}.json", (rng.random(300) < 0.7).astype(int).tolist())
-    result = CliRunner().invoke(app, [
+    result = CliRunner().invoke(app, ["simulate", 
         "--trace", str(tmp_path), "--policy", "all", "--compute-hours", "8", "--deadline-hours", "12",
         "--every-hours", "12", "--json", "--processes", "1",
     ])
@@ -34,7 +34,7 @@ def test_simulate_json_compares_every_policy(tmp_path):
 def test_simulate_multi_zone_table(tmp_path):
     write_trace(tmp_path / "a.json", [1] * 200)
     write_trace(tmp_path / "b.json", [0, 1] * 100)
-    result = CliRunner().invoke(app, [
+    result = CliRunner().invoke(app, ["simulate", 
         "--trace", str(tmp_path / "a.json"), "--trace", str(tmp_path / "b.json"), "--multi-zone",
         "--policy", "default", "--policy", "uniform_progress", "--compute-hours", "4", "--deadline-hours", "8",
         "--processes", "1",
@@ -47,14 +47,14 @@ def test_simulate_multi_zone_table(tmp_path):
 def test_simulate_names_a_bad_trace_file(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{nope")
-    result = CliRunner().invoke(app, ["--trace", str(bad)])
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(bad)])
     assert result.exit_code == 1
     assert "broken.json" in result.output and "not valid JSON" in result.output
 
 
 def test_simulate_refuses_an_unknown_policy(tmp_path):
     write_trace(tmp_path / "a.json", [1] * 100)
-    result = CliRunner().invoke(app, ["--trace", str(tmp_path), "--policy", "psychic"])
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--policy", "psychic"])
     assert result.exit_code == 1 and "unknown policy 'psychic'" in result.output
 
 

@@ -99,7 +99,3 @@ def summary_table(summaries: list[PolicySummary], title: str) -> Table:
             f"[red]{s.misses}[/]" if s.misses else "0", f"{s.preemptions:.1f}", f"{s.switches:.1f}", f"{s.moves:.1f}",
         )
     return table
-
-
-app = typer.Typer(help="Policy benchmark on spot traces.")
-app.command("simulate")(simulate)

@@ -23,6 +23,7 @@ from spotrun.control.placement import job_prices, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import GiveUp, Keep, Launch, Placement, PlacementPolicy, Wait, get_policy
+from spotrun.policy.default import backoff_delay
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
 from spotrun.providers import QuotaExceeded, get_provider
 from spotrun.spec import JobSpec
@@ -240,7 +241,7 @@ class Controller:
             )
             if reason in ("quota_exceeded", "launch_error"):
                 job = attempt.job
-                delay = min(self.settings.backoff_base * 2**job.capacity_rounds, self.settings.backoff_max)
+                delay = backoff_delay(job.capacity_rounds, self.settings.backoff_base, self.settings.backoff_max)
                 job.not_before = now + delay
                 job.capacity_rounds += 1
                 records.transition(session, job, JobState.WAITING, now, f"{refusal}; retrying in {delay:.0f} s")

@@ -70,11 +70,16 @@ class DefaultPolicy:
             return Launch(zone, "spot", reason)
         if ctx.fallback == "on-demand" and ctx.capacity_rounds + 1 >= self.empty_rounds_before_fallback:
             return Launch(self._on_demand_zone(ctx), "on-demand", "no spot capacity in any zone: on-demand")
-        delay = min(self.backoff_base * 2**ctx.capacity_rounds, self.backoff_max)
+        delay = backoff_delay(ctx.capacity_rounds, self.backoff_base, self.backoff_max)
         return Wait(ctx.now + delay, f"no spot capacity in any of {len(order)} zones: waiting {delay:.0f} s")
 
     def _on_demand_zone(self, ctx: PlacementContext) -> str:
         return zone_order(ctx)[0]
+
+
+def backoff_delay(rounds: int, base: float, cap: float) -> float:
+    """Seconds to wait after `rounds` earlier waits: doubling from `base`, at most `cap`."""
+    return min(base * 2**rounds, cap)
 
 
 def trailing_capacity_misses(history: tuple[PastAttempt, ...]) -> list[PastAttempt]:
