@@ -15,6 +15,7 @@ _SDK_NAMES = {
     "CheckpointWarning",
     "Checkpointer",
     "ResumableSampler",
+    "exact_allreduce",
     "TrainingState",
     "ignore_preemption_signals",
     "torch_state",

@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
+from sqlalchemy import select
 
 from spotrun.providers.local import LocalProvider, ManualMarket
 from spotrun.state import Store, lease
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
+DDP = REPO / "examples" / "ddp"
 
 FAST_CONTROLLER = {
     "SPOTRUN_TICK_INTERVAL": "0.2",
@@ -56,6 +59,17 @@ class Spotrun:
 
     def store(self) -> Store:
         return Store(f"sqlite:///{self.home / 'state.db'}")
+
+    def rows(self, model, order, job_id: int = 1) -> list:
+        """The job's rows of `model` (Attempt, Generation, ...), detached from their session."""
+        store = self.store()
+        try:
+            with store.session() as session:
+                found = list(session.scalars(select(model).where(model.job_id == job_id).order_by(order)))
+                session.expunge_all()
+                return found
+        finally:
+            store.dispose()
 
     def controller_pid(self) -> int | None:
         store = self.store()
@@ -142,3 +156,43 @@ def reference_digits(tmp_path: Path, *, epochs: int = 6) -> dict:
 
 def final_result(home: Path, job_id: int, name: str = "digits-e2e") -> dict:
     return json.loads((home / "checkpoints" / f"{job_id}-{name}" / "final.json").read_text())
+
+
+def ddp_job(tmp_path: Path, *, nodes: int = 3, epochs: int = 10, step_seconds: float = 0.15, extra: str = "") -> Path:
+    job = tmp_path / "ddp.yaml"
+    job.write_text(
+        f"""
+name: ddp-e2e
+workdir: {DDP}
+run: python train.py
+env: {{EPOCHS: {epochs}, STEP_SECONDS: {step_seconds}, CHECKPOINT_EVERY: 5, COLLECTIVE_TIMEOUT: 30}}
+resources: {{cloud: local, instance_type: local.cpu, nodes: {nodes}}}
+spot: {{preemptions_before_fallback: 5}}
+checkpoint: {{sync_interval: 1s}}
+{extra}
+"""
+    )
+    return job
+
+
+def reference_ddp(tmp_path: Path, *, nodes: int = 3, epochs: int = 10) -> dict:
+    """The same DDP training, never interrupted: `nodes` processes on 127.0.0.1, no spotrun platform."""
+    checkpoints = tmp_path / "reference-ddp"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "EPOCHS": str(epochs), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "5",
+           "SPOTRUN_CHECKPOINT_DIR": str(checkpoints), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "WORLD_SIZE": str(nodes)}
+    ranks = [
+        subprocess.Popen([sys.executable, "train.py"], cwd=DDP, env={**env, "RANK": str(rank)},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for rank in range(nodes)
+    ]
+    outputs = [rank.communicate(timeout=180)[0].decode() for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks), outputs
+    return json.loads((checkpoints / "final.json").read_text())
+
+
+def final_ddp_result(home: Path, job_id: int) -> dict:
+    return final_result(home, job_id, "ddp-e2e")

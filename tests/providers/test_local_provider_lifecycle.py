@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import os
 import signal
 import subprocess
@@ -53,7 +54,7 @@ def test_local_provider_implements_the_provider_protocol(cloud) -> None:  # type
 def test_boot_command_runs_on_the_disk_with_the_instance_environment(cloud) -> None:  # type: ignore[no-untyped-def]
     info = cloud.launch_running("life-1", user_data=cloud.user_data(BOOT_SCRIPT))
     assert info.instance_id.startswith("li-") and len(info.instance_id) == 15
-    assert info.address == "127.0.0.1" and info.market == "spot" and info.zone == "local-a"
+    assert info.address == "127.0.0.2" and info.market == "spot" and info.zone == "local-a"
     disk = Path(info.detail["disk"])
     seen, _ = started_processes(disk, cloud)
     assert Path(seen["cwd"]) == disk.resolve()
@@ -64,12 +65,26 @@ def test_boot_command_runs_on_the_disk_with_the_instance_environment(cloud) -> N
         "SPOTRUN_LOCAL_METADATA": str(Path(info.detail["metadata"]).resolve()),
         "SPOTRUN_INSTANCE_ZONE": "local-a",
         "SPOTRUN_INSTANCE_MARKET": "spot",
-        "SPOTRUN_INSTANCE_ADDRESS": "127.0.0.1",
+        "SPOTRUN_INSTANCE_ADDRESS": "127.0.0.2",
     }
     record = json.loads((disk.parent / "instance.json").read_text())
     assert record["id"] == info.instance_id and record["type"] == "local.cpu" and record["state"] == "running"
     assert record["pid"] == info.detail["pid"] and record["pid_started_at"] > 0
     assert (Path(info.detail["metadata"]) / "placement" / "availability-zone").read_text() == "local-a"
+
+
+def test_each_instance_gets_its_own_loopback_address_and_a_replacement_a_new_one(cloud) -> None:  # type: ignore[no-untyped-def]
+    first = cloud.launch_running("addr-1", user_data=cloud.user_data(BOOT_SCRIPT))
+    second = cloud.launch_running("addr-2", user_data=cloud.user_data(BOOT_SCRIPT))
+    assert (first.address, second.address) == ("127.0.0.2", "127.0.0.3")
+    cloud.provider.terminate(first.instance_id)
+    replacement = cloud.launch_running("addr-3", user_data=cloud.user_data(BOOT_SCRIPT))
+    assert replacement.address == "127.0.0.4"  # round-robin: the old master's address is not handed out again
+    with socket.socket() as listener:  # the address is real: something can listen on it and be reached there
+        listener.bind((replacement.address, 0))
+        listener.listen()
+        with socket.create_connection(listener.getsockname(), timeout=5):
+            pass
 
 
 def test_terminate_kills_every_process_and_deletes_the_disk(cloud) -> None:  # type: ignore[no-untyped-def]

@@ -213,3 +213,19 @@ def test_restoring_into_a_different_set_of_components(tmp_path: Path) -> None:
         scaler = torch.amp.GradScaler("cpu")
         with pytest.warns(UserWarning, match="'scaler'"):
             ckpt.restore(spotrun.torch_state(model=torch.nn.Linear(2, 2), extra={}, scaler=scaler))
+
+
+def test_a_second_signal_after_the_stop_cannot_kill_the_exit(tmp_path: Path) -> None:
+    flag = PreemptionFlag()
+    state = make_state(fill=1.0)[0]
+    try:
+        with spotrun.Checkpointer(tmp_path, every_steps=1000, signals=(signal.SIGUSR1,), flag=flag) as ckpt:
+            os.kill(os.getpid(), signal.SIGUSR1)  # the notice
+            ckpt.step(state, 0)
+            with pytest.raises(SystemExit):
+                ckpt.exit_if_stopped()
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGUSR1)  # e.g. the agent stopping every rank: ignored, the exit goes on
+    finally:
+        flag.uninstall()
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)

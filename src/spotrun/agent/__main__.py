@@ -8,6 +8,7 @@ import sys
 
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfigError, load_config
 from spotrun.agent.notices import SigtermNotice, metadata_notice_sources
+from spotrun.agent.gang import GangAgent
 from spotrun.agent.supervisor import Agent
 
 
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("spotrun.agent").error("%s", exc)
         return 2
     sigterm = SigtermNotice(config.notice_grace).install()
-    Agent(config, [sigterm, *metadata_notice_sources()]).run()
+    agent_class = GangAgent if config.gang is not None else Agent
+    agent_class(config, [sigterm, *metadata_notice_sources()]).run()
     return 0
 
 

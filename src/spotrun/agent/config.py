@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -16,6 +16,17 @@ INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
 
 class AgentConfigError(ValueError):
     """The agent's configuration is missing or invalid; the message names what is wrong."""
+
+
+class GangConfig(BaseModel):
+    """This node's place in a multi-node job; the generation's master comes in heartbeat answers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nnodes: int = Field(ge=2)
+    node_rank: int = Field(ge=0)
+    launcher: Literal["env", "torchrun"] = "env"
+    procs_per_node: int = Field(default=1, ge=1)
 
 
 class AgentConfig(BaseModel):
@@ -38,6 +49,7 @@ class AgentConfig(BaseModel):
     notice_grace: float = Field(default=30.0, ge=0, description="trainer's grace when a notice has no deadline")
     sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    gang: GangConfig | None = None
 
     @field_validator("controller_url")
     @classmethod

@@ -66,6 +66,12 @@ class LogShipper:
         with self._lock:
             self._pending.append(text)
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything written so far is shipped (or refused); False when the timeout passed first."""
+        with self._lock:
+            self._lock.notify_all()
+            return self._lock.wait_for(lambda: not self._pending and self._in_flight is None, timeout)
+
     def close(self, timeout: float | None = None) -> bool:
         """Ship everything written so far, then stop; False when the timeout passed first (shipping goes on,
         and a shipper not started yet ships everything once started)."""
@@ -110,4 +116,5 @@ class LogShipper:
                 # Not stored: keep the offset, so the next chunk still lands where the controller's log ends.
                 log.error("log chunk at offset %d (%d chars) dropped: the controller refused it", offset, len(chunk))
             self._in_flight = None
+            self._lock.notify_all()
         return True

@@ -49,7 +49,7 @@ def outcome_of(exit_code: int) -> str:
 
 
 def trainer_environment(
-    config: AgentConfig, checkpoint_dir: Path, resumed: bool, environ: Mapping[str, str]
+    config: AgentConfig, checkpoint_dir: Path | str, resumed: bool, environ: Mapping[str, str]
 ) -> dict[str, str]:
     env = {key: value for key, value in environ.items() if key != CONFIG_ENV_VAR}  # it holds the token
     env.update(config.env)

@@ -61,8 +61,8 @@ class EmbeddedBackend:
         ensure_running(self.store)
         return True
 
-    def preempt(self, job_id: int, notice_seconds: float | None) -> PreemptAccepted:
-        target = jobs_api.preempt(self.store, job_id, time.time(), notice_seconds)
+    def preempt(self, job_id: int, notice_seconds: float | None, node: int | None = None) -> PreemptAccepted:
+        target = jobs_api.preempt(self.store, job_id, time.time(), notice_seconds, node)
         return PreemptAccepted(job_id=job_id, instance_id=target.instance_id, attempt_number=target.attempt_number)
 
     def cost(self, job_id: int) -> JobCost:

@@ -116,10 +116,11 @@ def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] 
 def preempt(
     job_id: JobId,
     notice: Annotated[Optional[float], typer.Option(help="seconds of notice (default: the market's)")] = None,
+    node: Annotated[Optional[int], typer.Option(min=0, help="which node of a multi-node job (default 0)")] = None,
 ) -> None:
     """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
     try:
-        target = current_backend().preempt(job_id, notice)
+        target = current_backend().preempt(job_id, notice, node)
     except (jobs_api.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
     console.print(f"preempting {target.instance_id} (attempt {target.attempt_number} of job {job_id})")

@@ -68,8 +68,8 @@ class RemoteBackend:
             return False
         return CancelAccepted.model_validate(self._for_job(response, job_id).json()).cancel_requested
 
-    def preempt(self, job_id: int, notice_seconds: float | None) -> PreemptAccepted:
-        response = self._send("POST", f"/jobs/{job_id}/preempt", json={"notice_seconds": notice_seconds})
+    def preempt(self, job_id: int, notice_seconds: float | None, node: int | None = None) -> PreemptAccepted:
+        response = self._send("POST", f"/jobs/{job_id}/preempt", json={"notice_seconds": notice_seconds, "node": node})
         if response.status_code == 409:
             raise LookupError(_detail(response))
         return PreemptAccepted.model_validate(self._for_job(response, job_id).json())

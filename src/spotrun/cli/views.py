@@ -40,14 +40,19 @@ def status_table(rows: list[JobRow]) -> Table:
 
 
 def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Table:
-    table = Table(title=f"attempts of job {job_id}")
-    for column in ("#", "market", "zone", "instance", "started", "ended", "end", "billed s", "$/h"):
+    """One row per attempt; a multi-node job's rows also name their node, its address, and the node's cost."""
+    multi_node = any(a.node_rank for a in attempts)
+    table = Table(title=f"attempts of job {job_id}" + (" (one per node and instance)" if multi_node else ""))
+    columns = ["#"] + (["node", "address"] if multi_node else []) + ["market", "zone", "instance", "started", "ended", "end", "billed s", "$/h", "cost"]
+    for column in columns:
         table.add_column(column)
     for a in attempts:
+        billed = a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0)
+        node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(
-            str(a.number), a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-            clock_time(a.ended_at), a.end_reason or a.state,
-            f"{a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0):.0f}", f"{a.price_per_hour:.4f}",
+            str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
+            clock_time(a.ended_at), a.end_reason or a.state, f"{billed:.0f}", f"{a.price_per_hour:.4f}",
+            f"${billed / 3600 * a.price_per_hour:.4f}",
         )
     return table
 

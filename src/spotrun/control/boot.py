@@ -28,6 +28,18 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "sync_interval": spec.checkpoint.sync_interval,
         "notice_grace": spec.spot.notice_grace,
         "heartbeat_interval": heartbeat_interval,
+        "gang": _gang_config(spec, attempt),
+    }
+
+
+def _gang_config(spec: JobSpec, attempt: Attempt) -> dict[str, Any] | None:
+    if spec.resources.nodes == 1:
+        return None
+    return {
+        "nnodes": spec.resources.nodes,
+        "node_rank": attempt.node_rank,
+        "launcher": spec.distributed.launcher,
+        "procs_per_node": spec.distributed.procs_per_node,
     }
 
 

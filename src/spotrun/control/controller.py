@@ -18,6 +18,7 @@ from sqlalchemy import select
 from spotrun.control import records
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.clock import Clock, WallClock
+from spotrun.control.gang import GangDriver
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
@@ -76,6 +77,7 @@ class Controller:
         self._providers: dict[str, Provider] = {}
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
+        self._gang = GangDriver(self)
 
     # ---- the loop body -------------------------------------------------------------------------------------
 
@@ -98,7 +100,9 @@ class Controller:
             if job is None or JobState(job.state) in TERMINAL:
                 return
             attempt = records.open_attempt(session, job_id)
-        if attempt is None:
+        if JobSpec.model_validate(job.spec).resources.nodes > 1:
+            self._gang.drive(job_id)
+        elif attempt is None:
             self._drive_without_attempt(job)
         elif attempt.state == "ending":
             self._finish_attempt(attempt.id)
@@ -128,9 +132,9 @@ class Controller:
             self._launch(attempt_id)
 
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
-        provider = self._provider(spec.resources.cloud)
+        provider = self.provider(spec.resources.cloud)
         ctx = placement_context(job, spec, provider.zones(spec.resources.instance_type), now)
-        decision = self._policy(spec).place(ctx)
+        decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
             records.transition(session, job, JobState.FAILED, now, decision.reason)
@@ -140,9 +144,16 @@ class Controller:
             job.capacity_rounds += 1
             records.transition(session, job, JobState.WAITING, now, decision.reason)
             return None
-        return self._record_launch_intent(session, job, spec, decision, now)
+        attempt = self.record_launch_intent(session, job, spec, decision, now)
+        records.transition(
+            session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
+        )
+        return attempt.id
 
-    def _record_launch_intent(self, session, job: Job, spec: JobSpec, decision: Launch, now: float) -> int:
+    def record_launch_intent(
+        self, session, job: Job, spec: JobSpec, decision: Launch, now: float, node_rank: int = 0
+    ) -> Attempt:
+        """The attempt row, with its client token, written before anything is launched."""
         cloud = spec.resources.cloud
         price, on_demand = job_prices(spec, decision.market, decision.zone, self._prices)
         client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
@@ -160,18 +171,23 @@ class Controller:
             client_token=client_token,
             token_hash=hash_token(attempt_token(controller_secret(session), client_token)),
             created_at=now,
+            node_rank=node_rank,
         )
         session.add(attempt)
         session.flush()
         job.not_before = None
-        records.transition(
-            session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
-        )
-        return attempt.id
+        return attempt
 
     # ---- launching ----------------------------------------------------------------------------------------
 
     def _launch(self, attempt_id: int) -> None:
+        refusal = self.try_launch(attempt_id)
+        if refusal is not None:
+            self.record_launch_refusal(attempt_id, refusal, back_off_job=True)
+
+    def try_launch(self, attempt_id: int) -> ProviderError | None:
+        """Launch the attempt's instance (idempotent on its client token); the provider's refusal, if any. A
+        launch failing for an unknown reason is retried by later ticks until launch_timeout, then refused."""
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             job = attempt.job
@@ -186,16 +202,15 @@ class Controller:
                 max_price=attempt.max_price,
                 accelerators=JobSpec.model_validate(job.spec).resources.accelerators,
             )
-        provider = self._provider(attempt.provider)
+        provider = self.provider(attempt.provider)
         try:
             info = provider.launch(request)
         except ProviderError as refusal:
-            self._record_launch_refusal(attempt_id, refusal)
-            return
+            return refusal
         except Exception as error:
-            self._record_launch_error(attempt_id, error)
-            return
+            return self._record_launch_error(attempt_id, error)
         self._record_instance(attempt_id, info)
+        return None
 
     def _record_instance(self, attempt_id: int, info: InstanceInfo) -> None:
         now = self.clock.now()
@@ -229,7 +244,7 @@ class Controller:
                 f"at ${attempt.price_per_hour:.4f}/h",
             )
 
-    def _record_launch_refusal(self, attempt_id: int, refusal: ProviderError) -> None:
+    def record_launch_refusal(self, attempt_id: int, refusal: ProviderError, *, back_off_job: bool) -> None:
         reason = next((r for kind, r in _LAUNCH_REFUSALS.items() if isinstance(refusal, kind)), "launch_error")
         now = self.clock.now()
         with self.store.session() as session:
@@ -239,14 +254,14 @@ class Controller:
                 session, at=now, kind="launch_refused", job_id=attempt.job_id, attempt_id=attempt.id,
                 message=f"{attempt.market} in {attempt.zone}: {refusal}",
             )
-            if reason in ("quota_exceeded", "launch_error"):
+            if back_off_job and reason in ("quota_exceeded", "launch_error"):
                 job = attempt.job
                 delay = backoff_delay(job.capacity_rounds, self.settings.backoff_base, self.settings.backoff_max)
                 job.not_before = now + delay
                 job.capacity_rounds += 1
                 records.transition(session, job, JobState.WAITING, now, f"{refusal}; retrying in {delay:.0f} s")
 
-    def _record_launch_error(self, attempt_id: int, error: Exception) -> None:
+    def _record_launch_error(self, attempt_id: int, error: Exception) -> ProviderError | None:
         """A launch that failed for an unknown reason is retried with the same token until launch_timeout."""
         now = self.clock.now()
         with self.store.session() as session:
@@ -256,13 +271,14 @@ class Controller:
                 message=f"launch failed, will retry with the same client token: {error}",
             )
         if now - attempt.created_at > self.settings.launch_timeout:
-            self._record_launch_refusal(attempt_id, ProviderError(f"gave up launching after {self.settings.launch_timeout:.0f} s: {error}"))
+            return ProviderError(f"gave up launching after {self.settings.launch_timeout:.0f} s: {error}")
+        return None
 
     # ---- watching a placed attempt -----------------------------------------------------------------------
 
     def _watch(self, job: Job, attempt: Attempt) -> None:
         now = self.clock.now()
-        info = self._describe(attempt)
+        info = self.describe(attempt)
         verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
         if verdict is None:
             if attempt.state == "running" and job.state == JobState.RUNNING:
@@ -271,12 +287,12 @@ class Controller:
         if verdict.end_reason is None:
             self._mark_running(attempt.id, verdict)
         else:
-            self._begin_end(attempt.id, verdict)
+            self.begin_end(attempt.id, verdict)
             self._finish_attempt(attempt.id)
 
-    def _describe(self, attempt: Attempt) -> InstanceInfo | None:
+    def describe(self, attempt: Attempt) -> InstanceInfo | None:
         try:
-            return self._provider(attempt.provider).describe(attempt.instance_id)
+            return self.provider(attempt.provider).describe(attempt.instance_id)
         except Exception:  # a failed probe is "unknown", never "gone"
             log.warning("describe %s failed", attempt.instance_id, exc_info=True)
             return None
@@ -289,10 +305,10 @@ class Controller:
         if spec.spot.deadline is None or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
             return
         self._reconsidered_at[job.id] = now
-        policy = self._policy(spec)
+        policy = self.policy(spec)
         if not hasattr(policy, "decide"):
             return
-        zones = self._provider(attempt.provider).zones(attempt.instance_type)
+        zones = self.provider(attempt.provider).zones(attempt.instance_type)
         with self.store.session() as session:
             ctx = placement_context(
                 session.get(Job, job.id), spec, zones, now,
@@ -307,7 +323,7 @@ class Controller:
         if isinstance(decision, Launch) and (decision.zone, decision.market) == (attempt.zone, attempt.market):
             return
         if isinstance(decision, GiveUp):
-            self._begin_end(attempt.id, Verdict("cancelled", decision.reason, job_failure=decision.reason))
+            self.begin_end(attempt.id, Verdict("cancelled", decision.reason, job_failure=decision.reason))
             self._finish_attempt(attempt.id)
             return
         self.request_move(attempt.id, decision.reason)
@@ -334,7 +350,7 @@ class Controller:
             if attempt.job.state != JobState.RUNNING:
                 records.transition(session, attempt.job, JobState.RUNNING, now, verdict.message)
 
-    def _begin_end(self, attempt_id: int, verdict: Verdict) -> None:
+    def begin_end(self, attempt_id: int, verdict: Verdict) -> None:
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             attempt.state = "ending"
@@ -347,13 +363,17 @@ class Controller:
             )
 
     def _finish_attempt(self, attempt_id: int) -> None:
-        """Terminate the instance (idempotent), bill the attempt and move the job on."""
+        self.finish_attempt(attempt_id, self._after_single_attempt)
+
+    def finish_attempt(self, attempt_id: int, after: Callable[..., None]) -> None:
+        """Terminate the instance (idempotent), bill the attempt, and call `after(session, attempt, now)` in the
+        same transaction to move the job on."""
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
         info = None
         if attempt.instance_id is not None:
-            self._provider(attempt.provider).terminate(attempt.instance_id)
-            info = self._describe(attempt)
+            self.provider(attempt.provider).terminate(attempt.instance_id)
+            info = self.describe(attempt)
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
@@ -363,10 +383,13 @@ class Controller:
                 self._record_instance_gone(session, attempt, ended_at, info)
             billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
             records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
-            if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
-                # the command started and ended between two ticks: it did run
-                records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
-            self._after_attempt(session, attempt.job, attempt.end_reason, now)
+            after(session, attempt, now)
+
+    def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:
+        if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
+            # the command started and ended between two ticks: it did run
+            records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
+        self._after_attempt(session, attempt.job, attempt.end_reason, now)
 
     def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:
         instance = session.get(Instance, attempt.instance_id)
@@ -438,12 +461,12 @@ class Controller:
             with self.store.session() as session:
                 claims.release_all(session, self.worker_id)
 
-    def _provider(self, name: str) -> Provider:
+    def provider(self, name: str) -> Provider:
         if name not in self._providers:
             self._providers[name] = self._provider_factory(name)
         return self._providers[name]
 
-    def _policy(self, spec: JobSpec) -> PlacementPolicy:
+    def policy(self, spec: JobSpec) -> PlacementPolicy:
         options = {}
         if spec.spot.policy == "default":
             options = {"backoff_base": self.settings.backoff_base, "backoff_max": self.settings.backoff_max}

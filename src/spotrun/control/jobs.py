@@ -60,6 +60,7 @@ def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[flo
             [Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
                      "choosing one from accelerators alone is not supported yet")],
         )
+    _check_shared_checkpoints(spec, source)
     if spec.spot.policy not in policy_names():
         known = ", ".join(policy_names())
         raise SpecError(source, [Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}")])
@@ -69,6 +70,18 @@ def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[flo
         raise SpecError(
             source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)")]
         ) from None
+
+
+def _check_shared_checkpoints(spec: JobSpec, source: str) -> None:
+    """Every rank of a multi-node job reads and writes the same checkpoints: on a cloud, a path on one
+    instance's disk cannot be that place."""
+    store = spec.checkpoint.store
+    if spec.resources.nodes > 1 and spec.resources.cloud != "local" and (store is None or "://" not in store):
+        raise SpecError(
+            source,
+            [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
+                     f"(s3://, gs://, ...), got {store!r}")],
+        )
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:
@@ -97,13 +110,17 @@ class PreemptTarget:
     attempt_number: int
 
 
-def preempt(store: Store, job_id: int, now: float, notice_seconds: float | None = None) -> PreemptTarget:
-    """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
+def preempt(
+    store: Store, job_id: int, now: float, notice_seconds: float | None = None, node: int | None = None
+) -> PreemptTarget:
+    """Chaos: have the cloud reclaim the instance the job runs on (node `node` of a multi-node job, default 0),
+    with the notice window."""
     with store.session() as session:
         job = get_job(session, job_id)
-        attempt = records.open_attempt(session, job_id)
+        attempt = _open_attempt_of_node(session, job_id, node or 0)
         if attempt is None or attempt.instance_id is None or attempt.state not in ("running", "draining"):
-            raise LookupError(f"job {job_id} is {job.state} and holds no running instance to preempt")
+            holds = f"no running instance as node {node}" if node is not None else "no running instance"
+            raise LookupError(f"job {job_id} is {job.state} and holds {holds} to preempt")
         target = PreemptTarget(attempt.instance_id, attempt.provider, attempt.number)
         add_event(
             session, at=now, kind="chaos", job_id=job_id, attempt_id=attempt.id,
@@ -111,6 +128,12 @@ def preempt(store: Store, job_id: int, now: float, notice_seconds: float | None 
         )
     get_provider(target.provider).preempt(target.instance_id, notice_seconds)
     return target
+
+
+def _open_attempt_of_node(session: Session, job_id: int, node: int) -> Attempt | None:
+    return session.scalars(
+        select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None), Attempt.node_rank == node)
+    ).first()
 
 
 def get_job(session: Session, job_id: int) -> Job:

@@ -39,6 +39,7 @@ _EXPORTS = {
     "TrainingState": "state",
     "torch_state": "state",
     "weights_sha256": "hashing",
+    "exact_allreduce": "ddp",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -38,7 +38,13 @@ import fsspec
 
 from spotrun.sdk import distributed, layout, tensorfile
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
-from spotrun.sdk.preemption import DEFAULT_SIGNALS, PREEMPTED_EXIT_CODE, PreemptionFlag, preemption_flag
+from spotrun.sdk.preemption import (
+    DEFAULT_SIGNALS,
+    PREEMPTED_EXIT_CODE,
+    PreemptionFlag,
+    ignore_preemption_signals,
+    preemption_flag,
+)
 from spotrun.sdk.state import TrainingState, snapshot_to_host
 from spotrun.sdk.storage import open_store
 
@@ -98,7 +104,8 @@ class Checkpointer:
         self.every_seconds = every_seconds
         self.keep_last = keep_last
         self._flag = flag
-        self._install_signals(tuple(signals))
+        self._signals = tuple(signals)
+        self._install_signals(self._signals)
         self._ranks = distributed.current()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotrun-checkpoint")
         self._inflight: Future[None] | None = None
@@ -186,6 +193,10 @@ class Checkpointer:
         """After a preemption-triggered save: exit with PREEMPTED_EXIT_CODE (75), which means "resume me"."""
         if self._should_stop:
             self.wait()
+            if threading.current_thread() is threading.main_thread():
+                # The stop is honoured and committed: a second SIGTERM (the agent stopping every rank) must not
+                # kill the exit half-way and turn "saved, resume me" into a death by signal.
+                ignore_preemption_signals(signals=self._signals)
             raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def wait(self) -> None:

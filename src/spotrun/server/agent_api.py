@@ -8,6 +8,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
+from spotrun.control import gang
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
 from spotrun.control.tokens import token_matches
@@ -15,7 +16,8 @@ from spotrun.state import Attempt, Store, add_event
 
 
 class Started(BaseModel):
-    address: str | None = None
+    address: str | None = Field(default=None, max_length=120)
+    port: int | None = Field(default=None, ge=1, le=65535, description="a free port for a multi-node rendezvous")
 
 
 class Heartbeat(BaseModel):
@@ -32,6 +34,11 @@ class Notice(BaseModel):
 class LogChunk(BaseModel):
     offset: int = Field(ge=0)
     data: str
+
+
+class GenerationExit(BaseModel):
+    generation: int = Field(ge=1, le=2**31 - 1)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
 
 
 class Exit(BaseModel):
@@ -61,6 +68,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             if attempt.agent_started_at is None:
+                attempt.address = body.address
+                attempt.rendezvous_port = body.port
                 attempt.agent_started_at = clock.now()
                 attempt.last_heartbeat_at = attempt.agent_started_at
                 add_event(
@@ -77,7 +86,24 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             if body.checkpoint_step is not None:
                 attempt.checkpoint_step = body.checkpoint_step
             stop = attempt.notice_source if attempt.state == "draining" else None
-            return {"ok": True, "stop": stop}
+            reply = {"ok": True, "stop": stop}
+            if (attempt.job.spec.get("resources") or {}).get("nodes", 1) > 1:
+                reply["gang"] = gang.assignment(session, attempt)
+            return reply
+
+    @app.post("/agent/v1/attempts/{attempt_id}/generation_exit")
+    def generation_exit(body: GenerationExit, attempt_id: int = Authorized) -> dict:
+        """A node's command of one generation of a multi-node job has exited (the node itself stays)."""
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if (attempt.generation_done or 0) < body.generation:
+                attempt.generation_done = body.generation
+                attempt.generation_exit_code = body.exit_code
+                add_event(
+                    session, at=clock.now(), kind="generation_exit", job_id=attempt.job_id, attempt_id=attempt_id,
+                    message=f"node {attempt.node_rank}: generation {body.generation} exited with code {body.exit_code}",
+                )
+        return {"ok": True}
 
     @app.post("/agent/v1/attempts/{attempt_id}/notice")
     def notice(body: Notice, attempt_id: int = Authorized) -> dict:

@@ -1,23 +1,25 @@
 """The user API (/api/v1): what the CLI's remote mode and the dashboard call. Every route acts for the user whose
-token came with the request; the work itself is done by `spotrun.control.jobs`, as in embedded mode."""
+token came with the request; the work itself is done by `spotrun.control.jobs` (jobs) and `spotrun.server.users`
+(users and tokens, as `spotrun user` / `spotrun token` do), as in embedded mode."""
 
 import time
 from pathlib import Path
 from typing import Annotated
 
 import yaml
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import attempt_log_path
 from spotrun.providers import ProviderError
-from spotrun.server.auth import may_see, principal_dependency, visible_job
+from spotrun.server import users as users_api
+from spotrun.server.auth import admin_dependency, may_see, principal_dependency, require_self_or_admin, visible_job
 from spotrun.server.logstream import job_log_stream, read_log
 from spotrun.server.schemas import (
-    CancelAccepted, InvalidSpec, JobCost, LaunchRequest, Launched, Message, OwnedJobRow, PreemptAccepted, PreemptRequest,
-    SpecProblem,
+    CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
+    PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
 )
 from spotrun.server.users import Principal
 from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
@@ -26,14 +28,26 @@ from spotrun.state import Store
 
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
+UserName = Annotated[str, PathParam(min_length=1, max_length=200, description="the user's name")]
+# Letters and digits only: a whole token (`spr_<prefix>_<secret>`) is refused, so none is put in a URL and its log.
+TokenPrefix = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9]{1,32}$", description="the token's public prefix")]
 
 NOT_FOUND = {404: {"model": Message, "description": "no such job, or another user's"}}
 UNAUTHORIZED = {401: {"model": Message, "description": "missing, unknown or revoked token"}}
 CONFLICT = {409: {"model": Message, "description": "the job is not in a state that allows this"}}
+ADMIN_ONLY = {403: {"model": Message, "description": "the caller is not an admin"}}
+SELF_OR_ADMIN = {403: {"model": Message, "description": "the caller is neither that user nor an admin"}}
 
 
 def create_api_router(store: Store) -> APIRouter:
-    router = APIRouter(prefix="/api/v1", tags=["jobs"], responses=UNAUTHORIZED)
+    router = APIRouter(prefix="/api/v1", responses=UNAUTHORIZED)
+    router.include_router(_job_routes(store))
+    router.include_router(_user_routes(store))
+    return router
+
+
+def _job_routes(store: Store) -> APIRouter:
+    router = APIRouter(tags=["jobs"])
     User = Annotated[Principal, Depends(principal_dependency(store))]
 
     @router.post(
@@ -128,8 +142,9 @@ def create_api_router(store: Store) -> APIRouter:
         with store.session() as session:
             visible_job(session, job_id, user)
         notice = request.notice_seconds if request else None
+        node = request.node if request else None
         try:
-            target = jobs_api.preempt(store, job_id, time.time(), notice)
+            target = jobs_api.preempt(store, job_id, time.time(), notice, node)
         except jobs_api.JobNotFound:
             raise
         except (LookupError, ProviderError, NotImplementedError) as problem:
@@ -144,6 +159,69 @@ def create_api_router(store: Store) -> APIRouter:
         return JobCost(job_id=job_id, name=detail.job.name, state=detail.job.state, bill=detail.bill)
 
     return router
+
+
+def _user_routes(store: Store) -> APIRouter:
+    """Users and tokens. Admins manage everyone; a user may only see themself and make or revoke their own tokens."""
+    router = APIRouter(tags=["users"])
+    User = Annotated[Principal, Depends(principal_dependency(store))]
+    Admin = Annotated[Principal, Depends(admin_dependency(store))]
+
+    @router.get("/me", response_model=Me)
+    def me(user: User) -> Me:
+        """Who the token belongs to."""
+        return Me(name=user.name, is_admin=user.is_admin)
+
+    @router.get("/users", response_model=list[UserView], responses=ADMIN_ONLY)
+    def list_users(admin: Admin) -> list[UserView]:
+        """Every user with their tokens' public prefixes and whether each is revoked (never a token or its hash)."""
+        return [UserView.of(record) for record in users_api.list_users(store)]
+
+    @router.post(
+        "/users", status_code=status.HTTP_201_CREATED, response_model=UserCreated,
+        responses={**ADMIN_ONLY, 409: {"model": Message, "description": "a user of that name exists"}},
+    )
+    def add_user(request: NewUser, admin: Admin, response: Response) -> UserCreated:
+        """Create a user with a first token, shown only in this answer (as `spotrun user add` prints it)."""
+        try:
+            issued = users_api.add_user(store, request.name, time.time(), admin=request.is_admin, actor=admin.name)
+        except users_api.UserExists as problem:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(problem)) from None
+        _never_cache(response)
+        return UserCreated(**IssuedTokenView.of(issued).model_dump(), is_admin=request.is_admin)
+
+    @router.post(
+        "/users/{name}/tokens", status_code=status.HTTP_201_CREATED, response_model=IssuedTokenView,
+        responses={**SELF_OR_ADMIN, 404: {"model": Message, "description": "no user of that name"}},
+    )
+    def create_token(name: UserName, user: User, response: Response) -> IssuedTokenView:
+        """A new token for the caller (or, for an admin, any user), shown only in this answer."""
+        require_self_or_admin(user, name)
+        try:
+            issued = users_api.create_token(store, name, time.time(), actor=user.name)
+        except users_api.UnknownUser as problem:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(problem)) from None
+        _never_cache(response)
+        return IssuedTokenView.of(issued)
+
+    @router.post(
+        "/tokens/{prefix}/revoke", response_model=TokenRevoked,
+        responses={404: {"model": Message, "description": "no live token with that prefix, or another user's"}},
+    )
+    def revoke_token(prefix: TokenPrefix, user: User) -> TokenRevoked:
+        """Revoke a token: requests carrying it are refused from now on. A user may revoke only their own tokens;
+        another's answers 404, exactly like a missing one, and is left as it was."""
+        owner = None if user.is_admin else user.name
+        if not users_api.revoke_token(store, prefix, time.time(), owner=owner, actor=user.name):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no live token with id {prefix}")
+        return TokenRevoked(prefix=prefix, revoked=True)
+
+    return router
+
+
+def _never_cache(response: Response) -> None:
+    """An answer carrying a new token must not be kept by a browser or a proxy."""
+    response.headers["Cache-Control"] = "no-store"
 
 
 def _invalid_spec(error: SpecError) -> JSONResponse:

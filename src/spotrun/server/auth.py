@@ -1,4 +1,4 @@
-"""Who is asking: the user API's bearer-token check, and which jobs that user may see."""
+"""Who is asking: the user API's bearer-token check, which jobs that user may see, and who may manage users."""
 
 from __future__ import annotations
 
@@ -30,6 +30,30 @@ def principal_dependency(store: Store) -> Callable[..., Principal]:
         return principal
 
     return current_principal
+
+
+def admin_dependency(store: Store) -> Callable[..., Principal]:
+    """A FastAPI dependency answering 401 without a live token and 403 for a user who is not an admin; it runs
+    before the body's fields are validated, so a non-admin gets 403 whatever they sent (only JSON that does not
+    parse is refused earlier, with 422)."""
+
+    def current_admin(principal: Principal = Depends(principal_dependency(store))) -> Principal:
+        require_admin(principal)
+        return principal
+
+    return current_admin
+
+
+def require_admin(principal: Principal) -> None:
+    """403 unless the caller is an admin: for routes that only admins may use at all."""
+    if not principal.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only an admin may do this")
+
+
+def require_self_or_admin(principal: Principal, user_name: str) -> None:
+    """403 unless the caller is that user or an admin (said before the user is looked up, so it tells nothing)."""
+    if not principal.is_admin and principal.name != user_name:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "only an admin may act for another user")
 
 
 def may_see(principal: Principal, job: Job) -> bool:

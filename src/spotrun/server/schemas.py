@@ -3,8 +3,9 @@ the CLI's remote mode reads its answers into these same classes."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
 from spotrun.server.views import BillView, JobRow
 
 
@@ -55,6 +56,7 @@ class PreemptRequest(BaseModel):
     notice_seconds: float | None = Field(
         default=None, ge=0, le=3600, allow_inf_nan=False, description="seconds of notice (default: the market's)"
     )
+    node: int | None = Field(default=None, ge=0, le=4096, description="which node of a multi-node job (default 0)")
 
 
 class PreemptAccepted(BaseModel):
@@ -68,3 +70,69 @@ class JobCost(BaseModel):
     name: str
     state: str
     bill: BillView
+
+
+class Me(BaseModel):
+    name: str
+    is_admin: bool
+
+
+class TokenView(BaseModel):
+    """A token as listed: its public prefix only, never its hash."""
+
+    prefix: str
+    created_at: float
+    revoked: bool
+    revoked_at: float | None
+
+
+class UserView(BaseModel):
+    id: int
+    name: str
+    is_admin: bool
+    created_at: float
+    tokens: list[TokenView]
+
+    @classmethod
+    def of(cls, user: UserRecord) -> UserView:
+        tokens = [
+            TokenView(prefix=t.prefix, created_at=t.created_at, revoked=t.revoked_at is not None,
+                      revoked_at=t.revoked_at)
+            for t in user.tokens
+        ]
+        return cls(id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at, tokens=tokens)
+
+
+class NewUser(BaseModel):
+    # The pattern is documented for clients; the check itself is the one `spotrun user add` makes, with its message.
+    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN}, description="1-200 letters, digits or . _ @ -")
+    is_admin: bool = Field(default=False, description="may see and act on every user's jobs and manage users")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        try:
+            return check_user_name(name)
+        except InvalidUserName as problem:
+            raise ValueError(str(problem)) from None
+
+
+class IssuedTokenView(BaseModel):
+    """A new token: `token` is shown only in this answer (the server keeps its hash); `prefix` names it later."""
+
+    user: str
+    prefix: str
+    token: str
+
+    @classmethod
+    def of(cls, issued: IssuedToken) -> IssuedTokenView:
+        return cls(user=issued.user, prefix=issued.prefix, token=issued.token)
+
+
+class UserCreated(IssuedTokenView):
+    is_admin: bool
+
+
+class TokenRevoked(BaseModel):
+    prefix: str
+    revoked: bool

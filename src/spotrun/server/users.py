@@ -2,6 +2,9 @@
 
 A token reads `spr_<prefix>_<secret>`: the prefix is public and finds the row, the store keeps only the token's
 SHA-256 (the secret is 256 random bits, so a fast hash is enough), and it is compared in constant time.
+
+The CLI (`spotrun user` / `spotrun token`, acting on the store) and the HTTP API (acting for a signed-in user, who
+is named as `actor` and recorded in an audit event) share these functions.
 """
 
 from __future__ import annotations
@@ -13,17 +16,31 @@ import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
 
-from spotrun.state import Store
+from spotrun.state import Store, add_event
 from spotrun.state.models import ApiToken, User
 
 TOKEN_MARK = "spr_"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$"
+_NAME = re.compile(NAME_PATTERN)
 
 
 class UserError(ValueError):
     """A user or token request that cannot be done (bad name, unknown user, name taken)."""
+
+
+class InvalidUserName(UserError):
+    pass
+
+
+class UserExists(UserError):
+    pass
+
+
+class UnknownUser(UserError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -43,40 +60,96 @@ class IssuedToken:
     token: str
 
 
+@dataclass(frozen=True)
+class TokenRecord:
+    """What may be shown of a token: its public prefix and its dates, never its hash."""
+
+    prefix: str
+    created_at: float
+    revoked_at: float | None
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    id: int
+    name: str
+    is_admin: bool
+    created_at: float
+    tokens: tuple[TokenRecord, ...]
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def add_user(store: Store, name: str, now: float, *, admin: bool = False) -> IssuedToken:
+def check_user_name(name: str) -> str:
+    if not _NAME.fullmatch(name):  # not match(): `$` would let a trailing newline through
+        raise InvalidUserName(
+            f"user name {name!r} must be 1-200 letters, digits or . _ @ -, starting with a letter or digit"
+        )
+    return name
+
+
+def add_user(store: Store, name: str, now: float, *, admin: bool = False, actor: str | None = None) -> IssuedToken:
     """Create a user with a first token."""
-    if not _NAME.match(name):
-        raise UserError(f"user name {name!r} must be 1-200 letters, digits or . _ @ -, starting with a letter or digit")
+    check_user_name(name)
     with store.session() as session:
         if session.scalar(select(User.id).where(User.name == name)) is not None:
-            raise UserError(f"user {name!r} already exists")
+            raise UserExists(f"user {name!r} already exists")
         user = User(name=name, is_admin=admin, created_at=now)
         session.add(user)
-        session.flush()
-        return _issue(session, user, now)
+        try:
+            session.flush()
+        except IntegrityError:  # created by a concurrent request since the check above
+            raise UserExists(f"user {name!r} already exists") from None
+        issued = _issue(session, user, now)
+        role = "admin" if admin else "user"
+        _audit(session, now, actor, "user_added", f"{role} {name} added", name, issued.prefix)
+        return issued
 
 
-def create_token(store: Store, user_name: str, now: float) -> IssuedToken:
+def create_token(store: Store, user_name: str, now: float, *, actor: str | None = None) -> IssuedToken:
     with store.session() as session:
         user = session.scalar(select(User).where(User.name == user_name))
         if user is None:
-            raise UserError(f"no user named {user_name!r}")
-        return _issue(session, user, now)
+            raise UnknownUser(f"no user named {user_name!r}")
+        issued = _issue(session, user, now)
+        _audit(session, now, actor, "token_created", f"token {issued.prefix} created for {user_name}", user_name,
+               issued.prefix)
+        return issued
 
 
-def revoke_token(store: Store, prefix: str, now: float) -> bool:
-    """Revoke the token with this prefix (the whole token is accepted too); False when none is live."""
+def revoke_token(
+    store: Store, prefix: str, now: float, *, owner: str | None = None, actor: str | None = None
+) -> bool:
+    """Revoke the token with this prefix (the whole token is accepted too); False when none is live.
+
+    With `owner`, only that user's token is revoked: another's answers False, exactly like a missing one."""
     prefix = _split(prefix)[0] if prefix.startswith(TOKEN_MARK) else prefix
     with store.session() as session:
         row = session.scalar(select(ApiToken).where(ApiToken.prefix == prefix))
-        if row is None or row.revoked_at is not None:
+        if row is None or row.revoked_at is not None or (owner is not None and row.user.name != owner):
             return False
         row.revoked_at = now
+        _audit(session, now, actor, "token_revoked", f"token {prefix} of {row.user.name} revoked", row.user.name,
+               prefix)
         return True
+
+
+def list_users(store: Store) -> list[UserRecord]:
+    """Every user with their tokens, oldest first."""
+    with store.session() as session:
+        users = session.scalars(select(User).options(selectinload(User.tokens)).order_by(User.id))
+        return [
+            UserRecord(
+                id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
+                tokens=tuple(
+                    TokenRecord(prefix=t.prefix, created_at=t.created_at, revoked_at=t.revoked_at)
+                    for t in sorted(user.tokens, key=lambda t: t.id)
+                ),
+            )
+            for user in users
+        ]
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
@@ -95,6 +168,16 @@ def _issue(session: Session, user: User, now: float) -> IssuedToken:
     token = f"{TOKEN_MARK}{prefix}_{secrets.token_urlsafe(32)}"
     session.add(ApiToken(user_id=user.id, prefix=prefix, token_hash=token_hash(token), created_at=now))
     return IssuedToken(user=user.name, prefix=prefix, token=token)
+
+
+def _audit(session: Session, now: float, actor: str | None, kind: str, what: str, user: str, prefix: str) -> None:
+    """An event (no job) saying who changed which user or token; it names tokens by their public prefix only."""
+    if actor is None:  # the CLI acts on the store directly: whoever runs it administers the server
+        return
+    add_event(
+        session, at=now, kind=kind, message=f"{what} by {actor}",
+        data={"actor": actor, "user": user, "token_prefix": prefix},
+    )
 
 
 def _split(token: str) -> tuple[str, str]:

@@ -55,6 +55,8 @@ class AttemptView(BaseModel):
     on_demand_price_per_hour: float
     checkpoint_step: int | None
     log_bytes: int
+    node_rank: int = 0
+    address: str | None = None
 
 
 class EventView(BaseModel):

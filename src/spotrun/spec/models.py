@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from spotrun.spec.fields import (
     Accelerators,
@@ -78,6 +78,24 @@ class CheckpointSpec(_SpecModel):
     sync_interval: PositiveDuration = 30.0
 
 
+class DistributedSpec(_SpecModel):
+    """How the ranks of a multi-node job (resources.nodes > 1) are started on each node.
+
+    launcher "env": the agent runs `run` once per node with MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
+    NODE_RANK, LOCAL_RANK set (one process per node); "torchrun": the agent runs `run` under torchrun with
+    procs_per_node processes per node, which sets them for each process."""
+
+    launcher: Literal["env", "torchrun"] = "env"
+    procs_per_node: int = Field(default=1, ge=1)
+    gang_timeout: PositiveDuration = 600.0  # every node up within this, or what was got is given back
+
+    @model_validator(mode="after")
+    def _one_process_without_torchrun(self) -> DistributedSpec:
+        if self.launcher == "env" and self.procs_per_node > 1:
+            raise ValueError("procs_per_node > 1 needs launcher: torchrun (the env launcher starts one process per node)")
+        return self
+
+
 class JobSpec(_SpecModel):
     name: JobName | None = None
     run: NonBlankStr
@@ -87,6 +105,7 @@ class JobSpec(_SpecModel):
     resources: Resources = Field(default_factory=Resources)
     spot: SpotSpec = Field(default_factory=SpotSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     max_restarts_on_error: int = Field(default=3, ge=0)
     estimated_duration: Duration | None = None
 

@@ -89,8 +89,40 @@ class Attempt(Base):
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
     billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     log_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    # Multi-node jobs: which node slot this attempt's instance fills, where its agent can be reached (and the
+    # free port it offers for the rendezvous when it is the master), and the last generation its command ran.
+    node_rank: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    address: Mapped[str | None] = mapped_column(String(120), nullable=True)
+    rendezvous_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    generation_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    generation_exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class Generation(Base):
+    """One start of all the ranks of a multi-node job together: who is in it, who is master, how it ended.
+
+    A generation ends when any member is lost or fails, or when all have finished; the next one starts once every
+    node slot is filled again (only the lost nodes are replaced)."""
+
+    __tablename__ = "generations"
+    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_generation_job_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(20))  # running | stopping | ended
+    # node rank (as a string: JSON keys) -> attempt id
+    members: Mapped[dict[str, int]] = mapped_column(JSON)
+    master_addr: Mapped[str] = mapped_column(String(120))
+    master_port: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # succeeded | interrupted (a member was lost or preempted) | stopped | failed
+    end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
 
 
 class Instance(Base):

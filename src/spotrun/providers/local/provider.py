@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from spotrun.providers.local.records import (
 )
 
 CLOUD = "local"
+# 127.0.0.2 - 127.0.255.254: 127.0.0.1 stays the host's own
+LOOPBACK_HOSTS = [f"127.0.{high}.{low}" for high in range(256) for low in range(1, 255) if (high, low) != (0, 1)]
 DEFAULT_QUOTA = 16
 VANISHED = "vm process vanished"
 
@@ -142,9 +144,25 @@ class LocalProvider:
             client_token=request.client_token,
             launched_at=time.time(),
             shutdown_grace_seconds=self.shutdown_grace_seconds,
+            address=self._next_address(),
         )
         instance.write(record)  # the token is on record before anything runs: a retry finds it
         return instance
+
+    def _next_address(self) -> str:
+        """Each instance its own loopback address (127.0.0.2, 127.0.0.3, ...; Linux routes all of 127/8 to lo),
+        so that a replaced instance really has a new address. Handed out round-robin, skipping live ones; called
+        under the registry lock."""
+        in_use = {record.address for record in self._records() if record.state != "terminated"}
+        counter = self.root / "next-address"
+        number = int(counter.read_text()) if counter.exists() else 0
+        for _ in range(len(LOOPBACK_HOSTS)):
+            address = LOOPBACK_HOSTS[number % len(LOOPBACK_HOSTS)]
+            number += 1
+            if address not in in_use:
+                counter.write_text(str(number))
+                return address
+        raise QuotaExceeded(f"all {len(LOOPBACK_HOSTS)} loopback addresses are in use")
 
     def _start_vm(self, instance: InstanceDir) -> None:
         with open(instance.console_log, "ab") as console:
@@ -189,14 +207,15 @@ class LocalProvider:
         return [self.describe(instance.instance_id) for instance in all_instance_dirs(self.root)]
 
     def _record_by_token(self, client_token: str) -> InstanceRecord | None:
+        return next((record for record in self._records() if record.client_token == client_token), None)
+
+    def _records(self) -> Iterator[InstanceRecord]:
+        """Every readable instance record (an unreadable one is skipped: describe reports it as unknown)."""
         for instance in all_instance_dirs(self.root):
             try:
-                record = instance.read()
+                yield instance.read()
             except RecordError:
                 continue
-            if record.client_token == client_token:
-                return record
-        return None
 
     # -- end ----------------------------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ class VirtualMachine:
             record = self.instance.read()
             if record.state == "terminated":
                 return None
-            changes = {"state": "running", "address": LOCAL_ADDRESS, "pid": self.me.pid}
+            changes = {"state": "running", "address": record.address or LOCAL_ADDRESS, "pid": self.me.pid}
             record = record.model_copy(update={**changes, "pid_started_at": self.me.create_time()})
             self.instance.write(record)
             return record
@@ -206,7 +206,7 @@ class VirtualMachine:
             "SPOTRUN_LOCAL_METADATA": str(self.instance.metadata.resolve()),
             "SPOTRUN_INSTANCE_ZONE": record.zone,
             "SPOTRUN_INSTANCE_MARKET": record.market,
-            "SPOTRUN_INSTANCE_ADDRESS": LOCAL_ADDRESS,
+            "SPOTRUN_INSTANCE_ADDRESS": record.address or LOCAL_ADDRESS,
         }
 
     def _watch_boot(self, record: InstanceRecord) -> None:

@@ -28,18 +28,36 @@ export function takeLoginNote() {
   return note;
 }
 
-// GET /api/v1{path}; `token` overrides the stored one (the login form checks a token before keeping it).
-export async function apiGet(path, { token = localStorage.getItem(TOKEN_KEY) } = {}) {
+// A request to /api/v1{path} carrying the token in the Authorization header (no cookie); a 401 throws Unauthorized.
+async function apiFetch(path, token, { method = "GET", body = undefined } = {}) {
   if (!token) throw new Unauthorized("no token entered");
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(`/api/v1${path}`, {
-    headers: { Authorization: `Bearer ${token}` },
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
     cache: "no-store",
     credentials: "omit",
   });
   if (response.status === 401) throw new Unauthorized("the server refused the token");
+  return response;
+}
+
+// GET /api/v1{path}; `token` overrides the stored one (the login form checks a token before keeping it).
+export async function apiGet(path, { token = localStorage.getItem(TOKEN_KEY) } = {}) {
+  const response = await apiFetch(path, token);
   if (response.status === 404) throw new NotFound(`${path}: not found`);
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response;
+}
+
+// POST /api/v1{path} with an optional JSON body. Answers {ok, status, answer} whatever the status (but 401), so a
+// page can show the API's own words, e.g. 409 {"detail": "job 7 has already ended"}.
+export async function apiPost(path, body = undefined) {
+  const response = await apiFetch(path, localStorage.getItem(TOKEN_KEY), { method: "POST", body });
+  const answer = await response.json().catch(() => null);  // a proxy's error page is not JSON
+  return { ok: response.ok, status: response.status, answer };
 }
 
 export async function apiJson(path) {

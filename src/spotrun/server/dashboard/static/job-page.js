@@ -1,10 +1,12 @@
 import { NotFound, apiJson, poll, setUpPage } from "./api.js";
 import { TERMINAL_STATES, clockTime, dollars, duration, el, integer, percent, stateBadge } from "./format.js";
+import { JobActions } from "./job-actions.js";
 import { LogView } from "./log-view.js";
 import { renderTimeline } from "./timeline.js";
 
 const jobId = Number(location.pathname.match(/\/dashboard\/jobs\/(\d+)/)[1]);
 const logView = new LogView(document.getElementById("logs"), jobId);
+const actions = new JobActions(jobId, document.getElementById("actions"));
 let lastEventId = 0;
 
 function setText(id, text) {
@@ -74,6 +76,7 @@ async function refresh() {
     ? Math.max(...attempts.map((a) => a.ended_at ?? a.started_at ?? a.created_at))
     : Date.now() / 1000;
   renderHeader(detail);
+  actions.setEnded(ended);
   renderBill(detail.bill);
   renderTimeline(document.getElementById("timeline"), document.getElementById("timeline-axis"), attempts, end);
   document.querySelector("#attempts tbody").replaceChildren(...attempts.map(attemptRow));

@@ -1,0 +1,101 @@
+"""The digits MLP trained with DistributedDataParallel over every node of a multi-node spotrun job.
+
+Each node runs one process; torch.distributed reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK from the
+environment the spotrun agent sets (or torchrun's). The sampler gives every rank its share of each epoch, and
+the Checkpointer commits a checkpoint only once every rank has written its part, so all ranks resume from the
+same step. Environment: EPOCHS (default 20), STEP_SECONDS (a sleep per step, default 0), CHECKPOINT_EVERY
+(default 10), COLLECTIVE_TIMEOUT (seconds a rank waits for a lost peer, default 60). Rank 0 writes final.json
+({"sha256", "accuracy", "steps"}) into the checkpoint folder; every rank prints when its first step after a
+(re)start is done, which benchmarks/multinode_recovery.py reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import spotrun
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "digits"))
+from train import BATCH_SIZE, SEED, accuracy, build_model, load_data  # noqa: E402  (the single-node example)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def main() -> None:
+    epochs = int(os.environ.get("EPOCHS", "20"))
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+    timeout = timedelta(seconds=float(os.environ.get("COLLECTIVE_TIMEOUT", "60")))
+    dist.init_process_group("gloo", timeout=timeout)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    x_train, y_train, x_test, y_test = load_data()
+
+    seed_everything(SEED)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    model = DistributedDataParallel(build_model())
+    model.register_comm_hook(None, spotrun.exact_allreduce)  # bit-exact resume with 3+ ranks (see its doc)
+    seed_everything(SEED + rank)  # each rank its own dropout stream, saved and restored per rank
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    sampler = spotrun.ResumableSampler(
+        len(x_train), batch_size=BATCH_SIZE, shuffle=True, seed=SEED, world_size=world_size, rank=rank
+    )
+    total_steps = epochs * len(sampler)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+    ckpt = spotrun.Checkpointer(every_steps=int(os.environ.get("CHECKPOINT_EVERY", "10")))
+    state = spotrun.torch_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
+    start = ckpt.restore(state) or 0
+    launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "env"
+    print(f"rank {rank}/{world_size}: starting at step {start} of {total_steps} (launcher {launcher})", flush=True)
+
+    batches = sampler.stream()
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(start, total_steps):
+        indices = next(batches)
+        loss = loss_fn(model(x_train[indices]), y_train[indices])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        if step == start:
+            print(f"rank {rank}: first step {step} done at {time.time():.3f}", flush=True)
+        if step_seconds:
+            time.sleep(step_seconds)
+        if step % 20 == 0 or step == total_steps - 1:
+            print(f"rank {rank}: epoch {sampler.epoch} step {step} loss {loss.item():.4f}", flush=True)
+        ckpt.step(state, step)
+        ckpt.exit_if_stopped()  # every rank stops at the same step, after the same committed checkpoint
+
+    ckpt.save(state, total_steps - 1)
+    if rank == 0:
+        result = {
+            "sha256": spotrun.weights_sha256(model.module),
+            "accuracy": accuracy(model.module, x_test, y_test),
+            "steps": total_steps,
+        }
+        with ckpt.fs.open(f"{ckpt.root}/final.json", "w") as fh:
+            json.dump(result, fh)
+        print(f"test accuracy {result['accuracy']:.4f}; weights sha256 {result['sha256']}", flush=True)
+    ckpt.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

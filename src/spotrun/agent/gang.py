@@ -1,0 +1,274 @@
+"""The agent of one node of a multi-node job.
+
+It reports in with its address and a free port, then follows the controller's orders, which come in every
+heartbeat's answer: run the command for generation g (with g's master address) while g is "running", stop it
+(SIGTERM, then SIGKILL after the grace) once g is "stopping" or "ended", report how each generation's command
+exited, and wait for the next. The node outlives its generations; only a preemption notice (or a stop asked by
+the controller) ends the attempt. The trainers read and write checkpoints in the shared store directly, so
+nothing is restored or backed up here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spotrun.agent.config import AgentConfig, GangConfig
+from spotrun.agent.heartbeat import Heartbeat
+from spotrun.agent.notices import Notice, NoticeSource
+from spotrun.agent.process import CommandProcess
+from spotrun.agent.supervisor import (
+    OUTPUT_DRAIN_SECONDS,
+    WAIT_STEP_SECONDS,
+    Agent,
+    ExitReport,
+    instance_address,
+    trainer_environment,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_FLUSH_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class GenerationOrder:
+    number: int
+    state: str  # running | stopping | ended
+    master_addr: str
+    master_port: int
+    node_rank: int
+    nnodes: int
+
+    @classmethod
+    def from_reply(cls, gang: Any) -> GenerationOrder | None:
+        if not isinstance(gang, dict):
+            return None
+        try:
+            return cls(
+                number=int(gang["generation"]),
+                state=str(gang["state"]),
+                master_addr=str(gang["master_addr"]),
+                master_port=int(gang["master_port"]),
+                node_rank=int(gang["node_rank"]),
+                nnodes=int(gang["nnodes"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            log.warning("ignoring a malformed generation order: %r", gang)
+            return None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+class GangOrders:
+    """The newest generation order seen in heartbeat answers."""
+
+    def __init__(self) -> None:
+        self._order: GenerationOrder | None = None
+        self._changed = threading.Condition()
+
+    def on_heartbeat_reply(self, reply: dict[str, Any]) -> None:
+        order = GenerationOrder.from_reply(reply.get("gang"))
+        with self._changed:
+            if order != self._order:
+                self._order = order
+                self._changed.notify_all()
+
+    @property
+    def current(self) -> GenerationOrder | None:
+        with self._changed:
+            return self._order
+
+    def wait_for_new(self, after: int, timeout: float) -> GenerationOrder | None:
+        """The order for a generation newer than `after` (running, or already stopping when this node comes
+        late), if one comes within the timeout."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._is_new(after), timeout)
+            return self._order if self._is_new(after) else None
+
+    def _is_new(self, after: int) -> bool:
+        return self._order is not None and self._order.number > after
+
+
+class Throttled:
+    """`read()`'s value, read again at most every `interval` seconds (listing an object store each heartbeat
+    would cost more than the news is worth)."""
+
+    def __init__(self, read: Callable[[], int | None], interval: float) -> None:
+        self._read = read
+        self._interval = interval
+        self._value: int | None = None
+        self._read_at = -float("inf")
+
+    def __call__(self) -> int | None:
+        if time.monotonic() - self._read_at >= self._interval:
+            self._read_at = time.monotonic()
+            self._value = self._read()
+        return self._value
+
+
+def free_port() -> int:
+    """A port free on every address of this instance (the master's TCPStore listens on all of them)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def rendezvous_environment(gang: GangConfig, order: GenerationOrder) -> dict[str, str]:
+    """torch.distributed's env:// settings for this node; with torchrun, it sets the per-process ones itself."""
+    env = {
+        "MASTER_ADDR": order.master_addr,
+        "MASTER_PORT": str(order.master_port),
+        "NODE_RANK": str(order.node_rank),
+        "NNODES": str(order.nnodes),
+        "SPOTRUN_NODE_RANK": str(order.node_rank),
+        "SPOTRUN_NNODES": str(order.nnodes),
+        "SPOTRUN_GENERATION": str(order.number),
+    }
+    if gang.launcher == "env":
+        env.update(WORLD_SIZE=str(order.nnodes), RANK=str(order.node_rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    return env
+
+
+def node_command(run: str, gang: GangConfig, order: GenerationOrder) -> str:
+    """The bash command this node runs for one generation."""
+    if gang.launcher == "env":
+        return run
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={order.nnodes}", f"--node-rank={order.node_rank}", f"--nproc-per-node={gang.procs_per_node}",
+        f"--master-addr={order.master_addr}", f"--master-port={order.master_port}", "--max-restarts=0",
+        "--no-python", "bash", "-c", run,
+    ]
+    return shlex.join(torchrun)
+
+
+class GangAgent(Agent):
+    def __init__(
+        self, config: AgentConfig, notice_sources: Sequence[NoticeSource], environ: Mapping[str, str] = os.environ
+    ) -> None:
+        if config.gang is None:
+            raise ValueError("GangAgent needs a config with `gang`")
+        super().__init__(config, notice_sources, environ)
+        self.gang = config.gang
+        self.orders = GangOrders()
+
+        def on_reply(reply: dict[str, Any]) -> None:
+            self.controller_stop.on_heartbeat_reply(reply)
+            self.orders.on_heartbeat_reply(reply)
+
+        newest_step = Throttled(self._newest_store_step, config.sync_interval) if config.gang.node_rank == 0 else None
+        self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, newest_step or (lambda: None), on_reply)
+
+    def _newest_store_step(self) -> int | None:
+        self.sync.store.fs.invalidate_cache()
+        committed = self.sync.store.committed()
+        return committed[-1][0] if committed else None
+
+    def _attempt(self) -> ExitReport:
+        self._report_started()
+        if self.config.setup:
+            report = self._run_setup()
+            if report is not None:
+                return report
+        last_run = 0
+        while True:
+            order, notice = self._next_order_or_notice(last_run)
+            if notice is not None:
+                self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+                return ExitReport("preempted", None, checkpoint_synced=True)
+            last_run = order.number
+            if not order.running:  # it stopped before this node joined it: nothing ran here
+                self._report_generation_exit(order, None)
+                continue
+            report = self._run_generation(order)
+            if report is not None:
+                return report
+
+    def _report_started(self) -> None:
+        def controller_answered(delivery: Any) -> None:
+            self.heartbeat.start()
+            self.logs.start()
+
+        body = {"address": instance_address(self.environ), "port": free_port()}
+        self.reporter.send("started", body, on_answer=controller_answered)
+
+    def _run_setup(self) -> ExitReport | None:
+        env = trainer_environment(self.config, self.config.checkpoint_store, False, self.environ)
+        process = self._process = CommandProcess(self.config.setup, self.config.command_cwd(self.environ), env, self._output)
+        try:
+            process.start()
+        except OSError as exc:
+            self._output(f"spotrun agent: cannot start the setup command: {exc}\n")
+            return ExitReport("failed", None, checkpoint_synced=True)
+        notice = self._wait_for_exit_or_notice(process)
+        if notice is not None:
+            return self._answer_notice(process, notice)
+        if process.returncode != 0:
+            return ExitReport("failed", process.returncode, checkpoint_synced=True)
+        return None
+
+    def _next_order_or_notice(self, after: int) -> tuple[GenerationOrder | None, Notice | None]:
+        while True:
+            notice = self.notices.notice
+            if notice is not None:
+                return None, notice
+            order = self.orders.wait_for_new(after, WAIT_STEP_SECONDS)
+            if order is not None:
+                return order, None
+
+    def _run_generation(self, order: GenerationOrder) -> ExitReport | None:
+        """Run one generation's command; an ExitReport when the attempt itself must end (a notice)."""
+        log.info("generation %d: node %d of %d, master %s:%d", order.number, order.node_rank, order.nnodes,
+                 order.master_addr, order.master_port)
+        env = trainer_environment(self.config, self.config.checkpoint_store, order.number > 1, self.environ)
+        env.update(rendezvous_environment(self.gang, order))
+        command = node_command(self.config.run, self.gang, order)
+        process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+        try:
+            process.start()
+        except OSError as exc:
+            self._output(f"spotrun agent: cannot start the run command: {exc}\n")
+            self._report_generation_exit(order, 127)
+            return None
+        while process.wait(0) is None:
+            notice = self.notices.wait(WAIT_STEP_SECONDS)
+            if notice is not None:
+                return self._answer_notice(process, notice)
+            if self._generation_is_over(order):
+                self._stop(process, order)
+                break
+        process.drain_output(OUTPUT_DRAIN_SECONDS)
+        self._report_generation_exit(order, process.returncode)
+        return None
+
+    def _generation_is_over(self, order: GenerationOrder) -> bool:
+        current = self.orders.current
+        return current is None or current.number != order.number or not current.running
+
+    def _stop(self, process: CommandProcess, order: GenerationOrder) -> None:
+        log.info("generation %d is stopping: asking the command to checkpoint and stop", order.number)
+        process.signal_group(signal.SIGTERM)
+        if process.wait(self.config.notice_grace) is None:
+            log.warning("command still running %.0f s after SIGTERM; killing its process group", self.config.notice_grace)
+            process.signal_group(signal.SIGKILL)
+            process.wait()
+
+    def _report_generation_exit(self, order: GenerationOrder, exit_code: int | None) -> None:
+        log.info("generation %d: command exited with %s", order.number, exit_code)
+        self.logs.flush(timeout=LOG_FLUSH_SECONDS)  # the controller holds the generation's log before its exit
+        self.reporter.send("generation_exit", {"generation": order.number, "exit_code": exit_code})
+
+    def _final_backup(self, deadline: float | None) -> bool:
+        return True  # the trainers wrote to the shared store themselves

@@ -1,0 +1,339 @@
+"""Multi-node jobs (resources.nodes = N > 1): a gang of N node slots, each filled by one attempt (one instance).
+
+The ranks run in *generations*: a generation starts only once every slot holds an instance whose agent has
+reported in (with its address and a free port), node 0's address becoming the master's; it stops as soon as any
+member is lost or fails, and ends once every member is accounted for (its command exited, or its attempt ended).
+Then only the lost slots are launched again, in the survivors' zone, and the next generation starts every rank
+from the newest checkpoint all of them committed (the SDK's distributed commit). A new node 0 means a new master
+address. A launch refused for any slot, or a gang still incomplete after `distributed.gang_timeout`, gives back
+every instance the gang holds, and the whole gang is placed again by the policy.
+
+Every step reads the store afresh and records before it acts, as the single-node controller does, so a tick
+killed anywhere is repeated safely.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from spotrun.control import records
+from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
+from spotrun.control.placement import placement_context
+from spotrun.control.states import JobState
+from spotrun.policy import GiveUp, Wait
+from spotrun.providers import ProviderError
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Generation, Job, add_event
+
+if TYPE_CHECKING:
+    from spotrun.control.controller import Controller
+
+log = logging.getLogger("spotrun.controller.gang")
+
+PREEMPTED_EXIT_CODE = 75  # the SDK's "saved after a stop request, resume me" (spotrun.sdk is not imported here)
+
+
+def open_attempts(session, job_id: int) -> list[Attempt]:
+    return list(
+        session.scalars(
+            select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None)).order_by(Attempt.node_rank)
+        )
+    )
+
+
+def latest_generation(session, job_id: int) -> Generation | None:
+    return session.scalars(
+        select(Generation).where(Generation.job_id == job_id).order_by(Generation.number.desc())
+    ).first()
+
+
+def assignment(session, attempt: Attempt) -> dict[str, Any] | None:
+    """What an agent of a multi-node job is told in each heartbeat's answer: the generation it belongs to (run
+    the command with these rendezvous settings while "running"; stop it once "stopping" or "ended"), or None
+    while it waits for the gang to be complete."""
+    generation = latest_generation(session, attempt.job_id)
+    if generation is None or generation.members.get(str(attempt.node_rank)) != attempt.id:
+        return None
+    return {
+        "generation": generation.number,
+        "state": generation.state,
+        "master_addr": generation.master_addr,
+        "master_port": generation.master_port,
+        "node_rank": attempt.node_rank,
+        "nnodes": len(generation.members),
+    }
+
+
+def generation_end_reason(gone: list[int], exit_codes: dict[int, int | None]) -> str:
+    """How a generation whose every member is accounted for ended."""
+    if gone:
+        return "interrupted"
+    codes = set(exit_codes.values())
+    if codes == {0}:
+        return "succeeded"
+    if codes <= {0, PREEMPTED_EXIT_CODE}:
+        return "stopped"
+    return "failed"
+
+
+class GangDriver:
+    """One tick for one multi-node job; the controller's helpers launch, judge and end the single attempts."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    def drive(self, job_id: int) -> None:
+        self._finish_ending_nodes(job_id)
+        self._launch_pending_nodes(job_id)
+        self._watch_nodes(job_id)
+        self._steer_generation(job_id)
+        self._advance(job_id)
+        self._launch_pending_nodes(job_id)  # what _advance placed just now
+
+    # ---- the nodes one by one ----------------------------------------------------------------------------
+
+    def _finish_ending_nodes(self, job_id: int) -> None:
+        with self.c.store.session() as session:
+            ending = [a.id for a in open_attempts(session, job_id) if a.state == "ending"]
+        for attempt_id in ending:
+            self.c.finish_attempt(attempt_id, self._after_node)
+
+    def _launch_pending_nodes(self, job_id: int) -> None:
+        with self.c.store.session() as session:
+            pending = [a.id for a in open_attempts(session, job_id) if a.instance_id is None]
+        for attempt_id in pending:
+            refusal = self.c.try_launch(attempt_id)
+            if refusal is not None:
+                self._give_back_after_refusal(job_id, attempt_id, refusal)
+                return
+
+    def _give_back_after_refusal(self, job_id: int, refused_id: int, refusal: ProviderError) -> None:
+        """One slot cannot be had: give back the rest, and let the policy place the whole gang again."""
+        with self.c.store.session() as session:
+            refused = session.get(Attempt, refused_id)
+            others = [a.id for a in open_attempts(session, job_id) if a.id != refused_id]
+            message = f"node {refused.node_rank} could not be launched ({refusal}); giving back the gang's other nodes"
+        self._end_nodes(others, Verdict("released", message))
+        self.c.record_launch_refusal(refused_id, refusal, back_off_job=True)
+
+    def _watch_nodes(self, job_id: int) -> None:
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            placed = [a for a in open_attempts(session, job_id) if a.instance_id is not None and a.state != "ending"]
+        for attempt in placed:
+            verdict = judge_attempt(job, attempt, self.c.describe(attempt), now, self.c.settings, self.c.started_at)
+            if verdict is not None and verdict.end_reason is not None:
+                self._end_nodes([attempt.id], verdict)
+
+    def _end_nodes(self, attempt_ids: list[int], verdict: Verdict) -> None:
+        for attempt_id in attempt_ids:
+            self.c.begin_end(attempt_id, verdict)
+            self.c.finish_attempt(attempt_id, self._after_node)
+
+    def _after_node(self, session, attempt: Attempt, now: float) -> None:
+        """A node's attempt has ended: a preemption or a loss during a run sends the job back to placing."""
+        job = attempt.job
+        what = f"node {attempt.node_rank} ({attempt.instance_id})"
+        if attempt.end_reason == "preempted":
+            job.preemptions += 1
+            message = f"{what} preempted (preemption {job.preemptions}); replacing it"
+            if job.state == JobState.PREEMPTED:
+                add_event(session, at=now, kind="node_preempted", job_id=job.id, attempt_id=attempt.id, message=message)
+            else:
+                records.transition(session, job, JobState.PREEMPTED, now, message)
+        elif attempt.end_reason == "lost" and job.state == JobState.RUNNING:
+            records.transition(session, job, JobState.PROVISIONING, now, f"{what} lost; replacing it")
+
+    # ---- the generation ----------------------------------------------------------------------------------
+
+    def _steer_generation(self, job_id: int) -> None:
+        now = self.c.clock.now()
+        overdue: list[int] = []
+        with self.c.store.session() as session:
+            generation = latest_generation(session, job_id)
+            if generation is None or generation.state == "ended":
+                return
+            members = {int(rank): session.get(Attempt, attempt_id) for rank, attempt_id in generation.members.items()}
+            gone = sorted(r for r, a in members.items() if a.ended_at is not None or a.state == "ending")
+            exit_codes = {
+                r: a.generation_exit_code for r, a in members.items()
+                if r not in gone and (a.generation_done or 0) >= generation.number
+            }
+            failed = {r: code for r, code in exit_codes.items() if code != 0}
+            noticed = sorted(r for r, a in members.items() if a.notice_at is not None and r not in gone)
+            if generation.state == "running" and (gone or failed or noticed):
+                self._stop_generation(session, generation, _stop_reason(gone, failed, noticed), now)
+            if len(gone) + len(exit_codes) == len(members):
+                self._end_generation(session, generation, generation_end_reason(gone, exit_codes), now)
+            elif generation.state == "stopping" and now - generation.stop_requested_at > self._stop_grace(session, job_id):
+                overdue = [a.id for r, a in members.items() if r not in gone and r not in exit_codes]
+        if overdue:
+            self._end_nodes(overdue, Verdict("lost", "the node did not stop its command with the others"))
+
+    def _stop_grace(self, session, job_id: int) -> float:
+        return JobSpec.model_validate(session.get(Job, job_id).spec).spot.notice_grace + DRAIN_MARGIN
+
+    @staticmethod
+    def _stop_generation(session, generation: Generation, reason: str, now: float) -> None:
+        generation.state = "stopping"
+        generation.stop_requested_at = now
+        generation.stop_reason = reason
+        add_event(
+            session, at=now, kind="generation_stopping", job_id=generation.job_id,
+            message=f"generation {generation.number}: {reason}; stopping every rank",
+        )
+
+    def _end_generation(self, session, generation: Generation, reason: str, now: float) -> None:
+        generation.state = "ended"
+        generation.ended_at = now
+        generation.end_reason = reason
+        job = session.get(Job, generation.job_id)
+        add_event(
+            session, at=now, kind="generation_ended", job_id=job.id,
+            message=f"generation {generation.number} ended: {reason}",
+        )
+        if reason in ("failed", "stopped"):  # "stopped": every rank saved and stopped, yet nothing asked it to
+            spec = JobSpec.model_validate(job.spec)
+            job.restarts_on_error += 1
+            if job.restarts_on_error > spec.max_restarts_on_error:
+                job.failure_reason = (
+                    f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                )
+            elif job.state == JobState.RUNNING:
+                records.transition(
+                    session, job, JobState.PROVISIONING, now,
+                    f"the command failed ({generation.stop_reason}); restart {job.restarts_on_error} of {spec.max_restarts_on_error}",
+                )
+
+    # ---- what the gang as a whole does next --------------------------------------------------------------
+
+    def _advance(self, job_id: int) -> None:
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            spec = JobSpec.model_validate(job.spec)
+            generation = latest_generation(session, job_id)
+            if generation is not None and generation.state != "ended":
+                return
+            attempts = open_attempts(session, job_id)
+            ending = self._ending_verdict(job, spec, generation, now)
+            if ending is not None:
+                if not attempts:
+                    self._finish_job(session, job, generation, now)
+                    return
+            elif not attempts or len(attempts) < spec.resources.nodes:
+                placed = self._place_missing(session, job, spec, attempts, now)
+                if placed:
+                    return
+            elif self._gang_ready(attempts):
+                self._start_generation(session, job, generation, attempts, now)
+                return
+            timed_out = self._gathering_timed_out(spec, generation, attempts, now)
+            to_release = [a.id for a in attempts]
+        if ending is not None:
+            self._end_nodes(to_release, ending)
+        elif timed_out:
+            self._end_nodes(to_release, Verdict("released", f"the gang was not complete within "
+                                                f"{spec.distributed.gang_timeout:.0f} s; giving back its nodes"))
+
+    @staticmethod
+    def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:
+        """Why every node must end now, if the job is over."""
+        if job.cancel_requested:
+            return Verdict("cancelled", "cancelled by the user")
+        if job.failure_reason:
+            return Verdict("cancelled", job.failure_reason)
+        if generation is not None and generation.end_reason == "succeeded":
+            return Verdict("succeeded", f"every rank of generation {generation.number} exited 0")
+        if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait and job.state != JobState.RUNNING:
+            job.failure_reason = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
+            return Verdict("cancelled", job.failure_reason)
+        return None
+
+    @staticmethod
+    def _finish_job(session, job: Job, generation: Generation | None, now: float) -> None:
+        if job.cancel_requested:
+            records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
+        elif job.failure_reason:
+            records.transition(session, job, JobState.FAILED, now, job.failure_reason)
+        else:
+            records.transition(session, job, JobState.SUCCEEDED, now, f"every rank of generation {generation.number} exited 0")
+
+    def _place_missing(self, session, job: Job, spec: JobSpec, survivors: list[Attempt], now: float) -> bool:
+        """Record launch intents for the empty slots, where the policy says (in the survivors' zone if any)."""
+        if job.not_before is not None and now < job.not_before:
+            return False
+        zones = self.c.provider(spec.resources.cloud).zones(spec.resources.instance_type)
+        if survivors:
+            zones = [survivors[0].zone]
+        decision = self.c.policy(spec).place(placement_context(job, spec, zones, now))
+        if isinstance(decision, GiveUp):
+            job.failure_reason = decision.reason
+            if not survivors:
+                records.transition(session, job, JobState.FAILED, now, decision.reason)
+            return True
+        if isinstance(decision, Wait):
+            job.not_before = decision.until
+            if not survivors:
+                job.capacity_rounds += 1
+                records.transition(session, job, JobState.WAITING, now, decision.reason)
+            return False
+        missing = sorted(set(range(spec.resources.nodes)) - {a.node_rank for a in survivors})
+        for rank in missing:
+            self.c.record_launch_intent(session, job, spec, decision, now, node_rank=rank)
+        nodes = ", ".join(str(rank) for rank in missing)
+        records.transition(
+            session, job, JobState.PROVISIONING, now,
+            f"node{'s' if len(missing) > 1 else ''} {nodes}: {decision.market} in {decision.zone} ({decision.reason})",
+        )
+        return True
+
+    @staticmethod
+    def _gang_ready(attempts: list[Attempt]) -> bool:
+        """Every slot holds a running instance whose agent reported in with an address and a port."""
+        return all(
+            a.state == "running" and a.agent_started_at is not None and a.address and a.rendezvous_port
+            for a in attempts
+        )
+
+    @staticmethod
+    def _start_generation(session, job: Job, previous: Generation | None, attempts: list[Attempt], now: float) -> None:
+        master = attempts[0]  # node 0: sorted by node rank, and every slot is filled
+        generation = Generation(
+            job_id=job.id,
+            number=(previous.number + 1) if previous else 1,
+            state="running",
+            members={str(a.node_rank): a.id for a in attempts},
+            master_addr=master.address,
+            master_port=master.rendezvous_port,
+            started_at=now,
+        )
+        session.add(generation)
+        if job.state != JobState.PROVISIONING:
+            records.transition(session, job, JobState.PROVISIONING, now, "every node is up")
+        moved = previous is not None and previous.master_addr != master.address
+        records.transition(
+            session, job, JobState.RUNNING, now,
+            f"generation {generation.number}: {len(attempts)} nodes, master {master.address}:{master.rendezvous_port}"
+            + (f" (was {previous.master_addr})" if moved else ""),
+        )
+
+    @staticmethod
+    def _gathering_timed_out(spec: JobSpec, generation: Generation | None, attempts: list[Attempt], now: float) -> bool:
+        if not attempts:
+            return False
+        since = max(min(a.created_at for a in attempts), generation.ended_at if generation else 0.0)
+        return now - since > spec.distributed.gang_timeout
+
+
+def _stop_reason(gone: list[int], failed: dict[int, int | None], noticed: list[int]) -> str:
+    if gone:
+        return f"node{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} gone"
+    if noticed:
+        return f"node{'s' if len(noticed) > 1 else ''} {', '.join(map(str, noticed))} got a preemption notice"
+    rank, code = next(iter(failed.items()))
+    return f"node {rank} exited with code {code}"

@@ -1,0 +1,143 @@
+"""Multi-node jobs in the reconcile tick (in-memory cloud, real agent API, manual clock): gang placement and
+give-back, generations started, stopped and counted."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from memory_cloud import MemoryCloud  # noqa: E402  (tests/control is on sys.path via conftest)
+from spotrun.providers import NoCapacity
+from spotrun.state import Generation
+from test_controller_ticks import World  # noqa: E402
+
+GANG = """
+name: gang
+run: "true"
+resources: {cloud: local, instance_type: local.cpu, nodes: 3}
+spot: {zones: [m-a, m-b, m-c], preemptions_before_fallback: 3}
+distributed: {gang_timeout: 30s}
+max_restarts_on_error: 1
+"""
+
+
+class LimitedCloud(MemoryCloud):
+    """The first zone asked for fits only two spot instances."""
+
+    small_zone = None
+
+    def launch(self, request):
+        self.small_zone = self.small_zone or request.zone
+        live = [i for i in self.running() if i.zone == request.zone and i.market == "spot"]
+        if request.zone == self.small_zone and self.find_by_token(request.client_token) is None and len(live) >= 2:
+            raise NoCapacity(f"only {len(live)} spot instances fit in {request.zone}")
+        return super().launch(request)
+
+
+def generations(world: World, job_id: int = 1) -> list[Generation]:
+    with world.store.session() as session:
+        found = list(session.scalars(select(Generation).where(Generation.job_id == job_id).order_by(Generation.number)))
+        session.expunge_all()
+        return found
+
+
+def open_by_rank(world: World) -> dict:
+    return {a.node_rank: a for a in world.attempts(1) if a.ended_at is None}
+
+
+def report_in(world: World, ranks=(0, 1, 2)) -> None:
+    for rank, attempt in open_by_rank(world).items():
+        if rank in ranks:
+            world.agent(attempt.instance_id)("started", {"address": f"10.0.0.{attempt.number}", "port": 29500 + rank})
+
+
+def test_a_refused_node_gives_the_gang_back_and_it_is_placed_elsewhere_whole(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.cloud = LimitedCloud(world.clock)
+    world.controller = world.new_controller()
+    world.submit(GANG)
+    world.tick()
+    tries = world.attempts(1)
+    small = world.cloud.small_zone
+    assert sorted((a.zone, a.node_rank, a.end_reason) for a in tries) == [
+        (small, 0, "released"), (small, 1, "released"), (small, 2, "no_capacity"),
+    ]
+    assert not world.cloud.running(), "the two instances it got were given back"
+    world.tick()
+    placed = open_by_rank(world)
+    assert sorted(placed) == [0, 1, 2] and len({a.zone for a in placed.values()}) == 1
+    assert small not in {a.zone for a in placed.values()}
+    assert len(world.cloud.running()) == 3
+
+
+def test_a_gang_incomplete_after_its_timeout_is_given_back(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.submit(GANG)
+    world.tick()
+    report_in(world, ranks=(0, 1))  # node 2's agent never reports in
+    world.tick(10)
+    assert not generations(world) and len(world.cloud.running()) == 3
+    for rank in (0, 1):
+        world.agent(open_by_rank(world)[rank].instance_id)("heartbeat", {})
+    world.tick(25)
+    ended = [a.end_reason for a in world.attempts(1)]
+    assert ended == ["released"] * 3 and not world.cloud.running()
+
+
+def test_generations_start_with_node_0_as_master_and_a_failure_restarts_every_rank(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.submit(GANG)
+    world.tick()
+    report_in(world, ranks=(1, 2))
+    world.tick()
+    assert not generations(world), "no rank starts before every node is up"
+    report_in(world, ranks=(0,))
+    world.tick()
+    first = generations(world)[0]
+    nodes = open_by_rank(world)
+    assert (first.state, first.master_addr, first.master_port) == ("running", nodes[0].address, 29500)
+    assert world.job(1).state == "RUNNING"
+    order = world.agent(nodes[2].instance_id)("heartbeat", {})["gang"]
+    assert order == {"generation": 1, "state": "running", "master_addr": nodes[0].address, "master_port": 29500,
+                     "node_rank": 2, "nnodes": 3}
+
+    world.agent(nodes[1].instance_id)("generation_exit", {"generation": 1, "exit_code": 1})
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    assert world.agent(nodes[0].instance_id)("heartbeat", {})["gang"]["state"] == "stopping"
+    for rank in (0, 2):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": -15})
+    world.tick()
+    runs = generations(world)
+    assert runs[0].end_reason == "failed" and world.job(1).restarts_on_error == 1
+    assert [r.number for r in runs] == [1, 2] and runs[1].members == runs[0].members, "same nodes, all restarted"
+
+    for rank in (0, 1, 2):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 2, "exit_code": 0})
+    world.tick()
+    world.tick()
+    assert world.job(1).state == "SUCCEEDED"
+    assert {a.end_reason for a in world.attempts(1)} == {"succeeded"} and not world.cloud.running()
+
+
+def test_a_preempted_node_alone_is_replaced_in_the_survivors_zone(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.submit(GANG)
+    world.tick()
+    report_in(world)
+    world.tick()
+    nodes = open_by_rank(world)
+    world.cloud.reclaim(nodes[0].instance_id)
+    world.tick()
+    job = world.job(1)
+    assert job.preemptions == 1 and generations(world)[0].state == "stopping"
+    for rank in (1, 2):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    replaced = open_by_rank(world)
+    assert replaced[1].id == nodes[1].id and replaced[2].id == nodes[2].id
+    assert replaced[0].id != nodes[0].id and replaced[0].zone == nodes[0].zone
+    assert generations(world)[0].end_reason == "interrupted" and world.job(1).restarts_on_error == 0
+    report_in(world, ranks=(0,))
+    world.tick()
+    second = generations(world)[1]
+    assert second.state == "running" and second.master_addr == open_by_rank(world)[0].address != nodes[0].address

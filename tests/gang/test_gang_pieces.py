@@ -1,0 +1,82 @@
+"""The small pieces of multi-node jobs: the spec, submit checks, the agent's rendezvous settings and commands,
+how a generation's end is classified."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from spotrun.agent.config import GangConfig
+from spotrun.agent.gang import GangOrders, GenerationOrder, node_command, rendezvous_environment
+from spotrun.control import jobs
+from spotrun.control.gang import generation_end_reason
+from spotrun.spec import SpecError, parse_spec
+
+ORDER = GenerationOrder(number=2, state="running", master_addr="127.0.0.7", master_port=29511, node_rank=1, nnodes=3)
+
+
+def test_env_launcher_sets_torch_distributed_variables_for_one_process_per_node() -> None:
+    env = rendezvous_environment(GangConfig(nnodes=3, node_rank=1), ORDER)
+    assert env["MASTER_ADDR"] == "127.0.0.7" and env["MASTER_PORT"] == "29511"
+    assert (env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"], env["NODE_RANK"]) == ("3", "1", "0", "1")
+    assert env["SPOTRUN_GENERATION"] == "2"
+    assert node_command("python train.py --lr 0.1", GangConfig(nnodes=3, node_rank=1), ORDER) == "python train.py --lr 0.1"
+
+
+def test_torchrun_launcher_wraps_the_command_and_leaves_ranks_to_torchrun() -> None:
+    gang = GangConfig(nnodes=3, node_rank=1, launcher="torchrun", procs_per_node=4)
+    env = rendezvous_environment(gang, ORDER)
+    assert "RANK" not in env and "WORLD_SIZE" not in env and env["NODE_RANK"] == "1"
+    argv = shlex.split(node_command("python train.py --lr 0.1", gang, ORDER))
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert {"--nnodes=3", "--node-rank=1", "--nproc-per-node=4", "--master-addr=127.0.0.7", "--master-port=29511"} <= set(argv)
+    assert argv[-4:] == ["--no-python", "bash", "-c", "python train.py --lr 0.1"]
+
+
+def test_orders_from_heartbeats_wake_the_agent_only_for_a_new_running_generation() -> None:
+    orders = GangOrders()
+    reply = {"gang": {**ORDER.__dict__, "generation": 2}}
+    orders.on_heartbeat_reply({"gang": None})
+    assert orders.wait_for_new(after=0, timeout=0.01) is None
+    orders.on_heartbeat_reply(reply)
+    assert orders.wait_for_new(after=1, timeout=0.01) == ORDER
+    assert orders.wait_for_new(after=2, timeout=0.01) is None  # already run
+    orders.on_heartbeat_reply({"gang": {**reply["gang"], "state": "stopping"}})
+    late = orders.wait_for_new(after=1, timeout=0.01)  # a node that comes late learns it missed generation 2
+    assert late is not None and late.number == 2 and not late.running
+    orders.on_heartbeat_reply({"gang": {"generation": "x"}})  # malformed: treated as no order, never a crash
+    assert orders.current is None
+
+
+@pytest.mark.parametrize(
+    ("gone", "codes", "reason"),
+    [
+        ([1], {0: 75, 2: 75}, "interrupted"),
+        ([], {0: 0, 1: 0, 2: 0}, "succeeded"),
+        ([], {0: 75, 1: 0, 2: 75}, "stopped"),
+        ([], {0: 1, 1: -15, 2: 75}, "failed"),
+    ],
+)
+def test_a_generation_end_is_classified_by_losses_first_then_exit_codes(gone, codes, reason) -> None:
+    assert generation_end_reason(gone, codes) == reason
+
+
+def test_spec_refuses_several_processes_per_node_without_torchrun() -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec("run: python t.py\nresources: {nodes: 2}\ndistributed: {procs_per_node: 4}\n", "job.yaml")
+    assert "distributed" in str(refused.value) and "torchrun" in str(refused.value)
+    spec = parse_spec("run: python t.py\nresources: {nodes: 2}\ndistributed: {launcher: torchrun, procs_per_node: 4}\n", "j")
+    assert spec.distributed.procs_per_node == 4 and spec.distributed.gang_timeout == 600.0
+
+
+def test_a_multi_node_cloud_job_needs_shared_checkpoint_storage(store) -> None:
+    text = "run: python t.py\nresources: {cloud: aws, instance_type: p3.2xlarge, nodes: 2}\n"
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(store, parse_spec(text, "job.yaml"), now=0.0, source="job.yaml")
+    assert "checkpoint.store" in str(refused.value)
+    with store.session() as session:
+        assert jobs.list_jobs(session) == []  # nothing stored
+    shared = text + "checkpoint: {store: 's3://bucket/ckpt'}\n"
+    assert jobs.submit(store, parse_spec(shared, "job.yaml"), now=0.0) == 1

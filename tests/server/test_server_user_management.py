@@ -1,0 +1,192 @@
+"""Users and tokens over HTTP: admins list and create users and make anyone's tokens; a user sees who they are,
+makes and revokes only their own tokens; refusals (401/403/404/409/422) change nothing stored; no token or hash is
+ever answered in a listing, written to an event or logged."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from server_world import Team
+from sqlalchemy import select
+
+from spotrun.state import Event
+from spotrun.state.models import ApiToken, User
+
+MISSING_PREFIX = "0000000000aa"
+
+
+def stored(team: Team) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Users, tokens (with their hashes and revocation) and events, as rows to compare before and after."""
+    with team.store.session() as session:
+        users = [(u.id, u.name, u.is_admin) for u in session.scalars(select(User).order_by(User.id))]
+        tokens = [(t.prefix, t.token_hash, t.revoked_at) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
+        events = [(e.id, e.kind, e.message) for e in session.scalars(select(Event).order_by(Event.id))]
+    return users, tokens, events
+
+
+def prefix_of(token: str) -> str:
+    return token.split("_")[1]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_me_names_the_caller(team: Team) -> None:
+    assert team.client.get("/api/v1/me", headers=team.as_user("alice")).json() == {"name": "alice", "is_admin": False}
+    assert team.client.get("/api/v1/me", headers=team.as_user("root")).json() == {"name": "root", "is_admin": True}
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/me"), ("GET", "/users"), ("POST", "/users"), ("POST", "/users/alice/tokens"),
+    ("POST", f"/tokens/{MISSING_PREFIX}/revoke"),
+])
+def test_user_routes_need_a_token(team: Team, method: str, path: str) -> None:
+    before = stored(team)
+    response = team.client.request(method, f"/api/v1{path}", json={"name": "carol"})
+    assert response.status_code == 401 and response.headers["WWW-Authenticate"] == "Bearer"
+    assert stored(team) == before
+
+
+def test_an_admin_lists_users_with_token_prefixes_and_never_a_secret(team: Team) -> None:
+    revoked = team.client.post(f"/api/v1/tokens/{prefix_of(team.tokens['bob'])}/revoke", headers=team.as_user("root"))
+    assert revoked.status_code == 200 and revoked.json() == {"prefix": prefix_of(team.tokens["bob"]), "revoked": True}
+
+    response = team.client.get("/api/v1/users", headers=team.as_user("root"))
+    assert response.status_code == 200
+    listed = {user["name"]: user for user in response.json()}
+    assert list(listed) == ["alice", "bob", "root"]
+    assert [listed[name]["is_admin"] for name in listed] == [False, False, True]
+    for name, token in team.tokens.items():
+        (only,) = listed[name]["tokens"]
+        assert only["prefix"] == prefix_of(token)
+        assert only["revoked"] == (name == "bob") and (only["revoked_at"] is not None) == (name == "bob")
+        assert set(listed[name]) == {"id", "name", "is_admin", "created_at", "tokens"}
+        assert set(only) == {"prefix", "created_at", "revoked", "revoked_at"}
+    _, tokens, _ = stored(team)
+    for secret in [*team.tokens.values(), *(token_hash for _, token_hash, _ in tokens)]:
+        assert secret not in response.text
+
+
+def test_an_admin_creates_a_user_whose_token_is_shown_once_and_works(team: Team) -> None:
+    response = team.client.post("/api/v1/users", json={"name": "carol"}, headers=team.as_user("root"))
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert (created["user"], created["is_admin"], created["prefix"]) == ("carol", False, prefix_of(created["token"]))
+    assert response.headers["Cache-Control"] == "no-store"
+    assert team.client.get("/api/v1/me", headers=bearer(created["token"])).json() == {"name": "carol", "is_admin": False}
+    listed = team.client.get("/api/v1/users", headers=team.as_user("root")).json()
+    assert [token["prefix"] for user in listed if user["name"] == "carol" for token in user["tokens"]] == [
+        created["prefix"]
+    ]
+    assert created["token"] not in str(listed)
+
+    admin = team.client.post("/api/v1/users", json={"name": "dana", "is_admin": True}, headers=team.as_user("root"))
+    assert admin.status_code == 201 and admin.json()["is_admin"] is True
+    assert team.client.get("/api/v1/users", headers=bearer(admin.json()["token"])).status_code == 200
+
+
+def test_a_taken_name_is_409_and_nothing_is_stored(team: Team) -> None:
+    before = stored(team)
+    response = team.client.post("/api/v1/users", json={"name": "alice", "is_admin": True}, headers=team.as_user("root"))
+    assert response.status_code == 409
+    assert response.json() == {"detail": "user 'alice' already exists"}
+    assert stored(team) == before
+
+
+@pytest.mark.parametrize("name", ["", "-alice", "a b", "x" * 201, "alice\n", "ali/ce", "é"])
+def test_a_bad_user_name_is_422_naming_the_field_and_nothing_is_stored(team: Team, name: str) -> None:
+    before = stored(team)
+    response = team.client.post("/api/v1/users", json={"name": name}, headers=team.as_user("root"))
+    assert response.status_code == 422
+    (problem,) = response.json()["detail"]
+    assert problem["loc"] == ["body", "name"]
+    assert "must be 1-200 letters, digits or . _ @ -" in problem["msg"]
+    assert stored(team) == before
+
+
+def test_a_user_makes_their_own_tokens_and_an_admin_makes_anyones(team: Team) -> None:
+    own = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice"))
+    assert own.status_code == 201 and own.headers["Cache-Control"] == "no-store"
+    assert own.json()["user"] == "alice" and own.json()["prefix"] == prefix_of(own.json()["token"])
+    assert team.client.get("/api/v1/me", headers=bearer(own.json()["token"])).json()["name"] == "alice"
+    assert team.client.get("/api/v1/me", headers=team.as_user("alice")).status_code == 200  # the old one still works
+
+    for_bob = team.client.post("/api/v1/users/bob/tokens", headers=team.as_user("root"))
+    assert for_bob.status_code == 201
+    assert team.client.get("/api/v1/me", headers=bearer(for_bob.json()["token"])).json()["name"] == "bob"
+
+    before = stored(team)
+    missing = team.client.post("/api/v1/users/nobody/tokens", headers=team.as_user("root"))
+    assert missing.status_code == 404 and missing.json() == {"detail": "no user named 'nobody'"}
+    assert stored(team) == before
+
+
+def test_a_non_admin_cannot_list_or_create_users_nor_make_anothers_token(team: Team) -> None:
+    alice = team.as_user("alice")
+    before = stored(team)
+    forbidden = [
+        team.client.get("/api/v1/users", headers=alice),
+        team.client.post("/api/v1/users", json={"name": "mallory", "is_admin": True}, headers=alice),
+        team.client.post("/api/v1/users", json={"name": "no good"}, headers=alice),  # refused before the body is read
+        team.client.post("/api/v1/users/bob/tokens", headers=alice),
+        team.client.post("/api/v1/users/nobody/tokens", headers=alice),  # the same answer: says nothing of who exists
+    ]
+    assert [response.status_code for response in forbidden] == [403] * 5
+    assert forbidden[0].json() == {"detail": "only an admin may do this"}
+    assert forbidden[3].json() == forbidden[4].json() == {"detail": "only an admin may act for another user"}
+    assert stored(team) == before
+
+
+def test_a_user_revokes_their_own_token_but_anothers_is_404_like_a_missing_one(team: Team) -> None:
+    second = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice")).json()
+    revoked = team.client.post(f"/api/v1/tokens/{second['prefix']}/revoke", headers=team.as_user("alice"))
+    assert revoked.status_code == 200
+    assert team.client.get("/api/v1/me", headers=bearer(second["token"])).status_code == 401
+    assert team.client.get("/api/v1/me", headers=team.as_user("alice")).status_code == 200
+
+    before = stored(team)
+    for prefix in (prefix_of(team.tokens["bob"]), prefix_of(team.tokens["root"]), MISSING_PREFIX, second["prefix"]):
+        response = team.client.post(f"/api/v1/tokens/{prefix}/revoke", headers=team.as_user("alice"))
+        assert response.status_code == 404
+        assert response.json() == {"detail": f"no live token with id {prefix}"}
+    assert stored(team) == before
+    assert team.client.get("/api/v1/me", headers=team.as_user("bob")).status_code == 200
+
+
+def test_an_admin_revokes_anyones_token_and_a_whole_token_is_refused_in_the_path(team: Team) -> None:
+    before = stored(team)
+    whole = team.client.post(f"/api/v1/tokens/{team.tokens['bob']}/revoke", headers=team.as_user("root"))
+    assert whole.status_code == 422
+    assert stored(team) == before
+
+    response = team.client.post(f"/api/v1/tokens/{prefix_of(team.tokens['bob'])}/revoke", headers=team.as_user("root"))
+    assert response.status_code == 200
+    assert team.client.get("/api/v1/me", headers=team.as_user("bob")).status_code == 401
+    again = team.client.post(f"/api/v1/tokens/{prefix_of(team.tokens['bob'])}/revoke", headers=team.as_user("root"))
+    assert again.status_code == 404
+
+
+def test_changes_are_audited_in_events_without_any_credential(team: Team, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    root = team.as_user("root")
+    carol = team.client.post("/api/v1/users", json={"name": "carol"}, headers=root).json()
+    extra = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice")).json()
+    team.client.post(f"/api/v1/tokens/{carol['prefix']}/revoke", headers=root)
+
+    with team.store.session() as session:
+        events = list(session.scalars(select(Event).where(Event.job_id.is_(None)).order_by(Event.id)))
+        audit = [(e.kind, e.message, e.data) for e in events]
+    assert audit == [
+        ("user_added", "user carol added by root", {"actor": "root", "user": "carol", "token_prefix": carol["prefix"]}),
+        ("token_created", f"token {extra['prefix']} created for alice by alice",
+         {"actor": "alice", "user": "alice", "token_prefix": extra["prefix"]}),
+        ("token_revoked", f"token {carol['prefix']} of carol revoked by root",
+         {"actor": "root", "user": "carol", "token_prefix": carol["prefix"]}),
+    ]
+    _, tokens, _ = stored(team)
+    secrets = [*team.tokens.values(), carol["token"], extra["token"], *(token_hash for _, token_hash, _ in tokens)]
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for secret in secrets:
+        assert secret not in str(audit) and secret not in logged
