@@ -141,3 +141,18 @@ def test_a_preempted_node_alone_is_replaced_in_the_survivors_zone(store, tmp_pat
     world.tick()
     second = generations(world)[1]
     assert second.state == "running" and second.master_addr == open_by_rank(world)[0].address != nodes[0].address
+
+
+def test_a_node_whose_agent_keeps_failing_fails_the_job_after_max_restarts(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.submit(GANG)  # max_restarts_on_error: 1
+    world.tick()
+    for _ in range(2):
+        report_in(world)
+        node = open_by_rank(world)[2]
+        world.agent(node.instance_id)("exit", {"outcome": "failed", "exit_code": 1})  # e.g. its setup failed
+        world.tick()
+        world.tick()
+    job = world.job(1)
+    assert job.state == "FAILED" and "node 2" in job.failure_reason and job.restarts_on_error == 2
+    assert not world.cloud.running() and all(a.ended_at is not None for a in world.attempts(1))

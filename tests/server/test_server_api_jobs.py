@@ -101,6 +101,15 @@ def test_preempting_a_job_without_an_instance_is_a_conflict(team: Team) -> None:
     assert "holds no running instance" in response.json()["detail"]
 
 
+def test_preempting_a_node_the_job_does_not_hold_names_the_node(team: Team) -> None:
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)  # node 0 only
+    response = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={"node": 3}, headers=team.as_user("alice"))
+    assert response.status_code == 409 and "no running instance as node 3" in response.json()["detail"]
+    bad = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={"node": -1}, headers=team.as_user("alice"))
+    assert bad.status_code == 422
+
+
 def test_cost_names_the_job_and_its_bill(team: Team) -> None:
     job_id = team.launch("alice")
     place_attempt(team.store, job_id, "agent-token", at=1000.0)

@@ -147,6 +147,13 @@ class GangDriver:
                 records.transition(session, job, JobState.PREEMPTED, now, message)
         elif attempt.end_reason == "lost" and job.state == JobState.RUNNING:
             records.transition(session, job, JobState.PROVISIONING, now, f"{what} lost; replacing it")
+        elif attempt.end_reason == "failed":  # the agent itself failed there (e.g. the setup command)
+            spec = JobSpec.model_validate(job.spec)
+            job.restarts_on_error += 1
+            if job.restarts_on_error > spec.max_restarts_on_error:
+                job.failure_reason = (
+                    f"{what} failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                )
 
     # ---- the generation ----------------------------------------------------------------------------------
 
