@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 from spotrun.control import jobs
-from spotrun.control.clock import WallClock
+from spotrun.control.clock import ManualClock, WallClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.spec import parse_spec
 from spotrun.state import Job
@@ -94,3 +94,27 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
     assert len(tokens) == len(set(tokens)) == len(ids), "one instance per job, none launched twice"
     with store.session() as session:
         assert {j.claimed_by for j in session.query(Job)} == {"w2"}
+
+
+class SlowCloud(MemoryCloud):
+    """Every launch takes 20 s of the (manual) clock: a tick over a few jobs outlasts a 30 s claim."""
+
+    def launch(self, request):
+        self.clock.advance(20.0)
+        return super().launch(request)
+
+
+def test_a_long_tick_renews_its_claims_and_drives_every_job(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = SlowCloud(clock)
+    for _ in range(5):
+        jobs.submit(store, parse_spec(SPEC), clock.now(), prices=lambda *a, **k: (1.0, 3.0))
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    controller = Controller(
+        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id="w1"
+    )
+    controller.tick()  # 5 launches: 100 s of clock in one tick
+    assert len(cloud.instances) == 5, "jobs after the first 30 s of the tick were skipped: their claims had expired"
+    with store.session() as session:
+        assert {job.claimed_by for job in session.query(Job)} == {"w1"}

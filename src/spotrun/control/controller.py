@@ -82,7 +82,11 @@ class Controller:
     # ---- the loop body -------------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        renewed_at = self.clock.now()
         for job_id in self._live_job_ids():
+            if self.worker_id and self.clock.now() - renewed_at > self.settings.claim_ttl / 3:
+                # a long tick (many jobs, slow cloud calls) must not outlive its own claims half-way
+                renewed_at = self._renew_claims()
             try:
                 self.drive(job_id)
             except Exception:  # one broken job must not stop the others; the next tick retries it
@@ -455,6 +459,12 @@ class Controller:
             return list(
                 session.scalars(select(Job.id).where(Job.state.not_in([s.value for s in TERMINAL])).order_by(Job.id))
             )
+
+    def _renew_claims(self) -> float:
+        now = self.clock.now()
+        with self.store.session() as session:
+            claims.renew(session, self.worker_id, now, self.settings.claim_ttl, ended_states=[s.value for s in TERMINAL])
+        return now
 
     def release_claims(self) -> None:
         if self.worker_id:

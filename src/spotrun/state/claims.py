@@ -21,12 +21,7 @@ def claim_jobs(
 ) -> list[int]:
     """Renew this worker's claims, take up to `batch` unclaimed or expired live jobs, return the ids it holds."""
     expires = now + ttl
-    session.execute(
-        update(Job)
-        .where(Job.claimed_by == worker, Job.state.not_in(ended_states))
-        .values(claim_expires_at=expires),
-        execution_options={"synchronize_session": False},
-    )
+    renew(session, worker, now, ttl, ended_states=ended_states)
     free = (
         select(Job.id)
         .where(
@@ -42,6 +37,16 @@ def claim_jobs(
         execution_options={"synchronize_session": False},
     )
     return held_jobs(session, worker, now, ended_states=ended_states)
+
+
+def renew(session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str]) -> None:
+    """Extend every claim `worker` still holds (one that another worker took over is no longer its own)."""
+    session.execute(
+        update(Job)
+        .where(Job.claimed_by == worker, Job.state.not_in(ended_states))
+        .values(claim_expires_at=now + ttl),
+        execution_options={"synchronize_session": False},
+    )
 
 
 def held_jobs(session: Session, worker: str, now: float, *, ended_states: Collection[str]) -> list[int]:
