@@ -17,7 +17,7 @@ from spotrun.state.models import Job
 
 
 def claim_jobs(
-    session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str], batch: int = 20
+    session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str], batch: int = 100
 ) -> list[int]:
     """Renew this worker's claims, take up to `batch` unclaimed or expired live jobs, return the ids it holds."""
     expires = now + ttl
