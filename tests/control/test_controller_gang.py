@@ -156,3 +156,25 @@ def test_a_node_whose_agent_keeps_failing_fails_the_job_after_max_restarts(store
     job = world.job(1)
     assert job.state == "FAILED" and "node 2" in job.failure_reason and job.restarts_on_error == 2
     assert not world.cloud.running() and all(a.ended_at is not None for a in world.attempts(1))
+
+
+def test_a_node_whose_heartbeats_stop_is_lost_and_replaced_without_counting(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    world.submit(GANG)
+    world.tick()
+    report_in(world)
+    world.tick()
+    nodes = open_by_rank(world)
+    for _ in range(4):  # nodes 0 and 2 keep beating; node 1 (its instance still "running") has gone silent
+        world.tick(10)
+        for rank in (0, 2):
+            world.agent(nodes[rank].instance_id)("heartbeat", {})
+    lost = next(a for a in world.attempts(1) if a.id == nodes[1].id)
+    assert lost.end_reason == "lost" and world.cloud.instances[nodes[1].instance_id].state == "terminated"
+    assert generations(world)[0].state == "stopping"
+    for rank in (0, 2):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 1})  # gloo: peer gone
+    world.tick()
+    job = world.job(1)
+    assert generations(world)[0].end_reason == "interrupted" and job.restarts_on_error == 0 and job.preemptions == 0
+    assert open_by_rank(world)[1].id != nodes[1].id
