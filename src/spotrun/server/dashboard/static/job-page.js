@@ -44,8 +44,9 @@ function renderBill(bill) {
 
 function attemptRow(a) {
   const ran = a.started_at === null ? "—" : duration((a.ended_at ?? Date.now() / 1000) - a.started_at);
-  return el("tr", { dataset: { attempt: a.number, market: a.market } },
+  return el("tr", { dataset: { attempt: a.number, market: a.market, node: a.node_rank ?? 0 } },
     el("td", {}, a.number),
+    el("td", { className: "num" }, a.node_rank ?? 0),
     el("td", {}, el("span", { className: `market-tag market-${a.market}` }, a.market)),
     el("td", {}, a.zone),
     el("td", {}, `${a.instance_type} ${a.instance_id ?? ""}`),
