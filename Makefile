@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test install dev clean browser
+.PHONY: demo demo-ddp test install dev clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,12 @@ dev: $(DEVSTAMP)
 demo: $(STAMP)
 	$(PY) examples/digits/demo.py
 
+# A 3-node DDP job that loses its master and a worker and still resumes exactly.
+demo-ddp: $(STAMP)
+	$(PY) examples/ddp/demo.py
+
 test: $(DEVSTAMP) browser
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) .spotrun-demo
+	rm -rf $(VENV) .spotrun-demo .spotrun-demo-ddp

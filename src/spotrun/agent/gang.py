@@ -38,6 +38,7 @@ from spotrun.agent.supervisor import (
 log = logging.getLogger(__name__)
 
 LOG_FLUSH_SECONDS = 10.0
+STORE_STEP_EVERY = 5.0  # node 0 lists the store for the newest committed step at most this often
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ class GangAgent(Agent):
             self.controller_stop.on_heartbeat_reply(reply)
             self.orders.on_heartbeat_reply(reply)
 
-        newest_step = Throttled(self._newest_store_step, config.sync_interval) if config.gang.node_rank == 0 else None
+        every = min(config.sync_interval, STORE_STEP_EVERY)
+        newest_step = Throttled(self._newest_store_step, every) if config.gang.node_rank == 0 else None
         self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, newest_step or (lambda: None), on_reply)
 
     def _newest_store_step(self) -> int | None:
