@@ -130,5 +130,6 @@ def test_torchrun_launcher_runs_each_node_under_torchrun_and_resumes_exactly(spo
     done = assert_done_and_exact(spotrun, reference)
     assert done["preemptions"] == 1
     logs = spotrun.run("logs", "1").stdout
+    assert "──── attempt 1 · node 0 · spot" in logs and "──── attempt 2 · node 1 · spot" in logs
     assert "rank 1/2: starting at step 0 of 72 (launcher torchrun)" in logs
     assert "(launcher env)" not in logs

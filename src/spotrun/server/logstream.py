@@ -48,12 +48,14 @@ def job_log_stream(
     readers: dict[int, _AttemptReader] = {}
     while True:
         with store.session() as session:
-            ended = is_terminal(jobs_api.get_job(session, job_id).state)
+            job = jobs_api.get_job(session, job_id)
+            ended = is_terminal(job.state)
+            multi_node = (job.spec.get("resources") or {}).get("nodes", 1) > 1
             attempts = [a for a in jobs_api.job_attempts(session, job_id) if a.started_at is not None]
         for attempt in attempts:
             if attempt.number not in readers:
                 readers[attempt.number] = _AttemptReader(attempt_log_path(job_id, attempt.number))
-                yield attempt_header(attempt)
+                yield attempt_header(attempt, multi_node)
             text = readers[attempt.number].read_new(final=ended or not follow)
             if text:
                 yield text
@@ -62,9 +64,10 @@ def job_log_stream(
         sleep(poll)
 
 
-def attempt_header(attempt: Attempt) -> str:
+def attempt_header(attempt: Attempt, multi_node: bool = False) -> str:
+    node = f" · node {attempt.node_rank}" if multi_node else ""
     return (
-        f"──── attempt {attempt.number} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
+        f"──── attempt {attempt.number}{node} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
         f"started {_clock_time(attempt.started_at)} ────\n"
     )
 
