@@ -219,6 +219,7 @@ class GangDriver:
     # ---- what the gang as a whole does next --------------------------------------------------------------
 
     def _advance(self, job_id: int) -> None:
+        """Between generations: end the job, fill the empty slots, start the next generation, or give the gang back."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
@@ -228,24 +229,22 @@ class GangDriver:
                 return
             attempts = open_attempts(session, job_id)
             ending = self._ending_verdict(job, spec, generation, now)
-            if ending is not None:
-                if not attempts:
-                    self._finish_job(session, job, generation, now)
+            if ending is None:
+                if len(attempts) < spec.resources.nodes:
+                    if self._place_missing(session, job, spec, attempts, now):
+                        return
+                elif self._gang_ready(attempts):
+                    self._start_generation(session, job, generation, attempts, now)
                     return
-            elif not attempts or len(attempts) < spec.resources.nodes:
-                placed = self._place_missing(session, job, spec, attempts, now)
-                if placed:
+                if not self._gathering_timed_out(spec, generation, attempts, now):
                     return
-            elif self._gang_ready(attempts):
-                self._start_generation(session, job, generation, attempts, now)
+                ending = Verdict("released", f"the gang was not complete within "
+                                 f"{spec.distributed.gang_timeout:.0f} s; giving back its nodes")
+            elif not attempts:
+                self._finish_job(session, job, generation, now)
                 return
-            timed_out = self._gathering_timed_out(spec, generation, attempts, now)
-            to_release = [a.id for a in attempts]
-        if ending is not None:
-            self._end_nodes(to_release, ending)
-        elif timed_out:
-            self._end_nodes(to_release, Verdict("released", f"the gang was not complete within "
-                                                f"{spec.distributed.gang_timeout:.0f} s; giving back its nodes"))
+            to_end = [a.id for a in attempts]
+        self._end_nodes(to_end, ending)
 
     @staticmethod
     def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:
