@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spotrun.sdk import layout, tensorfile
+from spotrun.sdk import directio, layout, tensorfile
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -77,9 +77,9 @@ class CheckpointStore:
         if not isinstance(size, int) or size < 0:
             raise layout.CorruptCheckpoint(f"{path}: {name} has no valid size in the manifest")
         try:
-            with self._open_for_reading(f"{path}/{name}") as fh:
+            with self._open_for_reading(f"{path}/{name}") as (fh, direct):
                 with _OverlappedHash(algorithm) as hashing:
-                    decode = tensorfile.read(fh, size, hashing.update)
+                    decode = tensorfile.read(fh, size, hashing.update, direct)
                 layout.check_entry(path, name, hashing.describe(), entry)
                 return decode()
         except tensorfile.FormatError as error:
@@ -90,9 +90,10 @@ class CheckpointStore:
             raise layout.unreadable(path, name, error) from error
 
     @contextmanager
-    def _open_for_reading(self, file: str) -> Iterator[BinaryIO]:
+    def _open_for_reading(self, file: str) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
+        """The file, and the same file open for direct reads where that is available (see ``directio``)."""
         with self.fs.open(file, "rb") as fh:
-            yield fh
+            yield fh, None
 
     def staging_path(self, step: int) -> str:
         """Where the payload of ``step`` is written before it is committed."""
@@ -150,9 +151,10 @@ class LocalStore(CheckpointStore):
             os.fsync(fh.fileno())
 
     @contextmanager
-    def _open_for_reading(self, file: str) -> Iterator[BinaryIO]:
+    def _open_for_reading(self, file: str) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
         with open(file, "rb", buffering=0) as fh:  # large reads straight into the tensors' memory
-            yield fh
+            with directio.open_uncached(file, fh.fileno()) as direct:
+                yield fh, direct
 
     def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
         """Stream the payload to disk, checksumming it on the way and starting the disk writes while it is

@@ -11,6 +11,10 @@ loading. Anything else (other tensor kinds included) is pickled as usual. Loadin
 that a checksum can be checked in between: ``read`` reads every byte of the file, passing each chunk to a
 callback, and only the ``decode`` it returns unpickles. Files written by ``torch.save`` (checkpoints of SDK
 versions before this format) are read the same way and decoded with ``torch.load``.
+
+Reading allocates every storage first and has helper threads fault their pages in ahead of the reader
+(``hostmem``); given a ``directio.DirectFile`` (a local file not in the page cache), large storages are read
+with O_DIRECT, straight from the disk into their memory (``directio``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ import io
 import pickle
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import torch
+
+from spotrun.sdk import directio
+from spotrun.sdk.hostmem import empty_bytes, prefaulted
 
 MAGIC = b"SPOTRUNT"
 VERSION = 1
@@ -104,10 +112,11 @@ def _padding(length: int) -> bytes:
 # -- reading ----------------------------------------------------------------------------------------------
 
 
-def read(fh: BinaryIO, size: int, on_chunk: ChunkSink) -> Callable[[], Any]:
+def read(fh: BinaryIO, size: int, on_chunk: ChunkSink, direct: directio.DirectFile | None = None) -> Callable[[], Any]:
     """Read the whole file of ``size`` bytes from ``fh``, passing every chunk read, in order, to ``on_chunk``
     (a chunk is never changed afterwards, so it may be used later, e.g. hashed in another thread); return the
-    function that decodes what was read. FormatError when the file is cut short, longer, or malformed."""
+    function that decodes what was read. FormatError when the file is cut short, longer, or malformed.
+    ``direct``, the same file opened for direct reads, reads the large storages (``fh`` must then be seekable)."""
     start = _read_exactly(fh, len(MAGIC), on_chunk)
     if bytes(start) != MAGIC:
         return _read_torch_save(fh, size, start, on_chunk)
@@ -124,23 +133,79 @@ def read(fh: BinaryIO, size: int, on_chunk: ChunkSink) -> Callable[[], Any]:
         raise FormatError(f"its header describes {expected} bytes, not {size}")
     pickled = _read_exactly(fh, pickle_length, on_chunk)
     _read_exactly(fh, len(_padding(head_length)), on_chunk)
-    storages = []
-    for nbytes in sizes:
-        storages.append(_read_storage(fh, nbytes, on_chunk))
-        _read_exactly(fh, len(_padding(nbytes)), on_chunk)
+    slots = _slots(head_length + len(_padding(head_length)), sizes, direct)  # all at once: prefaulted ahead
+    with prefaulted([slot.target for slot in slots]):
+        for slot in slots:
+            _read_slot(fh, slot, on_chunk, direct)
     if fh.read(1):
         raise FormatError(f"longer than {size} bytes")
+    storages = [slot.target.untyped_storage() for slot in slots]
     return lambda: _Unpickler(io.BytesIO(pickled), storages).load()
 
 
-def _read_storage(fh: BinaryIO, nbytes: int, on_chunk: ChunkSink) -> torch.UntypedStorage:
-    target = torch.empty(nbytes, dtype=torch.uint8)
+@dataclass
+class _Slot:
+    """One storage's place in the file (its bytes, then its padding) and the memory it is read into."""
+
+    offset: int
+    nbytes: int
+    padding: int
+    target: torch.Tensor  # uint8, the storage's bytes
+    region: directio.Region | None  # for a direct read: the page-aligned memory around ``target``
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes + self.padding
+
+
+def _slots(offset: int, sizes: list[int], direct: directio.DirectFile | None) -> list[_Slot]:
+    slots = []
+    for nbytes in sizes:
+        padding = len(_padding(nbytes))
+        if direct is not None and nbytes >= directio.MIN_BYTES:
+            region = direct.region(offset, nbytes + padding)
+            slots.append(_Slot(offset, nbytes, padding, directio.storage_tensor(region, offset, nbytes), region))
+        else:
+            slots.append(_Slot(offset, nbytes, padding, empty_bytes(nbytes), None))
+        offset += nbytes + padding
+    return slots
+
+
+def _read_slot(fh: BinaryIO, slot: _Slot, on_chunk: ChunkSink, direct: directio.DirectFile | None) -> None:
+    """Read a storage and its padding: directly where it can, the ordinary way from where that stopped."""
+    done = 0
+    if slot.region is not None and direct is not None and direct.usable:
+        done = _read_direct(slot, on_chunk, direct)
+        fh.seek(slot.offset + done)
+    if done < slot.nbytes:
+        _read_storage(fh, slot.target[done:], on_chunk)
+    _read_exactly(fh, slot.end - max(done, slot.nbytes) - slot.offset, on_chunk)
+
+
+def _read_direct(slot: _Slot, on_chunk: ChunkSink, direct: directio.DirectFile) -> int:
+    """How many bytes of the slot (storage, then padding) were read directly and passed on, in order: all of
+    them, unless the file ended first or the filesystem refused direct reads (``direct.usable`` turns False).
+    The ordinary reads that take over from there report the one ("cut short") and get past the other."""
+    assert slot.region is not None
+    passed = slot.offset
+    try:
+        for reached in direct.read(slot.region, slot.end, READ_CHUNK):
+            if min(reached, slot.end) > passed:
+                on_chunk(slot.region.view(passed, min(reached, slot.end) - passed))
+                passed = min(reached, slot.end)
+    except OSError:
+        if direct.usable:
+            raise
+    return passed - slot.offset
+
+
+def _read_storage(fh: BinaryIO, target: torch.Tensor, on_chunk: ChunkSink) -> None:
+    """Fill the uint8 tensor ``target`` straight from ``fh``, ``READ_CHUNK`` at a time."""
     view = memoryview(target.numpy())
-    for offset in range(0, nbytes, READ_CHUNK):
-        chunk = view[offset : min(offset + READ_CHUNK, nbytes)]
+    for offset in range(0, target.nbytes, READ_CHUNK):
+        chunk = view[offset : offset + READ_CHUNK]
         _fill(fh, chunk)
         on_chunk(chunk)
-    return target.untyped_storage()
 
 
 def _read_exactly(fh: BinaryIO, length: int, on_chunk: ChunkSink) -> memoryview:
