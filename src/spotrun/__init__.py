@@ -14,6 +14,7 @@ _SDK_NAMES = {
     "CheckpointError",
     "CheckpointWarning",
     "Checkpointer",
+    "ResumableLoader",
     "ResumableSampler",
     "exact_allreduce",
     "TrainingState",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import sys
-import time
 
 import numpy as np
 import torch
@@ -19,6 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import spotrun
+from sdk_trainer_protocol import end_step
 
 
 def main(checkpoint_dir: str, total_steps: int, out_path: str) -> None:
@@ -59,12 +59,7 @@ def main(checkpoint_dir: str, total_steps: int, out_path: str) -> None:
         scheduler.step()
         extra["loss_sum"] += loss.detach()
         extra["seen"] += len(indices)
-        time.sleep(0.002)
-        print(f"step {step}", flush=True)
-        ckpt.step(state, step)
-        if ckpt.should_stop:
-            print(f"stopped {step + 1}", flush=True)
-        ckpt.exit_if_stopped()
+        end_step(ckpt, state, step)
     ckpt.save(state, total_steps - 1)
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "extra": extra}, out_path)
 

@@ -34,6 +34,7 @@ _EXPORTS = {
     "CorruptCheckpoint": "layout",
     "IncompatibleCheckpoint": "errors",
     "NoValidCheckpoint": "errors",
+    "ResumableLoader": "loader",
     "ResumableSampler": "sampler",
     "RNGState": "state",
     "TrainingState": "state",

@@ -1,9 +1,10 @@
 """A sampler whose position is part of the checkpoint, so a resumed run continues mid-epoch.
 
 The order of epoch ``e`` depends only on ``(seed, e)``; the saved position is the number of samples this
-rank has handed out in the current epoch. The position counts what the sampler has *yielded*: iterate it
-directly, or through a DataLoader with ``num_workers=0``. A DataLoader with workers reads the sampler
-ahead (``prefetch_factor`` batches per worker), so a resume there would skip the prefetched batches.
+rank has handed out in the current epoch. The position counts what the sampler has *yielded*, so iterate it
+directly. To load through a DataLoader (workers included) use ``ResumableLoader``, which saves the position
+the training loop has received: a DataLoader reads its sampler ahead, and a plain one also shifts the global
+RNG each time it starts (see ``loader``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class ResumableSampler(Sampler):
                     f"{-(-self.dataset_len // self.world_size)} samples per rank"
                 )
         return per_rank
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Indices this rank gets in one epoch."""
+        return self._samples_per_rank
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """This rank's indices for ``epoch`` (a function of seed, epoch, rank and world size only)."""

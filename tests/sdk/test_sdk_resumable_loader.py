@@ -1,0 +1,162 @@
+"""ResumableLoader: a DataLoader (workers included) that resumes at the batch the training loop reached, with
+the same random transforms, and leaves the global RNG alone."""
+
+from __future__ import annotations
+
+import random
+import signal
+from itertools import islice
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+import spotrun
+
+
+class NoisyDataset(Dataset):
+    """Each item is its index plus noise from all three RNGs: a stand-in for random augmentation."""
+
+    def __len__(self) -> int:
+        return 37
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        noise = torch.rand(()) + random.random() + float(np.random.rand())
+        return torch.tensor([float(index), float(noise)])
+
+
+def batches_of(loader: spotrun.ResumableLoader, count: int) -> list[torch.Tensor]:
+    return [batch.clone() for batch in islice(loader.stream(), count)]
+
+
+def assert_same_batches(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
+    assert len(actual) == len(expected)
+    for index, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        assert torch.equal(got, want), f"batch {index} differs"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_resumed_from_its_state_continues_with_the_same_batches(workers: int) -> None:
+    make = lambda: spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=3, num_workers=workers)  # noqa: E731
+    uninterrupted = batches_of(make(), 20)  # 37 samples: 8 batches per epoch, the last of 2
+
+    first = make()
+    head = batches_of(first, 11)  # stops mid-epoch 1, with batches prefetched by the workers
+    saved = first.state_dict()
+    assert (saved["epoch"], saved["position"]) == (1, 15)
+    resumed = make()
+    resumed.load_state_dict(saved)
+    assert_same_batches(head + batches_of(resumed, 9), uninterrupted)
+
+
+def test_workers_and_the_training_process_fetch_the_same_items() -> None:
+    in_process = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1), 12)
+    with_workers = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1, num_workers=3), 12)
+    assert_same_batches(with_workers, in_process)
+
+
+def test_epochs_differ_and_the_noise_is_not_the_same_for_every_batch() -> None:
+    batches = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=37, seed=0), 2)
+    assert not torch.equal(batches[0][:, 0], batches[1][:, 0])  # another order each epoch
+    noise = torch.cat(batches)[:, 1]
+    assert len(torch.unique(noise)) == len(noise)
+
+
+def test_iterating_leaves_the_global_rngs_where_they_were() -> None:
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    before = torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4), 15)
+    assert torch.equal(torch.random.get_rng_state(), before[0])
+    assert random.getstate() == before[1]
+    assert np.array_equal(np.random.get_state()[1], before[2])
+
+
+def test_iterating_again_after_a_break_drops_what_workers_read_ahead() -> None:
+    loader = spotrun.ResumableLoader(NoisyDataset(), batch_size=3, num_workers=2, prefetch_factor=4)
+    whole_epoch = [b.clone() for b in spotrun.ResumableLoader(NoisyDataset(), batch_size=3)]
+    taken = []
+    for batch in loader:
+        taken.append(batch.clone())
+        if len(taken) == 2:
+            break
+    taken += [b.clone() for b in loader]
+    assert_same_batches(taken, whole_epoch)
+    assert (loader.epoch, loader.position) == (1, 0)
+
+
+def test_persistent_workers_resume_exactly_too() -> None:
+    make = lambda: spotrun.ResumableLoader(  # noqa: E731
+        NoisyDataset(), batch_size=6, seed=9, num_workers=2, persistent_workers=True
+    )
+    uninterrupted = batches_of(make(), 16)
+    first = make()
+    head = batches_of(first, 9)
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    assert_same_batches(head + batches_of(resumed, 7), uninterrupted)
+
+
+def test_its_state_is_a_sampler_state_and_loads_into_a_sampler_of_the_same_configuration() -> None:
+    loader = spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=2)
+    batches_of(loader, 3)
+    sampler = spotrun.ResumableSampler(37, batch_size=5, seed=2)
+    sampler.load_state_dict(loader.state_dict())
+    assert (sampler.epoch, sampler.position) == (0, 15)
+    other = spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=2)
+    with pytest.raises(ValueError, match="batch_size=5"):
+        other.load_state_dict(loader.state_dict())
+    assert (other.epoch, other.position) == (0, 0)
+
+
+class WhatTheWorkerSaw(Dataset):
+    """Items tell whether the worker fetching them ignores SIGTERM and which worker_init_fn marker it holds."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[bool, int]:
+        return signal.getsignal(signal.SIGTERM) == signal.SIG_IGN, WORKER_MARK
+
+
+WORKER_MARK = 0
+
+
+def _mark_worker(worker_id: int) -> None:
+    global WORKER_MARK
+    WORKER_MARK = 100 + worker_id
+
+
+def test_workers_ignore_the_preemption_signals_and_a_user_worker_init_fn_still_runs() -> None:
+    loader = spotrun.ResumableLoader(WhatTheWorkerSaw(), batch_size=4, num_workers=1, worker_init_fn=_mark_worker)
+    (ignored, marks), = list(loader)
+    assert ignored.tolist() == [True] * 4
+    assert marks.tolist() == [100] * 4
+    assert signal.getsignal(signal.SIGTERM) != signal.SIG_IGN  # the training process still hears it
+
+
+class Numbers(IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"sampler": None}, "sets sampler itself"),
+        ({"shuffle": False, "batch_sampler": None}, "sets batch_sampler itself"),
+        ({"generator": torch.Generator()}, "sets generator itself"),
+        ({"in_order": False}, "in_order=True"),
+    ],
+)
+def test_arguments_the_loader_owns_are_refused_by_name(arguments: dict, message: str) -> None:
+    # shuffle is the loader's own keyword, so the DataLoader's is never seen: batch_sampler is the one named
+    with pytest.raises((TypeError, ValueError), match=message):
+        spotrun.ResumableLoader(NoisyDataset(), **arguments)
+
+
+def test_an_iterable_dataset_is_refused() -> None:
+    with pytest.raises(TypeError, match="map-style"):
+        spotrun.ResumableLoader(Numbers())
