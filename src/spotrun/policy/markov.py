@@ -1,13 +1,13 @@
-"""Expected cost to finish by the deadline when spot availability is a two-state Markov chain.
+"""Expected cost to finish by the deadline when spot availability is a semi-Markov chain over the age of its runs.
 
-The chain is fitted to what has been seen of spot so far (mean run lengths of "available" and "not available",
-censored runs included, starting from a weak prior), and the cheapest policy under it is found by dynamic
-programming over steps left × work left × what the job holds × whether spot is available now — the omniscient
-DP's model, with the future replaced by its expectation. A miss costs infinity, so a plan never takes a risk
-on-demand could not cover: the deadline is kept whatever the chain does.
+Spot's runs of "available" and "not available" are heavy-tailed, so the chain's state is the kind of run going on and
+its age bucket (`run_ages`), with per-bucket hazards learned from what has been seen. The cheapest policy under that
+chain is found by dynamic programming over steps left × availability state × what the job holds × work left — the
+omniscient DP's model, with the future replaced by its expectation. A miss costs infinity, so a plan never takes a
+risk on-demand could not cover: the deadline is kept whatever spot does.
 
-Tables depend only on (job shape, prices, quantized chain), so they are memoized: the policy stays a pure function
-of its inputs while the simulator and the controller ask it every step.
+Tables depend only on (job shape, hazards on a grid), so they are memoized: the policy stays a pure function of its
+inputs while the simulator and the controller ask it every step.
 """
 
 from __future__ import annotations
@@ -18,58 +18,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from spotrun.policy.observations import SpotLog
+from spotrun.policy.run_ages import RunHazards, bucket_of, bucket_width
 
-
-GRID_PER_OCTAVE = 1
-
-
-@dataclass(frozen=True)
-class SpotModel:
-    mean_up: float  # steps spot stays available, on average
-    mean_down: float  # steps it stays away
-
-    @property
-    def stay_up(self) -> float:
-        return _probability(1.0 - 1.0 / self.mean_up)
-
-    @property
-    def recover(self) -> float:
-        return _probability(1.0 / self.mean_down)
-
-    def quantized(self) -> SpotModel:
-        """Means rounded to a grid of GRID_PER_OCTAVE points per doubling, so that tables are shared and rarely recomputed."""
-        return SpotModel(_on_grid(self.mean_up), _on_grid(self.mean_down))
-
-
-def _probability(p: float) -> float:
-    """Never exactly 0 or 1: 0 × inf (a certain miss weighted by an impossible event) must stay 0, not NaN."""
-    return min(max(p, 1e-9), 1.0 - 1e-9)
-
-
-def _on_grid(mean: float) -> float:
-    return float(2 ** (round(math.log2(min(max(mean, 1.0), 512.0)) * GRID_PER_OCTAVE) / GRID_PER_OCTAVE))
-
-
-def fit_spot_model(
-    log: SpotLog, zones: tuple[str, ...], now: float, step: float, prior: SpotModel, prior_runs: float
-) -> SpotModel:
-    """Maximum-likelihood geometric run lengths over every zone's observed runs, plus `prior_runs` prior runs."""
-    up_steps, up_ends = prior.mean_up * prior_runs, prior_runs
-    down_steps, down_ends = prior.mean_down * prior_runs, prior_runs
-    for zone in zones:
-        runs = log.zone(zone)
-        up_steps += sum(runs.lifetimes) / step
-        up_ends += len(runs.lifetimes)
-        down_steps += sum(runs.gaps) / step
-        down_ends += len(runs.gaps)
-        if runs.available is not None:  # the run going on counts as time without an end (censored)
-            ongoing = max(now - runs.since, 0.0) / step
-            if runs.available:
-                up_steps += ongoing
-            else:
-                down_steps += ongoing
-    return SpotModel(max(up_steps / up_ends, 1.0), max(down_steps / down_ends, 1.0))
+TABLES_KEPT = 8  # memoized tables per process (an age-aware table of a 70 h job is up to ~150 MB)
 
 
 @dataclass(frozen=True)
@@ -119,67 +70,139 @@ def _shifted_down(row: np.ndarray, by: int) -> np.ndarray:
     return out
 
 
-@lru_cache(maxsize=32)
-def value_table(shape: JobShape, model: SpotModel) -> np.ndarray:
-    """V[k, spot_now, held, work_left]: least expected cost with k steps left (inf: the deadline could be missed).
+def chain_moves(hazards: RunHazards) -> tuple[tuple[bool, ...], tuple[tuple[tuple[int, float], ...], ...]]:
+    """The availability chain's states (up buckets, then down buckets) and, per state, its (next state, chance) pairs.
 
-    Stored as float32 (tables are large and only compared); computed in float64.
+    A run in bucket b ends with its hazard (to bucket 0 of the other kind); otherwise it moves to the next bucket with
+    chance 1 / (bucket width), a geometric stay of the bucket's mean width; the last bucket is open-ended.
+    Only moves of positive chance are listed, so that an impossible move never multiplies an infinite value.
     """
+    ups, downs = len(hazards.up), len(hazards.down)
+    is_up = (True,) * ups + (False,) * downs
+    moves = []
+    for kind, first, count, other in ((hazards.up, 0, ups, ups), (hazards.down, ups, downs, 0)):
+        for bucket, hazard in enumerate(kind):
+            width = bucket_width(bucket, count)
+            advance = 0.0 if math.isinf(width) else (1.0 - hazard) / width
+            here = [(other, hazard), (first + bucket, 1.0 - hazard - advance)]
+            if advance > 0:
+                here.append((first + bucket + 1, advance))
+            moves.append(tuple((state, chance) for state, chance in here if chance > 0))
+    return is_up, tuple(moves)
+
+
+Term = tuple[slice, slice, np.ndarray]  # states, their next states (same count), chances (states × 1 × 1)
+
+
+def _move_terms(moves) -> list[Term]:
+    """The moves grouped into runs of consecutive states whose next states are consecutive too.
+
+    Expectations are then a few slice products (no copies of the whole table), and since only moves of positive
+    chance are listed, an impossible move never multiplies an infinite value.
+    """
+    by_shift: dict[int, list[tuple[int, int, float]]] = {}
+    for state, here in enumerate(moves):
+        for target, chance in here:
+            by_shift.setdefault(target - state, []).append((state, target, chance))
+    terms = []
+    for shift_moves in by_shift.values():
+        run: list[tuple[int, int, float]] = []
+        for move in sorted(shift_moves):
+            if run and move[0] != run[-1][0] + 1:
+                terms.append(_term(run))
+                run = []
+            run.append(move)
+        terms.append(_term(run))
+    return terms
+
+
+def _term(run: list[tuple[int, int, float]]) -> Term:
+    first, last = run[0], run[-1]
+    chances = np.array([chance for _, _, chance in run], dtype=np.float32)[:, None, None]
+    return slice(first[0], last[0] + 1), slice(first[1], last[1] + 1), chances
+
+
+def _expected_next(nxt: np.ndarray, terms: list[Term]) -> np.ndarray:
+    """after[s] = sum over s's moves of chance × nxt[next state]."""
+    after = np.zeros_like(nxt)
+    for states, targets, chances in terms:
+        after[states] += chances * nxt[targets]
+    return after
+
+
+@lru_cache(maxsize=TABLES_KEPT)
+def value_table(shape: JobShape, hazards: RunHazards) -> np.ndarray:
+    """V[k, availability state, held, work_left]: least expected cost with k steps left (inf: a miss is possible).
+
+    Computed and stored in float32: tables are large, and half-size temporaries make the DP twice as fast; costs
+    are at most a few hundred dollars, far inside float32's seven digits.
+    """
+    is_up, moves = chain_moves(hazards)
+    terms = _move_terms(moves)
+    up = slice(0, len(hazards.up))  # the chain lists its up states first
     rows = 1 + 2 * shape.ages
-    table = np.empty((shape.steps + 1, 2, rows, shape.goal + 1), dtype=np.float32)
-    nxt = np.full((2, rows, shape.goal + 1), np.inf)
-    nxt[:, :, 0] = 0.0
-    table[0] = nxt
-    stay_up, recover = model.stay_up, model.recover
+    table = np.empty((shape.steps + 1, len(is_up), rows, shape.goal + 1), dtype=np.float32)
+    values = np.full((len(is_up), rows, shape.goal + 1), np.inf, dtype=np.float32)
+    values[:, :, 0] = 0.0
+    table[0] = values
     for k in range(1, shape.steps + 1):
-        after = np.stack((recover * nxt[1] + (1 - recover) * nxt[0], stay_up * nxt[1] + (1 - stay_up) * nxt[0]))
-        nxt = _step_values(after, shape)
-        nxt[:, :, 0] = 0.0
-        table[k] = nxt
+        # more work than k steps can make is a sure miss (inf, as initialized): only the columns below are computed
+        reach = min(shape.goal, k * max(shape.works)) + 1
+        now = _step_values(_expected_next(values[:, :, :reach], terms), shape, up)
+        now[:, :, 0] = 0.0
+        values[:, :, :reach] = now
+        table[k] = values
     return table
 
 
-def _step_values(after: np.ndarray, shape: JobShape) -> np.ndarray:
-    """This step's values from the expected next-step values `after[spot_now, held_next, work_left]`."""
+def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
+    """This step's values from the expected next-step values `after[state_now, held_next, work_left]`."""
     ages, works = shape.ages, shape.works
     od, spot = shape.on_demand_cost, shape.spot_cost
+    down = slice(up.stop, None)
     now = np.empty_like(after)
     idle = after[:, 0]
     od_start = od + _shifted_down(after[:, on_demand_row(1)], works[0])
-    spot_start = spot + _shifted_down(after[1, spot_row(1, ages)], works[0])  # only when spot is up
+    spot_start = spot + _shifted_down(after[up, spot_row(1, ages)], works[0])  # only when spot is up
     fresh = np.minimum(idle, od_start)  # best with nothing held (or a spot instance just preempted)
-    fresh[1] = np.minimum(fresh[1], spot_start)
+    fresh[up] = np.minimum(fresh[up], spot_start)
     now[:, 0] = fresh
     for age in range(1, ages + 1):
         later = min(age + 1, ages)
         od_keep = np.minimum(idle, od + _shifted_down(after[:, on_demand_row(later)], works[age]))
-        od_keep[1] = np.minimum(od_keep[1], spot_start)
+        od_keep[up] = np.minimum(od_keep[up], spot_start)
         now[:, on_demand_row(age)] = od_keep
-        spot_keep = spot + _shifted_down(after[1, spot_row(later, ages)], works[age])
-        now[1, spot_row(age, ages)] = np.minimum(np.minimum(idle[1], od_start[1]), spot_keep)
-        now[0, spot_row(age, ages)] = fresh[0]
+        spot_keep = spot + _shifted_down(after[up, spot_row(later, ages)], works[age])
+        now[up, spot_row(age, ages)] = np.minimum(np.minimum(idle[up], od_start[up]), spot_keep)
+        now[down, spot_row(age, ages)] = fresh[down]
     return now
 
 
+def chain_state(hazards: RunHazards, available: bool, age: int) -> int:
+    """The chain state of spot that is (not) available now and has been for `age` steps."""
+    bucket = min(bucket_of(age), len(hazards.up if available else hazards.down) - 1)
+    return bucket if available else len(hazards.up) + bucket
+
+
 def option_values(
-    table: np.ndarray, shape: JobShape, model: SpotModel, steps_left: int, work_left: int, held: str | None, age: int,
-    spot_now: bool,
+    table: np.ndarray, shape: JobShape, hazards: RunHazards, steps_left: int, work_left: int, held: str | None,
+    age: int, state: int,
 ) -> dict[str, float]:
     """Expected cost of each choice for this step: "idle", "on-demand", "spot" (only when spot is up)."""
     nxt = table[steps_left - 1].astype(np.float64)
-    p_up = model.stay_up if spot_now else model.recover
+    is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
     def expected(row: int, work: int) -> float:
         w = max(work_left - work, 0)
-        return p_up * nxt[1, row, w] + (1 - p_up) * nxt[0, row, w]
+        return sum(chance * float(nxt[target, row, w]) for target, chance in moves[state])
 
     od_age = age if held == "on-demand" else 0
     values = {
         "idle": expected(0, 0),
         "on-demand": shape.on_demand_cost + expected(on_demand_row(min(od_age + 1, ages)), works[od_age]),
     }
-    if spot_now:
+    if is_up[state]:
         spot_age = age if held == "spot" else 0
         values["spot"] = shape.spot_cost + expected(spot_row(min(spot_age + 1, ages), ages), works[spot_age])
     return values

@@ -1,0 +1,148 @@
+"""How the chance that spot changes depends on how long its current run has lasted, learned online.
+
+Spot runs are heavy-tailed: a run of availability that just began usually dies within a step or two while one that
+lasted hours tends to go on, and a fresh gap usually closes soon while an old one tends to stay. The hazard of a run
+(the chance it ends at the next step) at age a is modelled as SHAPE / (a + 1) + base: a part that falls with age,
+of fixed shape, and a part fitted online per kind of run ("available" / "not available") by maximum likelihood over
+the completed runs seen, plus `prior_runs` geometric prior runs, on a grid of bases (BASE_GRID).
+
+Why so few free parameters: every distinct model costs a DP table (~0.3 s), and the fit is asked every step. A
+free hazard per age bucket (tried first) moved at almost every step — some 40 tables per job — and fitting SHAPE
+too doubled the tables; one grid parameter per kind fitted on completed runs costs about four tables per job.
+SHAPE = 0.5 is a prior of form, not fitted to the run being simulated: it is the median of the 16 maximum-likelihood
+fits (up and down runs of each of the 8 AWS traces of docs/benchmarks.md, each whole trace alone; they range over
+0.375-1.5); leaving any one trace out, the median is 0.5 for seven traces and 0.625 for us-west-2b_k80_1.
+
+The DP's chain (`markov`) holds the age in AGE_BUCKETS, moving to the next bucket at the rate 1 / width.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from spotrun.policy.observations import SpotLog
+
+AGE_BUCKETS: tuple[int, ...] = (1, 2, 3, 5, 9, 17)  # first age of each bucket; the last one is open-ended
+SHAPE = 0.5  # the hazard's age-dependent part, SHAPE / (age + 1): see the module's doc
+BASE_GRID = tuple(2.0**-k for k in range(1, 10))  # the age-independent part, fitted on a grid so tables are shared
+MAX_HAZARD = 0.95
+COUNTED_AGES = 24  # the likelihood counts exact ages up to this; older ones pool there
+TAIL_AGE = float(COUNTED_AGES)  # the age whose hazard stands for every older one
+
+
+def bucket_of(age: int) -> int:
+    """The bucket holding a run that has lasted `age` steps (age 1: seen in this state for the first time now)."""
+    return max(bisect_right(AGE_BUCKETS, age) - 1, 0)
+
+
+def bucket_width(bucket: int, buckets: int = len(AGE_BUCKETS)) -> float:
+    """How many ages the bucket spans (inf for the last of `buckets`)."""
+    if bucket + 1 >= buckets:
+        return math.inf
+    return float(AGE_BUCKETS[bucket + 1] - AGE_BUCKETS[bucket])
+
+
+@dataclass(frozen=True)
+class RunHazards:
+    """Per age bucket, the chance that a run of "available" (up) or "not available" (down) ends at the next step."""
+
+    up: tuple[float, ...]
+    down: tuple[float, ...]
+
+    def mean_run(self, available: bool) -> float:
+        """Expected length of a fresh run, in steps (for explanations)."""
+        hazards = self.up if available else self.down
+        alive, mean = 1.0, 0.0
+        for bucket, hazard in enumerate(hazards):
+            width = bucket_width(bucket, len(hazards))
+            if math.isinf(width):
+                return mean + alive / hazard
+            for _ in range(int(width)):
+                mean += alive
+                alive *= 1.0 - hazard
+        return mean
+
+
+def shaped_hazard(age: float, base: float) -> float:
+    """The hazard at `age` of runs whose hazard falls from SHAPE / 2 + base toward `base` as they age."""
+    return min(SHAPE / (age + 1.0) + base, MAX_HAZARD)
+
+
+def bucket_hazards(base: float) -> tuple[float, ...]:
+    """Per AGE_BUCKETS bucket, the mean shaped hazard over its ages (the open-ended last: at TAIL_AGE)."""
+    hazards = []
+    for bucket, first in enumerate(AGE_BUCKETS):
+        width = bucket_width(bucket)
+        ages = [TAIL_AGE] if math.isinf(width) else range(first, first + int(width))
+        hazards.append(sum(shaped_hazard(a, base) for a in ages) / len(ages))
+    return tuple(hazards)
+
+
+def age_counts(completed: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(exposure, ends) per exact age 1..COUNTED_AGES, the last age standing for all older ones.
+
+    A run of L steps was at risk of ending at ages 1..L and ended at age L.
+    """
+    exposure = np.zeros(COUNTED_AGES)
+    ends = np.zeros(COUNTED_AGES)
+    for length in completed:
+        length = max(length, 1)
+        exposure[: min(length, COUNTED_AGES)] += 1.0
+        exposure[-1] += max(length - COUNTED_AGES, 0)
+        ends[min(length, COUNTED_AGES) - 1] += 1.0
+    return exposure, ends
+
+
+def _prior_counts(mean: float, runs: float) -> tuple[np.ndarray, np.ndarray]:
+    """`runs` runs of geometric length with `mean` steps, in expectation."""
+    end = 1.0 / max(mean, 1.0)
+    alive = runs * (1.0 - end) ** (_AGES - 1)
+    exposure = alive.copy()
+    exposure[-1] += alive[-1] * (1.0 - end) / end  # the expected steps beyond the last counted age
+    ends = alive * end
+    ends[-1] = alive[-1]
+    return exposure, ends
+
+
+def fitted_base(completed: Iterable[int], prior_mean: float, prior_runs: float) -> float:
+    """The base hazard on BASE_GRID that makes the completed runs (plus the prior runs) likeliest."""
+    exposure, ends = age_counts(completed)
+    prior_exposure, prior_ends = _prior_counts(prior_mean, prior_runs)
+    exposure, ends = exposure + prior_exposure, ends + prior_ends
+    log_likelihood = _LOG_HAZARD @ ends + _LOG_SURVIVAL @ (exposure - ends)
+    return float(BASE_GRID[int(np.argmax(log_likelihood))])
+
+
+def estimate_hazards(
+    log: SpotLog, zones: tuple[str, ...], step: float, prior_mean_up: float, prior_mean_down: float,
+    prior_runs: float,
+) -> RunHazards:
+    """Bucket hazards of "available" and "not available" runs fitted to every zone's completed runs.
+
+    Only completed runs count: the run going on would move the fit at every step, and every move costs a new table.
+    """
+    ups = [round(seconds / step) for zone in zones for seconds in log.zone(zone).lifetimes]
+    downs = [round(seconds / step) for zone in zones for seconds in log.zone(zone).gaps]
+    return _hazards_of(fitted_base(ups, prior_mean_up, prior_runs), fitted_base(downs, prior_mean_down, prior_runs))
+
+
+@lru_cache(maxsize=None)
+def _hazards_of(up_base: float, down_base: float) -> RunHazards:
+    return RunHazards(bucket_hazards(up_base), bucket_hazards(down_base))
+
+
+def current_age(since: float, now: float, step: float) -> int:
+    """Steps a run first seen at `since` has lasted by `now`, counting the step now (>= 1)."""
+    return max(round((now - since) / step), 0) + 1
+
+
+_AGES = np.arange(1, COUNTED_AGES + 1, dtype=float)
+_HAZARD_BY_BASE = np.array([[shaped_hazard(a, base) for a in _AGES] for base in BASE_GRID])
+_LOG_HAZARD = np.log(_HAZARD_BY_BASE)
+_LOG_SURVIVAL = np.log1p(-_HAZARD_BY_BASE)

@@ -1,0 +1,151 @@
+"""The age-aware spot model: hazards learned from hand-made runs, the DP against brute force, the deadline kept."""
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from spotrun.policy import DeadlineAwarePolicy, SpotLog
+from spotrun.policy.markov import (
+    JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, value_table,
+)
+from spotrun.policy.run_ages import (
+    BASE_GRID, COUNTED_AGES, RunHazards, age_counts, bucket_hazards, bucket_of, current_age, estimate_hazards,
+    fitted_base,
+)
+from spotrun.sim.engine import SimJob, run_job
+
+HOUR = 3600.0
+STEP = 600.0
+
+
+def test_bucket_of_and_current_age():
+    assert [bucket_of(a) for a in (1, 2, 3, 4, 5, 8, 9, 16, 17, 500)] == [0, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert current_age(since=0.0, now=0.0, step=STEP) == 1
+    assert current_age(since=0.0, now=3 * STEP, step=STEP) == 4
+
+
+def test_age_counts_of_hand_made_runs():
+    exposure, ends = age_counts([1, 3, COUNTED_AGES + 10])
+    assert exposure[0] == 3 and exposure[1] == 2 and exposure[2] == 2 and exposure[3] == 1
+    assert exposure[-1] == 1 + 10  # the long run's ages past the last counted one pool there
+    assert ends[0] == 1 and ends[2] == 1 and ends[-1] == 1 and ends.sum() == 3
+
+
+def test_fitted_base_follows_the_runs_seen():
+    short = fitted_base([1] * 40, prior_mean=12.0, prior_runs=4.0)
+    long = fitted_base([200] * 40, prior_mean=12.0, prior_runs=4.0)
+    prior_only = fitted_base([], prior_mean=12.0, prior_runs=4.0)
+    assert short >= BASE_GRID[1]  # spot that always dies after a step (the prior's long runs hold it off the top)
+    assert long == BASE_GRID[-1]
+    assert long < prior_only < short
+
+
+def test_estimated_hazards_fall_with_age_and_only_completed_runs_count():
+    log = SpotLog()
+    t = 0.0
+    for length in (1, 2, 1, 30, 1, 3, 60):
+        log.record("z", t, True)
+        t += length * STEP
+        log.record("z", t, False)
+        t += STEP
+    hazards = estimate_hazards(log, ("z",), STEP, 12.0, 6.0, 4.0)
+    assert all(a >= b for a, b in zip(hazards.up, hazards.up[1:]))
+    assert hazards.up[0] > 2 * hazards.up[-1]
+    log.record("z", t + 50 * STEP, False)  # the gap going on grows: the fit does not move (no new table)
+    assert estimate_hazards(log, ("z",), STEP, 12.0, 6.0, 4.0) == hazards
+
+
+# ---- the DP against a brute-force expectation ---------------------------------------------------------------------
+
+TINY = JobShape(steps=7, goal=6, works=(0, 1, 2), on_demand_cost=1.0, spot_cost=0.3)
+HAZARDS = RunHazards(up=(0.6, 0.3, 0.1), down=(0.5, 0.2, 0.05))
+
+
+def brute_force(shape: JobShape, hazards: RunHazards):
+    is_up, moves = chain_moves(hazards)
+    ages = shape.ages
+
+    @lru_cache(maxsize=None)
+    def value(k: int, state: int, held: str | None, age: int, work: int) -> float:
+        if work <= 0:
+            return 0.0
+        if k == 0:
+            return math.inf
+        if held == "spot" and not is_up[state]:
+            held, age = None, 0  # preempted
+        choices = [(0.0, None, 0, 0)]
+        od_age = age if held == "on-demand" else 0
+        choices.append((shape.on_demand_cost, "on-demand", min(od_age + 1, ages), shape.works[od_age]))
+        if is_up[state]:
+            spot_age = age if held == "spot" else 0
+            choices.append((shape.spot_cost, "spot", min(spot_age + 1, ages), shape.works[spot_age]))
+        best = math.inf
+        for cost, then, then_age, done in choices:
+            expected = 0.0
+            for target, chance in moves[state]:
+                expected += chance * value(k - 1, target, then, then_age, max(work - done, 0))
+            best = min(best, cost + expected)
+        return best
+
+    return value
+
+
+def test_value_table_matches_brute_force_on_a_tiny_job():
+    table = value_table(TINY, HAZARDS)
+    value = brute_force(TINY, HAZARDS)
+    is_up, _ = chain_moves(HAZARDS)
+    held_rows = [(None, 0, 0)] + [
+        (market, age, row(age)) for age in range(1, TINY.ages + 1)
+        for market, row in (("on-demand", on_demand_row), ("spot", lambda a: spot_row(a, TINY.ages)))
+    ]
+    checked = finite = 0
+    for k in range(TINY.steps + 1):
+        for state in range(len(is_up)):
+            for held, age, row in held_rows:
+                if held == "spot" and not is_up[state]:
+                    continue  # never looked up: a spot instance is lost when spot goes
+                for work in range(TINY.goal + 1):
+                    expected = value(k, state, held, age, work)
+                    got = float(table[k, state, row, work])
+                    assert (math.isinf(expected) and math.isinf(got)) or got == pytest.approx(expected, rel=1e-5)
+                    checked += 1
+                    finite += not math.isinf(expected)
+    assert finite > checked // 4  # the case is not all "impossible"
+
+
+def test_option_values_prefer_spot_that_has_lasted():
+    hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
+    shape = JobShape(steps=60, goal=40 * 5, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32)
+    table = value_table(shape, hazards)
+    fresh = option_values(table, shape, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 1))
+    old = option_values(table, shape, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 40))
+    assert old["spot"] < fresh["spot"]
+    assert old["spot"] - old["on-demand"] < fresh["spot"] - fresh["on-demand"]
+
+
+# ---- the deadline is kept whatever spot does -----------------------------------------------------------------------
+
+
+def adversarial_traces() -> dict[str, np.ndarray]:
+    steps = 40
+    rng = np.random.default_rng(7)
+    lure = np.zeros(steps, dtype=bool)
+    lure[:30] = True  # spot for hours, then gone for good just when the job counts on it
+    return {
+        "blinking": np.arange(steps) % 2 == 0,  # up one step, down the next
+        "short lives, long gaps": np.arange(steps) % 6 == 0,
+        "lure": lure,
+        "never": np.zeros(steps, dtype=bool),
+        **{f"random {i}": rng.random(steps) < 0.6 for i in range(4)},
+    }
+
+
+@pytest.mark.parametrize("overhead", [0.1 * HOUR, 0.2 * HOUR])
+@pytest.mark.parametrize("name", list(adversarial_traces()))
+def test_deadline_kept_on_adversarial_traces(name, overhead):
+    available = adversarial_traces()[name][None, :]
+    job = SimJob(compute_seconds=4 * HOUR, deadline_seconds=5 * HOUR, restart_overhead=overhead)
+    result = run_job(DeadlineAwarePolicy(), ("z",), available, STEP, job)
+    assert result.met_deadline, name
