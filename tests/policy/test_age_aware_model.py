@@ -92,35 +92,52 @@ def brute_force(shape: JobShape, hazards: RunHazards):
     return value
 
 
-def test_value_table_matches_brute_force_on_a_tiny_job():
-    table = value_table(TINY, HAZARDS)
-    value = brute_force(TINY, HAZARDS)
+# TINY's slack covers every column; NARROW's band (slack 4 units) is narrower than its goal
+NARROW = JobShape(steps=7, goal=10, works=(0, 1, 2), on_demand_cost=1.0, spot_cost=0.3)
+
+
+@pytest.mark.parametrize("shape", [TINY, NARROW], ids=["tiny", "narrow band"])
+def test_value_table_matches_brute_force_on_a_tiny_job(shape):
+    table = value_table(shape, HAZARDS)
+    value = brute_force(shape, HAZARDS)
     is_up, _ = chain_moves(HAZARDS)
     held_rows = [(None, 0, 0)] + [
-        (market, age, row(age)) for age in range(1, TINY.ages + 1)
-        for market, row in (("on-demand", on_demand_row), ("spot", lambda a: spot_row(a, TINY.ages)))
+        (market, age, row(age)) for age in range(1, shape.ages + 1)
+        for market, row in (("on-demand", on_demand_row), ("spot", lambda a: spot_row(a, shape.ages)))
     ]
     checked = finite = 0
-    for k in range(TINY.steps + 1):
+    for k in range(shape.steps + 1):
+        first = shape.band_start(k)
         for state in range(len(is_up)):
             for held, age, row in held_rows:
                 if held == "spot" and not is_up[state]:
                     continue  # never looked up: a spot instance is lost when spot goes
-                for work in range(TINY.goal + 1):
+                for work in range(shape.goal + 1):
                     expected = value(k, state, held, age, work)
-                    got = float(table[k, state, row, work])
+                    got = table.at(k, state, row, work)
+                    if work < first:  # unreachable: read as the band's least work, never cheaper than the truth
+                        assert got == pytest.approx(value(k, state, held, age, first), rel=1e-5) or math.isinf(got)
+                        assert got >= expected - 1e-6
+                        continue
                     assert (math.isinf(expected) and math.isinf(got)) or got == pytest.approx(expected, rel=1e-5)
                     checked += 1
                     finite += not math.isinf(expected)
     assert finite > checked // 4  # the case is not all "impossible"
 
 
+def test_a_tables_band_is_its_slack():
+    assert TINY.band_width == TINY.goal + 1
+    assert NARROW.band_width == NARROW.steps * 2 - NARROW.goal + 1
+    assert value_table(NARROW, HAZARDS).values.shape[-1] == NARROW.band_width
+    assert [NARROW.band_start(k) for k in range(NARROW.steps + 1)] == [0, 0, 0, 2, 4, 6, 8, 10]
+
+
 def test_option_values_prefer_spot_that_has_lasted():
     hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
     shape = JobShape(steps=60, goal=40 * 5, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32)
     table = value_table(shape, hazards)
-    fresh = option_values(table, shape, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 1))
-    old = option_values(table, shape, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 40))
+    fresh = option_values(table, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 1))
+    old = option_values(table, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 40))
     assert old["spot"] < fresh["spot"]
     assert old["spot"] - old["on-demand"] < fresh["spot"] - fresh["on-demand"]
 

@@ -77,7 +77,7 @@ class DeadlineAwarePolicy:
         work_left = min(math.ceil(view.work_left / unit - 1e-9), shape.goal)
         state = _availability_state(ctx, log, hazards, step)
         values = option_values(
-            value_table(shape, hazards), shape, hazards, min(steps_left, shape.steps), work_left, held, age, state,
+            value_table(shape, hazards), hazards, min(steps_left, shape.steps), work_left, held, age, state,
         )
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):

@@ -7,20 +7,23 @@ omniscient DP's model, with the future replaced by its expectation. A miss costs
 risk on-demand could not cover: the deadline is kept whatever spot does.
 
 Tables depend only on (job shape, hazards on a grid), so they are memoized: the policy stays a pure function of its
-inputs while the simulator and the controller ask it every step.
+inputs while the simulator and the controller ask it every step. A table holds only the band of work left that a job
+can be in with k steps left (no more than k steps can do, no less than the steps gone by could have done): its width
+is the job's slack, so a job with little slack has a narrow table.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
 
 from spotrun.policy.run_ages import RunHazards, bucket_of, bucket_width
 
-TABLES_KEPT = 8  # memoized tables per process (an age-aware table of a 70 h job is up to ~150 MB)
+TABLE_BYTES_KEPT = 1 << 30  # memoized tables per process, in bytes (a 70 h job's table is ~70 MB, a 52 h job's ~10 MB)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,15 @@ class JobShape:
     @property
     def ages(self) -> int:
         return len(self.works) - 1
+
+    @property
+    def band_width(self) -> int:
+        """Columns of work left a table keeps per step: the slack in progress units (at least 1)."""
+        return max(1, min(self.goal + 1, self.steps * max(self.works) - self.goal + 1))
+
+    def band_start(self, steps_left: int) -> int:
+        """The least work a job can have left with `steps_left` steps left, having worked every step before."""
+        return max(0, self.goal - (self.steps - steps_left) * max(self.works))
 
     @classmethod
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
@@ -70,6 +82,7 @@ def _shifted_down(row: np.ndarray, by: int) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=None)
 def chain_moves(hazards: RunHazards) -> tuple[tuple[bool, ...], tuple[tuple[tuple[int, float], ...], ...]]:
     """The availability chain's states (up buckets, then down buckets) and, per state, its (next state, chance) pairs.
 
@@ -130,28 +143,66 @@ def _expected_next(nxt: np.ndarray, terms: list[Term]) -> np.ndarray:
     return after
 
 
-@lru_cache(maxsize=TABLES_KEPT)
-def value_table(shape: JobShape, hazards: RunHazards) -> np.ndarray:
-    """V[k, availability state, held, work_left]: least expected cost with k steps left (inf: a miss is possible).
+@dataclass(frozen=True)
+class ValueTable:
+    """Least expected costs by steps left, availability state, held row and work left, in the band of reachable work.
 
-    Computed and stored in float32: tables are large, and half-size temporaries make the DP twice as fast; costs
+    `values[k, state, row, j]` is the cost with `k` steps left and `shape.band_start(k) + j` units of work left (inf: a
+    miss is possible). Stored in float32: tables are large, and half-size temporaries make the DP twice as fast; costs
     are at most a few hundred dollars, far inside float32's seven digits.
     """
+
+    shape: JobShape
+    values: np.ndarray
+
+    def layer(self, steps_left: int) -> tuple[np.ndarray, int]:
+        """The values with `steps_left` steps left, and the work left of their first column."""
+        return self.values[steps_left], self.shape.band_start(steps_left)
+
+    def at(self, steps_left: int, state: int, row: int, work_left: int) -> float:
+        """One value. Less work left than the band holds reads as the band's least (never cheaper than the truth, since
+        less work never costs more); more than it holds is a sure miss."""
+        layer, first = self.layer(steps_left)
+        column = max(work_left - first, 0)
+        return float(layer[state, row, column]) if column < layer.shape[-1] else math.inf
+
+
+_tables: OrderedDict[tuple[JobShape, RunHazards], ValueTable] = OrderedDict()
+
+
+def value_table(shape: JobShape, hazards: RunHazards) -> ValueTable:
+    """The table of (shape, hazards), memoized per process up to TABLE_BYTES_KEPT, least recently used dropped first."""
+    key = (shape, hazards)
+    if key in _tables:
+        _tables.move_to_end(key)
+        return _tables[key]
+    table = _tables[key] = ValueTable(shape, _compute_values(shape, hazards))
+    while len(_tables) > 1 and sum(t.values.nbytes for t in _tables.values()) > TABLE_BYTES_KEPT:
+        _tables.popitem(last=False)
+    return table
+
+
+def _compute_values(shape: JobShape, hazards: RunHazards) -> np.ndarray:
     is_up, moves = chain_moves(hazards)
     terms = _move_terms(moves)
     up = slice(0, len(hazards.up))  # the chain lists its up states first
-    rows = 1 + 2 * shape.ages
-    table = np.empty((shape.steps + 1, len(is_up), rows, shape.goal + 1), dtype=np.float32)
-    values = np.full((len(is_up), rows, shape.goal + 1), np.inf, dtype=np.float32)
+    rows, most = 1 + 2 * shape.ages, max(shape.works)
+    table = np.full((shape.steps + 1, len(is_up), rows, shape.band_width), np.inf, dtype=np.float32)
+    values = np.full((len(is_up), rows, shape.goal + 1), np.inf, dtype=np.float32)  # one step's values, all columns
     values[:, :, 0] = 0.0
-    table[0] = values
+    table[0, :, :, 0] = 0.0 if shape.band_start(0) == 0 else np.inf
     for k in range(1, shape.steps + 1):
-        # more work than k steps can make is a sure miss (inf, as initialized): only the columns below are computed
-        reach = min(shape.goal, k * max(shape.works)) + 1
-        now = _step_values(_expected_next(values[:, :, :reach], terms), shape, up)
-        now[:, :, 0] = 0.0
-        values[:, :, :reach] = now
-        table[k] = values
+        # columns outside [first, reach) are a sure miss (more work than k steps make) or unreachable (less work than
+        # the steps gone by could have left): only the band is computed, from the band below and `most` under it
+        first, reach = shape.band_start(k), min(shape.goal, k * most) + 1
+        if first >= reach:
+            continue
+        below = max(first - most, 0)
+        now = _step_values(_expected_next(values[:, :, below:reach], terms), shape, up)
+        if below == 0:
+            now[:, :, 0] = 0.0
+        values[:, :, first:reach] = now[:, :, first - below:]
+        table[k, :, :, : reach - first] = values[:, :, first:reach]
     return table
 
 
@@ -185,17 +236,16 @@ def chain_state(hazards: RunHazards, available: bool, age: int) -> int:
 
 
 def option_values(
-    table: np.ndarray, shape: JobShape, hazards: RunHazards, steps_left: int, work_left: int, held: str | None,
-    age: int, state: int,
+    table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int, state: int,
 ) -> dict[str, float]:
     """Expected cost of each choice for this step: "idle", "on-demand", "spot" (only when spot is up)."""
-    nxt = table[steps_left - 1].astype(np.float64)
+    shape = table.shape
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
     def expected(row: int, work: int) -> float:
         w = max(work_left - work, 0)
-        return sum(chance * float(nxt[target, row, w]) for target, chance in moves[state])
+        return sum(chance * table.at(steps_left - 1, target, row, w) for target, chance in moves[state])
 
     od_age = age if held == "on-demand" else 0
     values = {

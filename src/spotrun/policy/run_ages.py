@@ -127,9 +127,15 @@ def estimate_hazards(
 
     Only completed runs count: the run going on would move the fit at every step, and every move costs a new table.
     """
-    ups = [round(seconds / step) for zone in zones for seconds in log.zone(zone).lifetimes]
-    downs = [round(seconds / step) for zone in zones for seconds in log.zone(zone).gaps]
-    return _hazards_of(fitted_base(ups, prior_mean_up, prior_runs), fitted_base(downs, prior_mean_down, prior_runs))
+    ups = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).lifetimes)
+    downs = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).gaps)
+    return _hazards_of(_fitted_base_of(ups, prior_mean_up, prior_runs), _fitted_base_of(downs, prior_mean_down, prior_runs))
+
+
+@lru_cache(maxsize=4096)
+def _fitted_base_of(completed: tuple[int, ...], prior_mean: float, prior_runs: float) -> float:
+    """fitted_base, remembered: the completed runs change only when a run ends, and the policy asks every step."""
+    return fitted_base(completed, prior_mean, prior_runs)
 
 
 @lru_cache(maxsize=None)
