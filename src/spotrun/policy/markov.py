@@ -243,9 +243,14 @@ def option_values(
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
+    layer, first = table.layer(steps_left - 1)
+    width = layer.shape[-1]
+
     def expected(row: int, work: int) -> float:
-        w = max(work_left - work, 0)
-        return sum(chance * table.at(steps_left - 1, target, row, w) for target, chance in moves[state])
+        column = max(work_left - work - first, 0)  # less work than the band holds: the band's least (see `at`)
+        if column >= width:
+            return math.inf
+        return sum(chance * float(layer[target, row, column]) for target, chance in moves[state])
 
     od_age = age if held == "on-demand" else 0
     values = {

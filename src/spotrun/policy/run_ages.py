@@ -57,16 +57,20 @@ class RunHazards:
 
     def mean_run(self, available: bool) -> float:
         """Expected length of a fresh run, in steps (for explanations)."""
-        hazards = self.up if available else self.down
-        alive, mean = 1.0, 0.0
-        for bucket, hazard in enumerate(hazards):
-            width = bucket_width(bucket, len(hazards))
-            if math.isinf(width):
-                return mean + alive / hazard
-            for _ in range(int(width)):
-                mean += alive
-                alive *= 1.0 - hazard
-        return mean
+        return _mean_run(self.up if available else self.down)
+
+
+@lru_cache(maxsize=1024)
+def _mean_run(hazards: tuple[float, ...]) -> float:
+    alive, mean = 1.0, 0.0
+    for bucket, hazard in enumerate(hazards):
+        width = bucket_width(bucket, len(hazards))
+        if math.isinf(width):
+            return mean + alive / hazard
+        for _ in range(int(width)):
+            mean += alive
+            alive *= 1.0 - hazard
+    return mean
 
 
 def shaped_hazard(age: float, base: float) -> float:
