@@ -44,6 +44,19 @@ def test_simulate_multi_zone_table(tmp_path):
     assert "default" in result.output and "uniform_progress" in result.output
 
 
+def test_simulate_table_is_whole_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    write_trace(tmp_path / "a.json", [1, 1, 0] * 60)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path / "a.json"), "--policy", "all",
+                                      "--compute-hours", "4", "--deadline-hours", "8", "--processes", "1"])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    rows = [line.split("│") for line in result.output.splitlines() if "uniform_progress" in line]
+    assert len(rows) == 1
+    cells = [cell.strip() for cell in rows[0] if cell.strip()]
+    assert cells[0] == "uniform_progress" and all(len(c.split(".")[-1]) == 3 for c in cells[2:5]), cells
+
+
 def test_simulate_names_a_bad_trace_file(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{nope")

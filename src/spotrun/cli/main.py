@@ -19,7 +19,7 @@ from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.simulate import simulate
-from spotrun.cli.views import attempts_table, follow_events, status_table
+from spotrun.cli.views import attempts_table, follow_events, print_whole, status_table
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
@@ -98,9 +98,9 @@ def status(job_id: Annotated[Optional[int], typer.Argument()] = None, as_json: A
     if as_json:
         typer.echo(json.dumps([row.to_json() for row in rows], indent=2))
         return
-    console.print(status_table(rows))
+    print_whole(console, status_table(rows))
     if detail is not None:
-        console.print(attempts_table(detail.attempts, detail.job.id, time.time()))
+        print_whole(console, attempts_table(detail.attempts, detail.job.id, time.time()))
 
 
 @app.command()

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spotrun.cli.views import print_whole
 from spotrun.policy import policy_names
 from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
@@ -63,8 +64,9 @@ def simulate(
             "seconds": round(elapsed, 2), "policies": [s.as_dict() for s in summaries],
         }, indent=2))
         return
-    console.print(summary_table(summaries, f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
-                                f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"))
+    title = (f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
+             f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}")
+    print_whole(console, summary_table(summaries, title))
     console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand")
 
 

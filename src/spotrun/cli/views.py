@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -17,13 +18,23 @@ from spotrun.server.views import AttemptView, JobRow, job_row
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend
 
-__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "progress_line", "status_table"]
+__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
 
 
 _STATE_STYLE = {
     "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow", "PREEMPTED": "magenta",
     "WAITING": "yellow", "RUNNING": "cyan", "PROVISIONING": "blue", "PENDING": "white",
 }
+
+
+def print_whole(console: Console, table: Table) -> None:
+    """Print a table on a terminal as wide as the terminal, and elsewhere (a pipe, a file) as wide as the table needs:
+    rich would otherwise cut its cells to 80 columns, and a script reading the output would get "0.7…" for 0.762."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+    Console(file=console.file, width=max(natural, console.width), no_color=console.no_color).print(table)
 
 
 def status_table(rows: list[JobRow]) -> Table:

@@ -187,15 +187,17 @@ def _compute_values(shape: JobShape, hazards: RunHazards) -> np.ndarray:
     terms = _move_terms(moves)
     up = slice(0, len(hazards.up))  # the chain lists its up states first
     rows, most = 1 + 2 * shape.ages, max(shape.works)
-    table = np.full((shape.steps + 1, len(is_up), rows, shape.band_width), np.inf, dtype=np.float32)
+    table = np.empty((shape.steps + 1, len(is_up), rows, shape.band_width), dtype=np.float32)  # each cell set once
     values = np.full((len(is_up), rows, shape.goal + 1), np.inf, dtype=np.float32)  # one step's values, all columns
     values[:, :, 0] = 0.0
+    table[0] = np.inf
     table[0, :, :, 0] = 0.0 if shape.band_start(0) == 0 else np.inf
     for k in range(1, shape.steps + 1):
         # columns outside [first, reach) are a sure miss (more work than k steps make) or unreachable (less work than
         # the steps gone by could have left): only the band is computed, from the band below and `most` under it
         first, reach = shape.band_start(k), min(shape.goal, k * most) + 1
         if first >= reach:
+            table[k] = np.inf
             continue
         below = max(first - most, 0)
         now = _step_values(_expected_next(values[:, :, below:reach], terms), shape, up)
@@ -203,6 +205,7 @@ def _compute_values(shape: JobShape, hazards: RunHazards) -> np.ndarray:
             now[:, :, 0] = 0.0
         values[:, :, first:reach] = now[:, :, first - below:]
         table[k, :, :, : reach - first] = values[:, :, first:reach]
+        table[k, :, :, reach - first :] = np.inf
     return table
 
 

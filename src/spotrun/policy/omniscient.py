@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -31,26 +32,30 @@ class Problem:
     spot_price: float  # per hour
     on_demand_price: float  # per hour
 
-    @property
+    @cached_property
     def unit(self) -> int:
         step, overhead = _whole_seconds(self.step, "step"), _whole_seconds(self.overhead, "overhead")
         return math.gcd(step, overhead) if overhead else step
 
-    @property
+    @cached_property
     def steps(self) -> int:
         return int(math.floor(self.deadline / self.step + 1e-9))
 
-    @property
+    @cached_property
     def ages(self) -> int:
         """Steps after a start by which the restart overhead is surely paid (age is capped there)."""
         return max(1, math.ceil(self.overhead / self.step - 1e-9))
 
     def work(self, age: int) -> int:
         """Progress units made in a step by an instance that has already run `age` steps."""
-        lost = min(max(self.overhead - age * self.step, 0.0), self.step)
-        return round((self.step - lost) / self.unit)
+        return self._works[min(age, self.ages)]
 
-    @property
+    @cached_property
+    def _works(self) -> tuple[int, ...]:
+        lost = [min(max(self.overhead - age * self.step, 0.0), self.step) for age in range(self.ages + 1)]
+        return tuple(round((self.step - x) / self.unit) for x in lost)
+
+    @cached_property
     def goal(self) -> int:
         return math.ceil(self.compute / self.unit - 1e-9)
 
