@@ -58,7 +58,7 @@ def main() -> None:
     total_steps = epochs * len(sampler)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
 
-    ckpt = spotrun.Checkpointer(every_steps=int(os.environ.get("CHECKPOINT_EVERY", "10")))
+    ckpt = spotrun.Checkpointer(every_steps=int(os.environ.get("CHECKPOINT_EVERY", "10")), total_steps=total_steps)
     state = spotrun.torch_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
     start = ckpt.restore(state) or 0
     launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "env"

@@ -140,6 +140,16 @@ def test_restore_copies_committed_checkpoints_and_user_files(local, remote):
     assert (local / checkpoint_name(2) / "optim" / "state.bin").read_bytes() == b"optim-2"
 
 
+@pytest.mark.parametrize(("total", "expected"), [(20, 20), (None, None), ("20", None), (1, None), (True, None)])
+def test_newest_progress_names_the_total_steps_only_when_the_manifest_holds_a_valid_one(local, total, expected):
+    write_checkpoint(local, 1)
+    folder = write_checkpoint(local, 2)
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    (folder / MANIFEST_NAME).write_text(json.dumps({**manifest, "total_steps": total}))
+    progress = CheckpointSync(local, "unused://").newest_local_progress()
+    assert progress is not None and (progress.step, progress.total_steps) == (2, expected)
+
+
 def test_restore_from_an_empty_store_returns_none(local, remote):
     assert CheckpointSync(local, str(remote)).restore() is None
     assert list(local.iterdir()) == []

@@ -230,12 +230,12 @@ from pathlib import Path
 folder = Path(os.environ["SPOTRUN_CHECKPOINT_DIR"]) / "ckpt-000000000007"
 folder.mkdir(parents=True)
 (folder / "model.bin").write_bytes(b"weights" * 1000)
-(folder / "manifest.json").write_text(json.dumps({{"step": 7, "files": {{"model.bin": {{"size": 7000}}}}}}))
+(folder / "manifest.json").write_text(json.dumps({{"step": 7, "total_steps": 20, "files": {{"model.bin": {{"size": 7000}}}}}}))
 while not Path({str(go_on)!r}).exists():
     time.sleep(0.05)
 """
     agent = run_agent(controller.url, run=write_trainer(tmp_path, trainer), sync_interval=0.3)
-    controller.wait_for(lambda: any(r.body == {"checkpoint_step": 7} for r in controller.of("heartbeat")))
+    controller.wait_for(lambda: any(r.body == {"checkpoint_step": 7, "total_steps": 20} for r in controller.of("heartbeat")))
     store_fs = fsspec.filesystem("file")
     controller.wait_for(lambda: list_committed(store_fs, str(agent.store)) != [])
     assert agent.process.poll() is None  # backed up while the trainer still runs

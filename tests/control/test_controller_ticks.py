@@ -10,6 +10,9 @@ from fastapi.testclient import TestClient
 from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.cli.views import progress_line
+from spotrun.control.placement import placement_context
+from spotrun.server.views import job_row
 from spotrun.server.agent_api import create_agent_app
 from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Job, Store
@@ -430,3 +433,37 @@ def test_unknown_policy_is_refused_and_given_prices_replace_the_catalog(world):
     world.tick()
     attempt = world.attempts(job_id)[0]
     assert (attempt.price_per_hour, attempt.on_demand_price_per_hour) == (0.9, 3.06)
+
+
+def test_the_sdks_reported_steps_become_the_policys_progress(world):
+    job_id = world.submit(SPEC + "estimated_duration: 10h\n")
+    instance = world.run_to_running(job_id)
+    post = world.agent(instance)
+    spec = parse_spec(SPEC + "estimated_duration: 10h\n")
+    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress is None  # nothing said
+    post("heartbeat", {"checkpoint_step": 30})
+    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress is None  # no total known
+    post("heartbeat", {"checkpoint_step": 30, "total_steps": 120})
+    [attempt] = world.attempts(job_id)
+    assert (attempt.checkpoint_step, attempt.total_steps) == (30, 120)
+    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress == pytest.approx(2.5 * 3600)
+    row = job_row(world.job(job_id), world.clock.now())
+    assert (row.checkpoint_step, row.total_steps) == (30, 120)
+    assert "checkpoint step 30 of 120 (25%)" in progress_line(row).plain
+    no_duration = parse_spec(SPEC)
+    assert placement_context(world.job(job_id), no_duration, ["m-a"], world.clock.now()).progress is None
+
+
+@pytest.mark.parametrize("body", [{"checkpoint_step": 3, "total_steps": 0}, {"checkpoint_step": -1}, {"total_steps": "x"}])
+def test_a_heartbeat_with_impossible_steps_is_refused_and_changes_nothing(world, body):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("heartbeat", {"checkpoint_step": 5, "total_steps": 50})
+    config = json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])
+    response = world.api.post(
+        f"/agent/v1/attempts/{config['attempt_id']}/heartbeat", json=body,
+        headers={"Authorization": f"Bearer {config['token']}"},
+    )
+    assert response.status_code == 422
+    [attempt] = world.attempts(job_id)
+    assert (attempt.checkpoint_step, attempt.total_steps) == (5, 50)

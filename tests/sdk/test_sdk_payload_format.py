@@ -97,6 +97,23 @@ def test_new_manifests_record_xxh3_128(tmp_path: Path) -> None:
         assert data.startswith(tensorfile.MAGIC)
 
 
+def test_manifests_name_the_runs_total_steps_when_told(tmp_path: Path) -> None:
+    with spotrun.Checkpointer(tmp_path, signals=(), total_steps=50) as ckpt:
+        ckpt.save(spotrun.torch_state(model=torch.nn.Linear(3, 2)), 9)
+    manifest = json.loads((tmp_path / layout.checkpoint_name(10) / layout.MANIFEST_NAME).read_text())
+    assert manifest["step"] == 10 and manifest["total_steps"] == 50
+    with spotrun.Checkpointer(tmp_path / "untold", signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=torch.nn.Linear(3, 2)), 0)
+    assert "total_steps" not in json.loads((tmp_path / "untold" / layout.checkpoint_name(1) / layout.MANIFEST_NAME).read_text())
+
+
+@pytest.mark.parametrize("total", [0, -3, 2.5, True, "50"])
+def test_a_total_that_is_not_a_whole_number_of_steps_is_refused(tmp_path: Path, total: Any) -> None:
+    with pytest.raises(ValueError, match="total_steps"):
+        spotrun.Checkpointer(tmp_path, signals=(), total_steps=total)
+    assert not tmp_path.joinpath(layout.checkpoint_name(1)).exists()
+
+
 def write_previous_sdk_checkpoint(root: Path, steps: int, model: torch.nn.Module) -> None:
     """A checkpoint as the SDK wrote it before: torch.save payloads, manifest format 1 with sha256."""
     folder = root / layout.checkpoint_name(steps)

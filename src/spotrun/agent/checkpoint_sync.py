@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from spotrun.agent.heartbeat import CheckpointProgress
 from spotrun.sdk.layout import CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,16 @@ class _Side:
 
     def committed(self) -> list[tuple[int, str]]:
         return list_committed(self.fs, self.root)
+
+    def newest_progress(self) -> CheckpointProgress | None:
+        """The newest committed checkpoint's step, and the run's total steps when its manifest names a valid one."""
+        committed = self.committed()
+        if not committed:
+            return None
+        step, path = committed[-1]
+        total = (read_manifest(self.fs, path) or {}).get("total_steps")
+        valid = isinstance(total, int) and not isinstance(total, bool) and total >= max(step, 1)
+        return CheckpointProgress(step, total if valid else None)
 
     def manifest_bytes(self, checkpoint_path: str) -> bytes | None:
         """The raw manifest of a checkpoint folder when it is a valid one, else None."""
@@ -125,6 +136,9 @@ class CheckpointSync:
     def newest_local_step(self) -> int | None:
         committed = self.local.committed()
         return committed[-1][0] if committed else None
+
+    def newest_local_progress(self) -> CheckpointProgress | None:
+        return self.local.newest_progress()
 
     def restore(self) -> int | None:
         """Copy every committed store checkpoint and the user files to the local disk; the newest step or None."""

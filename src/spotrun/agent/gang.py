@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotrun.agent.config import AgentConfig, GangConfig
-from spotrun.agent.heartbeat import Heartbeat
+from spotrun.agent.heartbeat import CheckpointProgress, Heartbeat
 from spotrun.agent.notices import Notice, NoticeSource
 from spotrun.agent.process import CommandProcess
 from spotrun.agent.supervisor import (
@@ -106,13 +106,13 @@ class Throttled:
     """`read()`'s value, read again at most every `interval` seconds (listing an object store each heartbeat
     would cost more than the news is worth)."""
 
-    def __init__(self, read: Callable[[], int | None], interval: float) -> None:
+    def __init__(self, read: Callable[[], CheckpointProgress | None], interval: float) -> None:
         self._read = read
         self._interval = interval
-        self._value: int | None = None
+        self._value: CheckpointProgress | None = None
         self._read_at = -float("inf")
 
-    def __call__(self) -> int | None:
+    def __call__(self) -> CheckpointProgress | None:
         if time.monotonic() - self._read_at >= self._interval:
             self._read_at = time.monotonic()
             self._value = self._read()
@@ -170,13 +170,12 @@ class GangAgent(Agent):
             self.orders.on_heartbeat_reply(reply)
 
         every = min(config.sync_interval, STORE_STEP_EVERY)
-        newest_step = Throttled(self._newest_store_step, every) if config.gang.node_rank == 0 else None
-        self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, newest_step or (lambda: None), on_reply)
+        newest = Throttled(self._newest_store_progress, every) if config.gang.node_rank == 0 else None
+        self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, newest or (lambda: None), on_reply)
 
-    def _newest_store_step(self) -> int | None:
+    def _newest_store_progress(self) -> CheckpointProgress | None:
         self.sync.store.fs.invalidate_cache()
-        committed = self.sync.store.committed()
-        return committed[-1][0] if committed else None
+        return self.sync.store.newest_progress()
 
     def _attempt(self) -> ExitReport:
         self._report_started()

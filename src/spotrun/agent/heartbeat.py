@@ -1,4 +1,5 @@
-"""Liveness: a heartbeat every interval carrying the newest committed local checkpoint step.
+"""Liveness: a heartbeat every interval carrying the newest committed checkpoint's step (and the run's total steps,
+when the SDK wrote them into its manifest).
 
 A heartbeat is not retried: the next one, a moment later, carries fresher news.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from spotrun.agent.client import ControllerClient
@@ -15,18 +17,24 @@ from spotrun.agent.client import ControllerClient
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class CheckpointProgress:
+    step: int  # steps done by the newest committed checkpoint
+    total_steps: int | None  # steps of the whole run, from its manifest (None: the SDK was not told)
+
+
 class Heartbeat:
     def __init__(
         self,
         client: ControllerClient,
         interval: float,
-        checkpoint_step: Callable[[], int | None],
+        checkpoint_progress: Callable[[], CheckpointProgress | None],
         on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._client = client
         self._on_reply = on_reply
         self._interval = interval
-        self._checkpoint_step = checkpoint_step
+        self._checkpoint_progress = checkpoint_progress
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat_forever, name="spotrun-heartbeat", daemon=True)
 
@@ -42,9 +50,12 @@ class Heartbeat:
     def _beat_forever(self) -> None:
         while not self._stop.is_set():
             try:
-                step = self._checkpoint_step()
+                progress = self._checkpoint_progress()
             except Exception:  # a checkpoint folder vanishing mid-read must not stop the heartbeat
                 log.exception("cannot read the newest checkpoint step")
-                step = None
-            self._client.post("heartbeat", {"checkpoint_step": step}, retry=False, on_reply=self._on_reply)
+                progress = None
+            body: dict[str, int | None] = {"checkpoint_step": progress.step if progress else None}
+            if progress is not None and progress.total_steps is not None:
+                body["total_steps"] = progress.total_steps
+            self._client.post("heartbeat", body, retry=False, on_reply=self._on_reply)
             self._stop.wait(self._interval)

@@ -92,7 +92,7 @@ class Agent:
         self.controller_stop = ControllerStopNotice(config.notice_grace)
         self.notices = NoticeWatcher([*notice_sources, self.controller_stop], config.notice_poll_interval)
         self.heartbeat = Heartbeat(
-            self.client, config.heartbeat_interval, self.sync.newest_local_step, self.controller_stop.on_heartbeat_reply
+            self.client, config.heartbeat_interval, self.sync.newest_local_progress, self.controller_stop.on_heartbeat_reply
         )
         self.backup = PeriodicBackup(self.sync, config.sync_interval)
         self._process: CommandProcess | None = None

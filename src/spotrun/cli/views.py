@@ -87,6 +87,8 @@ def follow_events(backend: Backend, job_id: int, console: Console, poll: float =
 def progress_line(row: JobRow) -> Text:
     where = f"{row.market} in {row.zone}" if row.market else "no instance"
     step = f"checkpoint step {row.checkpoint_step}" if row.checkpoint_step is not None else "no checkpoint yet"
+    if row.checkpoint_step is not None and row.total_steps:
+        step += f" of {row.total_steps} ({row.checkpoint_step / row.total_steps:.0%})"
     return Text.from_markup(
         f"[bold]job {row.id}[/] [{_STATE_STYLE.get(row.state, 'white')}]{row.state}[/] · attempt {row.attempts} · "
         f"{where} · {row.preemptions} preemptions · {step} · {format_duration(row.elapsed)} · ${row.cost:.4f} so far"

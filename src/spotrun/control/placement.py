@@ -15,6 +15,7 @@ def placement_context(
     job: Job, spec: JobSpec, provider_zones: list[str], now: float, **running: Any
 ) -> PlacementContext:
     """What the policy sees; `running` adds the running-job view (current placement, step, prices)."""
+    running.setdefault("progress", reported_progress(job, spec))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]
@@ -36,6 +37,19 @@ def placement_context(
         estimated_duration=spec.estimated_duration,
         **running,
     )
+
+
+def reported_progress(job: Job, spec: JobSpec) -> float | None:
+    """Seconds of compute done, as the SDK reports it: the newest checkpoint's steps done over the run's total
+    steps, times the job's estimated duration. None (the policy then counts from the attempts' run time) when no
+    checkpoint named its total or the job gave no estimated duration."""
+    if spec.estimated_duration is None:
+        return None
+    reports = [(a.checkpoint_step, a.total_steps) for a in job.attempts if a.checkpoint_step is not None and a.total_steps]
+    if not reports:
+        return None
+    steps_done, total_steps = max(reports)
+    return spec.estimated_duration * min(steps_done / total_steps, 1.0)
 
 
 def price_for(

@@ -75,6 +75,8 @@ class Checkpointer:
     given). ``keep_last`` committed checkpoints are kept (None keeps all). The ``signals`` (SIGTERM and
     SIGUSR1 by default) only set the preemption flag. ``storage_options`` go to fsspec (e.g.
     ``{"client_kwargs": {"endpoint_url": ...}}`` for s3://); ``fs`` replaces the filesystem altogether.
+    ``total_steps``, the steps the whole run takes, is written into every manifest, so that the platform
+    knows the run's progress (steps done / total) and its placement policy plans with it.
     """
 
     def __init__(
@@ -88,7 +90,10 @@ class Checkpointer:
         storage_options: dict[str, Any] | None = None,
         fs: fsspec.AbstractFileSystem | None = None,
         flag: PreemptionFlag = preemption_flag,
+        total_steps: int | None = None,
     ) -> None:
+        if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1):
+            raise ValueError(f"total_steps must be a whole number of at least 1, got {total_steps!r}")
         if every_steps is not None and every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}")
         if every_seconds is not None and every_seconds <= 0:
@@ -103,6 +108,7 @@ class Checkpointer:
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.keep_last = keep_last
+        self.total_steps = total_steps
         self._flag = flag
         self._signals = tuple(signals)
         self._install_signals(self._signals)
@@ -279,7 +285,10 @@ class Checkpointer:
         errors = [report for report in reports if isinstance(report, str)]
         if self.rank == 0 and not errors:
             listed = {name: entry for report in reports for name, entry in report.items()}
-            manifest = layout.build_manifest(steps, listed, world_size=self._ranks.world_size, created=time.time())
+            progress = {} if self.total_steps is None else {"total_steps": self.total_steps}
+            manifest = layout.build_manifest(
+                steps, listed, world_size=self._ranks.world_size, created=time.time(), **progress
+            )
             failed_commit = _attempt(self._commit, steps, manifest)[1]
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]

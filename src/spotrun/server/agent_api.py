@@ -21,8 +21,8 @@ class Started(BaseModel):
 
 
 class Heartbeat(BaseModel):
-    checkpoint_step: int | None = None
-    progress: float | None = None
+    checkpoint_step: int | None = Field(default=None, ge=0, le=2**31 - 1, description="steps done by the newest checkpoint")
+    total_steps: int | None = Field(default=None, ge=1, le=2**31 - 1, description="steps of the whole run, if the SDK knows")
 
 
 class Notice(BaseModel):
@@ -85,6 +85,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
                 attempt.checkpoint_step = body.checkpoint_step
+                attempt.total_steps = body.total_steps
             stop = attempt.notice_source if attempt.state == "draining" else None
             reply = {"ok": True, "stop": stop}
             if (attempt.job.spec.get("resources") or {}).get("nodes", 1) > 1:

@@ -29,6 +29,7 @@ class JobRow(BaseModel):
     cost: float
     checkpoint_step: int | None
     failure_reason: str | None
+    total_steps: int | None = None  # of the whole run, when the SDK was told (progress: checkpoint_step / total)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()
@@ -55,6 +56,7 @@ class AttemptView(BaseModel):
     on_demand_price_per_hour: float
     checkpoint_step: int | None
     log_bytes: int
+    total_steps: int | None = None
     node_rank: int = 0
     address: str | None = None
 
@@ -98,7 +100,8 @@ class JobDetail(BaseModel):
 def job_row(job: Job, now: float) -> JobRow:
     placed = [a for a in job.attempts if a.started_at is not None]
     current = placed[-1] if placed and not is_terminal(job.state) else None
-    steps = [a.checkpoint_step for a in job.attempts if a.checkpoint_step is not None]
+    steps = [(a.checkpoint_step, a.total_steps) for a in job.attempts if a.checkpoint_step is not None]
+    newest = max(steps, key=lambda reported: reported[0]) if steps else (None, None)
     return JobRow(
         id=job.id,
         name=job.name,
@@ -109,8 +112,9 @@ def job_row(job: Job, now: float) -> JobRow:
         zone=current.zone if current and current.ended_at is None else None,
         elapsed=(job.finished_at or now) - job.created_at,
         cost=bill(job.attempts, now).cost,
-        checkpoint_step=max(steps) if steps else None,
+        checkpoint_step=newest[0],
         failure_reason=job.failure_reason,
+        total_steps=newest[1],
     )
 
 

@@ -84,6 +84,7 @@ class Attempt(Base):
     reported_outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    total_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)  # of the whole run, as the SDK wrote it
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # succeeded | failed | preempted | cancelled | lost | no_capacity | launch_error
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
