@@ -86,6 +86,7 @@ PREEMPTED_HISTORY = (
     PlannedAttempt("on-demand", "local-a", 2520, 3300, "succeeded", ON_DEMAND_PRICE, 1000, "resumed at step 700\ndone ✓\n"),
 )
 NO_CAPACITY_AT = 1250.0  # the try between the first two attempts
+TOTAL_STEPS = 1250  # of the whole run, as the SDK reported it
 
 
 def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str = "resnet") -> int:
@@ -122,7 +123,7 @@ def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> A
         instance_id=f"li-{job_id}-{int(plan.start)}", created_at=started, started_at=started,
         agent_started_at=started + 2, notice_at=ended - 30 if plan.end_reason == "preempted" else None,
         ended_at=ended, end_reason=plan.end_reason, billed_seconds=plan.end - plan.start,
-        checkpoint_step=plan.checkpoint_step, log_bytes=len(plan.log.encode()),
+        checkpoint_step=plan.checkpoint_step, total_steps=TOTAL_STEPS, log_bytes=len(plan.log.encode()),
     )
 
 

@@ -118,7 +118,7 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     gaps = page.locator("#timeline .gap")
     assert [gaps.nth(i).get_attribute("data-seconds") for i in range(gaps.count())] == ["300", "120"]
     expect(gaps.first).to_contain_text("1 try without capacity")
-    expect(page.locator("#checkpoint-step")).to_have_text("1,000")
+    expect(page.locator("#checkpoint-step")).to_have_text("1,000 of 1,250 (80.0%)")
 
     expected = expected_bill(dashboard.store, dashboard.finished_job)
     for element, value in (("#cost", expected.cost), ("#on-demand-cost", expected.on_demand_cost),

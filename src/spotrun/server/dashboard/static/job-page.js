@@ -28,7 +28,10 @@ function renderHeader(detail) {
   setText("job-owner", detail.owner);
   setText("job-elapsed", duration(job.elapsed));
   setText("job-failure", job.failure_reason ? ` · ${job.failure_reason}` : "");
-  setAmount("checkpoint-step", integer(job.checkpoint_step), job.checkpoint_step ?? "");
+  const ofTotal = job.checkpoint_step !== null && job.total_steps
+    ? ` of ${integer(job.total_steps)} (${percent(job.checkpoint_step / job.total_steps)})`
+    : "";
+  setAmount("checkpoint-step", integer(job.checkpoint_step) + ofTotal, job.checkpoint_step ?? "");
 }
 
 function renderBill(bill) {
