@@ -136,7 +136,7 @@ def test_restore_copies_committed_checkpoints_and_user_files(local, remote):
 
     assert sync.restore() == 2
     assert sorted(p.name for p in local.iterdir()) == [checkpoint_name(1), checkpoint_name(2), "vocab.json"]
-    assert sync.newest_local_step() == 2
+    assert sync.newest_local_progress().step == 2
     assert (local / checkpoint_name(2) / "optim" / "state.bin").read_bytes() == b"optim-2"
 
 

@@ -74,14 +74,16 @@ class _Side:
         return list_committed(self.fs, self.root)
 
     def newest_progress(self) -> CheckpointProgress | None:
-        """The newest committed checkpoint's step, and the run's total steps when its manifest names a valid one."""
-        committed = self.committed()
-        if not committed:
-            return None
-        step, path = committed[-1]
-        total = (read_manifest(self.fs, path) or {}).get("total_steps")
-        valid = isinstance(total, int) and not isinstance(total, bool) and total >= max(step, 1)
-        return CheckpointProgress(step, total if valid else None)
+        """The newest committed checkpoint's step, and the run's total steps when its manifest names a valid one.
+
+        Asked every heartbeat: folders are tried newest first, so usually one manifest is read, not all of them."""
+        for step, path in reversed(self.checkpoint_folders()):
+            manifest = read_manifest(self.fs, path)
+            if manifest is not None:
+                total = manifest.get("total_steps")
+                valid = isinstance(total, int) and not isinstance(total, bool) and total >= max(step, 1)
+                return CheckpointProgress(step, total if valid else None)
+        return None
 
     def manifest_bytes(self, checkpoint_path: str) -> bytes | None:
         """The raw manifest of a checkpoint folder when it is a valid one, else None."""
@@ -132,10 +134,6 @@ class CheckpointSync:
             store_fs, store_root = fsspec.core.url_to_fs(self._store_uri, **self._storage_options)
             self._store = _Side(store_fs, store_root)
         return self._store
-
-    def newest_local_step(self) -> int | None:
-        committed = self.local.committed()
-        return committed[-1][0] if committed else None
 
     def newest_local_progress(self) -> CheckpointProgress | None:
         return self.local.newest_progress()

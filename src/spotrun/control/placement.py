@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from spotrun.control.progress import reported_progress
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
@@ -37,19 +38,6 @@ def placement_context(
         estimated_duration=spec.estimated_duration,
         **running,
     )
-
-
-def reported_progress(job: Job, spec: JobSpec) -> float | None:
-    """Seconds of compute done, as the SDK reports it: the newest checkpoint's steps done over the run's total
-    steps, times the job's estimated duration. None (the policy then counts from the attempts' run time) when no
-    checkpoint named its total or the job gave no estimated duration."""
-    if spec.estimated_duration is None:
-        return None
-    reports = [(a.checkpoint_step, a.total_steps) for a in job.attempts if a.checkpoint_step is not None and a.total_steps]
-    if not reports:
-        return None
-    steps_done, total_steps = max(reports)
-    return spec.estimated_duration * min(steps_done / total_steps, 1.0)
 
 
 def price_for(

@@ -15,8 +15,8 @@ is the job's slack, so a job with little slack has a narrow table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -155,16 +155,15 @@ class ValueTable:
     shape: JobShape
     values: np.ndarray
 
-    def layer(self, steps_left: int) -> tuple[np.ndarray, int]:
-        """The values with `steps_left` steps left, and the work left of their first column."""
-        return self.values[steps_left], self.shape.band_start(steps_left)
+    def column(self, steps_left: int, work_left: int) -> int | None:
+        """The column of `work_left` with `steps_left` steps left; None past the band (a sure miss). Less work left
+        than the band holds reads as the band's least (never cheaper than the truth: less work never costs more)."""
+        column = max(work_left - self.shape.band_start(steps_left), 0)
+        return column if column < self.values.shape[-1] else None
 
     def at(self, steps_left: int, state: int, row: int, work_left: int) -> float:
-        """One value. Less work left than the band holds reads as the band's least (never cheaper than the truth, since
-        less work never costs more); more than it holds is a sure miss."""
-        layer, first = self.layer(steps_left)
-        column = max(work_left - first, 0)
-        return float(layer[state, row, column]) if column < layer.shape[-1] else math.inf
+        column = self.column(steps_left, work_left)
+        return math.inf if column is None else float(self.values[steps_left, state, row, column])
 
 
 _tables: OrderedDict[tuple[JobShape, RunHazards], ValueTable] = OrderedDict()
@@ -246,12 +245,11 @@ def option_values(
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
-    layer, first = table.layer(steps_left - 1)
-    width = layer.shape[-1]
+    layer = table.values[steps_left - 1]
 
     def expected(row: int, work: int) -> float:
-        column = max(work_left - work - first, 0)  # less work than the band holds: the band's least (see `at`)
-        if column >= width:
+        column = table.column(steps_left - 1, work_left - work)
+        if column is None:
             return math.inf
         return sum(chance * float(layer[target, row, column]) for target, chance in moves[state])
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
 from spotrun.costs.ledger import JobBill, bill
 from spotrun.state import Attempt, Event, Job
@@ -100,8 +101,7 @@ class JobDetail(BaseModel):
 def job_row(job: Job, now: float) -> JobRow:
     placed = [a for a in job.attempts if a.started_at is not None]
     current = placed[-1] if placed and not is_terminal(job.state) else None
-    steps = [(a.checkpoint_step, a.total_steps) for a in job.attempts if a.checkpoint_step is not None]
-    newest = max(steps, key=lambda reported: reported[0]) if steps else (None, None)
+    newest = newest_checkpoint(job.attempts) or (None, None)
     return JobRow(
         id=job.id,
         name=job.name,
