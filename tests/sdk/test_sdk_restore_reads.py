@@ -118,7 +118,7 @@ def test_a_direct_read_the_filesystem_refuses_falls_back_to_ordinary_reads_of_th
 ) -> None:
     value = payload()
     data = write_uncached(tmp_path / "shared.pt", value)
-    monkeypatch.setattr(tensorfile, "READ_CHUNK", 1 << 20)  # "big" takes two reads: refuse the second
+    monkeypatch.setattr(tensorfile, "READ_CHUNK", 512 << 10)  # "big" takes three reads: refuse the second
     preadv, calls = os.preadv, []
 
     def refusing_after_one(fd: int, buffers: list[Any], offset: int, *flags: int) -> int:
@@ -245,3 +245,12 @@ def test_prefaulting_never_changes_bytes_being_written_and_stops_with_the_block(
             raise RuntimeError("stop")
     assert not [thread for thread in threading.enumerate() if thread.name == "spotrun-prefault"]
     assert torch.equal(tensor, pattern)
+
+
+def test_a_large_storage_and_its_padding_come_in_one_direct_read_not_two(tmp_path: Path) -> None:
+    value = OrderedDict(big=torch.randn(300_001))  # 1,200,004 bytes: ends mid-block, a little over 1 MiB
+    data = write_uncached(tmp_path / "shared.pt", value)
+    with counting_direct_reads() as reads:
+        loaded, checksummed, _ = read_all(tmp_path / "shared.pt", len(data))
+    assert len(reads) == 1 and reads[0] >= len(data)
+    assert checksummed == data and torch.equal(loaded["big"], value["big"])

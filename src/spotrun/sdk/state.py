@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
 from spotrun.sdk.errors import IncompatibleCheckpoint, UnknownComponents
 
@@ -119,7 +120,10 @@ class TrainingState:
                 f"the checkpoint has no state for {sorted(missing)}: they keep their current values", stacklevel=3
             )
         for name, value in state.items():
-            self.components[name].load_state_dict(value)
+            component = self.components[name]
+            if isinstance(component, torch.nn.Module) and isinstance(value, Mapping):
+                adopt_storages(component, value, state)  # no copy where none is needed (see ``adopt``)
+            component.load_state_dict(value)
 
 
 def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,), **components: Any) -> TrainingState:

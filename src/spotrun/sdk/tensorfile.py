@@ -134,6 +134,8 @@ def read(fh: BinaryIO, size: int, on_chunk: ChunkSink, direct: directio.DirectFi
     pickled = _read_exactly(fh, pickle_length, on_chunk)
     _read_exactly(fh, len(_padding(head_length)), on_chunk)
     slots = _slots(head_length + len(_padding(head_length)), sizes, direct)  # all at once: prefaulted ahead
+    if direct is not None:
+        directio.prefetch(fh.fileno(), [(slot.offset, slot.end - slot.offset) for slot in slots if slot.region is None])
     with prefaulted([slot.target for slot in slots]):
         for slot in slots:
             _read_slot(fh, slot, on_chunk, direct)
