@@ -454,6 +454,56 @@ def test_the_sdks_reported_steps_become_the_policys_progress(world):
     assert placement_context(world.job(job_id), no_duration, ["m-a"], world.clock.now()).progress is None
 
 
+def report_steps(world, instance, steps, seconds_apart, total=1000):
+    """The agent reports each of `steps` as its newest checkpoint, `seconds_apart` after the one before."""
+    for step in steps:
+        world.agent(instance)("heartbeat", {"checkpoint_step": step, "total_steps": total})
+        alive_for(world, instance, seconds_apart)
+
+
+def test_without_an_estimated_duration_the_step_rate_gives_the_policy_one(world):
+    spec_text = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 10h")
+    spec = parse_spec(spec_text)
+    job_id = world.submit(spec_text)
+    instance = world.run_to_running(job_id)
+
+    def ctx():
+        return placement_context(world.job(job_id), spec, ["m-a"], world.clock.now())
+
+    assert ctx().estimated_duration is None and ctx().progress is None  # nothing reported yet
+    report_steps(world, instance, [0, 20, 40], 100)  # 40 steps in 200 s: too little time to plan with
+    assert ctx().estimated_duration is None
+    report_steps(world, instance, [60, 80], 100)  # 80 steps in 400 s: 0.2 steps/s
+    assert ctx().estimated_duration == pytest.approx(1000 / 0.2) and ctx().progress == pytest.approx(80 / 0.2)
+    world.cloud.reclaim(instance)
+    world.tick(20)
+    world.tick(20)
+    resumed = world.attempts(job_id)[-1].instance_id
+    assert resumed != instance
+    world.agent(resumed)("started", {"address": "127.0.0.1"})
+    world.tick()
+    report_steps(world, resumed, [80, 120], 100)  # the new attempt, twice as fast: 40 steps in 100 s
+    # the rate counts each attempt from its own first report: (80 + 40) steps in (400 + 100) s; the gap between the
+    # attempts and the new attempt's start are the restarts the policy counts itself
+    assert ctx().estimated_duration == pytest.approx(1000 / (120 / 500))
+    assert ctx().progress == pytest.approx(120 / (120 / 500))
+    given = parse_spec(spec_text + "estimated_duration: 3h\n")  # a duration the job names wins
+    assert placement_context(world.job(job_id), given, ["m-a"], world.clock.now()).estimated_duration == 3 * 3600
+
+
+def test_the_default_policy_plans_a_deadline_job_from_its_step_rate(world, caplog):
+    from spotrun.policy.default import DefaultPolicy
+
+    spec_text = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 3h")
+    job_id = world.submit(spec_text)
+    instance = world.run_to_running(job_id)
+    report_steps(world, instance, [0, 100, 200, 300, 400], 100)  # 1 step/s, 1,000 steps: 1,000 s of compute
+    ctx = placement_context(world.job(job_id), parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
+    assert DefaultPolicy._has_deadline(ctx) and ctx.estimated_duration == pytest.approx(1000)
+    alive_for(world, instance, 200)  # the controller puts the running job to the deadline-aware policy
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
 @pytest.mark.parametrize("body", [{"checkpoint_step": 3, "total_steps": 0}, {"checkpoint_step": -1}, {"total_steps": "x"}])
 def test_a_heartbeat_with_impossible_steps_is_refused_and_changes_nothing(world, body):
     job_id = world.submit()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spotrun.control.progress import reported_progress
+from spotrun.control.progress import estimated_compute, reported_progress
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
@@ -16,7 +16,8 @@ def placement_context(
     job: Job, spec: JobSpec, provider_zones: list[str], now: float, **running: Any
 ) -> PlacementContext:
     """What the policy sees; `running` adds the running-job view (current placement, step, prices)."""
-    running.setdefault("progress", reported_progress(job, spec))
+    compute = estimated_compute(job, spec)
+    running.setdefault("progress", reported_progress(job, compute))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]
@@ -35,7 +36,7 @@ def placement_context(
             for a in job.attempts
         ),
         deadline=spec.deadline_at(job.created_at),
-        estimated_duration=spec.estimated_duration,
+        estimated_duration=compute,
         **running,
     )
 

@@ -1,5 +1,6 @@
 """A job's progress as its trainer reports it: the newest checkpoint's steps done, and the run's total steps when the
-SDK was told them (`Checkpointer(total_steps=...)`), as the agents' heartbeats stored them on the attempts."""
+SDK was told them (`Checkpointer(total_steps=...)`), as the agents' heartbeats stored them on the attempts; and from
+when those reports came, the trainer's step rate, which gives a job that named no estimated duration one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ from collections.abc import Iterable
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
 
+# Below this much measured training time the step rate is too rough to plan with (a checkpoint interval or two).
+MIN_RATE_SECONDS = 300.0
+
+
+def record_checkpoint(attempt: Attempt, steps_done: int, total_steps: int | None, now: float) -> None:
+    """Store a heartbeat's newest checkpoint on its attempt, noting when the attempt's first one and each new one
+    were first reported (the step rate's clock)."""
+    if attempt.first_checkpoint_step is None:
+        attempt.first_checkpoint_step, attempt.first_checkpoint_at = steps_done, now
+    if steps_done != attempt.checkpoint_step or attempt.checkpoint_at is None:
+        attempt.checkpoint_at = now
+    attempt.checkpoint_step, attempt.total_steps = steps_done, total_steps
+
 
 def newest_checkpoint(attempts: Iterable[Attempt]) -> tuple[int, int | None] | None:
     """(steps done, total steps or None) of the newest checkpoint any attempt reported; None before the first."""
@@ -15,12 +29,42 @@ def newest_checkpoint(attempts: Iterable[Attempt]) -> tuple[int, int | None] | N
     return max(reported, key=lambda r: (r[0], r[1] is not None), default=None)
 
 
-def reported_progress(job: Job, spec: JobSpec) -> float | None:
-    """Seconds of compute done: the newest checkpoint's steps over the run's total, times the job's estimated
-    duration. None (the policy then counts from the attempts' run time) when that checkpoint named no total or the
-    job gave no estimated duration."""
+def step_rate(attempts: Iterable[Attempt]) -> float | None:
+    """Steps per second of training: the steps each attempt's checkpoints advanced from its first report to its
+    newest, over the time between those reports, summed over attempts (time between attempts, boots and restores
+    before an attempt's first report do not count: the policy counts restarts itself). None until there is at
+    least MIN_RATE_SECONDS of such time."""
+    steps, seconds = 0, 0.0
+    for attempt in attempts:
+        if attempt.first_checkpoint_at is None or attempt.checkpoint_at is None:
+            continue
+        gained = (attempt.checkpoint_step or 0) - (attempt.first_checkpoint_step or 0)
+        if gained > 0:
+            steps += gained
+            seconds += attempt.checkpoint_at - attempt.first_checkpoint_at
+    if steps <= 0 or seconds < MIN_RATE_SECONDS:
+        return None
+    return steps / seconds
+
+
+def estimated_compute(job: Job, spec: JobSpec) -> float | None:
+    """Seconds of compute the whole run needs: the job's `estimated_duration`, else its total steps over the step
+    rate measured so far; None when neither is known."""
+    if spec.estimated_duration is not None:
+        return spec.estimated_duration
     newest = newest_checkpoint(job.attempts)
-    if spec.estimated_duration is None or newest is None or not newest[1]:
+    rate = step_rate(job.attempts)
+    if newest is None or not newest[1] or rate is None:
+        return None
+    return newest[1] / rate
+
+
+def reported_progress(job: Job, compute: float | None) -> float | None:
+    """Seconds of compute done: the newest checkpoint's steps over the run's total, times the job's `compute` (see
+    `estimated_compute`). None (the policy then counts from the attempts' run time) when that checkpoint named no
+    total or the compute is not known."""
+    newest = newest_checkpoint(job.attempts)
+    if compute is None or newest is None or not newest[1]:
         return None
     steps_done, total_steps = newest
-    return spec.estimated_duration * min(steps_done / total_steps, 1.0)
+    return compute * min(steps_done / total_steps, 1.0)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from spotrun.control import gang
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
+from spotrun.control.progress import record_checkpoint
 from spotrun.control.tokens import token_matches
 from spotrun.state import Attempt, Store, add_event
 
@@ -84,8 +85,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             attempt = session.get(Attempt, attempt_id)
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
-                attempt.checkpoint_step = body.checkpoint_step
-                attempt.total_steps = body.total_steps
+                record_checkpoint(attempt, body.checkpoint_step, body.total_steps, attempt.last_heartbeat_at)
             stop = attempt.notice_source if attempt.state == "draining" else None
             reply = {"ok": True, "stop": stop}
             if (attempt.job.spec.get("resources") or {}).get("nodes", 1) > 1:

@@ -85,6 +85,10 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     total_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)  # of the whole run, as the SDK wrote it
+    # The step rate: the first checkpoint the attempt reported (its step, when) and when the newest was first reported
+    first_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    first_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # succeeded | failed | preempted | cancelled | lost | no_capacity | launch_error
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
