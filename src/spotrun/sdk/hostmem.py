@@ -67,29 +67,43 @@ def prefaulted(tensors: Sequence[torch.Tensor]) -> Iterator[None]:
     with memory not yet used), in order, so that the block's writes find them mapped. The helpers stop when the
     block ends, whether or not they are done; a kernel without ``MADV_POPULATE_WRITE`` just leaves the pages to
     be faulted by the writer."""
-    pieces = iter(_prefault_pieces(tensors))
     if _MADVISE is None or sum(tensor.nbytes for tensor in tensors) < PREFAULT_MIN_BYTES:
         yield
         return
     stop = threading.Event()
-    handing_out = threading.Lock()
-
-    def fault_in() -> None:
-        while not stop.is_set():
-            with handing_out:
-                piece = next(pieces, None)
-            if piece is None or _MADVISE(piece[0], piece[1], _MADV_POPULATE_WRITE) != 0:
-                return  # done, or not supported here (EINVAL): the writer faults the rest
-
-    helpers = [threading.Thread(target=fault_in, name="spotrun-prefault", daemon=True) for _ in range(PREFAULT_THREADS)]
-    for helper in helpers:
-        helper.start()
+    helpers = _start_helpers(tensors, stop)
     try:
         yield
     finally:
         stop.set()
         for helper in helpers:
             helper.join()
+
+
+def fault_in(tensors: Sequence[torch.Tensor]) -> None:
+    """Fault in every page of ``tensors`` as ``prefaulted``'s helpers do, and wait until they are done (the
+    benchmark measures with it what fresh memory costs on the machine)."""
+    if _MADVISE is None:
+        return
+    for helper in _start_helpers(tensors, threading.Event()):
+        helper.join()
+
+
+def _start_helpers(tensors: Sequence[torch.Tensor], stop: threading.Event) -> list[threading.Thread]:
+    pieces = iter(_prefault_pieces(tensors))
+    handing_out = threading.Lock()
+
+    def fault_pieces() -> None:
+        while not stop.is_set():
+            with handing_out:
+                piece = next(pieces, None)
+            if piece is None or _MADVISE(piece[0], piece[1], _MADV_POPULATE_WRITE) != 0:
+                return  # done, or not supported here (EINVAL): the writer faults the rest
+
+    helpers = [threading.Thread(target=fault_pieces, name="spotrun-prefault", daemon=True) for _ in range(PREFAULT_THREADS)]
+    for helper in helpers:
+        helper.start()
+    return helpers
 
 
 def _prefault_pieces(tensors: Sequence[torch.Tensor]) -> Iterator[tuple[int, int]]:
