@@ -42,6 +42,21 @@ def test_fitted_base_follows_the_runs_seen():
     assert long < prior_only < short
 
 
+def test_the_policy_prior_is_not_overturned_by_a_handful_of_runs():
+    """The default prior weighs 12 runs (chosen leave-one-trace-out, docs/benchmarks.md): four spot runs that died at
+    once leave the fit where the prior put it (with 4 prior runs they would have doubled the base), forty move it."""
+    policy = DeadlineAwarePolicy()
+    prior_mean = policy.prior_mean_up / STEP
+
+    def fit(runs):
+        return fitted_base(runs, prior_mean=prior_mean, prior_runs=policy.prior_runs)
+
+    assert fit([1] * 4) == fit([])
+    assert fitted_base([1] * 4, prior_mean=prior_mean, prior_runs=4.0) > fit([])
+    assert fit([1] * 40) > fit([1] * 4)
+    assert fit([200] * 2) < fit([])  # long runs still pull it the other way at once
+
+
 def test_estimated_hazards_fall_with_age_and_only_completed_runs_count():
     log = SpotLog()
     t = 0.0

@@ -32,7 +32,7 @@ class DeadlineAwarePolicy:
     name: str = "deadline_aware"
     prior_mean_up: float = 2 * 3600.0  # seconds spot is assumed to last before anything is seen
     prior_mean_down: float = 3600.0  # seconds a gap is assumed to last
-    prior_runs: float = 4.0  # weight of that prior, in runs
+    prior_runs: float = 12.0  # weight of that prior, in runs (12: chosen leave-one-trace-out, docs/benchmarks.md)
     planning_step: float = 600.0  # the step the plan is made in when the caller does not give one
 
     def place(self, ctx: PlacementContext) -> Decision:
