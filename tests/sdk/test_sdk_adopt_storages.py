@@ -139,3 +139,14 @@ def test_tensors_that_do_not_match_exactly_are_copied() -> None:
     assert adopt_storages(model, payload, {"model": payload}) == 0
     model.load_state_dict(payload)
     assert torch.equal(model.weight, wide[:, :4]) and model.weight.is_contiguous()
+
+
+def test_tensors_without_a_plain_storage_are_left_to_load_state_dict() -> None:
+    model = torch.nn.Linear(4, 4)
+    model.register_buffer("mask", torch.eye(4).to_sparse())  # sparse: no storage to adopt or compare
+    saved = {key: value.clone() for key, value in model.state_dict().items()}
+    saved["mask"] = (torch.eye(4) * 2).to_sparse()
+    payload = {"model": saved}
+    assert adopt_storages(model, saved, payload) == saved["weight"].nbytes + saved["bias"].nbytes
+    model.load_state_dict(saved)
+    assert torch.equal(model.mask.to_dense(), torch.eye(4) * 2)

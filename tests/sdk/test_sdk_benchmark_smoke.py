@@ -31,3 +31,19 @@ def test_checkpoint_benchmark_small_run(tmp_path: Path) -> None:
         assert measured["restore_s"] > 0 and measured["disk_bytes"] >= summary["state_bytes"]
     assert set(summary["targets"]) == {"blocked_vs_torch_save", "durable_vs_raw_write", "restore_vs_raw_read", "peak_extra_vs_state"}
     assert "target peak_extra_vs_state" in done.stdout and "spotrun Checkpointer" in done.stdout
+
+
+def test_restore_breakdown_small_run(tmp_path: Path) -> None:
+    script = SCRIPT.parent / "restore_breakdown.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--size-gib", "0.02", "--repeats", "2", "--dir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    assert len(rows) == 2 and all(len(row) == 5 for row in rows)
+    for raw, restore, ratio, load, small in ([float(cell) for cell in row] for row in rows):
+        assert raw > 0 and restore > 0 and abs(ratio - raw / restore) < 0.05  # printed to 3 decimals
+        assert 0 < load < restore and 0 < small < restore  # the timed functions are still the ones a restore calls

@@ -247,10 +247,36 @@ def test_prefaulting_never_changes_bytes_being_written_and_stops_with_the_block(
     assert torch.equal(tensor, pattern)
 
 
-def test_a_large_storage_and_its_padding_come_in_one_direct_read_not_two(tmp_path: Path) -> None:
+def test_a_large_storage_and_its_padding_come_in_one_direct_read_not_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     value = OrderedDict(big=torch.randn(300_001))  # 1,200,004 bytes: ends mid-block, a little over 1 MiB
     data = write_uncached(tmp_path / "shared.pt", value)
+    monkeypatch.setattr(tensorfile, "READ_CHUNK", 1 << 20)  # a full chunk, then a tail of about 140 KiB
     with counting_direct_reads() as reads:
         loaded, checksummed, _ = read_all(tmp_path / "shared.pt", len(data))
     assert len(reads) == 1 and reads[0] >= len(data)
     assert checksummed == data and torch.equal(loaded["big"], value["big"])
+
+
+def test_the_small_storages_between_large_ones_are_asked_of_the_disk_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = payload()
+    data = write_uncached(tmp_path / "shared.pt", value)
+    asked: list[tuple[int, int]] = []
+    fadvise = os.posix_fadvise
+
+    def recording(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_WILLNEED:
+            asked.append((offset, length))
+        fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(directio.os, "posix_fadvise", recording)
+    loaded, checksummed, direct = read_all(tmp_path / "shared.pt", len(data))
+    assert direct is not None and checksummed == data
+    assert_same(loaded, value)
+    small_at = {data.index(tensor.numpy().tobytes()) for tensor in (value["small"], value["tail"])}
+    big = value["big"].numpy().tobytes()
+    assert all(any(start <= at < start + length for start, length in asked) for at in small_at)
+    assert not any(start <= data.index(big) < start + length for start, length in asked)  # read directly

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spotrun.control.progress import estimated_compute, reported_progress
+from spotrun.control.progress import compute_and_progress
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
@@ -16,8 +16,8 @@ def placement_context(
     job: Job, spec: JobSpec, provider_zones: list[str], now: float, **running: Any
 ) -> PlacementContext:
     """What the policy sees; `running` adds the running-job view (current placement, step, prices)."""
-    compute = estimated_compute(job, spec)
-    running.setdefault("progress", reported_progress(job, compute))
+    compute, progress = compute_and_progress(job, spec)
+    running.setdefault("progress", progress)
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

@@ -36,9 +36,9 @@ def step_rate(attempts: Iterable[Attempt]) -> float | None:
     least MIN_RATE_SECONDS of such time."""
     steps, seconds = 0, 0.0
     for attempt in attempts:
-        if attempt.first_checkpoint_at is None or attempt.checkpoint_at is None:
+        if attempt.first_checkpoint_step is None or attempt.first_checkpoint_at is None or attempt.checkpoint_at is None:
             continue
-        gained = (attempt.checkpoint_step or 0) - (attempt.first_checkpoint_step or 0)
+        gained = (attempt.checkpoint_step or 0) - attempt.first_checkpoint_step
         if gained > 0:
             steps += gained
             seconds += attempt.checkpoint_at - attempt.first_checkpoint_at
@@ -47,24 +47,18 @@ def step_rate(attempts: Iterable[Attempt]) -> float | None:
     return steps / seconds
 
 
-def estimated_compute(job: Job, spec: JobSpec) -> float | None:
-    """Seconds of compute the whole run needs: the job's `estimated_duration`, else its total steps over the step
-    rate measured so far; None when neither is known."""
-    if spec.estimated_duration is not None:
-        return spec.estimated_duration
-    newest = newest_checkpoint(job.attempts)
-    rate = step_rate(job.attempts)
-    if newest is None or not newest[1] or rate is None:
-        return None
-    return newest[1] / rate
+def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float | None]:
+    """(seconds of compute the whole run needs, seconds of it done), each None when not known.
 
-
-def reported_progress(job: Job, compute: float | None) -> float | None:
-    """Seconds of compute done: the newest checkpoint's steps over the run's total, times the job's `compute` (see
-    `estimated_compute`). None (the policy then counts from the attempts' run time) when that checkpoint named no
-    total or the compute is not known."""
+    The compute is the job's `estimated_duration`, else its total steps over the step rate measured so far. What is
+    done is the newest checkpoint's steps over the run's total, times that compute; when that checkpoint named no
+    total, the policy counts from the attempts' run time instead."""
     newest = newest_checkpoint(job.attempts)
-    if compute is None or newest is None or not newest[1]:
-        return None
-    steps_done, total_steps = newest
-    return compute * min(steps_done / total_steps, 1.0)
+    total = newest[1] if newest is not None else None
+    compute = spec.estimated_duration
+    if compute is None and total:
+        rate = step_rate(job.attempts)
+        compute = total / rate if rate is not None else None
+    if compute is None or newest is None or not total:
+        return compute, None
+    return compute, compute * min(newest[0] / total, 1.0)
