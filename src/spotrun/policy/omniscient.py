@@ -80,16 +80,6 @@ class _States:
         return 1 + self.ages + zone * self.ages + age - 1
 
 
-def _shifted(row: np.ndarray, by: int) -> np.ndarray:
-    """out[p] = row[min(p + by, last)]: the value after making `by` more units of progress."""
-    if by == 0:
-        return row
-    out = np.empty_like(row)
-    out[:-by] = row[by:]
-    out[-by:] = row[-1]
-    return out
-
-
 def value_tables(problem: Problem, keep: bool = True) -> list[np.ndarray] | np.ndarray:
     """Cost-to-go V[t][state, progress] for t = 0..T (all of them when `keep`, else only V[0])."""
     zones, length = problem.available.shape
@@ -115,35 +105,43 @@ def value_tables(problem: Problem, keep: bool = True) -> list[np.ndarray] | np.n
 
 
 def _step_back(nxt, available, states: _States, works, spot_cost, od_cost) -> np.ndarray:
+    """V[t] from V[t+1]. Every row that does not keep its instance falls back to `fresh`, the best of idling and
+    starting anew; an on-demand row may also keep it, a spot row too where its zone still has spot (numpy calls are
+    what this costs: each is written into place, and shared terms are computed once)."""
     ages = states.ages
     idle = nxt[0]
-    od_start = od_cost + _shifted(nxt[states.on_demand(1)], works[0])
-    spot_starts = [
-        spot_cost + _shifted(nxt[states.spot(z, 1)], works[0]) if available[z] else None for z in range(states.zones)
-    ]
-    best_spot_start = _minimum([s for s in spot_starts if s is not None])
     now = np.empty_like(nxt)
-    now[0] = _minimum([idle, od_start, best_spot_start])
+    fresh = now[0]
+    np.minimum(idle, _plus_shifted(od_cost, nxt[states.on_demand(1)], works[0]), out=fresh)
+    spot_start = None
+    for z in range(states.zones):
+        if available[z]:
+            start = _plus_shifted(spot_cost, nxt[states.spot(z, 1)], works[0])
+            spot_start = start if spot_start is None else np.minimum(spot_start, start, out=spot_start)
+    idle_or_spot = idle if spot_start is None else np.minimum(idle, spot_start)
+    if spot_start is not None:
+        np.minimum(fresh, spot_start, out=fresh)
     for age in range(1, ages + 1):
         after = min(age + 1, ages)
-        od_keep = od_cost + _shifted(nxt[states.on_demand(after)], works[age])
-        now[states.on_demand(age)] = _minimum([idle, od_keep, best_spot_start])
+        od_keep = _plus_shifted(od_cost, nxt[states.on_demand(after)], works[age])
+        np.minimum(idle_or_spot, od_keep, out=now[states.on_demand(age)])
         for z in range(states.zones):
-            options = [idle, od_start, best_spot_start]
             if available[z]:
-                options.append(spot_cost + _shifted(nxt[states.spot(z, after)], works[age]))
-            now[states.spot(z, age)] = _minimum(options)
+                spot_keep = _plus_shifted(spot_cost, nxt[states.spot(z, after)], works[age])
+                np.minimum(fresh, spot_keep, out=now[states.spot(z, age)])
+            else:
+                now[states.spot(z, age)] = fresh
     now[:, -1] = 0.0
     return now
 
 
-def _minimum(rows: list[np.ndarray | None]) -> np.ndarray | None:
-    rows = [r for r in rows if r is not None]
-    if not rows:
-        return None
-    out = rows[0]
-    for row in rows[1:]:
-        out = np.minimum(out, row)
+def _plus_shifted(cost: float, row: np.ndarray, by: int) -> np.ndarray:
+    """cost + row[min(p + by, last)]: a step's cost plus the value after making `by` more units of progress."""
+    out = np.empty_like(row)
+    if by == 0:
+        return np.add(row, cost, out=out)
+    np.add(row[by:], cost, out=out[:-by])
+    out[-by:] = row[-1] + cost
     return out
 
 
