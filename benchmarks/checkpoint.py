@@ -15,9 +15,10 @@ What is measured
   written and fsynced and ``.metadata`` written; spotrun: ``wait()`` returned, i.e. manifest committed).
 - restore: from nothing in memory to the state loaded into the model and optimizer, with the checkpoint's
   files dropped from the page cache first (fsync + posix_fadvise(DONTNEED)), as for the raw read.
-- raw disk: a file of the state's size written in 64 MiB chunks and fsynced, twice: plainly, and with the
-  disk writes of each chunk started at once (Linux sync_file_range, as spotrun's writer does); the faster of
-  the two is the raw write figure. Then dropped from the page cache the same way and read back in 64 MiB
+- raw disk: a file of the state's size written in 64 MiB chunks and fsynced, three times: plainly, with the
+  disk writes of each chunk started at once (Linux sync_file_range, as spotrun's writer does through the page
+  cache), and with O_DIRECT from one page-aligned buffer (as spotrun's writer does where the filesystem takes
+  it); the fastest of the three is the raw write figure. Then dropped from the page cache the same way and read back in 64 MiB
   chunks into a preallocated buffer, twice: through the page cache, and with O_DIRECT (straight from the
   disk into the buffer, as spotrun's restore reads large tensors); the faster of the two is the raw read
   figure. Where O_DIRECT is refused (e.g. tmpfs) only the first counts.
@@ -325,11 +326,53 @@ def raw_write(target: Path, size: int, chunk: bytes, early_writeback: bool) -> f
     return time.perf_counter() - start
 
 
-def raw_disk(target: Path, size: int) -> tuple[float, float, float, float | None]:
-    """(plain write, write with early writeback, read, O_DIRECT read or None) seconds for ``size`` bytes,
-    sequential, 64 MiB at a time; see the module docstring."""
+def raw_write_direct(target: Path, size: int, chunk: bytes) -> float | None:
+    """Seconds to write ``size`` bytes with O_DIRECT, 64 MiB at a time from one page-aligned buffer (filled
+    before the clock starts), and fsync them; None where O_DIRECT is not available."""
+    clear(target)
+
+    def write(fd: int, view: memoryview) -> None:
+        for offset in range(0, size, CHUNK):
+            os.pwritev(fd, [view[: -(-min(CHUNK, size - offset) // 4096) * 4096]], offset)
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+
+    return _direct_io_seconds(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, chunk, write)
+
+
+def _direct_io_seconds(target: Path, flags: int, fill: bytes, transfer: Callable[[int, memoryview], None]) -> float | None:
+    """Seconds ``transfer(fd, buffer)`` takes on ``target`` opened with ``flags`` and O_DIRECT, ``buffer`` being
+    one page-aligned 64 MiB buffer of huge pages filled with ``fill`` before the clock starts (as spotrun's
+    snapshots and restores use: far fewer pages to pin); None where O_DIRECT is not available."""
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    try:
+        fd = os.open(target, flags | os.O_DIRECT, 0o644)
+    except OSError:
+        return None
+    buffer = mmap.mmap(-1, CHUNK, flags=mmap.MAP_PRIVATE)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buffer.madvise(mmap.MADV_HUGEPAGE)
+    buffer[:] = fill
+    view = memoryview(buffer)
+    try:
+        start = time.perf_counter()
+        transfer(fd, view)
+        return time.perf_counter() - start
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        view.release()
+        buffer.close()
+
+
+def raw_disk(target: Path, size: int) -> tuple[float, float, float | None, float, float | None]:
+    """(plain write, write with early writeback, O_DIRECT write or None, read, O_DIRECT read or None) seconds
+    for ``size`` bytes, sequential, 64 MiB at a time; see the module docstring."""
     target.parent.mkdir(parents=True, exist_ok=True)
     chunk = os.urandom(CHUNK)
+    write_direct = raw_write_direct(target, size, chunk)
     write_early = raw_write(target, size, chunk, early_writeback=True)
     write = raw_write(target, size, chunk, early_writeback=False)
     drop_from_page_cache(target)
@@ -342,35 +385,19 @@ def raw_disk(target: Path, size: int) -> tuple[float, float, float, float | None
     drop_from_page_cache(target)
     read_direct = raw_read_direct(target)
     clear(target)
-    return write, write_early, read, read_direct
+    return write, write_early, write_direct, read, read_direct
 
 
 def raw_read_direct(target: Path) -> float | None:
     """Seconds to read ``target`` with O_DIRECT, 64 MiB at a time into one page-aligned buffer of huge pages
     (faulted in before the clock starts, as the buffered read's is); None where O_DIRECT is not available."""
-    if not hasattr(os, "O_DIRECT"):
-        return None
-    try:
-        fd = os.open(target, os.O_RDONLY | os.O_DIRECT)
-    except OSError:
-        return None
-    buffer = mmap.mmap(-1, CHUNK, flags=mmap.MAP_PRIVATE)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        buffer.madvise(mmap.MADV_HUGEPAGE)  # as spotrun's restore does: far fewer pages to pin for each read
-    buffer.write(bytes(CHUNK))
-    view = memoryview(buffer)
-    try:
-        start = time.perf_counter()
+
+    def read(fd: int, view: memoryview) -> None:
         offset = 0
-        while read := os.preadv(fd, [view], offset):
-            offset += read
-        return time.perf_counter() - start
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-        view.release()
-        buffer.close()
+        while got := os.preadv(fd, [view], offset):
+            offset += got
+
+    return _direct_io_seconds(target, os.O_RDONLY, bytes(CHUNK), read)
 
 
 def fresh_memory(size: int) -> float:
@@ -390,6 +417,7 @@ class Results:
     state_bytes: int
     raw_write_s: list[float] = field(default_factory=list)
     raw_write_early_s: list[float] = field(default_factory=list)
+    raw_write_direct_s: list[float] = field(default_factory=list)
     raw_read_s: list[float] = field(default_factory=list)
     raw_read_direct_s: list[float] = field(default_factory=list)
     fresh_memory_s: list[float] = field(default_factory=list)
@@ -418,9 +446,11 @@ def run(size_gib: float, repeats: int, root: Path) -> Results:
 
 def _raw(results: Results, root: Path, size: int) -> None:
     results.fresh_memory_s.append(fresh_memory(size))  # first: the raw disk's seconds pass before any restore
-    write, write_early, read, read_direct = raw_disk(root / "raw-disk.bin", size)
+    write, write_early, write_direct, read, read_direct = raw_disk(root / "raw-disk.bin", size)
     if read_direct is not None:
         results.raw_read_direct_s.append(read_direct)
+    if write_direct is not None:
+        results.raw_write_direct_s.append(write_direct)
     results.raw_write_s.append(write)
     results.raw_write_early_s.append(write_early)
     results.raw_read_s.append(read)
@@ -435,7 +465,8 @@ def summarize(results: Results) -> dict[str, Any]:
     size = results.state_bytes
     raw_write_plain = size / statistics.median(results.raw_write_s)
     raw_write_early = size / statistics.median(results.raw_write_early_s)
-    raw_write = max(raw_write_plain, raw_write_early)
+    raw_write_direct = size / statistics.median(results.raw_write_direct_s) if results.raw_write_direct_s else None
+    raw_write = max(raw_write_plain, raw_write_early, raw_write_direct or 0.0)
     raw_read_buffered = size / statistics.median(results.raw_read_s)
     raw_read_direct = size / statistics.median(results.raw_read_direct_s) if results.raw_read_direct_s else None
     raw_read = max(raw_read_buffered, raw_read_direct or 0.0)
@@ -460,6 +491,7 @@ def summarize(results: Results) -> dict[str, Any]:
         "raw_write_MBps": raw_write / 1e6,
         "raw_write_plain_MBps": raw_write_plain / 1e6,
         "raw_write_early_writeback_MBps": raw_write_early / 1e6,
+        "raw_write_direct_MBps": raw_write_direct / 1e6 if raw_write_direct else None,
         "raw_read_MBps": raw_read / 1e6,
         "raw_read_buffered_MBps": raw_read_buffered / 1e6,
         "raw_read_direct_MBps": raw_read_direct / 1e6 if raw_read_direct else None,
@@ -510,7 +542,8 @@ def print_table(summary: dict[str, Any], repeats: int) -> None:
     print(f"\nstate: {size / GIB:.3f} GiB ({size / 1e6:.0f} MB), medians of {repeats} repeats")
     print(
         f"raw disk: write {summary['raw_write_MBps']:.0f} MB/s (fsynced; plain {summary['raw_write_plain_MBps']:.0f}, "
-        f"early writeback {summary['raw_write_early_writeback_MBps']:.0f}), read {summary['raw_read_MBps']:.0f} MB/s "
+        f"early writeback {summary['raw_write_early_writeback_MBps']:.0f}, "
+        f"O_DIRECT {_mbps(summary['raw_write_direct_MBps'])}), read {summary['raw_read_MBps']:.0f} MB/s "
         f"(buffered {summary['raw_read_buffered_MBps']:.0f}, O_DIRECT {_mbps(summary['raw_read_direct_MBps'])}; "
         "cache dropped)"
     )
@@ -552,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": {
             "raw_write_s": results.raw_write_s,
             "raw_write_early_writeback_s": results.raw_write_early_s,
+            "raw_write_direct_s": results.raw_write_direct_s,
             "raw_read_s": results.raw_read_s,
             "raw_read_direct_s": results.raw_read_direct_s,
             "fresh_memory_s": results.fresh_memory_s,

@@ -61,6 +61,16 @@ def empty_bytes(nbytes: int) -> torch.Tensor:
     return tensor
 
 
+def page_aligned_bytes(nbytes: int) -> torch.Tensor:
+    """A uint8 tensor of ``nbytes`` at the start of an anonymous mapping of its own: page-aligned, so that a file
+    can be written from it with O_DIRECT (``directio.DirectWriter``), and advised to use huge pages. The
+    mapping is unmapped when its last tensor goes."""
+    memory = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE)  # not MAP_SHARED: that is shmem
+    if hasattr(mmap, "MADV_HUGEPAGE") and nbytes >= MIN_HUGE_BYTES:
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return torch.frombuffer(memory, dtype=torch.uint8, count=nbytes)
+
+
 @contextmanager
 def prefaulted(tensors: Sequence[torch.Tensor]) -> Iterator[None]:
     """While the block runs, ``PREFAULT_THREADS`` helper threads fault in the pages of ``tensors`` (CPU tensors

@@ -15,9 +15,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from spotrun.sdk import directio
 from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
 from spotrun.sdk.errors import IncompatibleCheckpoint, UnknownComponents
+from spotrun.sdk.hostmem import page_aligned_bytes
 
 RNG_COMPONENT = "rng"
 COPY_THREADS = 2  # the snapshot copy is bound by memory bandwidth, which one thread does not fill here
@@ -161,7 +163,9 @@ def _snapshot(value: Any, reuse: Any, copies: list[tuple[torch.Tensor, torch.Ten
     if isinstance(value, torch.Tensor):
         source = value.detach()
         if not _fits(reuse, source):
-            return source.to("cpu", copy=True)
+            reuse = _page_aligned_like(source)
+            if reuse is None:
+                return source.to("cpu", copy=True)
         if _memmovable(reuse, source):
             copies.append((reuse, source))
             return reuse
@@ -204,6 +208,15 @@ def _copy_in_parallel(copies: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
 def _memmove_all(moves: list[tuple[int, int, int]]) -> None:
     for target, source, length in moves:
         ctypes.memmove(target, source, length)
+
+
+def _page_aligned_like(tensor: torch.Tensor) -> torch.Tensor | None:
+    """Empty host memory for a copy of a large contiguous tensor, page-aligned so that the checkpoint file can
+    be written from it with O_DIRECT (no copy into the page cache); None for any other tensor."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes < directio.MIN_BYTES or tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
+        return None
+    return page_aligned_bytes(nbytes).view(tensor.dtype).view(tensor.shape)
 
 
 def _fits(host: Any, tensor: torch.Tensor) -> bool:

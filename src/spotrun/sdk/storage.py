@@ -157,12 +157,16 @@ class LocalStore(CheckpointStore):
                 yield fh, direct
 
     def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
-        """Stream the payload to disk, checksumming it on the way and starting the disk writes while it is
-        still being written: no copy of the serialized payload is held in memory (a save's extra memory
-        stays at the host snapshot it writes), and the closing fsync has little left to wait for."""
-        with open(f"{staging}/{name}", "wb", buffering=0) as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
-            hashing = _HashingWriter(fh, hasher)
-            serialize(hashing)
+        """Stream the payload to disk, checksumming it on the way: no copy of the serialized payload is held in
+        memory (a save's extra memory stays at the host snapshot it writes). Written with O_DIRECT where the
+        filesystem takes it (large storages straight from the snapshot's memory, see ``directio``); else
+        through the page cache, with the disk writes started while it is still being written, so that the
+        closing fsync has little left to wait for."""
+        path = f"{staging}/{name}"
+        with open(path, "wb", buffering=0) as fh, ThreadPoolExecutor(1, "spotrun-hash") as hasher:
+            with directio.open_for_writing(path, fh.fileno()) as direct:
+                hashing = _HashingWriter(direct or fh, hasher, start_writeback=direct is None)
+                serialize(hashing)
             os.fsync(fh.fileno())
         return hashing.describe()
 
@@ -203,12 +207,14 @@ class LocalStore(CheckpointStore):
 class _HashingWriter:
     """A write-only file that writes what it is given to a raw file and computes its size and checksum. A
     large chunk is hashed in a helper thread while it is written (the hash and file writes both release the
-    GIL), in pieces whose writeback to the disk is started at once; ``write`` returns only once both are done
-    with the chunk, since the caller may reuse its buffer."""
+    GIL), in pieces whose writeback to the disk is started at once (``start_writeback``, for a file written
+    through the page cache); ``write`` returns only once both are done with the chunk, since the caller may
+    reuse its buffer."""
 
-    def __init__(self, raw: io.RawIOBase, hasher: ThreadPoolExecutor) -> None:
+    def __init__(self, raw: io.RawIOBase | directio.DirectWriter, hasher: ThreadPoolExecutor, start_writeback: bool = True) -> None:
         self._raw = raw
         self._hasher = hasher
+        self._start_writeback = start_writeback
         self._checksum = layout.CHECKSUMS[layout.CHECKSUM]()
         self._size = 0
 
@@ -220,6 +226,9 @@ class _HashingWriter:
             return chunk.nbytes
         hashed = self._hasher.submit(self._checksum.update, chunk)
         try:
+            if not self._start_writeback:
+                self._write_all(chunk)
+                return chunk.nbytes
             for offset in range(0, chunk.nbytes, WRITE_CHUNK):
                 piece = chunk[offset : offset + WRITE_CHUNK]
                 self._write_all(piece)

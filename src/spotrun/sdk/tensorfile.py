@@ -1,8 +1,13 @@
 """The payload file format: a pickle of the object with its tensors' bytes kept out of the pickle, written raw.
 
     header  b"SPOTRUNT", version (u32), 0 (u32), storage count (u64), pickle length (u64)
-    storage sizes (u64 each), the pickle, zero padding to a multiple of 64 bytes
-    each storage's bytes, zero-padded to a multiple of 64 bytes
+    storage sizes (u64 each), the pickle, zero padding up to the first storage
+    each storage's bytes, zero padding up to the next storage (or the end of the file)
+
+Every storage starts at a multiple of 64 bytes and is padded to one; in version 2 a large storage (at least
+``directio.MIN_BYTES``) starts and ends on a multiple of ``directio.BLOCK`` (4 KiB) instead, so that it can be
+written and read with O_DIRECT straight from and into page-aligned memory. The file ends on a multiple of 64.
+Version 1 files (all storages on 64 bytes) are still read.
 
 Each plain CPU tensor in the object is pickled as a reference (storage number, dtype, shape, stride, offset);
 its storage's bytes are written straight from the tensor's memory (no serialization copy, no CRC) and read
@@ -32,7 +37,8 @@ from spotrun.sdk import directio
 from spotrun.sdk.hostmem import empty_bytes, prefaulted
 
 MAGIC = b"SPOTRUNT"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _HEADER = struct.Struct("<8sIIQQ")
 _SIZE = struct.Struct("<Q")
 ALIGNMENT = 64
@@ -55,19 +61,39 @@ class FormatError(ValueError):
 # -- writing ----------------------------------------------------------------------------------------------
 
 
-def write(obj: Any, fh: BinaryIO) -> None:
-    """Write ``obj`` to ``fh`` (anything with ``write``), each tensor storage in a single ``write`` call."""
+def write(obj: Any, fh: BinaryIO, version: int = VERSION) -> None:
+    """Write ``obj`` to ``fh`` (anything with ``write``), each tensor storage in a single ``write`` call of its
+    own memory (a large one, in version 2, starting at a multiple of ``directio.BLOCK`` in the file)."""
     storages: list[torch.UntypedStorage] = []
     buffer = io.BytesIO()
     _Pickler(buffer, storages).dump(obj)
     pickled = buffer.getvalue()
-    head = _HEADER.pack(MAGIC, VERSION, 0, len(storages), len(pickled))
+    head = _HEADER.pack(MAGIC, version, 0, len(storages), len(pickled))
     head += b"".join(_SIZE.pack(storage.nbytes()) for storage in storages) + pickled
-    fh.write(head + _padding(len(head)))
-    for storage in storages:
+    offsets, end = placements(len(head), [storage.nbytes() for storage in storages], version)
+    fh.write(head + bytes((offsets[0] if offsets else end) - len(head)))
+    for number, (storage, offset) in enumerate(zip(storages, offsets)):
+        following = offsets[number + 1] if number + 1 < len(offsets) else end
         if storage.nbytes():
             fh.write(memoryview(_bytes_of(storage).numpy()))
-            fh.write(_padding(storage.nbytes()))
+        if following > offset + storage.nbytes():
+            fh.write(bytes(following - offset - storage.nbytes()))
+
+
+def placements(head_length: int, sizes: list[int], version: int) -> tuple[list[int], int]:
+    """Where each storage starts in a file of ``version`` whose header is ``head_length`` bytes, and where the
+    file ends."""
+    offsets, position = [], head_length
+    for nbytes in sizes:
+        alignment = directio.BLOCK if version >= 2 and nbytes >= directio.MIN_BYTES else ALIGNMENT
+        offset = _round_up(position, alignment)
+        offsets.append(offset)
+        position = _round_up(offset + nbytes, alignment)
+    return offsets, _round_up(position, ALIGNMENT)
+
+
+def _round_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
 
 
 class _Pickler(pickle.Pickler):
@@ -105,10 +131,6 @@ def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),))
 
 
-def _padding(length: int) -> bytes:
-    return bytes(-length % ALIGNMENT)
-
-
 # -- reading ----------------------------------------------------------------------------------------------
 
 
@@ -122,18 +144,18 @@ def read(fh: BinaryIO, size: int, on_chunk: ChunkSink, direct: directio.DirectFi
         return _read_torch_save(fh, size, start, on_chunk)
     header = bytes(start) + bytes(_read_exactly(fh, _HEADER.size - len(MAGIC), on_chunk))
     _, version, _, count, pickle_length = _HEADER.unpack(header)
-    if version != VERSION:
-        raise FormatError(f"payload format version {version}; this SDK reads version {VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"payload format version {version}; this SDK reads versions {READABLE_VERSIONS}")
     if _HEADER.size + count * _SIZE.size + pickle_length > size:
         raise FormatError(f"its header describes more than its {size} bytes")
     sizes = [n for (n,) in _SIZE.iter_unpack(_read_exactly(fh, count * _SIZE.size, on_chunk))]
     head_length = _HEADER.size + count * _SIZE.size + pickle_length
-    expected = head_length + len(_padding(head_length)) + sum(n + len(_padding(n)) for n in sizes)
-    if expected != size:
-        raise FormatError(f"its header describes {expected} bytes, not {size}")
+    offsets, end = placements(head_length, sizes, version)
+    if end != size:
+        raise FormatError(f"its header describes {end} bytes, not {size}")
     pickled = _read_exactly(fh, pickle_length, on_chunk)
-    _read_exactly(fh, len(_padding(head_length)), on_chunk)
-    slots = _slots(head_length + len(_padding(head_length)), sizes, direct)  # all at once: prefaulted ahead
+    _read_exactly(fh, (offsets[0] if offsets else end) - head_length, on_chunk)
+    slots = _slots(offsets, sizes, end, direct)  # all at once: prefaulted ahead
     if direct is not None:
         directio.prefetch(fh.fileno(), [(slot.offset, slot.end - slot.offset) for slot in slots if slot.region is None])
     with prefaulted([slot.target for slot in slots]):
@@ -160,16 +182,15 @@ class _Slot:
         return self.offset + self.nbytes + self.padding
 
 
-def _slots(offset: int, sizes: list[int], direct: directio.DirectFile | None) -> list[_Slot]:
+def _slots(offsets: list[int], sizes: list[int], end: int, direct: directio.DirectFile | None) -> list[_Slot]:
     slots = []
-    for nbytes in sizes:
-        padding = len(_padding(nbytes))
+    for offset, nbytes, following in zip(offsets, sizes, [*offsets[1:], end]):
+        padding = following - offset - nbytes
         if direct is not None and nbytes >= directio.MIN_BYTES:
             region = direct.region(offset, nbytes + padding)
             slots.append(_Slot(offset, nbytes, padding, directio.storage_tensor(region, offset, nbytes), region))
         else:
             slots.append(_Slot(offset, nbytes, padding, empty_bytes(nbytes), None))
-        offset += nbytes + padding
     return slots
 
 
