@@ -19,7 +19,7 @@ import torch
 
 import spotrun
 from spotrun.sdk import directio, hostmem, tensorfile
-from spotrun.sdk.state import snapshot_to_host
+from spotrun.sdk.snapshot import snapshot_to_host
 
 from .test_sdk_restore_reads import assert_same, payload
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import spotrun
-from spotrun.sdk.state import snapshot_to_host
+from spotrun.sdk.snapshot import snapshot_to_host
 
 STATE_BYTES = 192 << 20
 

@@ -45,7 +45,8 @@ from spotrun.sdk.preemption import (
     ignore_preemption_signals,
     preemption_flag,
 )
-from spotrun.sdk.state import TrainingState, snapshot_to_host
+from spotrun.sdk.snapshot import SnapshotCopies
+from spotrun.sdk.state import TrainingState
 from spotrun.sdk.storage import open_store
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class _Snapshot:
     steps_done: int
     shared: dict[str, Any] | None  # rank 0 only
     own: dict[str, Any]
+    copies: SnapshotCopies  # the writer waits on it for each storage's copy
 
 
 class Checkpointer:
@@ -206,7 +208,8 @@ class Checkpointer:
             raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def wait(self) -> None:
-        """Block until the save in flight (if any) is committed; raise CheckpointError if it failed."""
+        """Block until the save in flight (if any) is committed; raise CheckpointError if it failed. Older
+        checkpoints beyond ``keep_last`` are removed after that, in the writer thread (``close`` waits for it)."""
         if self._inflight is not None:
             self._inflight.exception()  # waits
             self._raise_failed_save()
@@ -256,22 +259,27 @@ class Checkpointer:
                 raise CheckpointError(f"checkpoint save failed: {error!r}") from error
 
     def _submit(self, state: TrainingState, steps_done: int) -> None:
-        """Snapshot the state (the only part of a save that blocks training) and hand it to the writer. The
-        previous snapshot, written by now, lends its host memory: between saves the Checkpointer holds one
-        host copy of the state, and a save needs no more than that."""
+        """Snapshot the state (the only part of a save that blocks training) and hand it to the writer, which
+        starts on each storage as soon as its copy is done. The previous snapshot, written by now, lends its
+        host memory: between saves the Checkpointer holds one host copy of the state, and a save needs no more
+        than that."""
         earlier = self._previous if not self._busy() else None
         self._previous = None
+        copies = SnapshotCopies()
+        own = copies.snapshot(state.state_dict("rank"), earlier and earlier.own)  # first: its file is written first
         snapshot = _Snapshot(
             steps_done=steps_done,
-            shared=snapshot_to_host(state.state_dict("shared"), earlier and earlier.shared) if self.rank == 0 else None,
-            own=snapshot_to_host(state.state_dict("rank"), earlier and earlier.own),
+            shared=copies.snapshot(state.state_dict("shared"), earlier and earlier.shared) if self.rank == 0 else None,
+            own=own,
+            copies=copies,
         )
-        self._previous = snapshot
         self._last_saved = steps_done
         self._last_save_time = time.monotonic()
         self._deferred = False
         self._inflight = self._executor.submit(self._write, snapshot)
         self._inflight.add_done_callback(_log_failure)
+        copies.run()  # on failure the writer fails too, and the save is reported as failed
+        self._previous = snapshot
 
     def _write(self, snapshot: _Snapshot) -> None:
         """The save protocol, in the writer thread, on every rank: rank 0 prepares the folder; each rank
@@ -302,17 +310,28 @@ class Checkpointer:
             payloads[SHARED_FILE] = snapshot.shared
         staging = self.store.staging_path(snapshot.steps_done)
         return {
-            name: self.store.write_payload(staging, name, functools.partial(tensorfile.write, payload))
+            name: self.store.write_payload(
+                staging, name, functools.partial(tensorfile.write, payload, wait_for=snapshot.copies.wait_for)
+            )
             for name, payload in payloads.items()
         }
 
     def _commit(self, steps: int, manifest: dict[str, Any]) -> None:
+        """Commit the checkpoint; removing older ones is queued behind it in the writer thread, so that ``wait``
+        returns once the new checkpoint is durable, not once a gigabyte of old files is deleted (``close``
+        still waits for it)."""
         self.store.commit(self.store.staging_path(steps), steps, manifest)
         if self.keep_last is not None:
             try:
-                self._prune(newest=steps)
-            except Exception:  # the new checkpoint is committed; old ones linger until the next save
-                log.warning("could not remove old checkpoints", exc_info=True)
+                self._executor.submit(self._prune_quietly, steps)
+            except RuntimeError:  # the writer thread is shutting down: remove them now
+                self._prune_quietly(steps)
+
+    def _prune_quietly(self, newest: int) -> None:
+        try:
+            self._prune(newest)
+        except Exception:  # the new checkpoint is committed; old ones linger until the next save
+            log.warning("could not remove old checkpoints", exc_info=True)
 
     def _prune(self, newest: int) -> None:
         """Keep the ``keep_last`` newest committed checkpoints up to ``newest``; remove every other

@@ -4,26 +4,19 @@ user values updated in place on restore), split into the state shared by all ran
 
 from __future__ import annotations
 
-import copy
-import ctypes
 import random
 import warnings
 from collections.abc import Iterable, Mapping, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from spotrun.sdk import directio
 from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
 from spotrun.sdk.errors import IncompatibleCheckpoint, UnknownComponents
-from spotrun.sdk.hostmem import page_aligned_bytes
 
 RNG_COMPONENT = "rng"
-COPY_THREADS = 2  # the snapshot copy is bound by memory bandwidth, which one thread does not fill here
-_SPLIT_BYTES = 4 << 20  # smaller tensors are copied whole by one thread
 
 
 @runtime_checkable
@@ -141,104 +134,3 @@ def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,),
     if rng:
         components[RNG_COMPONENT] = RNGState()
     return TrainingState(components, per_rank=per_rank)
-
-
-def snapshot_to_host(value: Any, reuse: Any = None) -> Any:
-    """A deep copy whose tensors live in host memory, so training can go on while the copy is written.
-
-    ``reuse``, an earlier snapshot that nothing reads any more, lends its tensors where the structure, shape,
-    dtype and strides match: copying into memory that is already mapped is several times faster than
-    allocating it anew (page faults), and that copy is the time a save blocks training. Contiguous CPU
-    tensors are then copied with plain memory copies split over ``COPY_THREADS`` threads (torch's ``copy_``
-    ran 1.3-1.6x slower here for the same bytes).
-    """
-    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-    snapshot = _snapshot(value, reuse, copies)
-    _copy_in_parallel(copies)
-    return snapshot
-
-
-def _snapshot(value: Any, reuse: Any, copies: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
-    """``snapshot_to_host`` except that contiguous CPU copies into reused tensors are only listed in ``copies``."""
-    if isinstance(value, torch.Tensor):
-        source = value.detach()
-        if not _fits(reuse, source):
-            reuse = _page_aligned_like(source)
-            if reuse is None:
-                return source.to("cpu", copy=True)
-        if _memmovable(reuse, source):
-            copies.append((reuse, source))
-            return reuse
-        return reuse.copy_(source)
-    if isinstance(value, dict):
-        copied = copy.copy(value)  # keeps the dict's type and attributes (a state_dict's _metadata)
-        earlier = reuse if isinstance(reuse, dict) else {}
-        for key, item in copied.items():
-            copied[key] = _snapshot(item, earlier.get(key), copies)
-        return copied
-    if isinstance(value, list):
-        return [_snapshot(item, _nth(reuse, list, index), copies) for index, item in enumerate(value)]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_snapshot(item, _nth(reuse, tuple, index), copies) for index, item in enumerate(value))
-    return copy.deepcopy(value)
-
-
-def _copy_in_parallel(copies: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """memmove each (target, source) pair of same-sized contiguous CPU tensors; a large one is cut into
-    ``COPY_THREADS`` slices copied side by side (ctypes calls release the GIL)."""
-    lanes: list[list[tuple[int, int, int]]] = [[] for _ in range(COPY_THREADS)]
-    for index, (target, source) in enumerate(copies):
-        nbytes = source.numel() * source.element_size()
-        if nbytes < _SPLIT_BYTES:
-            lanes[index % COPY_THREADS].append((target.data_ptr(), source.data_ptr(), nbytes))
-            continue
-        step = -(-nbytes // COPY_THREADS)
-        for lane, offset in enumerate(range(0, nbytes, step)):
-            length = min(step, nbytes - offset)
-            lanes[lane].append((target.data_ptr() + offset, source.data_ptr() + offset, length))
-    if not copies:
-        return
-    with ThreadPoolExecutor(COPY_THREADS - 1, thread_name_prefix="spotrun-snapshot") as helpers:
-        done = [helpers.submit(_memmove_all, lane) for lane in lanes[1:]]
-        _memmove_all(lanes[0])
-        for future in done:
-            future.result()
-
-
-def _memmove_all(moves: list[tuple[int, int, int]]) -> None:
-    for target, source, length in moves:
-        ctypes.memmove(target, source, length)
-
-
-def _page_aligned_like(tensor: torch.Tensor) -> torch.Tensor | None:
-    """Empty host memory for a copy of a large contiguous tensor, page-aligned so that the checkpoint file can
-    be written from it with O_DIRECT (no copy into the page cache); None for any other tensor."""
-    nbytes = tensor.numel() * tensor.element_size()
-    if nbytes < directio.MIN_BYTES or tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
-        return None
-    return page_aligned_bytes(nbytes).view(tensor.dtype).view(tensor.shape)
-
-
-def _fits(host: Any, tensor: torch.Tensor) -> bool:
-    return (
-        isinstance(host, torch.Tensor)
-        and host.device.type == "cpu"
-        and host.layout == tensor.layout == torch.strided
-        and host.dtype == tensor.dtype
-        and host.shape == tensor.shape
-        and host.stride() == tensor.stride()
-    )
-
-
-def _memmovable(target: torch.Tensor, source: torch.Tensor) -> bool:
-    """Whether ``source``'s memory, copied byte for byte, is ``target.copy_(source)`` (given ``_fits``)."""
-    return all(
-        tensor.device.type == "cpu"
-        and tensor.is_contiguous()
-        and not (tensor.is_conj() or tensor.is_neg() or tensor.is_quantized)
-        for tensor in (target, source)
-    )
-
-
-def _nth(container: Any, kind: type, index: int) -> Any:
-    return container[index] if isinstance(container, kind) and index < len(container) else None

@@ -61,9 +61,13 @@ class FormatError(ValueError):
 # -- writing ----------------------------------------------------------------------------------------------
 
 
-def write(obj: Any, fh: BinaryIO, version: int = VERSION) -> None:
+def write(
+    obj: Any, fh: BinaryIO, version: int = VERSION, wait_for: Callable[[torch.UntypedStorage], None] | None = None
+) -> None:
     """Write ``obj`` to ``fh`` (anything with ``write``), each tensor storage in a single ``write`` call of its
-    own memory (a large one, in version 2, starting at a multiple of ``directio.BLOCK`` in the file)."""
+    own memory (a large one, in version 2, starting at a multiple of ``directio.BLOCK`` in the file).
+    ``wait_for(storage)`` is called before a storage's bytes are read: a snapshot still being copied (only the
+    storages' sizes and the tensors' shapes go into the header)."""
     storages: list[torch.UntypedStorage] = []
     buffer = io.BytesIO()
     _Pickler(buffer, storages).dump(obj)
@@ -75,6 +79,8 @@ def write(obj: Any, fh: BinaryIO, version: int = VERSION) -> None:
     for number, (storage, offset) in enumerate(zip(storages, offsets)):
         following = offsets[number + 1] if number + 1 < len(offsets) else end
         if storage.nbytes():
+            if wait_for is not None:
+                wait_for(storage)
             fh.write(memoryview(_bytes_of(storage).numpy()))
         if following > offset + storage.nbytes():
             fh.write(bytes(following - offset - storage.nbytes()))
