@@ -193,6 +193,44 @@ def test_restores_rng_states(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(1), expected[2])
 
 
+class FakeCuda:
+    """torch.cuda's RNG functions for ``devices`` devices, each state a tensor (no GPU in CI: this checks what the
+    SDK does with them, not CUDA itself)."""
+
+    def __init__(self, devices: int, seed: int) -> None:
+        self.states = [torch.full((8,), seed + device, dtype=torch.uint8) for device in range(devices)]
+
+    def install(self, patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(torch.cuda, "is_available", lambda: True)
+        patch.setattr(torch.cuda, "is_initialized", lambda: True)
+        patch.setattr(torch.cuda, "device_count", lambda: len(self.states))
+        patch.setattr(torch.cuda, "get_rng_state_all", lambda: [state.clone() for state in self.states])
+        patch.setattr(torch.cuda, "set_rng_state", self.set_rng_state)
+
+    def set_rng_state(self, state: torch.Tensor, device: int) -> None:
+        self.states[device] = state.clone()
+
+
+@pytest.mark.parametrize("devices_then, devices_now", [(2, 2), (2, 1), (1, 2)])
+def test_cuda_rng_states_are_saved_per_device_and_restored_on_the_devices_there_are(
+    tmp_path: Path, devices_then: int, devices_now: int
+) -> None:
+    state = spotrun.torch_state(extra={})
+    with pytest.MonkeyPatch.context() as patch, spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        FakeCuda(devices_then, seed=10).install(patch)
+        ckpt.save(state, 0)
+    now = FakeCuda(devices_now, seed=50)
+    with pytest.MonkeyPatch.context() as patch, spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        now.install(patch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ckpt.restore(state)
+    shared = min(devices_then, devices_now)
+    assert [int(s[0]) for s in now.states] == [10 + d for d in range(shared)] + [50 + d for d in range(shared, devices_now)]
+    mismatch = [w for w in caught if issubclass(w.category, spotrun.CheckpointWarning) and "CUDA" in str(w.message)]
+    assert bool(mismatch) == (devices_then != devices_now)
+
+
 def test_weights_sha256_covers_names_and_bytes() -> None:
     model = torch.nn.Linear(2, 2)
     same = torch.nn.Linear(2, 2)

@@ -14,7 +14,7 @@ import torch
 
 from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
-from spotrun.sdk.errors import IncompatibleCheckpoint, UnknownComponents
+from spotrun.sdk.errors import CheckpointWarning, IncompatibleCheckpoint, UnknownComponents
 
 RNG_COMPONENT = "rng"
 
@@ -49,7 +49,23 @@ class RNGState:
         np.random.set_state(state["numpy"])
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+            _set_cuda_rng_states(state["cuda"])
+
+
+def _set_cuda_rng_states(states: list[torch.Tensor]) -> None:
+    """Each CUDA device's RNG state from the checkpoint, device by device. A machine with another number of
+    devices than the one that saved gets the states of the devices both have, and a warning: draws on the
+    others will differ from an uninterrupted run's."""
+    count = torch.cuda.device_count()
+    if len(states) != count:
+        warnings.warn(
+            f"the checkpoint holds CUDA RNG states of {len(states)} devices, this machine has {count}: "
+            f"devices {min(len(states), count)} and up do not resume their random streams exactly",
+            CheckpointWarning,
+            stacklevel=4,
+        )
+    for device, device_state in enumerate(states[:count]):
+        torch.cuda.set_rng_state(device_state, device)
 
 
 class _DictComponent:
