@@ -504,6 +504,21 @@ def test_the_default_policy_plans_a_deadline_job_from_its_step_rate(world, caplo
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
+@pytest.mark.parametrize("policy_name", ["uniform_progress", "deadline_aware"])
+def test_a_planning_policy_runs_a_deadline_job_without_an_estimate_until_its_rate_is_known(world, caplog, policy_name):
+    spec_text = SPEC.replace("max_wait: 2h", f"max_wait: 2h, deadline: 3h, policy: {policy_name}")
+    job_id = world.submit(spec_text)
+    instance = world.run_to_running(job_id)  # no compute known: placed as the default policy places it, to be measured
+    report_steps(world, instance, [0, 100, 200, 300, 400], 100)  # 1 step/s, 1,000 steps: 1,000 s of compute
+    ctx = placement_context(world.job(job_id), parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
+    assert ctx.estimated_duration == pytest.approx(1000)
+    planned = world.controller.policy(parse_spec(spec_text)).decide(ctx)
+    assert "least expected cost" in planned.reason or "uniform progress" in planned.reason
+    alive_for(world, instance, 200)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert world.attempts(job_id)[0].state == "running"
+
+
 @pytest.mark.parametrize("body", [{"checkpoint_step": 3, "total_steps": 0}, {"checkpoint_step": -1}, {"total_steps": "x"}])
 def test_a_heartbeat_with_impossible_steps_is_refused_and_changes_nothing(world, body):
     job_id = world.submit()

@@ -3,6 +3,7 @@
 from spotrun.policy.baselines import GreedyPolicy, OnDemandPolicy
 from spotrun.policy.deadline_aware import DeadlineAwarePolicy
 from spotrun.policy.default import DefaultPolicy
+from spotrun.policy.estimate_first import UntilEstimated
 from spotrun.policy.observations import SpotLog
 from spotrun.policy.placement import (
     Decision, GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, RunningDecision,
@@ -18,6 +19,7 @@ _POLICIES = {
     "on_demand": OnDemandPolicy,
     "uniform_progress": UniformProgressPolicy,
 }
+_PLANNERS = frozenset({"deadline_aware", "uniform_progress"})  # they need the job's compute: see estimate_first
 
 
 def get_policy(name: str, **options: float) -> StepPolicy:
@@ -26,9 +28,10 @@ def get_policy(name: str, **options: float) -> StepPolicy:
     except KeyError:
         raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(_POLICIES))}") from None
     try:
-        return factory(**options)
+        policy = factory(**options)
     except TypeError as error:
         raise ValueError(f"placement policy {name!r}: bad options {sorted(options)} ({error})") from None
+    return UntilEstimated(policy) if name in _PLANNERS else policy
 
 
 def policy_names() -> list[str]:
