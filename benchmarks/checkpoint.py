@@ -18,10 +18,10 @@ What is measured
 - raw disk: a file of the state's size written in 64 MiB chunks and fsynced, three times: plainly, with the
   disk writes of each chunk started at once (Linux sync_file_range, as spotrun's writer does through the page
   cache), and with O_DIRECT from one page-aligned buffer (as spotrun's writer does where the filesystem takes
-  it); the fastest of the three is the raw write figure. Then dropped from the page cache the same way and read back in 64 MiB
-  chunks into a preallocated buffer, twice: through the page cache, and with O_DIRECT (straight from the
-  disk into the buffer, as spotrun's restore reads large tensors); the faster of the two is the raw read
-  figure. Where O_DIRECT is refused (e.g. tmpfs) only the first counts.
+  it); the fastest of the three is the raw write figure. Then dropped from the page cache the same way and
+  read back in 64 MiB chunks into a preallocated buffer, twice: through the page cache, and with O_DIRECT
+  (straight from the disk into the buffer, as spotrun's restore reads large tensors); the faster of the two
+  is the raw read figure. Where O_DIRECT is refused, only the other figures count.
 - peak extra host memory: the process's RSS high-water mark (VmHWM, reset before each save by writing 5 to
   /proc/self/clear_refs) minus its RSS just before the save, taken when the save is durable; the largest
   over the repeats is reported. It counts every thread's allocations and no page cache. Memory a method
@@ -340,7 +340,9 @@ def raw_write_direct(target: Path, size: int, chunk: bytes) -> float | None:
     return _direct_io_seconds(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, chunk, write)
 
 
-def _direct_io_seconds(target: Path, flags: int, fill: bytes, transfer: Callable[[int, memoryview], None]) -> float | None:
+def _direct_io_seconds(
+    target: Path, flags: int, fill: bytes, transfer: Callable[[int, memoryview], None]
+) -> float | None:
     """Seconds ``transfer(fd, buffer)`` takes on ``target`` opened with ``flags`` and O_DIRECT, ``buffer`` being
     one page-aligned 64 MiB buffer of huge pages filled with ``fill`` before the clock starts (as spotrun's
     snapshots and restores use: far fewer pages to pin); None where O_DIRECT is not available."""

@@ -17,10 +17,17 @@ import torch
 import spotrun
 
 
+LARGE = 1 << 19  # float32 values: 2 MiB, above directio.MIN_BYTES
+
+
 def writer_state(steps: int) -> tuple[spotrun.TrainingState, dict[str, object]]:
-    """A small state whose every value is ``steps`` (to fill) and the dict the values live in."""
+    """A small state whose every value is ``steps`` (to fill) and the dict the values live in. Its 2 MiB tensor
+    takes the large-storage path of a save: page-aligned snapshot memory, written with O_DIRECT from there while
+    the snapshot copy goes on."""
     model = torch.nn.Linear(16, 8)
-    values: dict[str, object] = {"steps": steps, "buffer": torch.full((64,), float(steps))}
+    values: dict[str, object] = {
+        "steps": steps, "buffer": torch.full((64,), float(steps)), "large": torch.full((LARGE,), float(steps)),
+    }
     with torch.no_grad():
         model.weight.fill_(steps)
         model.bias.fill_(steps)
@@ -52,6 +59,7 @@ def warm_up() -> None:
 
 
 def serve() -> None:
+    torch.set_num_threads(1)  # the writers are forked, and a fork after an OpenMP parallel region (a large fill) hangs
     warm_up()
     for line in sys.stdin:
         root, report_path = line.rstrip("\n").split("\t")

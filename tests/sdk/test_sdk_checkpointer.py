@@ -226,7 +226,9 @@ def test_cuda_rng_states_are_saved_per_device_and_restored_on_the_devices_there_
             warnings.simplefilter("always")
             ckpt.restore(state)
     shared = min(devices_then, devices_now)
-    assert [int(s[0]) for s in now.states] == [10 + d for d in range(shared)] + [50 + d for d in range(shared, devices_now)]
+    restored_then = [10 + device for device in range(shared)]
+    untouched = [50 + device for device in range(shared, devices_now)]
+    assert [int(s[0]) for s in now.states] == restored_then + untouched
     mismatch = [w for w in caught if issubclass(w.category, spotrun.CheckpointWarning) and "CUDA" in str(w.message)]
     assert bool(mismatch) == (devices_then != devices_now)
 

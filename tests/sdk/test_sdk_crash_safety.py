@@ -21,7 +21,7 @@ from spotrun.sdk import layout
 
 WRITER = Path(__file__).with_name("sdk_crash_writer.py")
 sys.path.insert(0, str(WRITER.parent))
-from sdk_crash_writer import writer_state  # noqa: E402  (a helper file, not a package)
+from sdk_crash_writer import LARGE, writer_state  # noqa: E402  (a helper file, not a package)
 
 sys.path.pop(0)
 
@@ -75,6 +75,7 @@ def _check_after_kill(root: Path, report: Path, trial: str) -> None:
     assert values["steps"] == restored or restored == 0, f"trial {trial}: mixed checkpoint"
     if restored:
         assert torch.equal(values["buffer"], torch.full((64,), float(restored))), f"trial {trial}"
+        assert torch.equal(values["large"], torch.full((LARGE,), float(restored))), f"trial {trial}"
         assert torch.equal(model.weight, torch.full((8, 16), float(restored))), f"trial {trial}"  # type: ignore[attr-defined]
     fs = ckpt.fs
     for _, path in layout.list_committed(fs, str(root)):

@@ -7,20 +7,19 @@ place large storages on block boundaries (``tensorfile``) and snapshots keep the
 (``hostmem.page_aligned_bytes``), so those go to the disk from where they are; the header, small storages and
 paddings are gathered in an aligned buffer and written a block at a time.
 
-Reading:
+Reading (``DirectFile``): copying out of the page cache is most of a buffered read's CPU time (measured here:
+0.2-0.7 s per GiB on a busy 2-vCPU VM, where a restore is bound by CPU), and a restore reads each byte once, so
+the page cache buys nothing. O_DIRECT wants the file offset, the length and the memory address aligned to the
+disk's block size; a storage may sit at any 64-byte offset (version 1 files), so each one gets its own
+page-aligned anonymous mapping that mirrors the file around it: the mapping starts at the aligned block before
+the storage's first byte, and the storage is the part of it at the same offset within the page
+(``torch.frombuffer``). The few surrounding bytes read along with it belong to the header, a padding, or a
+neighbouring storage; they are neither used nor checksummed from there. Such a storage cannot be resized (as
+with ``torch.load(mmap=True)``); its memory is unmapped when its last tensor goes.
 
-That copy is most of a buffered read's CPU time (measured here: 0.2-0.7 s per GiB on a busy 2-vCPU VM, where a
-restore is bound by CPU), and a restore reads each byte once, so the page cache buys nothing. O_DIRECT wants the
-file offset, the length and the memory address aligned to the disk's block size; storages sit at 64-byte
-offsets in the file, so each one gets its own page-aligned anonymous mapping that mirrors the file around it:
-the mapping starts at the aligned block before the storage's first byte, and the storage is the part of it at
-the same offset within the page (``torch.frombuffer``). The few surrounding bytes read along with it belong to
-the header, a padding, or a neighbouring storage; they are neither used nor checksummed from there. Such a
-storage cannot be resized (as with ``torch.load(mmap=True)``); its memory is unmapped when its last tensor goes.
-
-Used only where it helps and works: Linux with O_DIRECT, a filesystem that accepts it, and a file that is not
-already in the page cache (then a buffered read is a memory copy, faster than the disk). A direct read the
-filesystem refuses falls back to a buffered read of the same bytes.
+Direct reads are used only where they help and work: Linux with O_DIRECT, a filesystem that accepts it, and a
+file that is not already in the page cache (then a buffered read is a memory copy, faster than the disk). A
+direct read the filesystem refuses falls back to a buffered read of the same bytes.
 """
 
 from __future__ import annotations
@@ -234,7 +233,7 @@ def _address(chunk: memoryview) -> int:
 @contextmanager
 def open_for_writing(path: str, fallback: int) -> Iterator[DirectWriter | None]:
     """A DirectWriter for the file at ``path`` (``fallback``: the same file, open for ordinary writes), or
-    None where direct writes are not available (no O_DIRECT here, or a filesystem that refuses it, e.g. tmpfs).
+    None where direct writes are not available (no O_DIRECT here, or a filesystem that refuses it).
     The writer is closed (its length set) when the block ends without an error."""
     if not hasattr(os, "O_DIRECT"):
         yield None

@@ -130,7 +130,9 @@ def _page_aligned_like(tensor: torch.Tensor) -> torch.Tensor | None:
     """Empty host memory for a copy of a large contiguous tensor, page-aligned so that the checkpoint file can
     be written from it with O_DIRECT (no copy into the page cache); None for any other tensor."""
     nbytes = tensor.numel() * tensor.element_size()
-    if nbytes < directio.MIN_BYTES or tensor.layout != torch.strided or tensor.is_quantized or not tensor.is_contiguous():
+    if nbytes < directio.MIN_BYTES or tensor.layout != torch.strided or tensor.is_quantized:
+        return None
+    if not tensor.is_contiguous():
         return None
     return page_aligned_bytes(nbytes).view(tensor.dtype).view(tensor.shape)
 

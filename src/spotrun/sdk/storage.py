@@ -211,7 +211,9 @@ class _HashingWriter:
     through the page cache); ``write`` returns only once both are done with the chunk, since the caller may
     reuse its buffer."""
 
-    def __init__(self, raw: io.RawIOBase | directio.DirectWriter, hasher: ThreadPoolExecutor, start_writeback: bool = True) -> None:
+    def __init__(
+        self, raw: io.RawIOBase | directio.DirectWriter, hasher: ThreadPoolExecutor, start_writeback: bool = True
+    ) -> None:
         self._raw = raw
         self._hasher = hasher
         self._start_writeback = start_writeback
