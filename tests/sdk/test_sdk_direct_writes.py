@@ -101,8 +101,9 @@ def test_the_direct_writer_writes_aligned_memory_from_where_it_is_and_gathers_th
     assert all(length % directio.BLOCK == 0 and offset % directio.BLOCK == 0 for _, length, offset in calls)
 
 
+@pytest.mark.parametrize("refusal", [errno.EINVAL, errno.EOPNOTSUPP])
 def test_a_direct_write_the_filesystem_refuses_falls_back_to_ordinary_writes_from_the_same_offset(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
 ) -> None:
     require_direct_writes(tmp_path)
     monkeypatch.setattr(directio, "WRITE_CHUNK", 2 * directio.BLOCK)  # the aligned storage takes several writes
@@ -113,7 +114,7 @@ def test_a_direct_write_the_filesystem_refuses_falls_back_to_ordinary_writes_fro
     def refusing_after_one(fd: int, buffers: list[Any], offset: int, *flags: int) -> int:
         calls.append(offset)
         if len(calls) > 1:
-            raise OSError(errno.EINVAL, "Invalid argument")
+            raise OSError(refusal, os.strerror(refusal))
         return pwritev(fd, buffers, offset, *flags)
 
     path = tmp_path / "file"
@@ -178,3 +179,28 @@ def test_a_checkpoint_saved_with_or_without_direct_writes_restores_the_same_stat
     assert torch.equal(
         fresh_optimizer.state_dict()["state"][0]["exp_avg_sq"], optimizer.state_dict()["state"][0]["exp_avg_sq"]
     )
+
+
+def test_a_disk_that_fills_up_fails_the_save_and_keeps_the_checkpoint_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_direct_writes(tmp_path)
+    model, optimizer = _trained()
+    with spotrun.Checkpointer(tmp_path, signals=(), keep_last=1) as ckpt:
+        state = spotrun.torch_state(model=model, optimizer=optimizer)
+        ckpt.save(state, 0)
+        saved = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+        model[0].weight.data.add_(1.0)
+
+        def full_disk(fd: int, buffers: list[Any], offset: int, *flags: int) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(directio.os, "pwritev", full_disk)
+        with pytest.raises(spotrun.CheckpointError, match="No space left"):
+            ckpt.save(state, 1)
+        monkeypatch.undo()
+    assert sorted(path.name for path in tmp_path.glob("ckpt-*")) == ["ckpt-000000000001"]
+    fresh = torch.nn.Sequential(torch.nn.Linear(600, 700), torch.nn.Linear(700, 3))
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        assert ckpt.restore(spotrun.torch_state(model=fresh, optimizer=torch.optim.Adam(fresh.parameters()))) == 1
+    assert all(torch.equal(fresh.state_dict()[name], saved[name]) for name in saved)

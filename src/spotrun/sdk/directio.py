@@ -38,6 +38,7 @@ BLOCK = 4096  # the largest logical block size in common use (512 and 4096): ali
 MIN_BYTES = 1 << 20  # smaller storages are read the ordinary way: a mapping each is not worth it
 GATHER_BYTES = 4 << 20  # the aligned buffer that gathers small writes into whole blocks
 WRITE_CHUNK = 64 << 20  # a large storage goes to the disk this much per call
+REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP})  # how a filesystem turns down a direct write
 
 
 @dataclass
@@ -157,7 +158,7 @@ class DirectWriter:
     """Writes a file front to back with O_DIRECT (``fd``, opened with it), as a raw file would (``write``),
     then ``close`` sets its length. A chunk that starts on a block boundary, in page-aligned memory, goes to
     the disk from that memory, its whole blocks at least; everything else is gathered in an aligned buffer
-    and written once a whole buffer is full. Where the filesystem refuses a direct write (EINVAL), that write
+    and written once a whole buffer is full. Where the filesystem refuses a direct write (``REFUSED``), that write
     and all that follow go through ``fallback``, an ordinary descriptor of the same file, from the same
     offset: no block is written partly one way and partly the other."""
 
@@ -220,7 +221,7 @@ class DirectWriter:
                     written += os.pwritev(self._fd, [chunk[written:]], offset + written)
                     continue
                 except OSError as error:
-                    if error.errno != errno.EINVAL:
+                    if error.errno not in REFUSED:
                         raise
                     self.usable = False
             written += os.pwrite(self._fallback, chunk[written:], offset + written)
