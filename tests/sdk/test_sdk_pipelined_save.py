@@ -3,6 +3,7 @@ still copying the rest; it never reads a storage before its copy, and a copy tha
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,21 @@ def test_the_writer_starts_before_the_copy_ends_and_writes_only_copied_storages(
     assert events[0][1] < copied  # the disk writes overlapped the copy
     restored = restored_weights(tmp_path)
     assert all(torch.equal(restored[name], expected[name]) for name in expected)
+
+
+def test_a_writer_that_asks_before_the_copy_has_started_waits_for_it() -> None:
+    live = {"w": torch.randn(600, 1000)}
+    earlier = snapshot.snapshot_to_host(live)
+    live["w"].add_(1.0)
+    copies = snapshot.SnapshotCopies()
+    planned = copies.snapshot(live, earlier)  # the Checkpointer hands this to its writer before it runs the copies
+    answered = threading.Event()
+    writer = threading.Thread(target=lambda: (copies.wait_for(planned["w"].untyped_storage()), answered.set()))
+    writer.start()
+    assert not answered.wait(0.2)  # the copy is listed but not made: the writer must not read the storage yet
+    copies.run()
+    writer.join(timeout=5)
+    assert answered.is_set() and torch.equal(planned["w"], live["w"])
 
 
 def test_a_copy_that_fails_fails_the_save_and_commits_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

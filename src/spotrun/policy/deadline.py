@@ -54,9 +54,14 @@ class DeadlineView:
         return self.done - (self.now + horizon - self.started) * self.compute / span
 
 
+def can_plan(ctx: PlacementContext) -> bool:
+    """Whether the job has a deadline and a known amount of compute: what a deadline planner needs."""
+    return ctx.deadline is not None and ctx.estimated_duration is not None
+
+
 def deadline_view(ctx: PlacementContext, default_overhead: float = DEFAULT_RESTART_OVERHEAD) -> DeadlineView | None:
     """The view for a job with a deadline and a known amount of compute; None for any other job."""
-    if ctx.deadline is None or ctx.estimated_duration is None:
+    if ctx.deadline is None or ctx.estimated_duration is None:  # not can_plan(ctx), spelled out for the type checker
         return None
     overhead = ctx.restart_overhead if ctx.restart_overhead is not None else default_overhead
     overhead_left = 0.0

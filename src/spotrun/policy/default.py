@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spotrun.policy.deadline import can_plan
 from spotrun.policy.deadline_aware import DeadlineAwarePolicy
 from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
@@ -42,9 +43,7 @@ class DefaultPolicy:
 
     @staticmethod
     def _has_deadline(ctx: PlacementContext) -> bool:
-        return (
-            ctx.use_spot and ctx.fallback == "on-demand" and ctx.deadline is not None and ctx.estimated_duration is not None
-        )
+        return ctx.use_spot and ctx.fallback == "on-demand" and can_plan(ctx)
 
     def _place_without_deadline(self, ctx: PlacementContext) -> Decision:
         if not ctx.zones:

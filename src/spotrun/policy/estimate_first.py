@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spotrun.policy.deadline import can_plan
 from spotrun.policy.default import DefaultPolicy
 from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, StepPolicy
 
@@ -24,11 +25,7 @@ class UntilEstimated:
         return self.planner.name
 
     def place(self, ctx: PlacementContext) -> Decision:
-        return self.planner.place(ctx) if _can_plan(ctx) else self.before.place(ctx)
+        return self.planner.place(ctx) if can_plan(ctx) else self.before.place(ctx)
 
     def decide(self, ctx: PlacementContext) -> RunningDecision:
-        return self.planner.decide(ctx) if _can_plan(ctx) else self.before.decide(ctx)
-
-
-def _can_plan(ctx: PlacementContext) -> bool:
-    return ctx.deadline is not None and ctx.estimated_duration is not None
+        return self.planner.decide(ctx) if can_plan(ctx) else self.before.decide(ctx)

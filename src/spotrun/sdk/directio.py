@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from spotrun.sdk import hostmem
+
 BLOCK = 4096  # the largest logical block size in common use (512 and 4096): aligning to it suits both
 MIN_BYTES = 1 << 20  # smaller storages are read the ordinary way: a mapping each is not worth it
 GATHER_BYTES = 4 << 20  # the aligned buffer that gathers small writes into whole blocks
@@ -63,11 +65,7 @@ class DirectFile:
     def region(self, offset: int, length: int) -> Region:
         """Page-aligned memory for the file's bytes ``[offset, offset + length)`` and the blocks around them."""
         start = offset // BLOCK * BLOCK
-        end = -(-(offset + length) // BLOCK) * BLOCK
-        memory = mmap.mmap(-1, max(end - start, BLOCK), flags=mmap.MAP_PRIVATE)  # not MAP_SHARED: that is shmem
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            memory.madvise(mmap.MADV_HUGEPAGE)  # see hostmem: 512 times fewer page faults
-        return Region(start, memory)
+        return Region(start, hostmem.mapping(max(round_up(offset + length, BLOCK) - start, BLOCK)))
 
     def read(self, region: Region, end: int, chunk: int) -> Iterator[int]:
         """Read the file into ``region`` from its start up to at least ``end``, ``chunk`` bytes at a time,
@@ -96,7 +94,7 @@ def _next_length(left: int, chunk: int) -> int:
     """How much to read next, in whole blocks: ``chunk``, or all that is left when that is at most a quarter
     more (a storage of 64 MiB and its padding is one read, not a second one of a block or two that would wait
     for the disk on its own)."""
-    left = -(-left // BLOCK) * BLOCK
+    left = round_up(left, BLOCK)
     return left if left <= chunk + chunk // 4 else chunk
 
 
@@ -166,7 +164,7 @@ class DirectWriter:
         self._fd = fd
         self._fallback = fallback
         self.usable = True
-        self._gathered = mmap.mmap(-1, GATHER_BYTES, flags=mmap.MAP_PRIVATE)
+        self._gathered = hostmem.mapping(GATHER_BYTES)
         self._gathered_bytes = 0
         self._start = 0  # file offset of the gathered bytes (always a block boundary)
 
@@ -200,7 +198,7 @@ class DirectWriter:
         """Write what is gathered (its last block zero-filled past the end), then cut the file to its length."""
         end = self.position
         if self._gathered_bytes:
-            whole = -(-self._gathered_bytes // BLOCK) * BLOCK
+            whole = round_up(self._gathered_bytes, BLOCK)
             self._gathered[self._gathered_bytes : whole] = bytes(whole - self._gathered_bytes)
             self._write_at(memoryview(self._gathered)[:whole], self._start)
         os.ftruncate(self._fd, end)
@@ -225,6 +223,10 @@ class DirectWriter:
                         raise
                     self.usable = False
             written += os.pwrite(self._fallback, chunk[written:], offset + written)
+
+
+def round_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
 
 
 def _address(chunk: memoryview) -> int:

@@ -61,14 +61,19 @@ def empty_bytes(nbytes: int) -> torch.Tensor:
     return tensor
 
 
-def page_aligned_bytes(nbytes: int) -> torch.Tensor:
-    """A uint8 tensor of ``nbytes`` at the start of an anonymous mapping of its own: page-aligned, so that a file
-    can be written from it with O_DIRECT (``directio.DirectWriter``), and advised to use huge pages. The
-    mapping is unmapped when its last tensor goes."""
+def mapping(nbytes: int) -> mmap.mmap:
+    """A page-aligned anonymous mapping of ``nbytes`` (at least one byte) of its own, advised to use huge pages when
+    it can hold one: memory a file is read into or written from with O_DIRECT (``directio``)."""
     memory = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE)  # not MAP_SHARED: that is shmem
     if hasattr(mmap, "MADV_HUGEPAGE") and nbytes >= MIN_HUGE_BYTES:
         memory.madvise(mmap.MADV_HUGEPAGE)
-    return torch.frombuffer(memory, dtype=torch.uint8, count=nbytes)
+    return memory
+
+
+def page_aligned_bytes(nbytes: int) -> torch.Tensor:
+    """A uint8 tensor of ``nbytes`` at the start of a ``mapping`` of its own, so that a file can be written from it
+    with O_DIRECT (``directio.DirectWriter``). The mapping is unmapped when its last tensor goes."""
+    return torch.frombuffer(mapping(nbytes), dtype=torch.uint8, count=nbytes)
 
 
 @contextmanager

@@ -43,19 +43,27 @@ class SnapshotCopies:
     it reads it (``wait_for``)."""
 
     def __init__(self) -> None:
-        self._copies: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._left: dict[int, int] = {}  # target storage address -> pieces of its copy not done yet
+        # (target, source, length, target storage) moves per thread, and per target storage the moves not done yet
+        self._lanes: list[list[tuple[int, int, int, int]]] = [[] for _ in range(COPY_THREADS)]
+        self._tensors: list[tuple[torch.Tensor, torch.Tensor]] = []  # the moves' memory, kept alive until ``run``
+        self._left: dict[int, int] = {}
         self._changed = threading.Condition()
         self._failure: BaseException | None = None
 
     def snapshot(self, value: Any, reuse: Any = None) -> Any:
-        """The snapshot's structure; its contiguous CPU tensors hold their values once ``run`` has copied them."""
-        return _snapshot(value, reuse, self._copies)
+        """The snapshot's structure; its contiguous CPU tensors hold their values once ``run`` has copied them.
+        Their copies count as not done from here on, so a writer started before ``run`` waits for them."""
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        structure = _snapshot(value, reuse, copies)
+        for target, source in copies:
+            self._plan(target, source)
+            self._tensors.append((target, source))
+        return structure
 
     def run(self) -> None:
         """Make every listed copy, in order, split over ``COPY_THREADS`` threads (ctypes calls release the GIL)."""
-        lanes = self._lanes()
-        if not self._copies:
+        lanes = self._lanes
+        if not any(lanes):
             return
         try:
             with ThreadPoolExecutor(COPY_THREADS - 1, thread_name_prefix="spotrun-snapshot") as helpers:
@@ -68,6 +76,8 @@ class SnapshotCopies:
                 self._failure = error
                 self._changed.notify_all()
             raise
+        finally:
+            self._tensors.clear()  # the sources are the live training state: do not hold them past the copy
 
     def wait_for(self, storage: torch.UntypedStorage) -> None:
         """Return once the copy into ``storage`` is done (at once for a storage with no copy listed); raise
@@ -78,19 +88,16 @@ class SnapshotCopies:
             if self._failure is not None:
                 raise RuntimeError(f"the snapshot copy failed: {self._failure!r}")
 
-    def _lanes(self) -> list[list[tuple[int, int, int, int]]]:
-        """(target, source, length, target storage) moves per thread: a large copy cut into ``COPY_THREADS``
-        slices copied side by side, small ones dealt round."""
-        lanes: list[list[tuple[int, int, int, int]]] = [[] for _ in range(COPY_THREADS)]
-        for index, (target, source) in enumerate(self._copies):
-            nbytes = source.numel() * source.element_size()
-            storage = target.untyped_storage().data_ptr()
-            step = max(nbytes if nbytes < _SPLIT_BYTES else -(-nbytes // COPY_THREADS), 1)
-            for lane, offset in enumerate(range(0, nbytes, step), start=index):
-                move = (target.data_ptr() + offset, source.data_ptr() + offset, min(step, nbytes - offset), storage)
-                lanes[lane % COPY_THREADS].append(move)
-                self._left[storage] = self._left.get(storage, 0) + 1
-        return lanes
+    def _plan(self, target: torch.Tensor, source: torch.Tensor) -> None:
+        """Deal one copy's moves to the threads: a large copy cut into ``COPY_THREADS`` slices copied side by side,
+        small ones dealt round."""
+        nbytes = source.numel() * source.element_size()
+        storage = target.untyped_storage().data_ptr()
+        step = max(nbytes if nbytes < _SPLIT_BYTES else -(-nbytes // COPY_THREADS), 1)
+        for lane, offset in enumerate(range(0, nbytes, step), start=len(self._tensors)):
+            move = (target.data_ptr() + offset, source.data_ptr() + offset, min(step, nbytes - offset), storage)
+            self._lanes[lane % COPY_THREADS].append(move)
+            self._left[storage] = self._left.get(storage, 0) + 1
 
     def _copy_all(self, moves: list[tuple[int, int, int, int]]) -> None:
         for target, source, length, storage in moves:

@@ -76,8 +76,7 @@ def write(
     head += b"".join(_SIZE.pack(storage.nbytes()) for storage in storages) + pickled
     offsets, end = placements(len(head), [storage.nbytes() for storage in storages], version)
     fh.write(head + bytes((offsets[0] if offsets else end) - len(head)))
-    for number, (storage, offset) in enumerate(zip(storages, offsets)):
-        following = offsets[number + 1] if number + 1 < len(offsets) else end
+    for storage, offset, following in zip(storages, offsets, [*offsets[1:], end]):
         if storage.nbytes():
             if wait_for is not None:
                 wait_for(storage)
@@ -92,14 +91,10 @@ def placements(head_length: int, sizes: list[int], version: int) -> tuple[list[i
     offsets, position = [], head_length
     for nbytes in sizes:
         alignment = directio.BLOCK if version >= 2 and nbytes >= directio.MIN_BYTES else ALIGNMENT
-        offset = _round_up(position, alignment)
+        offset = directio.round_up(position, alignment)
         offsets.append(offset)
-        position = _round_up(offset + nbytes, alignment)
-    return offsets, _round_up(position, ALIGNMENT)
-
-
-def _round_up(value: int, alignment: int) -> int:
-    return -(-value // alignment) * alignment
+        position = directio.round_up(offset + nbytes, alignment)
+    return offsets, directio.round_up(position, ALIGNMENT)
 
 
 class _Pickler(pickle.Pickler):
