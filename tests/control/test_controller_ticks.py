@@ -532,3 +532,38 @@ def test_a_heartbeat_with_impossible_steps_is_refused_and_changes_nothing(world,
     assert response.status_code == 422
     [attempt] = world.attempts(job_id)
     assert (attempt.checkpoint_step, attempt.total_steps) == (5, 50)
+
+
+def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
+    """Job A's spot run that lasted 100 s reaches job B's policy; a job of another instance type, B's own tries and
+    tries older than the window do not."""
+    first = world.submit()
+    other_type = world.submit(SPEC.replace("instance_type: local.cpu", "instance_type: local.gpu"))
+    lost = world.run_to_running(first)
+    zone = world.attempts(first)[0].zone
+    world.clock.advance(100)
+    world.cloud.reclaim(lost)
+    world.tick()
+    assert world.attempts(first)[0].end_reason == "preempted"
+    second_text = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 10h") + "estimated_duration: 5h\n"
+    second = world.submit(second_text)
+    spec = parse_spec(second_text)
+
+    def ctx():
+        with world.store.session() as session:
+            job = session.get(Job, second)
+            return placement_context(
+                job, spec, ["m-a", "m-b", "m-c"], world.clock.now(),
+                market=world.controller.market(session, job, spec, world.clock.now()),
+            )
+
+    seen = ctx()
+    assert world.attempts(other_type), "the other instance type's job was placed too"
+    assert len(seen.market) == len(world.attempts(first))  # job A's tries only: not the other type's
+    assert seen.spot_log().zone(zone).lifetimes == [pytest.approx(100.0, abs=2.0)]
+    assert seen.history == ()
+    world.tick()
+    assert world.attempts(second), "job B was placed"
+    assert len(ctx().market) == len(world.attempts(first))  # B's own tries stay in its history, not its market
+    world.clock.advance(world.controller.settings.market_history + 1)
+    assert ctx().market == ()

@@ -67,8 +67,13 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
         threading.Thread(target=run_ticks, args=(first, stop_first, errors)),
         threading.Thread(target=run_ticks, args=(second, stop_second, errors)),
     ]
-    for thread in threads:
-        thread.start()
+    threads[0].start()
+    # w2 starts once w1 drives a job: started together on a loaded machine, w2 could claim all 40 before w1's
+    # first claim and leave nothing to take over
+    began = time.monotonic()
+    while not any(entry[1] == "w1" for entry in log) and time.monotonic() - began < 30:
+        time.sleep(0.01)
+    threads[1].start()
     time.sleep(4)
     stop_first.set()  # w1 dies without releasing anything
     threads[0].join()

@@ -11,8 +11,8 @@ from spotrun.policy.markov import (
     JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, value_table,
 )
 from spotrun.policy.run_ages import (
-    BASE_GRID, COUNTED_AGES, RunHazards, age_counts, bucket_hazards, bucket_of, current_age, estimate_hazards,
-    fitted_base,
+    BASE_GRID, COUNTED_AGES, MIN_RUNS_FOR_SHAPE, SHAPE, SHAPE_GRID, RunHazards, age_counts, bucket_hazards, bucket_of,
+    current_age, estimate_hazards, fitted_form, shaped_hazard,
 )
 from spotrun.sim.engine import SimJob, run_job
 
@@ -31,6 +31,10 @@ def test_age_counts_of_hand_made_runs():
     assert exposure[0] == 3 and exposure[1] == 2 and exposure[2] == 2 and exposure[3] == 1
     assert exposure[-1] == 1 + 10  # the long run's ages past the last counted one pool there
     assert ends[0] == 1 and ends[2] == 1 and ends[-1] == 1 and ends.sum() == 3
+
+
+def fitted_base(completed, prior_mean, prior_runs):
+    return fitted_form(completed, prior_mean, prior_runs).base
 
 
 def test_fitted_base_follows_the_runs_seen():
@@ -55,6 +59,39 @@ def test_the_policy_prior_is_not_overturned_by_a_handful_of_runs():
     assert fitted_base([1] * 4, prior_mean=prior_mean, prior_runs=4.0) > fit([])
     assert fit([1] * 40) > fit([1] * 4)
     assert fit([200] * 2) < fit([])  # long runs still pull it the other way at once
+
+
+def _runs_of(shape, base, count, rng):
+    """`count` run lengths drawn with the hazard shape / (age + 1) + base."""
+    lengths = []
+    for _ in range(count):
+        age = 1
+        while rng.random() >= shaped_hazard(age, base, shape):
+            age += 1
+        lengths.append(age)
+    return lengths
+
+
+@pytest.mark.parametrize("shape", SHAPE_GRID)
+def test_the_shape_is_fitted_once_enough_runs_are_known(shape):
+    rng = np.random.default_rng(7)
+    runs = _runs_of(shape, 1 / 64, 4000, rng)
+    assert fitted_form(runs, prior_mean=12.0, prior_runs=12.0).shape == shape
+    few = runs[: MIN_RUNS_FOR_SHAPE - 1]
+    assert fitted_form(few, prior_mean=12.0, prior_runs=12.0).shape == SHAPE  # too few runs to tell a shape
+
+
+def test_a_fitted_shape_changes_the_bucket_hazards():
+    log = SpotLog()
+    t = 0.0
+    for length in [1] * 60 + [40] * 10:  # most runs die at once, a few last long: a steep fall with age
+        log.record("z", t, True)
+        t += length * STEP
+        log.record("z", t, False)
+        t += STEP
+    hazards = estimate_hazards(log, ("z",), STEP, 12.0, 6.0, 12.0)
+    # With the prior shape a first bucket this high would need a base that kills old runs as fast
+    assert hazards.up[0] > 0.45 and hazards.up[-1] < 0.1
 
 
 def test_estimated_hazards_fall_with_age_and_only_completed_runs_count():

@@ -23,8 +23,11 @@ def test_closure_only_run_on_a_small_trace(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = re.findall(r"^\| (\d+) h / ([\d.]+) h \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ", done.stdout, re.MULTILINE)
+    rows = re.findall(
+        r"^\| (\d+) h / ([\d.]+) h \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| [^|]+ \| ([\d.]+) \| ", done.stdout, re.MULTILINE
+    )
     assert [(row[0], row[1]) for row in rows] == [("52", "0.1"), ("52", "0.2"), ("70", "0.1"), ("70", "0.2")]
-    for _, _, uniform_progress, omniscient, default in rows:
-        assert float(omniscient) <= min(float(uniform_progress), float(default)) + 1e-9  # the lower bound holds
-    assert "mean gap closed:" in done.stdout
+    for _, _, uniform_progress, omniscient, default, with_history in rows:
+        # the lower bound holds, with the market's history too
+        assert float(omniscient) <= min(float(uniform_progress), float(default), float(with_history)) + 1e-9
+    assert "mean gap closed:" in done.stdout and "with the market's history:" in done.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -39,6 +40,9 @@ def simulate(
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
                                               "'launches': only what the live controller sees")] = "tick",
+    market_history_hours: Annotated[float, typer.Option(
+        help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
+             "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,
     processes: Annotated[Optional[int], typer.Option(help="worker processes (default: one per core)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
@@ -48,9 +52,14 @@ def simulate(
         job = SimJob(compute_hours * HOUR, deadline_hours * HOUR, overhead_hours * HOUR, on_demand_price, spot_price)
         if observe not in ("tick", "launches"):
             raise ValueError(f"--observe must be 'tick' or 'launches', got {observe!r}")
+        if not market_history_hours >= 0:
+            raise ValueError(f"--market-history-hours must be 0 or more (inf: all), got {market_history_hours}")
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone)
         began = time.perf_counter()
-        records = sweep(markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes)  # type: ignore[arg-type]
+        records = sweep(
+            markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
+            history_seconds=market_history_hours * HOUR,
+        )
         elapsed = time.perf_counter() - began
     except (TraceError, ValueError, OSError) as problem:
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
@@ -61,13 +70,21 @@ def simulate(
             "job": {"compute_hours": compute_hours, "deadline_hours": deadline_hours, "overhead_hours": overhead_hours,
                     "on_demand_price": on_demand_price, "spot_price": spot_price},
             "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
+            "market_history_hours": market_history_hours,
             "seconds": round(elapsed, 2), "policies": [s.as_dict() for s in summaries],
         }, indent=2))
         return
     title = (f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
-             f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}")
+             f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
+             + _history_note(market_history_hours))
     print_whole(console, summary_table(summaries, title))
     console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand")
+
+
+def _history_note(hours: float) -> str:
+    if hours <= 0:
+        return ""
+    return ", market history: all before each start" if math.isinf(hours) else f", market history: {hours:g} h"
 
 
 def _policies(requested: list[str]) -> list[str]:

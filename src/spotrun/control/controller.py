@@ -20,7 +20,7 @@ from spotrun.control.boot import agent_config, user_data
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.observe import Verdict, judge_attempt
-from spotrun.control.placement import job_prices, placement_context, price_for
+from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import GiveUp, Keep, Launch, Placement, PlacementPolicy, Wait, get_policy
@@ -52,6 +52,7 @@ class ControllerSettings:
     sweep_every_ticks: int = 20
     claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
     reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
+    market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
 
 
 class Controller:
@@ -137,7 +138,9 @@ class Controller:
 
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
         provider = self.provider(spec.resources.cloud)
-        ctx = placement_context(job, spec, provider.zones(spec.resources.instance_type), now)
+        ctx = placement_context(
+            job, spec, provider.zones(spec.resources.instance_type), now, market=self.market(session, job, spec, now)
+        )
         decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
@@ -153,6 +156,10 @@ class Controller:
             session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
         )
         return attempt.id
+
+    def market(self, session, job: Job, spec: JobSpec, now: float) -> list[Attempt]:
+        """Other jobs' recent spot tries in the job's market, for its policy to learn from."""
+        return market_attempts(session, job, spec, now, self.settings.market_history)
 
     def record_launch_intent(
         self, session, job: Job, spec: JobSpec, decision: Launch, now: float, node_rank: int = 0
@@ -314,8 +321,9 @@ class Controller:
             return
         zones = self.provider(attempt.provider).zones(attempt.instance_type)
         with self.store.session() as session:
+            fresh = session.get(Job, job.id)
             ctx = placement_context(
-                session.get(Job, job.id), spec, zones, now,
+                fresh, spec, zones, now, market=self.market(session, fresh, spec, now),
                 current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
                 step=self.settings.reconsider_every,
                 spot_price=attempt.price_per_hour if attempt.market == "spot" else None,

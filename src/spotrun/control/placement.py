@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from spotrun.control.progress import compute_and_progress
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
-from spotrun.state import Job
+from spotrun.state import Attempt, Job
 
 
 def placement_context(
-    job: Job, spec: JobSpec, provider_zones: list[str], now: float, **running: Any
+    job: Job, spec: JobSpec, provider_zones: list[str], now: float, *, market: Sequence[Attempt] = (), **running: Any
 ) -> PlacementContext:
-    """What the policy sees; `running` adds the running-job view (current placement, step, prices)."""
+    """What the policy sees; `market` adds other jobs' tries in the same market (`market_attempts`), `running` the
+    running-job view (current placement, step, prices)."""
     compute, progress = compute_and_progress(job, spec)
     running.setdefault("progress", progress)
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
@@ -31,13 +35,39 @@ def placement_context(
         preemptions_before_fallback=spec.spot.preemptions_before_fallback,
         fallback_window=spec.spot.fallback_window,
         capacity_rounds=job.capacity_rounds,
-        history=tuple(
-            PastAttempt(a.zone, a.market, a.created_at, a.started_at, a.ended_at, a.end_reason)  # type: ignore[arg-type]
-            for a in job.attempts
-        ),
+        history=_past(job.attempts),
+        market=_past(market),
         deadline=spec.deadline_at(job.created_at),
         estimated_duration=compute,
         **running,
+    )
+
+
+def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, window: float) -> list[Attempt]:
+    """Other jobs' spot tries of the job's instance type with the same provider in the last `window` seconds, oldest
+    first: how long spot lasted and how often it was refused there, which a policy would otherwise have to learn
+    again for every job."""
+    if window <= 0:
+        return []
+    resources = spec.resources
+    query = (
+        select(Attempt)
+        .where(
+            Attempt.provider == resources.cloud,
+            Attempt.instance_type == resources.instance_type,
+            Attempt.created_at >= now - window,
+            Attempt.market == "spot",
+            Attempt.job_id != job.id,
+        )
+        .order_by(Attempt.created_at)
+    )
+    return list(session.scalars(query))
+
+
+def _past(attempts: Sequence[Attempt]) -> tuple[PastAttempt, ...]:
+    return tuple(
+        PastAttempt(a.zone, a.market, a.created_at, a.started_at, a.ended_at, a.end_reason)  # type: ignore[arg-type]
+        for a in attempts
     )
 
 

@@ -58,6 +58,8 @@ class PlacementContext:
     fallback_window: float
     capacity_rounds: int = 0  # how many times the job already waited because no zone had capacity
     history: tuple[PastAttempt, ...] = field(default_factory=tuple)
+    # Other jobs' spot tries of the same instance type, recent ones first to last: what the market has shown lately
+    market: tuple[PastAttempt, ...] = field(default_factory=tuple)
     deadline: float | None = None  # absolute, same clock as `now`
     estimated_duration: float | None = None  # seconds of compute the whole job needs
     # ---- the running-job view (decide) ----
@@ -71,7 +73,8 @@ class PlacementContext:
     spot_now: Mapping[str, bool] = field(default_factory=lambda: _NOTHING_KNOWN)  # availability known at `now` without trying (simulator's paper model)
 
     def spot_log(self) -> SpotLog:
-        return self.spot if self.spot is not None else SpotLog.from_history(self.history)
+        """What is known of spot per zone: `spot` when given, else what this job's and the market's tries tell."""
+        return self.spot if self.spot is not None else SpotLog.from_history((*self.market, *self.history))
 
     def spot_known_now(self, zone: str) -> bool | None:
         """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""

@@ -2,16 +2,17 @@
 
 Spot runs are heavy-tailed: a run of availability that just began usually dies within a step or two while one that
 lasted hours tends to go on, and a fresh gap usually closes soon while an old one tends to stay. The hazard of a run
-(the chance it ends at the next step) at age a is modelled as SHAPE / (a + 1) + base: a part that falls with age,
-of fixed shape, and a part fitted online per kind of run ("available" / "not available") by maximum likelihood over
-the completed runs seen, plus `prior_runs` geometric prior runs, on a grid of bases (BASE_GRID).
+(the chance it ends at the next step) at age a is modelled as shape / (a + 1) + base: a part that falls with age
+and a part that does not, both fitted per kind of run ("available" / "not available") by maximum likelihood over
+the completed runs seen, plus `prior_runs` geometric prior runs, on grids (SHAPE_GRID × BASE_GRID).
 
 Why so few free parameters: every distinct model costs a DP table (~0.3 s), and the fit is asked every step. A
-free hazard per age bucket (tried first) moved at almost every step — some 40 tables per job — and fitting SHAPE
-too doubled the tables; one grid parameter per kind fitted on completed runs costs about four tables per job.
-SHAPE = 0.5 is a prior of form, not fitted to the run being simulated: it is the median of the 16 maximum-likelihood
-fits (up and down runs of each of the 8 AWS traces of docs/benchmarks.md, each whole trace alone; they range over
-0.375-1.5); leaving any one trace out, the median is 0.5 for seven traces and 0.625 for us-west-2b_k80_1.
+free hazard per age bucket (tried first) moved at almost every step — some 40 tables per job. The shape is fitted
+only once MIN_RUNS_FOR_SHAPE completed runs are known (in practice: from the market's history, which the platform
+keeps across jobs; a job alone rarely sees that many); before that it is SHAPE, a prior of form: the median of the
+16 maximum-likelihood fits (up and down runs of each of the 8 AWS traces of docs/benchmarks.md, each whole trace
+alone; they range over 0.375-1.5; leaving any one trace out, the median is 0.5 for seven traces and 0.625 for
+us-west-2b_k80_1). Fitted from a handful of runs the shape only adds noise (measured: docs/benchmarks.md).
 
 The DP's chain (`markov`) holds the age in AGE_BUCKETS, moving to the next bucket at the rate 1 / width.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,7 +30,9 @@ import numpy as np
 from spotrun.policy.observations import SpotLog
 
 AGE_BUCKETS: tuple[int, ...] = (1, 2, 3, 5, 9, 17)  # first age of each bucket; the last one is open-ended
-SHAPE = 0.5  # the hazard's age-dependent part, SHAPE / (age + 1): see the module's doc
+SHAPE = 0.5  # the hazard's age-dependent part, shape / (age + 1), until the runs can tell: see the module's doc
+SHAPE_GRID = (0.25, 0.5, 1.0)  # octaves around SHAPE, spanning the per-trace fits
+MIN_RUNS_FOR_SHAPE = 50  # completed runs (prior runs not counted) before the shape is fitted rather than assumed
 BASE_GRID = tuple(2.0**-k for k in range(1, 10))  # the age-independent part, fitted on a grid so tables are shared
 MAX_HAZARD = 0.95
 COUNTED_AGES = 24  # the likelihood counts exact ages up to this; older ones pool there
@@ -73,18 +76,29 @@ def _mean_run(hazards: tuple[float, ...]) -> float:
     return mean
 
 
-def shaped_hazard(age: float, base: float) -> float:
-    """The hazard at `age` of runs whose hazard falls from SHAPE / 2 + base toward `base` as they age."""
-    return min(SHAPE / (age + 1.0) + base, MAX_HAZARD)
+@dataclass(frozen=True)
+class HazardForm:
+    """The hazard shape / (age + 1) + base of one kind of run."""
+
+    shape: float
+    base: float
+
+    def at(self, age: float) -> float:
+        return shaped_hazard(age, self.base, self.shape)
 
 
-def bucket_hazards(base: float) -> tuple[float, ...]:
+def shaped_hazard(age: float, base: float, shape: float = SHAPE) -> float:
+    """The hazard at `age` of runs whose hazard falls from shape / 2 + base toward `base` as they age."""
+    return min(shape / (age + 1.0) + base, MAX_HAZARD)
+
+
+def bucket_hazards(base: float, shape: float = SHAPE) -> tuple[float, ...]:
     """Per AGE_BUCKETS bucket, the mean shaped hazard over its ages (the open-ended last: at TAIL_AGE)."""
     hazards = []
     for bucket, first in enumerate(AGE_BUCKETS):
         width = bucket_width(bucket)
         ages = [TAIL_AGE] if math.isinf(width) else range(first, first + int(width))
-        hazards.append(sum(shaped_hazard(a, base) for a in ages) / len(ages))
+        hazards.append(sum(shaped_hazard(a, base, shape) for a in ages) / len(ages))
     return tuple(hazards)
 
 
@@ -114,13 +128,16 @@ def _prior_counts(mean: float, runs: float) -> tuple[np.ndarray, np.ndarray]:
     return exposure, ends
 
 
-def fitted_base(completed: Iterable[int], prior_mean: float, prior_runs: float) -> float:
-    """The base hazard on BASE_GRID that makes the completed runs (plus the prior runs) likeliest."""
+def fitted_form(completed: Sequence[int], prior_mean: float, prior_runs: float) -> HazardForm:
+    """The hazard form on the grids that makes the completed runs (plus the prior runs) likeliest: the base on
+    BASE_GRID, and the shape on SHAPE_GRID once MIN_RUNS_FOR_SHAPE runs are known (SHAPE before)."""
     exposure, ends = age_counts(completed)
     prior_exposure, prior_ends = _prior_counts(prior_mean, prior_runs)
     exposure, ends = exposure + prior_exposure, ends + prior_ends
     log_likelihood = _LOG_HAZARD @ ends + _LOG_SURVIVAL @ (exposure - ends)
-    return float(BASE_GRID[int(np.argmax(log_likelihood))])
+    if len(completed) < MIN_RUNS_FOR_SHAPE:
+        log_likelihood = np.where(_FORMS_OF_SHAPE, log_likelihood, -np.inf)
+    return _FORMS[int(np.argmax(log_likelihood))]
 
 
 def estimate_hazards(
@@ -133,18 +150,18 @@ def estimate_hazards(
     """
     ups = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).lifetimes)
     downs = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).gaps)
-    return _hazards_of(_fitted_base_of(ups, prior_mean_up, prior_runs), _fitted_base_of(downs, prior_mean_down, prior_runs))
+    return _hazards_of(_fitted_form_of(ups, prior_mean_up, prior_runs), _fitted_form_of(downs, prior_mean_down, prior_runs))
 
 
 @lru_cache(maxsize=4096)
-def _fitted_base_of(completed: tuple[int, ...], prior_mean: float, prior_runs: float) -> float:
-    """fitted_base, remembered: the completed runs change only when a run ends, and the policy asks every step."""
-    return fitted_base(completed, prior_mean, prior_runs)
+def _fitted_form_of(completed: tuple[int, ...], prior_mean: float, prior_runs: float) -> HazardForm:
+    """fitted_form, remembered: the completed runs change only when a run ends, and the policy asks every step."""
+    return fitted_form(completed, prior_mean, prior_runs)
 
 
 @lru_cache(maxsize=None)
-def _hazards_of(up_base: float, down_base: float) -> RunHazards:
-    return RunHazards(bucket_hazards(up_base), bucket_hazards(down_base))
+def _hazards_of(up: HazardForm, down: HazardForm) -> RunHazards:
+    return RunHazards(bucket_hazards(up.base, up.shape), bucket_hazards(down.base, down.shape))
 
 
 def current_age(since: float, now: float, step: float) -> int:
@@ -153,6 +170,8 @@ def current_age(since: float, now: float, step: float) -> int:
 
 
 _AGES = np.arange(1, COUNTED_AGES + 1, dtype=float)
-_HAZARD_BY_BASE = np.array([[shaped_hazard(a, base) for a in _AGES] for base in BASE_GRID])
-_LOG_HAZARD = np.log(_HAZARD_BY_BASE)
-_LOG_SURVIVAL = np.log1p(-_HAZARD_BY_BASE)
+_FORMS = tuple(HazardForm(shape, base) for shape in SHAPE_GRID for base in BASE_GRID)
+_FORMS_OF_SHAPE = np.array([form.shape == SHAPE for form in _FORMS])  # the forms allowed before the shape is fitted
+_HAZARD_BY_FORM = np.array([[form.at(a) for a in _AGES] for form in _FORMS])
+_LOG_HAZARD = np.log(_HAZARD_BY_FORM)
+_LOG_SURVIVAL = np.log1p(-_HAZARD_BY_FORM)

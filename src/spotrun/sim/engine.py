@@ -75,9 +75,17 @@ def run_job(
     *,
     observe: Observe = "tick",
     job_id: int = 1,
+    seen_before: np.ndarray | None = None,
 ) -> RunResult:
-    """Simulate `job` from the first column of `available` (zones × steps) until done or the columns run out."""
-    return _Run(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id).go()
+    """Simulate `job` from the first column of `available` (zones × steps) until done or the columns run out.
+
+    `seen_before` (zones × steps) is the market's availability in the steps just before the start, as a platform
+    that keeps watching its markets has it on record when the job arrives: it goes into the policy's spot log first.
+    """
+    run = _Run(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id)
+    if seen_before is not None:
+        run.record_history(np.asarray(seen_before, dtype=bool))
+    return run.go()
 
 
 class _Run:
@@ -100,6 +108,14 @@ class _Run:
         self.history: tuple[PastAttempt, ...] = ()
         self.spot_price = job.spot_price * step / 3600
         self.od_price = job.on_demand_price * step / 3600
+
+    def record_history(self, seen_before: np.ndarray) -> None:
+        if seen_before.ndim != 2 or seen_before.shape[0] != len(self.zones):
+            raise ValueError(f"history must be (zones, steps) with {len(self.zones)} zones, got {seen_before.shape}")
+        steps = seen_before.shape[1]
+        for t in range(steps):
+            for zone, up in zip(self.zones, seen_before[:, t].tolist()):
+                self.log.record(zone, (t - steps) * self.step, up)
 
     def go(self) -> RunResult:
         for t in range(self.available.shape[1]):

@@ -77,14 +77,27 @@ def _deadline_steps(job: SimJob, market: Market) -> int:
     return int(math.floor(job.deadline_seconds / market.gap_seconds + 1e-9))
 
 
-def run_one(task: SweepTask, policies: Sequence[str], job: SimJob, observe: Observe) -> list[RunRecord]:
+def run_one(
+    task: SweepTask, policies: Sequence[str], job: SimJob, observe: Observe, history_seconds: float = 0.0
+) -> list[RunRecord]:
+    """Every policy from the task's start; each sees the `history_seconds` of the trace before it (inf: all)."""
     records = []
     available = task.market.available[:, task.start :]
+    seen_before = _history(task, history_seconds)
     for name in policies:
         policy = policy_for(name, task.market, task.start, job)
-        result = run_job(policy, task.market.zones, available, task.market.gap_seconds, job, observe=observe)
+        result = run_job(
+            policy, task.market.zones, available, task.market.gap_seconds, job, observe=observe, seen_before=seen_before
+        )
         records.append(_record(name, task, result, job))
     return records
+
+
+def _history(task: SweepTask, history_seconds: float) -> np.ndarray | None:
+    if history_seconds <= 0 or task.start == 0:
+        return None
+    steps = task.start if math.isinf(history_seconds) else int(history_seconds // task.market.gap_seconds)
+    return task.market.available[:, max(task.start - steps, 0) : task.start]
 
 
 def _record(name: str, task: SweepTask, result: RunResult, job: SimJob) -> RunRecord:
@@ -111,21 +124,25 @@ def sweep(
     every_seconds: float = 6 * 3600,
     observe: Observe = "tick",
     processes: int | None = None,
+    history_seconds: float = 0.0,
 ) -> list[RunRecord]:
-    """Every policy from every start offset (every `every_seconds`) of every market; one record per run."""
+    """Every policy from every start offset (every `every_seconds`) of every market; one record per run. Policies
+    see the `history_seconds` of the market before each start (inf: all of it), as a platform that keeps watching
+    its markets would have it (`engine.run_job`'s `seen_before`)."""
     tasks = sweep_tasks(markets, job, every_seconds)
     if not tasks:
         raise ValueError("no start offset fits: the traces are shorter than the deadline")
     workers = processes if processes is not None else min(os.cpu_count() or 1, len(tasks))
     if workers <= 1:
-        return [r for task in tasks for r in run_one(task, policies, job, observe)]
+        return [r for task in tasks for r in run_one(task, policies, job, observe, history_seconds)]
     chunk = max(1, len(tasks) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(_run_one_packed, [(t, tuple(policies), job, observe) for t in tasks], chunksize=chunk)
+        packed = [(t, tuple(policies), job, observe, history_seconds) for t in tasks]
+        results = pool.map(_run_one_packed, packed, chunksize=chunk)
         return [r for records in results for r in records]
 
 
-def _run_one_packed(args: tuple[SweepTask, tuple[str, ...], SimJob, Observe]) -> list[RunRecord]:
+def _run_one_packed(args: tuple[SweepTask, tuple[str, ...], SimJob, Observe, float]) -> list[RunRecord]:
     return run_one(*args)
 
 

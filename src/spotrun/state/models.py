@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -58,7 +58,11 @@ class Attempt(Base):
     """One placement of a job on one instance (or one try at getting one)."""
 
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("job_id", "number", name="uq_attempt_job_number"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "number", name="uq_attempt_job_number"),
+        # the market's history (every job's tries of one instance type), which placement policies learn from
+        Index("ix_attempts_market", "provider", "instance_type", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
