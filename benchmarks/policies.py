@@ -27,7 +27,6 @@ from spotrun.traces import shared_traces_dir
 HOUR = 3600.0
 SETTINGS = [(52.0, 0.1), (52.0, 0.2), (70.0, 0.1), (70.0, 0.2)]
 POLICIES = ["greedy", "uniform_progress", "omniscient", "default"]
-ALL_HISTORY = math.inf
 PAPER = {(52.0, 0.1): (0.847, 0.754, 0.666), (52.0, 0.2): (0.865, 0.811, 0.701),
          (70.0, 0.1): (0.668, 0.617, 0.580), (70.0, 0.2): (0.696, 0.664, 0.608)}
 
@@ -38,16 +37,19 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--every-hours", type=float, default=6.0, help="hours between two start offsets (default 6)")
     parser.add_argument("--closure-only", action="store_true", help="only default's share of the UP → omniscient gap")
+    parser.add_argument("--market-history-hours", type=float, default=math.inf,
+                        help="hours of each trace before a start that 'default, market history' sees (default: all)")
     args = parser.parse_args()
+    history = args.market_history_hours * HOUR
     folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
     single = load_markets([folder], multi_zone=False)
     began = time.perf_counter()
     if args.closure_only:
-        _closure_table(single, args.processes, args.every_hours * HOUR)
+        _closure_table(single, args.processes, args.every_hours * HOUR, history)
         print(f"\n{time.perf_counter() - began:.0f} s on {_cores()} cores.")
         return
     print(f"## Placement policies\n\n{len(single)} traces from {folder.name}; C = 48 h, starts every 6 h.\n")
-    closure, closure_with_history = _single_zone_table(single, args.processes)
+    closure, closure_with_history = _single_zone_table(single, args.processes, history)
     print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.0%} "
           f"(with the market's history: {closure_with_history:.0%})\n")
     _live_model_table(single, args.processes)
@@ -57,7 +59,7 @@ def main() -> None:
     print(f"\nWhole benchmark: {time.perf_counter() - began:.0f} s on {_cores()} cores.")
 
 
-def _single_zone_table(markets, processes) -> tuple[float, float]:
+def _single_zone_table(markets, processes, history: float) -> tuple[float, float]:
     print("| D / d | runs | greedy | uniform_progress | omniscient | default | default, market history "
           "| misses (all policies) | paper: greedy / UP / omniscient | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -67,7 +69,7 @@ def _single_zone_table(markets, processes) -> tuple[float, float]:
         began = time.perf_counter()
         summary = {s.policy: s for s in summarize(sweep(markets, POLICIES, job, processes=processes), POLICIES)}
         seconds = time.perf_counter() - began
-        with_history = _default_with_history(markets, job, processes, 6 * HOUR)
+        with_history = _default_with_history(markets, job, processes, 6 * HOUR, history)
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
         closures.append((up - ours) / (up - best))
         closures_with_history.append((up - with_history.mean) / (up - best))
@@ -79,13 +81,13 @@ def _single_zone_table(markets, processes) -> tuple[float, float]:
     return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history)
 
 
-def _default_with_history(markets, job: SimJob, processes, every_seconds: float):
-    """default's summary when each run also sees all of its trace before the start."""
-    records = sweep(markets, ["default"], job, every_seconds=every_seconds, processes=processes, history_seconds=ALL_HISTORY)
+def _default_with_history(markets, job: SimJob, processes, every_seconds: float, history: float):
+    """default's summary when each run also sees `history` seconds of its trace before the start."""
+    records = sweep(markets, ["default"], job, every_seconds=every_seconds, processes=processes, history_seconds=history)
     return summarize(records, ["default"])[0]
 
 
-def _closure_table(markets, processes, every_seconds: float) -> None:
+def _closure_table(markets, processes, every_seconds: float, history: float) -> None:
     names = ["uniform_progress", "omniscient", "default"]
     print(f"starts every {every_seconds / HOUR:g} h\n\n| D / d | uniform_progress | omniscient | default | gap closed "
           "| default, market history | gap closed | misses |")
@@ -95,7 +97,7 @@ def _closure_table(markets, processes, every_seconds: float) -> None:
         job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
         records = sweep(markets, names, job, every_seconds=every_seconds, processes=processes)
         summary = {s.policy: s for s in summarize(records, names)}
-        with_history = _default_with_history(markets, job, processes, every_seconds)
+        with_history = _default_with_history(markets, job, processes, every_seconds, history)
         up, best, ours = (summary[name].mean for name in names)
         closures.append(_closed(up, best, ours))
         closures_with_history.append(_closed(up, best, with_history.mean))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Literal, Protocol, runtime_checkable
 
@@ -74,7 +75,12 @@ class PlacementContext:
 
     def spot_log(self) -> SpotLog:
         """What is known of spot per zone: `spot` when given, else what this job's and the market's tries tell."""
-        return self.spot if self.spot is not None else SpotLog.from_history((*self.market, *self.history))
+        return self.spot if self.spot is not None else self._tries_log
+
+    @cached_property
+    def _tries_log(self) -> SpotLog:
+        # built once per context: a decision reads it several times, and the market may hold thousands of tries
+        return SpotLog.from_history((*self.market, *self.history))
 
     def spot_known_now(self, zone: str) -> bool | None:
         """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""
