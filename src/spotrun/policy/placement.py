@@ -59,7 +59,7 @@ class PlacementContext:
     fallback_window: float
     capacity_rounds: int = 0  # how many times the job already waited because no zone had capacity
     history: tuple[PastAttempt, ...] = field(default_factory=tuple)
-    # Other jobs' spot tries of the same instance type, recent ones first to last: what the market has shown lately
+    # Other jobs' spot tries of the same instance type, oldest first: what the market has shown lately
     market: tuple[PastAttempt, ...] = field(default_factory=tuple)
     deadline: float | None = None  # absolute, same clock as `now`
     estimated_duration: float | None = None  # seconds of compute the whole job needs
