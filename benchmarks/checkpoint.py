@@ -16,8 +16,8 @@ What is measured
 - restore: from nothing in memory to the state loaded into the model and optimizer, with the checkpoint's
   files dropped from the page cache first (fsync + posix_fadvise(DONTNEED)), as for the raw read.
   Some VMs hand memory the guest frees back to their host within seconds (virtio-balloon free page reporting;
-  the development VM does), and faulting it in again then runs at the host's pace (0.4-1.5 GB/s there, against
-  4-10 GB/s for memory freed a moment before). A restore allocates its tensors and the raw read does not (its
+  the development VM does), and faulting it in again then runs at the host's pace (``benchmarks/host_memory.py``
+  measures it: 1.4-1.5 GB/s there 3-5 s after a free, against 17 GB/s right after). A restore allocates its tensors and the raw read does not (its
   buffer is faulted in beforehand), so the restore above depends on how much memory the host took back just
   then. After the repeats, each method saves once more and restores ``--repeats`` times right after twice the
   state's size of memory was faulted in and freed ("warm": memory the host still backs, as on a VM whose host

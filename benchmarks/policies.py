@@ -71,8 +71,8 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
         seconds = time.perf_counter() - began
         with_history = _default_with_history(markets, job, processes, 6 * HOUR, history)
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
-        closures.append((up - ours) / (up - best))
-        closures_with_history.append((up - with_history.mean) / (up - best))
+        closures.append(_closed(up, best, ours))
+        closures_with_history.append(_closed(up, best, with_history.mean))
         misses = " / ".join(str(summary[p].misses) for p in POLICIES) + f" / {with_history.misses}"
         paper = " / ".join(f"{v:.3f}" for v in PAPER[(deadline, overhead)])
         cells = " | ".join(f"{summary[p].mean:.3f}" for p in POLICIES)

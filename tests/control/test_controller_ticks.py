@@ -554,7 +554,7 @@ def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
             job = session.get(Job, second)
             return placement_context(
                 job, spec, ["m-a", "m-b", "m-c"], world.clock.now(),
-                market=world.controller.market(session, job, spec, world.clock.now()),
+                market=world.controller.market_tries(session, job, spec, world.clock.now()),
             )
 
     seen = ctx()

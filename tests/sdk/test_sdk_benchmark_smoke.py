@@ -51,3 +51,14 @@ def test_restore_breakdown_small_run(tmp_path: Path) -> None:
     for raw, restore, ratio, load, small in ([float(cell) for cell in row] for row in rows):
         assert raw > 0 and restore > 0 and abs(ratio - raw / restore) < 0.05  # printed to 3 decimals
         assert 0 < load < restore and 0 < small < restore  # the timed functions are still the ones a restore calls
+
+
+def test_host_memory_probe_small_run() -> None:
+    script = SCRIPT.parent / "host_memory.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--gib", "0.01", "--waits", "0", "0.1"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("first touch:") and len(lines) == 3
+    assert all(line.endswith("GB/s") for line in lines)

@@ -23,7 +23,7 @@ from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
-from spotrun.policy import GiveUp, Keep, Launch, Placement, PlacementPolicy, Wait, get_policy
+from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementPolicy, Wait, get_policy
 from spotrun.policy.default import backoff_delay
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
 from spotrun.providers import QuotaExceeded, get_provider
@@ -138,9 +138,8 @@ class Controller:
 
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
         provider = self.provider(spec.resources.cloud)
-        ctx = placement_context(
-            job, spec, provider.zones(spec.resources.instance_type), now, market=self.market(session, job, spec, now)
-        )
+        zones = provider.zones(spec.resources.instance_type)
+        ctx = placement_context(job, spec, zones, now, market=self.market_tries(session, job, spec, now))
         decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
@@ -157,7 +156,7 @@ class Controller:
         )
         return attempt.id
 
-    def market(self, session, job: Job, spec: JobSpec, now: float) -> list[Attempt]:
+    def market_tries(self, session, job: Job, spec: JobSpec, now: float) -> tuple[PastAttempt, ...]:
         """Other jobs' recent spot tries in the job's market, for its policy to learn from."""
         return market_attempts(session, job, spec, now, self.settings.market_history)
 
@@ -323,7 +322,7 @@ class Controller:
         with self.store.session() as session:
             fresh = session.get(Job, job.id)
             ctx = placement_context(
-                fresh, spec, zones, now, market=self.market(session, fresh, spec, now),
+                fresh, spec, zones, now, market=self.market_tries(session, fresh, spec, now),
                 current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
                 step=self.settings.reconsider_every,
                 spot_price=attempt.price_per_hour if attempt.market == "spot" else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -16,7 +16,8 @@ from spotrun.state import Attempt, Job
 
 
 def placement_context(
-    job: Job, spec: JobSpec, provider_zones: list[str], now: float, *, market: Sequence[Attempt] = (), **running: Any
+    job: Job, spec: JobSpec, provider_zones: list[str], now: float, *, market: tuple[PastAttempt, ...] = (),
+    **running: Any,
 ) -> PlacementContext:
     """What the policy sees; `market` adds other jobs' tries in the same market (`market_attempts`), `running` the
     running-job view (current placement, step, prices)."""
@@ -35,23 +36,29 @@ def placement_context(
         preemptions_before_fallback=spec.spot.preemptions_before_fallback,
         fallback_window=spec.spot.fallback_window,
         capacity_rounds=job.capacity_rounds,
-        history=_past(job.attempts),
-        market=_past(market),
+        history=tuple(
+            PastAttempt(a.zone, a.market, a.created_at, a.started_at, a.ended_at, a.end_reason)  # type: ignore[arg-type]
+            for a in job.attempts
+        ),
+        market=market,
         deadline=spec.deadline_at(job.created_at),
         estimated_duration=compute,
         **running,
     )
 
 
-def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, window: float) -> list[Attempt]:
+def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, window: float) -> tuple[PastAttempt, ...]:
     """Other jobs' spot tries of the job's instance type with the same provider in the last `window` seconds, oldest
     first: how long spot lasted and how often it was refused there, which a policy would otherwise have to learn
-    again for every job."""
-    if window <= 0:
-        return []
+    again for every job. Only the columns a policy reads are loaded (there may be thousands of rows); a job that
+    does not use spot reads nothing."""
+    if window <= 0 or not spec.spot.use_spot:
+        return ()
     resources = spec.resources
     query = (
-        select(Attempt)
+        select(
+            Attempt.zone, Attempt.market, Attempt.created_at, Attempt.started_at, Attempt.ended_at, Attempt.end_reason
+        )
         .where(
             Attempt.provider == resources.cloud,
             Attempt.instance_type == resources.instance_type,
@@ -61,14 +68,7 @@ def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, windo
         )
         .order_by(Attempt.created_at)
     )
-    return list(session.scalars(query))
-
-
-def _past(attempts: Sequence[Attempt]) -> tuple[PastAttempt, ...]:
-    return tuple(
-        PastAttempt(a.zone, a.market, a.created_at, a.started_at, a.ended_at, a.end_reason)  # type: ignore[arg-type]
-        for a in attempts
-    )
+    return tuple(PastAttempt(*row) for row in session.execute(query))
 
 
 def price_for(
