@@ -1,8 +1,9 @@
 """`make demo`: train digits on local spot instances that a real AWS trace takes away, and check exact resume.
 
 1. An uninterrupted reference run of train.py (no spotrun control plane) gives the reference weights' SHA-256.
-2. The local cloud replays real spot availability traces (AWS us-west-2, Oct 2022), sped up; the start offset
-   is one where the live placement policy, replayed over those traces, meets at least three preemptions.
+2. The local cloud replays real spot availability traces (AWS us-west-2, Oct 2022), sped up from the job's first
+   launch; the start offset is one where the live placement policy, replayed over those traces, meets at least
+   three preemptions.
 3. `spotrun launch job.yaml --follow` runs the job: preempted, moved between zones, resumed from checkpoints,
    falling back to on-demand after three preemptions.
 4. The final weights' SHA-256 must equal the reference's.
@@ -50,7 +51,9 @@ def main() -> int:
     console.rule("2 · a spot market replayed from a real trace")
     compute = estimated_compute_seconds(spec.env, reference["steps"], reference_seconds)
     offset = pick_trace_offset(compute)
-    market = trace_market(None, speed=SPEED, offset=offset, notice_seconds=NOTICE_SECONDS)
+    # the replay's clock starts with the job's first launch, as the replay that picked the offset assumes
+    market = trace_market(None, speed=SPEED, offset=offset, notice_seconds=NOTICE_SECONDS,
+                          clock_starts_at_first_launch=True)
     set_market(HOME / "local-cloud", market)
     console.print(f"zones {', '.join(ZONES)} replay AWS spot traces at {SPEED:g}x from sample {offset} "
                   f"(expected compute ≈ {compute:.0f} s)")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from spotrun.cli.main import app
 from spotrun.providers.local import (
     LocalProvider,
     ManualMarket,
@@ -96,6 +98,47 @@ def test_trace_replay_reclaims_when_the_zone_turns_zero(cloud, tmp_path: Path) -
     assert reclaimed.detail["notice_at"] >= start + 2.0
     assert reclaimed.terminated_at >= reclaimed.detail["notice_at"] + 0.3
     assert cloud.provider.describe(on_demand.instance_id).state == "running"
+
+
+def test_a_trace_market_can_start_its_clock_at_the_first_launch(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Half a second per sample: spot for 1 s from the start, then none for a long while.
+    trace = write_trace(tmp_path / "a.json", [1, 1] + [0] * 200, gap_seconds=600)
+    market = trace_market([trace], speed=1200.0, notice_seconds=0.3, clock_starts_at_first_launch=True)
+    cloud.provider.set_market(market)
+    time.sleep(1.5)  # a clock started when the market was set would already be past the spot samples
+    assert market.spot_available("local-a", time.time())  # standing still at sample 0
+    before = time.time()
+    spot = cloud.provider.launch(cloud.request("first-launch-1"))
+    started = load_market(cloud.provider.root)
+    assert isinstance(started, TraceMarket) and started.start_epoch is not None
+    assert before <= started.start_epoch <= spot.launched_at
+    reclaimed = cloud.wait_for_state(spot.instance_id, "terminated", timeout=8)
+    assert reclaimed.reclaimed is True
+    assert reclaimed.detail["notice_at"] >= started.start_epoch + 1.0
+    cloud.provider.launch(cloud.request("first-launch-2", market="on-demand"))
+    assert load_market(cloud.provider.root) == started  # later launches leave the running clock alone
+
+
+def test_a_trace_market_clock_starts_one_way(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.json", [1, 0])
+    with pytest.raises(MarketError, match="start_epoch or at the first launch"):
+        trace_market([trace], start_epoch=5.0, clock_starts_at_first_launch=True)
+    waiting = trace_market([trace], clock_starts_at_first_launch=True)
+    assert waiting.start_epoch is None and waiting.started_at(7.0).start_epoch == 7.0
+    assert waiting.started_at(7.0).started_at(9.0).start_epoch == 7.0
+    assert trace_market([trace]).start_epoch is not None
+
+
+def test_the_market_command_sets_a_trace_replay_that_waits_for_the_first_launch(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path))
+    trace = write_trace(tmp_path / "a.json", [1, 0])
+    waiting = CliRunner().invoke(app, ["market", "trace", "--zone", f"local-a={trace}", "--at-first-launch"])
+    assert waiting.exit_code == 0, waiting.output
+    assert "at the first launch" in waiting.output
+    assert load_market(tmp_path / "local-cloud") == trace_market({"local-a": trace}, clock_starts_at_first_launch=True)
+    now = CliRunner().invoke(app, ["market", "trace", "--zone", f"local-a={trace}"])
+    assert now.exit_code == 0, now.output
+    assert load_market(tmp_path / "local-cloud").start_epoch is not None
 
 
 def test_trace_market_time_mapping_offset_and_looping(tmp_path: Path) -> None:

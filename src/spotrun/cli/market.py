@@ -51,16 +51,22 @@ def trace(
     speed: Annotated[float, typer.Option(help="trace seconds per real second (600: one 10-minute sample a second)")] = 600.0,
     offset: Annotated[int, typer.Option(help="the trace sample to start at")] = 0,
     notice: Notice = 5.0,
+    at_first_launch: Annotated[
+        bool, typer.Option("--at-first-launch", help="start the replay at the first launch request, not now")
+    ] = False,
 ) -> None:
     """Replay real spot availability traces, one per zone, with time scaled."""
     try:
         traces = dict(_zone_pair(z) for z in zone) if zone else None
-        market = trace_market(traces, speed=speed, offset=offset, notice_seconds=notice)
+        market = trace_market(traces, speed=speed, offset=offset, notice_seconds=notice,
+                              clock_starts_at_first_launch=at_first_launch)
     except (MarketError, ValueError, OSError) as problem:
         Console(stderr=True).print(f"[red]error:[/] {problem}")
         raise typer.Exit(2) from None
     set_market(_root(), market)
-    console.print(f"local market: trace replay at {speed:g}x from sample {offset}: " + ", ".join(market.traces))
+    start = "at the first launch" if at_first_launch else "now"
+    console.print(f"local market: trace replay at {speed:g}x from sample {offset}, starting {start}: "
+                  + ", ".join(market.traces))
 
 
 def _zone_pair(text: str) -> tuple[str, str]:

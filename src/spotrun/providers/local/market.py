@@ -9,7 +9,9 @@ process (reclaims, checked a few times a second) replay the same one. On-demand 
   ``(seed, instance id)``, so a run is reproducible.
 - ``trace``: one availability trace per zone replayed at ``speed`` trace seconds per real second;
   sample ``offset`` is current at real time ``start_epoch``, and the replay loops at the end. A zone
-  whose sample is 0 refuses spot launches, and its running spot instances get the notice.
+  whose sample is 0 refuses spot launches, and its running spot instances get the notice. Without a
+  ``start_epoch`` the market stands still at sample ``offset`` until the provider's first launch request,
+  which starts the clock (so a replay lines up with a job however long its submission took).
 
 In every market a reclaim happens ``notice_seconds`` (real seconds) after the notice.
 """
@@ -75,15 +77,24 @@ class TraceMarket(_MarketBase):
     kind: Literal["trace"] = "trace"
     traces: dict[str, str]  # zone -> trace file; a zone without one has no spot capacity
     speed: float = Field(default=600.0, gt=0)  # trace seconds per real second
-    start_epoch: float  # real UNIX time at which sample `offset` is current
+    start_epoch: float | None = None  # real UNIX time at which sample `offset` is current; None: not started
     offset: int = Field(default=0, ge=0)
+
+    @property
+    def started(self) -> bool:
+        return self.start_epoch is not None
 
     def trace(self, zone: str) -> Trace | None:
         path = self.traces.get(zone)
         return _cached_trace(path, _mtime_ns(path)) if path is not None else None
 
     def trace_seconds(self, trace: Trace, now: float) -> float:
-        return self.offset * trace.gap_seconds + (now - self.start_epoch) * self.speed
+        elapsed = 0.0 if self.start_epoch is None else now - self.start_epoch
+        return self.offset * trace.gap_seconds + elapsed * self.speed
+
+    def started_at(self, now: float) -> TraceMarket:
+        """This market with its clock started at `now` (itself when it already runs)."""
+        return self if self.started else self.model_copy(update={"start_epoch": now})
 
     def spot_available(self, zone: str, now: float) -> bool:
         trace = self.trace(zone)
@@ -116,8 +127,12 @@ def trace_market(
     start_epoch: float | None = None,
     offset: int = 0,
     notice_seconds: float = DEFAULT_NOTICE_SECONDS,
+    clock_starts_at_first_launch: bool = False,
 ) -> TraceMarket:
     """A trace market; a list of files is mapped to local-a, local-b, local-c in order; None = bundled traces.
+
+    Its clock starts at `start_epoch` (default: now), or with `clock_starts_at_first_launch` at the local
+    provider's first launch request.
 
     Every file is validated now, so a bad one fails here rather than in a VM.
     """
@@ -135,10 +150,14 @@ def trace_market(
     resolved = {zone: str(Path(path).resolve()) for zone, path in by_zone.items()}
     for path in resolved.values():
         load_trace(path)
+    if clock_starts_at_first_launch and start_epoch is not None:
+        raise MarketError("a trace market's clock starts either at start_epoch or at the first launch, not both")
+    if start_epoch is None and not clock_starts_at_first_launch:
+        start_epoch = time.time()
     return TraceMarket(
         traces=resolved,
         speed=speed,
-        start_epoch=time.time() if start_epoch is None else start_epoch,
+        start_epoch=start_epoch,
         offset=offset,
         notice_seconds=notice_seconds,
     )

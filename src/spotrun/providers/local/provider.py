@@ -20,7 +20,7 @@ from spotrun.config import home
 from spotrun.costs import catalog
 from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, QuotaExceeded
 from spotrun.providers.local import processes
-from spotrun.providers.local.market import ZONES, Market, load_market, parse_market, set_market
+from spotrun.providers.local.market import ZONES, Market, TraceMarket, load_market, parse_market, set_market
 from spotrun.providers.local.records import (
     PREEMPT_REQUEST,
     TERMINATE_REQUEST,
@@ -95,6 +95,7 @@ class LocalProvider:
             if existing is not None:
                 return self._relaunch(existing, request)
             self._check_price(request)
+            self._start_market_clock()
             self._check_capacity(request)
             self._check_quota()
             instance = self._create(request)
@@ -121,6 +122,12 @@ class LocalProvider:
                 f"max price ${request.max_price}/h is below the spot price ${spot}/h "
                 f"of {request.instance_type} in {request.zone}"
             )
+
+    def _start_market_clock(self) -> None:
+        """A trace market waiting for the first launch starts its clock now (called under the registry lock)."""
+        market = self.market
+        if isinstance(market, TraceMarket) and not market.started:
+            set_market(self.root, market.started_at(time.time()))
 
     def _check_capacity(self, request: LaunchRequest) -> None:
         if request.market == "spot" and not self.market.spot_available(request.zone, time.time()):
