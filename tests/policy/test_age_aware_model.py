@@ -21,7 +21,8 @@ STEP = 600.0
 
 
 def test_bucket_of_and_current_age():
-    assert [bucket_of(a) for a in (1, 2, 3, 4, 5, 8, 9, 16, 17, 500)] == [0, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    ages = (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 5000)
+    assert [bucket_of(a) for a in ages] == [0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8]
     assert current_age(since=0.0, now=0.0, step=STEP) == 1
     assert current_age(since=0.0, now=3 * STEP, step=STEP) == 4
 
@@ -79,6 +80,18 @@ def test_the_shape_is_fitted_once_enough_runs_are_known(shape):
     assert fitted_form(runs, prior_mean=12.0, prior_runs=12.0).shape == shape
     few = runs[: MIN_RUNS_FOR_SHAPE - 1]
     assert fitted_form(few, prior_mean=12.0, prior_runs=12.0).shape == SHAPE  # too few runs to tell a shape
+
+
+def test_runs_of_days_are_fitted_with_an_old_age_hazard_to_match():
+    """Gaps that last days (us-west-2b_k80_1) must not look as likely to close as gaps of a few hours: the hazard of
+    the oldest bucket follows the runs, which ages counted only to a few hours cannot do."""
+    rng = np.random.default_rng(3)
+    runs = _runs_of(0.5, BASE_GRID[-1], 400, rng)  # mean length: hundreds of steps
+    form = fitted_form(runs, prior_mean=6.0, prior_runs=12.0)
+    assert form.base == BASE_GRID[-1]
+    oldest = bucket_hazards(form.base, form.shape)[-1]
+    assert oldest < 0.01 < shaped_hazard(24, form.base, form.shape)
+    assert oldest == pytest.approx(shaped_hazard(192, form.base, form.shape))
 
 
 def test_a_fitted_shape_changes_the_bucket_hazards():

@@ -1,0 +1,222 @@
+"""How well the policy's spot model predicts, on data it was not fitted on: held-out log-loss of each step's
+"does this run of spot (or this gap) end at the next step?".
+
+    .venv/bin/python benchmarks/hazard_fit.py [--traces DIR] [--every-hours 12] [--history-days 14]
+
+For each trace and each start (every 12 h, once 3 days of trace lie before it), the models are fitted on the 14 days
+before the start, as the live controller's market history has them, and predict each step of the 70 h after it (a
+52-70 h job's life). The log-loss of those predictions is summed per trace. Models:
+
+- ``spotrun``: the policy's own model (`run_ages.estimate_hazards`, the bucket hazards its DP plans with);
+- ``ages to 17+``: the same hazard form with the ages of before: buckets up to 17+ steps, likelihood ages to 24;
+- ``logistic ...``: logistic regressions of "ends at the next step" on the age terms (1 / (age + 1), log(age + 1))
+  alone, and with one more kind of covariate: the 6-hour block of the day, the previous runs' lengths, or churn
+  (runs of spot lost in the 6 h before, spot's share of the day before). They ask whether anything beyond age
+  predicts spot (docs/benchmarks.md, "Fifth round"). scikit-learn is installed by `make install`.
+
+Prints one markdown row per trace: the steps predicted and each model's log-loss relative to spotrun's (negative:
+better than spotrun's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+from spotrun.policy import DeadlineAwarePolicy, SpotLog
+from spotrun.policy.run_ages import (
+    AGE_BUCKETS, BASE_GRID, COUNTED_AGES, MIN_RUNS_FOR_SHAPE, SHAPE, SHAPE_GRID, TAIL_AGE, RunHazards, estimate_hazards,
+)
+from spotrun.traces import load_trace, shared_traces_dir
+
+STEP = 600.0
+HORIZON_STEPS = 420  # 70 h
+FIRST_START = 432  # 3 days
+BLOCK_STEPS = 36  # 6 h
+OLD_BUCKETS, OLD_COUNTED_AGES = (1, 2, 3, 5, 9, 17), 24
+COVARIATES = ("block of day", "previous runs", "churn")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Per step t of a trace (but the last): spot's state, the age of its run, whether the run ends at t + 1, and the
+    covariates."""
+
+    up: np.ndarray
+    age: np.ndarray
+    ends: np.ndarray
+    block: np.ndarray
+    previous_up: np.ndarray  # length of the last completed run of spot before t's run (0: none)
+    previous_down: np.ndarray
+    lost_6h: np.ndarray  # runs of spot that ended in the 36 steps up to t
+    share_1d: np.ndarray  # spot's share of the 144 steps up to t
+
+    @classmethod
+    def of(cls, data: np.ndarray) -> Steps:
+        up = data.astype(bool)
+        n = len(up) - 1
+        age, previous_up, previous_down = np.zeros(n), np.zeros(n), np.zeros(n)
+        run_start, last = 0, {True: 0, False: 0}
+        for t in range(n):
+            if t > 0 and up[t] != up[t - 1]:
+                last[bool(up[t - 1])] = t - run_start
+                run_start = t
+            age[t], previous_up[t], previous_down[t] = t - run_start + 1, last[True], last[False]
+        lost = np.concatenate([[0], np.cumsum(up[:-1] & ~up[1:])])  # lost[t]: runs of spot gone by step t
+        shown = np.concatenate([[0], np.cumsum(up)])
+        steps = np.arange(n)
+        return cls(
+            up=up[:n], age=age, ends=(up[1:] != up[:-1]).astype(float), block=(steps // BLOCK_STEPS) % 4,
+            previous_up=previous_up, previous_down=previous_down,
+            lost_6h=lost[steps] - lost[np.maximum(steps - 36, 0)],  # not lost[t + 1]: that is the outcome itself
+            share_1d=(shown[steps + 1] - shown[np.maximum(steps - 143, 0)]) / np.minimum(steps + 1, 144),
+        )
+
+    def features(self, rows: np.ndarray, covariate: str | None) -> np.ndarray:
+        age = self.age[rows]
+        columns = [1.0 / (age + 1.0), np.log(age + 1.0)]
+        if covariate == "block of day":
+            columns += [self.block[rows] == b for b in (1, 2, 3)]
+        elif covariate == "previous runs":
+            columns += [np.log1p(self.previous_up[rows]), np.log1p(self.previous_down[rows])]
+        elif covariate == "churn":
+            columns += [np.log1p(self.lost_6h[rows]), self.share_1d[rows]]
+        return np.column_stack(columns).astype(float)
+
+
+def form_hazards(completed: list[int], prior_mean: float, prior_runs: float, counted_ages: int,
+                 buckets: tuple[int, ...], tail_age: float) -> tuple[float, ...]:
+    """The hazard form shape / (age + 1) + base fitted as `run_ages.fitted_form` does, with any ages, as bucket
+    hazards (the open-ended last bucket at `tail_age`)."""
+    ages = np.arange(1, counted_ages + 1, dtype=float)
+    exposure, ends = np.zeros(counted_ages), np.zeros(counted_ages)
+    for length in completed:
+        length = max(length, 1)
+        exposure[: min(length, counted_ages)] += 1.0
+        exposure[-1] += max(length - counted_ages, 0)
+        ends[min(length, counted_ages) - 1] += 1.0
+    end = 1.0 / max(prior_mean, 1.0)
+    alive = prior_runs * (1.0 - end) ** (ages - 1)
+    exposure += alive
+    exposure[-1] += alive[-1] * (1.0 - end) / end
+    ends += alive * end
+    ends[-1] += alive[-1] * (1.0 - end)  # the prior's ends at the last age: all that is still alive there
+    shapes = SHAPE_GRID if len(completed) >= MIN_RUNS_FOR_SHAPE else (SHAPE,)
+    forms = [(shape, base) for shape in shapes for base in BASE_GRID]
+
+    def hazard(shape: float, base: float, age: np.ndarray | float) -> np.ndarray:
+        return np.minimum(shape / (np.asarray(age) + 1.0) + base, 0.95)
+
+    scores = [np.log(hazard(s, b, ages)) @ ends + np.log1p(-hazard(s, b, ages)) @ (exposure - ends) for s, b in forms]
+    shape, base = forms[int(np.argmax(scores))]
+    bounds = (*buckets, None)
+    return tuple(
+        float(hazard(shape, base, tail_age)) if stop is None else float(hazard(shape, base, np.arange(first, stop)).mean())
+        for first, stop in zip(bounds, bounds[1:])
+    )
+
+
+def _log_loss(chance: np.ndarray, ends: np.ndarray) -> float:
+    chance = np.clip(chance, 1e-4, 1 - 1e-4)
+    return float(-np.sum(ends * np.log(chance) + (1 - ends) * np.log1p(-chance)))
+
+
+def _bucket_chance(hazards: tuple[float, ...], age: np.ndarray, buckets: tuple[int, ...]) -> np.ndarray:
+    index = np.searchsorted(np.array(buckets), age, side="right") - 1
+    return np.array(hazards)[np.minimum(index, len(hazards) - 1)]
+
+
+def trace_losses(data: np.ndarray, every: int, history: int) -> tuple[int, dict[str, float]]:
+    steps, policy = Steps.of(data), DeadlineAwarePolicy()
+    prior_up, prior_down = policy.prior_mean_up / STEP, policy.prior_mean_down / STEP
+    losses: dict[str, float] = {}
+    predicted = 0
+    for start in range(FIRST_START, len(data) - HORIZON_STEPS, every):
+        first = max(start - history, 0)
+        log = SpotLog()
+        for t in range(first, start):
+            log.record("z", t * STEP, bool(data[t]))
+        ours = estimate_hazards(log, ("z",), STEP, prior_up, prior_down, policy.prior_runs)
+        runs = log.zone("z")
+        completed = {True: [round(s / STEP) for s in runs.lifetimes], False: [round(s / STEP) for s in runs.gaps]}
+        _check_the_form_is_the_policys(ours, completed, prior_up, prior_down, policy.prior_runs)
+        fitted_on = np.arange(first, start - 1)  # steps whose outcome (step + 1) lies before the start
+        tested = np.arange(start, start + HORIZON_STEPS)
+        for up, prior in ((True, prior_up), (False, prior_down)):
+            rows = tested[steps.up[tested] == up]
+            if len(rows) == 0:
+                continue
+            predicted += len(rows)
+            ends, age = steps.ends[rows], steps.age[rows]
+            old = form_hazards(completed[up], prior, policy.prior_runs, OLD_COUNTED_AGES, OLD_BUCKETS,
+                               float(OLD_COUNTED_AGES))
+            chances = {
+                "spotrun": _bucket_chance(ours.up if up else ours.down, age, AGE_BUCKETS),
+                "ages to 17+": _bucket_chance(old, age, OLD_BUCKETS),
+            }
+            train = fitted_on[steps.up[fitted_on] == up]
+            if steps.ends[train].sum() >= 3:  # a logistic fit needs some ends to learn from
+                for covariate in (None, *COVARIATES):
+                    name = f"logistic, age{' + ' + covariate if covariate else ''}"
+                    chances[name] = _logistic(steps, train, rows, covariate)
+            for name, chance in chances.items():
+                losses[name] = losses.get(name, 0.0) + _log_loss(chance, ends)
+    return predicted, losses
+
+
+def _logistic(steps: Steps, train: np.ndarray, rows: np.ndarray, covariate: str | None) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence chatter on tiny fits
+        model = LogisticRegression(max_iter=500).fit(steps.features(train, covariate), steps.ends[train])
+    return model.predict_proba(steps.features(rows, covariate))[:, 1]
+
+
+def _check_the_form_is_the_policys(ours: RunHazards, completed, prior_up: float, prior_down: float, runs: float) -> None:
+    """This script's fit, with the package's ages, must be the package's: then "ages to 17+" differs only in ages."""
+    for up, prior, hazards in ((True, prior_up, ours.up), (False, prior_down, ours.down)):
+        mine = form_hazards(completed[up], prior, runs, COUNTED_AGES, AGE_BUCKETS, TAIL_AGE)
+        if not np.allclose(mine, hazards):
+            raise AssertionError(f"the script's fit {mine} is not the policy's {hazards}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, default=None, help="folder of 1-node traces")
+    parser.add_argument("--every-hours", type=float, default=12.0)
+    parser.add_argument("--history-days", type=float, default=14.0)
+    args = parser.parse_args()
+    folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
+    every, history = round(args.every_hours * 3600 / STEP), round(args.history_days * 86400 / STEP)
+    began = time.perf_counter()
+    names = ["ages to 17+", "logistic, age", *(f"logistic, age + {c}" for c in COVARIATES)]
+    print("| trace | steps predicted | spotrun's log-loss | " + " | ".join(names) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(names))
+    totals: dict[str, float] = {}
+    for path in sorted(folder.glob("*.json")):
+        trace = load_trace(path)
+        if round(trace.gap_seconds) != STEP:
+            raise SystemExit(f"{path}: steps of {trace.gap_seconds} s; this benchmark reads 600 s traces")
+        predicted, losses = trace_losses(np.asarray(trace.data) > 0, every, history)
+        for name, loss in losses.items():
+            totals[name] = totals.get(name, 0.0) + loss
+        print(f"| {path.stem} | {predicted} | {losses.get('spotrun', math.nan):.0f} | "
+              + " | ".join(_relative(losses, name) for name in names) + " |")
+    print(f"| all | | {totals.get('spotrun', math.nan):.0f} | " + " | ".join(_relative(totals, n) for n in names) + " |")
+    print(f"\n{time.perf_counter() - began:.0f} s")
+
+
+def _relative(losses: dict[str, float], name: str) -> str:
+    if name not in losses or not losses.get("spotrun"):
+        return "-"
+    return f"{100 * (losses[name] / losses['spotrun'] - 1):+.1f}%"
+
+
+if __name__ == "__main__":
+    main()

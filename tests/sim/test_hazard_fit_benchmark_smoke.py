@@ -1,0 +1,31 @@
+"""The hazard model's held-out benchmark runs end to end on a small trace and checks its fit is the policy's."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "hazard_fit.py"
+
+
+def test_held_out_log_loss_on_a_small_trace(tmp_path: Path) -> None:
+    rng, data, up = random.Random(5), [], True
+    while len(data) < 1000:  # runs of 1-60 steps: 3 days of history, then room for a 70 h horizon
+        data += [int(up)] * rng.randint(1, 60)
+        up = not up
+    (tmp_path / "zone-a_k80_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data[:1000]}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--traces", str(tmp_path), "--every-hours", "12"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = re.search(r"^\| zone-a_k80_1 \| (\d+) \| (\d+) \| ([^\n]+) \|$", done.stdout, re.MULTILINE)
+    assert row is not None, done.stdout
+    assert int(row.group(1)) == 420 * 3  # starts at steps 432, 504 and 576, 70 h (420 steps) each
+    assert float(row.group(2)) > 0
+    assert all(re.fullmatch(r"[+-]\d+\.\d%", cell.strip()) for cell in row.group(3).split("|"))
+    assert re.search(r"^\| all \|", done.stdout, re.MULTILINE)
