@@ -31,9 +31,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from spotrun.policy import DeadlineAwarePolicy, SpotLog
-from spotrun.policy.run_ages import (
-    AGE_BUCKETS, BASE_GRID, COUNTED_AGES, MIN_RUNS_FOR_SHAPE, SHAPE, SHAPE_GRID, TAIL_AGE, RunHazards, estimate_hazards,
-)
+from spotrun.policy.run_ages import AGE_BUCKETS, bucket_hazards, estimate_hazards, fitted_form
 from spotrun.traces import load_trace, shared_traces_dir
 
 STEP = 600.0
@@ -91,36 +89,10 @@ class Steps:
         return np.column_stack(columns).astype(float)
 
 
-def form_hazards(completed: list[int], prior_mean: float, prior_runs: float, counted_ages: int,
-                 buckets: tuple[int, ...], tail_age: float) -> tuple[float, ...]:
-    """The hazard form shape / (age + 1) + base fitted as `run_ages.fitted_form` does, with any ages, as bucket
-    hazards (the open-ended last bucket at `tail_age`)."""
-    ages = np.arange(1, counted_ages + 1, dtype=float)
-    exposure, ends = np.zeros(counted_ages), np.zeros(counted_ages)
-    for length in completed:
-        length = max(length, 1)
-        exposure[: min(length, counted_ages)] += 1.0
-        exposure[-1] += max(length - counted_ages, 0)
-        ends[min(length, counted_ages) - 1] += 1.0
-    end = 1.0 / max(prior_mean, 1.0)
-    alive = prior_runs * (1.0 - end) ** (ages - 1)
-    exposure += alive
-    exposure[-1] += alive[-1] * (1.0 - end) / end
-    ends += alive * end
-    ends[-1] += alive[-1] * (1.0 - end)  # the prior's ends at the last age: all that is still alive there
-    shapes = SHAPE_GRID if len(completed) >= MIN_RUNS_FOR_SHAPE else (SHAPE,)
-    forms = [(shape, base) for shape in shapes for base in BASE_GRID]
-
-    def hazard(shape: float, base: float, age: np.ndarray | float) -> np.ndarray:
-        return np.minimum(shape / (np.asarray(age) + 1.0) + base, 0.95)
-
-    scores = [np.log(hazard(s, b, ages)) @ ends + np.log1p(-hazard(s, b, ages)) @ (exposure - ends) for s, b in forms]
-    shape, base = forms[int(np.argmax(scores))]
-    bounds = (*buckets, None)
-    return tuple(
-        float(hazard(shape, base, tail_age)) if stop is None else float(hazard(shape, base, np.arange(first, stop)).mean())
-        for first, stop in zip(bounds, bounds[1:])
-    )
+def old_ages_hazards(completed: list[int], prior_mean: float, prior_runs: float) -> tuple[float, ...]:
+    """The policy's fit and bucket hazards with the ages of before (buckets to 17+, likelihood ages to 24)."""
+    form = fitted_form(completed, prior_mean, prior_runs, counted_ages=OLD_COUNTED_AGES)
+    return bucket_hazards(form.base, form.shape, OLD_BUCKETS, float(OLD_COUNTED_AGES))
 
 
 def _log_loss(chance: np.ndarray, ends: np.ndarray) -> float:
@@ -146,7 +118,6 @@ def trace_losses(data: np.ndarray, every: int, history: int) -> tuple[int, dict[
         ours = estimate_hazards(log, ("z",), STEP, prior_up, prior_down, policy.prior_runs)
         runs = log.zone("z")
         completed = {True: [round(s / STEP) for s in runs.lifetimes], False: [round(s / STEP) for s in runs.gaps]}
-        _check_the_form_is_the_policys(ours, completed, prior_up, prior_down, policy.prior_runs)
         fitted_on = np.arange(first, start - 1)  # steps whose outcome (step + 1) lies before the start
         tested = np.arange(start, start + HORIZON_STEPS)
         for up, prior in ((True, prior_up), (False, prior_down)):
@@ -155,8 +126,7 @@ def trace_losses(data: np.ndarray, every: int, history: int) -> tuple[int, dict[
                 continue
             predicted += len(rows)
             ends, age = steps.ends[rows], steps.age[rows]
-            old = form_hazards(completed[up], prior, policy.prior_runs, OLD_COUNTED_AGES, OLD_BUCKETS,
-                               float(OLD_COUNTED_AGES))
+            old = old_ages_hazards(completed[up], prior, policy.prior_runs)
             chances = {
                 "spotrun": _bucket_chance(ours.up if up else ours.down, age, AGE_BUCKETS),
                 "ages to 17+": _bucket_chance(old, age, OLD_BUCKETS),
@@ -176,14 +146,6 @@ def _logistic(steps: Steps, train: np.ndarray, rows: np.ndarray, covariate: str 
         warnings.simplefilter("ignore")  # convergence chatter on tiny fits
         model = LogisticRegression(max_iter=500).fit(steps.features(train, covariate), steps.ends[train])
     return model.predict_proba(steps.features(rows, covariate))[:, 1]
-
-
-def _check_the_form_is_the_policys(ours: RunHazards, completed, prior_up: float, prior_down: float, runs: float) -> None:
-    """This script's fit, with the package's ages, must be the package's: then "ages to 17+" differs only in ages."""
-    for up, prior, hazards in ((True, prior_up, ours.up), (False, prior_down, ours.down)):
-        mine = form_hazards(completed[up], prior, runs, COUNTED_AGES, AGE_BUCKETS, TAIL_AGE)
-        if not np.allclose(mine, hazards):
-            raise AssertionError(f"the script's fit {mine} is not the policy's {hazards}")
 
 
 def main() -> None:

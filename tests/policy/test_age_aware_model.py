@@ -92,6 +92,9 @@ def test_runs_of_days_are_fitted_with_an_old_age_hazard_to_match():
     oldest = bucket_hazards(form.base, form.shape)[-1]
     assert oldest < 0.01 < shaped_hazard(24, form.base, form.shape)
     assert oldest == pytest.approx(shaped_hazard(192, form.base, form.shape))
+    # the ages of before (buckets to 17+, likelihood ages to 24), still available to compare with
+    before = fitted_form(runs, prior_mean=6.0, prior_runs=12.0, counted_ages=24)
+    assert bucket_hazards(before.base, before.shape, (1, 2, 3, 5, 9, 17), 24.0)[-1] > 0.02
 
 
 def test_a_fitted_shape_changes_the_bucket_hazards():

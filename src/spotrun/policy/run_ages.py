@@ -97,35 +97,38 @@ def shaped_hazard(age: float, base: float, shape: float = SHAPE) -> float:
     return min(shape / (age + 1.0) + base, MAX_HAZARD)
 
 
-def bucket_hazards(base: float, shape: float = SHAPE) -> tuple[float, ...]:
-    """Per AGE_BUCKETS bucket, the mean shaped hazard over its ages (the open-ended last: at TAIL_AGE)."""
+def bucket_hazards(
+    base: float, shape: float = SHAPE, buckets: tuple[int, ...] = AGE_BUCKETS, tail_age: float = TAIL_AGE,
+) -> tuple[float, ...]:
+    """Per bucket (first ages `buckets`), the mean shaped hazard over its ages (the open-ended last: at `tail_age`).
+    Other buckets than AGE_BUCKETS are for comparing age layouts (benchmarks/hazard_fit.py)."""
+    bounds = (*buckets, None)
     hazards = []
-    for bucket, first in enumerate(AGE_BUCKETS):
-        width = bucket_width(bucket)
-        ages = [TAIL_AGE] if math.isinf(width) else range(first, first + int(width))
+    for first, stop in zip(bounds, bounds[1:]):
+        ages = [tail_age] if stop is None else range(first, stop)
         hazards.append(sum(shaped_hazard(a, base, shape) for a in ages) / len(ages))
     return tuple(hazards)
 
 
-def age_counts(completed: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(exposure, ends) per exact age 1..COUNTED_AGES, the last age standing for all older ones.
+def age_counts(completed: Iterable[int], counted_ages: int = COUNTED_AGES) -> tuple[np.ndarray, np.ndarray]:
+    """(exposure, ends) per exact age 1..counted_ages, the last age standing for all older ones.
 
     A run of L steps was at risk of ending at ages 1..L and ended at age L.
     """
-    exposure = np.zeros(COUNTED_AGES)
-    ends = np.zeros(COUNTED_AGES)
+    exposure = np.zeros(counted_ages)
+    ends = np.zeros(counted_ages)
     for length in completed:
         length = max(length, 1)
-        exposure[: min(length, COUNTED_AGES)] += 1.0
-        exposure[-1] += max(length - COUNTED_AGES, 0)
-        ends[min(length, COUNTED_AGES) - 1] += 1.0
+        exposure[: min(length, counted_ages)] += 1.0
+        exposure[-1] += max(length - counted_ages, 0)
+        ends[min(length, counted_ages) - 1] += 1.0
     return exposure, ends
 
 
-def _prior_counts(mean: float, runs: float) -> tuple[np.ndarray, np.ndarray]:
+def _prior_counts(mean: float, runs: float, ages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`runs` runs of geometric length with `mean` steps, in expectation."""
     end = 1.0 / max(mean, 1.0)
-    alive = runs * (1.0 - end) ** (_AGES - 1)
+    alive = runs * (1.0 - end) ** (ages - 1)
     exposure = alive.copy()
     exposure[-1] += alive[-1] * (1.0 - end) / end  # the expected steps beyond the last counted age
     ends = alive * end
@@ -133,13 +136,17 @@ def _prior_counts(mean: float, runs: float) -> tuple[np.ndarray, np.ndarray]:
     return exposure, ends
 
 
-def fitted_form(completed: Sequence[int], prior_mean: float, prior_runs: float) -> HazardForm:
+def fitted_form(
+    completed: Sequence[int], prior_mean: float, prior_runs: float, counted_ages: int = COUNTED_AGES,
+) -> HazardForm:
     """The hazard form on the grids that makes the completed runs (plus the prior runs) likeliest: the base on
-    BASE_GRID, and the shape on SHAPE_GRID once MIN_RUNS_FOR_SHAPE runs are known (SHAPE before)."""
-    exposure, ends = age_counts(completed)
-    prior_exposure, prior_ends = _prior_counts(prior_mean, prior_runs)
+    BASE_GRID, and the shape on SHAPE_GRID once MIN_RUNS_FOR_SHAPE runs are known (SHAPE before). The likelihood
+    counts ages up to `counted_ages` (another value only to compare, as benchmarks/hazard_fit.py does)."""
+    ages, log_hazard, log_survival = _form_tables(counted_ages)
+    exposure, ends = age_counts(completed, counted_ages)
+    prior_exposure, prior_ends = _prior_counts(prior_mean, prior_runs, ages)
     exposure, ends = exposure + prior_exposure, ends + prior_ends
-    log_likelihood = _LOG_HAZARD @ ends + _LOG_SURVIVAL @ (exposure - ends)
+    log_likelihood = log_hazard @ ends + log_survival @ (exposure - ends)
     if len(completed) < MIN_RUNS_FOR_SHAPE:
         log_likelihood = np.where(_FORMS_OF_SHAPE, log_likelihood, -np.inf)
     return _FORMS[int(np.argmax(log_likelihood))]
@@ -174,9 +181,13 @@ def current_age(since: float, now: float, step: float) -> int:
     return max(round((now - since) / step), 0) + 1
 
 
-_AGES = np.arange(1, COUNTED_AGES + 1, dtype=float)
 _FORMS = tuple(HazardForm(shape, base) for shape in SHAPE_GRID for base in BASE_GRID)
 _FORMS_OF_SHAPE = np.array([form.shape == SHAPE for form in _FORMS])  # the forms allowed before the shape is fitted
-_HAZARD_BY_FORM = np.array([[form.at(a) for a in _AGES] for form in _FORMS])
-_LOG_HAZARD = np.log(_HAZARD_BY_FORM)
-_LOG_SURVIVAL = np.log1p(-_HAZARD_BY_FORM)
+
+
+@lru_cache(maxsize=4)
+def _form_tables(counted_ages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ages 1..counted_ages, and every form's log hazard and log survival at each of them."""
+    ages = np.arange(1, counted_ages + 1, dtype=float)
+    hazard = np.array([[form.at(a) for a in ages] for form in _FORMS])
+    return ages, np.log(hazard), np.log1p(-hazard)

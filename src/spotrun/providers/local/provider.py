@@ -95,8 +95,7 @@ class LocalProvider:
             if existing is not None:
                 return self._relaunch(existing, request)
             self._check_price(request)
-            self._start_market_clock()
-            self._check_capacity(request)
+            self._check_capacity(request, self._market_with_its_clock_started())
             self._check_quota()
             instance = self._create(request)
             self._start_vm(instance)
@@ -123,14 +122,16 @@ class LocalProvider:
                 f"of {request.instance_type} in {request.zone}"
             )
 
-    def _start_market_clock(self) -> None:
-        """A trace market waiting for the first launch starts its clock now (called under the registry lock)."""
+    def _market_with_its_clock_started(self) -> Market:
+        """The market; a trace market waiting for the first launch starts its clock now (under the registry lock)."""
         market = self.market
         if isinstance(market, TraceMarket) and not market.started:
-            set_market(self.root, market.started_at(time.time()))
+            market = market.started_at(time.time())
+            set_market(self.root, market)
+        return market
 
-    def _check_capacity(self, request: LaunchRequest) -> None:
-        if request.market == "spot" and not self.market.spot_available(request.zone, time.time()):
+    def _check_capacity(self, request: LaunchRequest, market: Market) -> None:
+        if request.market == "spot" and not market.spot_available(request.zone, time.time()):
             raise NoCapacity(f"no spot capacity for {request.instance_type} in {request.zone} right now")
 
     def _check_quota(self) -> None:
