@@ -12,6 +12,7 @@ from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.cli.views import progress_line
 from spotrun.control.placement import placement_context
+from spotrun.policy import DefaultPolicy
 from spotrun.server.views import job_row
 from spotrun.server.agent_api import create_agent_app
 from spotrun.spec import parse_spec
@@ -71,6 +72,16 @@ class World:
             return response.json()
 
         return post
+
+    def spot_lost_after(self, job_id: int, seconds: float) -> str:
+        """Run the job's first attempt, let the cloud take it back `seconds` later; the zone it ran in."""
+        lost = self.run_to_running(job_id)
+        self.clock.advance(seconds)
+        self.cloud.reclaim(lost)
+        self.tick()
+        [attempt, *_] = self.attempts(job_id)
+        assert attempt.end_reason == "preempted"
+        return attempt.zone
 
     def run_to_running(self, job_id: int) -> str:
         self.tick()
@@ -539,12 +550,7 @@ def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
     tries older than the window do not."""
     first = world.submit()
     other_type = world.submit(SPEC.replace("instance_type: local.cpu", "instance_type: local.gpu"))
-    lost = world.run_to_running(first)
-    zone = world.attempts(first)[0].zone
-    world.clock.advance(100)
-    world.cloud.reclaim(lost)
-    world.tick()
-    assert world.attempts(first)[0].end_reason == "preempted"
+    zone = world.spot_lost_after(first, 100)
     second_text = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 10h") + "estimated_duration: 5h\n"
     second = world.submit(second_text)
     spec = parse_spec(second_text)
@@ -567,3 +573,21 @@ def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
     assert len(ctx().market) == len(world.attempts(first))  # B's own tries stay in its history, not its market
     world.clock.advance(world.controller.settings.market_history + 1)
     assert ctx().market == ()
+
+
+def test_jobs_without_a_deadline_avoid_the_zone_another_job_just_lost_spot_in(world):
+    """Job A loses spot in zone Z; the next jobs place spot elsewhere, though some of them would have tried Z first."""
+    first = world.submit()
+    zone = world.spot_lost_after(first, 100)
+    later = [world.submit() for _ in range(6)]
+    spec = parse_spec(SPEC)
+
+    def first_zone_without_news(job_id):
+        with world.store.session() as session:
+            ctx = placement_context(session.get(Job, job_id), spec, ["m-a", "m-b", "m-c"], world.clock.now())
+        return DefaultPolicy().place(ctx).zone
+
+    assert zone in {first_zone_without_news(job_id) for job_id in later}, "no job here would have tried Z first"
+    world.tick()
+    placed = [world.attempts(job_id)[0] for job_id in later]
+    assert all(attempt.market == "spot" and attempt.zone != zone for attempt in placed)

@@ -1,3 +1,5 @@
+import pytest
+
 from spotrun.policy import DefaultPolicy, GiveUp, Launch, PastAttempt, PlacementContext, Wait
 
 ZONES = ("z-a", "z-b", "z-c")
@@ -84,3 +86,54 @@ def test_after_a_preemption_the_next_try_is_another_zone():
 def test_no_spot_asked_means_on_demand_and_no_zone_means_give_up():
     assert DefaultPolicy().place(ctx(use_spot=False)).market == "on-demand"
     assert isinstance(DefaultPolicy().place(ctx(zones=())), GiveUp)
+
+
+def first_choice(**over):
+    decision = DefaultPolicy().place(ctx(**over))
+    assert isinstance(decision, Launch) and decision.market == "spot"
+    return decision.zone
+
+
+def test_another_jobs_recent_no_capacity_or_preemption_puts_that_zone_last_until_the_news_is_old():
+    own = first_choice()
+    for bad in (miss(own, t=9_900.0), ran(own, "preempted", ended=9_900.0)):
+        assert first_choice(market=(bad,)) != own
+    old = miss(own, t=10_000.0 - DefaultPolicy().zone_news_lasts - 1)
+    assert first_choice(market=(old,)) == own
+
+
+def test_a_zone_where_another_job_runs_spot_comes_first_however_long_it_has_run():
+    own = first_choice()
+    for zone in ZONES:
+        running = PastAttempt(zone, "spot", 100.0, 100.0, None, None)  # started hours ago, still running
+        assert first_choice(market=(running,)) == zone
+    on_demand = PastAttempt(next(z for z in ZONES if z != own), "on-demand", 100.0, 100.0, None, None)
+    assert first_choice(market=(on_demand,)) == own  # on-demand capacity says nothing about spot
+
+
+def test_the_latest_news_of_a_zone_wins():
+    own = first_choice()
+    other = next(z for z in ZONES if z != own)
+    running = PastAttempt(other, "spot", 100.0, 100.0, None, None)
+    refused_later = miss(other, t=9_900.0)
+    assert first_choice(market=(running, refused_later)) not in (other,)
+    refused = miss(own, t=9_000.0)
+    back_later = PastAttempt(own, "spot", 9_500.0, 9_500.0, None, None)
+    assert first_choice(market=(refused, back_later)) == own
+
+
+@pytest.mark.parametrize("others_get_spot", [True, False], ids=["tried-zones-move-first", "tried-zones-move-last"])
+def test_a_round_tries_every_zone_once_even_when_the_news_reorders_zones_within_it(others_get_spot):
+    """Each refusal puts its zone last (the latest news), or another job then gets spot there and it moves first: the
+    round still tries each zone once, as a zone is skipped for having been tried, not for where it stands."""
+    policy = DefaultPolicy(empty_rounds_before_fallback=99)
+    history, market, tried = [], [], []
+    for i in range(len(ZONES)):
+        decision = policy.place(ctx(history, market=tuple(market), now=10_000.0 + i))
+        assert isinstance(decision, Launch)
+        tried.append(decision.zone)
+        history.append(miss(decision.zone, t=10_000.0 + i))
+        if others_get_spot:
+            market.append(PastAttempt(decision.zone, "spot", 10_000.5 + i, 10_000.5 + i, None, None))
+    assert sorted(tried) == sorted(ZONES)
+    assert isinstance(policy.place(ctx(history, market=tuple(market), now=10_010.0)), Wait)

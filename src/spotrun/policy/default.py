@@ -1,7 +1,7 @@
 """The default placement policy.
 
-Without a deadline (or without an estimated duration, or with ``fallback: wait``): spot first, zones in a per-job
-shuffled order, back off when all are out, on-demand once spot keeps getting taken away. With a deadline and an
+Without a deadline (or without an estimated duration, or with ``fallback: wait``): spot first, zones ordered by the
+latest news of spot there from every job's tries (`zones.zone_order`), back off when all are out, on-demand once spot keeps getting taken away. With a deadline and an
 estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
 """
 
@@ -25,6 +25,9 @@ class DefaultPolicy:
     backoff_max: float = 300.0
     # With fallback "on-demand": after this many rounds in which no zone had spot capacity, use on-demand.
     empty_rounds_before_fallback: int = 2
+    # How long a "no capacity" answer or a preemption (this job's or another's) puts its zone at the end of the order:
+    # the prior mean of a gap of spot in the deadline-aware policy.
+    zone_news_lasts: float = 3600.0
     deadline_policy: DeadlineAwarePolicy = field(default_factory=DeadlineAwarePolicy)
 
     def place(self, ctx: PlacementContext) -> Decision:
@@ -60,11 +63,14 @@ class DefaultPolicy:
         return self._place_spot(ctx)
 
     def _place_spot(self, ctx: PlacementContext) -> Decision:
-        order = zone_order(ctx)
-        misses = len(trailing_capacity_misses(ctx.history))
-        tried_this_round = misses - ctx.capacity_rounds * len(order)
+        """One round tries every zone once, in the order the latest news gives (which may change within the round:
+        a zone is skipped because it was tried, not because of where it stands); then wait, or fall back."""
+        order = zone_order(ctx, self.zone_news_lasts)
+        misses = trailing_capacity_misses(ctx.history)
+        tried_this_round = len(misses) - ctx.capacity_rounds * len(order)
         if tried_this_round < len(order):
-            zone = order[max(tried_this_round, 0)]
+            tried = {miss.zone for miss in misses[: max(tried_this_round, 0)]}
+            zone = next(z for z in order if z not in tried)
             reason = "spot" if tried_this_round <= 0 else f"spot, next zone after {tried_this_round} without capacity"
             return Launch(zone, "spot", reason)
         if ctx.fallback == "on-demand" and ctx.capacity_rounds + 1 >= self.empty_rounds_before_fallback:
@@ -73,7 +79,7 @@ class DefaultPolicy:
         return Wait(ctx.now + delay, f"no spot capacity in any of {len(order)} zones: waiting {delay:.0f} s")
 
     def _on_demand_zone(self, ctx: PlacementContext) -> str:
-        return zone_order(ctx)[0]
+        return zone_order(ctx, self.zone_news_lasts)[0]
 
 
 def backoff_delay(rounds: int, base: float, cap: float) -> float:

@@ -7,8 +7,17 @@ import random
 from spotrun.policy.placement import PastAttempt, PlacementContext
 
 
-def zone_order(ctx: PlacementContext) -> list[str]:
-    """The job's own shuffled zone order, rotated so that the zone it last lost spot in comes last."""
+def zone_order(ctx: PlacementContext, news_lasts: float = 3600.0) -> list[str]:
+    """The zones to try spot in, best first, by the latest news of spot there from this job's and other jobs' tries:
+    zones where spot is running or was just had, then zones with no news for `news_lasts` seconds, then zones where
+    spot was refused or taken away within that time, the latest last. Zones with the same news keep the job's own
+    shuffled order (so that jobs spread over the zones), rotated so that the zone it last lost spot in comes last."""
+    own = _own_order(ctx)
+    news = _spot_news(ctx, news_lasts)
+    return sorted(own, key=lambda zone: news.get(zone, (1, 0.0)))
+
+
+def _own_order(ctx: PlacementContext) -> list[str]:
     order = list(ctx.zones)
     random.Random(ctx.job_id).shuffle(order)
     last = last_zone_with_instance(ctx.history)
@@ -16,6 +25,24 @@ def zone_order(ctx: PlacementContext) -> list[str]:
         i = order.index(last)
         order = order[i + 1 :] + order[: i + 1]
     return order
+
+
+def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int, float]]:
+    """Per zone, its rank (0: spot is there, 2: spot was refused or lost lately) and, for rank 2, when: the latest
+    observation wins, and a spot instance still running is news that never gets old."""
+    log = ctx.spot_log()
+    running = {
+        a.zone for a in (*ctx.market, *ctx.history) if a.market == "spot" and a.started_at is not None and a.ended_at is None
+    }
+    news: dict[str, tuple[int, float]] = {}
+    for zone in ctx.zones:
+        runs = log.zone(zone)
+        fresh = ctx.now - runs.last_seen <= news_lasts
+        if runs.available is True and (fresh or zone in running):
+            news[zone] = (0, 0.0)
+        elif runs.available is False and fresh:
+            news[zone] = (2, runs.last_seen)
+    return news
 
 
 def last_zone_with_instance(history: tuple[PastAttempt, ...]) -> str | None:
