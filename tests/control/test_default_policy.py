@@ -111,15 +111,16 @@ def test_a_zone_where_another_job_runs_spot_comes_first_however_long_it_has_run(
     assert first_choice(market=(on_demand,)) == own  # on-demand capacity says nothing about spot
 
 
-def test_the_latest_news_of_a_zone_wins():
+def test_the_latest_news_of_a_zone_wins_and_a_running_spot_instance_is_news_of_now():
     own = first_choice()
     other = next(z for z in ZONES if z != own)
-    running = PastAttempt(other, "spot", 100.0, 100.0, None, None)
-    refused_later = miss(other, t=9_900.0)
-    assert first_choice(market=(running, refused_later)) not in (other,)
-    refused = miss(own, t=9_000.0)
+    ran_until = PastAttempt(other, "spot", 100.0, 100.0, 9_800.0, "succeeded")
+    assert first_choice(market=(ran_until,)) == other
+    assert first_choice(market=(ran_until, miss(other, t=9_900.0))) != other
+    still_running = PastAttempt(other, "spot", 100.0, 100.0, None, None)
+    assert first_choice(market=(still_running, miss(other, t=9_900.0))) == other
     back_later = PastAttempt(own, "spot", 9_500.0, 9_500.0, None, None)
-    assert first_choice(market=(refused, back_later)) == own
+    assert first_choice(market=(miss(own, t=9_000.0), back_later)) == own
 
 
 @pytest.mark.parametrize("others_get_spot", [True, False], ids=["tried-zones-move-first", "tried-zones-move-last"])

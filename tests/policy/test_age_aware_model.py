@@ -6,9 +6,10 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from spotrun.policy import DeadlineAwarePolicy, SpotLog
+from spotrun.policy import DeadlineAwarePolicy, Keep, Launch, Placement, PlacementContext, SpotLog
 from spotrun.policy.markov import (
-    JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, value_table,
+    JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, state_belief, transition_matrix,
+    value_table,
 )
 from spotrun.policy.run_ages import (
     BASE_GRID, COUNTED_AGES, MIN_RUNS_FOR_SHAPE, SHAPE, SHAPE_GRID, RunHazards, age_counts, bucket_hazards, bucket_of,
@@ -209,6 +210,54 @@ def test_option_values_prefer_spot_that_has_lasted():
     old = option_values(table, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 40))
     assert old["spot"] < fresh["spot"]
     assert old["spot"] - old["on-demand"] < fresh["spot"] - fresh["on-demand"]
+
+
+# ---- spot not known now (the live controller's view) -----------------------------------------------------------------
+
+
+def test_state_belief_moves_the_chain_on_from_its_last_observation():
+    hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
+    matrix = transition_matrix(hazards)
+    assert np.allclose(matrix.sum(axis=1), 1.0)
+    fresh_gap = chain_state(hazards, False, 1)
+    one_step = dict(state_belief(hazards, fresh_gap, 1))
+    assert one_step[chain_state(hazards, True, 1)] == pytest.approx(hazards.down[0])  # spot came back: a fresh run
+    assert sum(one_step.values()) == pytest.approx(1.0)
+    by_hand = np.eye(len(matrix))[fresh_gap]
+    for _ in range(7):
+        by_hand = by_hand @ matrix
+    assert np.allclose([dict(state_belief(hazards, fresh_gap, 7)).get(s, 0.0) for s in range(len(matrix))], by_hand)
+    never_seen = np.array([dict(state_belief(hazards, None, 0)).get(s, 0.0) for s in range(len(matrix))])
+    assert np.allclose(never_seen @ matrix, never_seen, atol=1e-9)  # the long-run mix
+    long_after = [dict(state_belief(hazards, fresh_gap, 5000)).get(s, 0.0) for s in range(len(matrix))]
+    assert np.allclose(long_after, never_seen, atol=1e-6)
+
+
+def test_spot_refused_a_step_ago_is_not_valued_as_spot_that_has_lasted():
+    """Live view, on on-demand with spot's state not known now: one step after a refusal, spot there now would be a
+    fresh run, likely to die, so the policy keeps on-demand; one step after an old run of spot was last seen, it tries
+    spot. (Taking unknown as "up and old", as the policy once did, tried spot in both.)"""
+    now = 10 * HOUR
+
+    def decide(last_seen_up: bool):
+        log = SpotLog()
+        for at, up in ((0.0, True), (4 * HOUR, False), (5 * HOUR, True), (now - STEP, last_seen_up)):
+            log.record("z", at, up)
+        ctx = PlacementContext(
+            job_id=1, now=now, zones=("z",), use_spot=True, fallback="on-demand", submitted_at=0.0,
+            preemptions_before_fallback=3, fallback_window=HOUR, deadline=52 * HOUR, estimated_duration=48 * HOUR,
+            current=Placement("z", "on-demand", now - 10 * STEP), progress=8 * HOUR, restart_overhead=0.2 * HOUR,
+            step=STEP, spot=log,
+        )
+        assert ctx.spot_known_now("z") is None
+        return log, DeadlineAwarePolicy().decide(ctx)
+
+    (refused_log, after_refusal), (up_log, after_old_run) = decide(False), decide(True)
+    policy = DeadlineAwarePolicy()
+    priors = (policy.prior_mean_up / STEP, policy.prior_mean_down / STEP, policy.prior_runs)
+    assert estimate_hazards(refused_log, ("z",), STEP, *priors) == estimate_hazards(up_log, ("z",), STEP, *priors)
+    assert isinstance(after_refusal, Keep)
+    assert isinstance(after_old_run, Launch) and after_old_run.market == "spot"
 
 
 # ---- the deadline is kept whatever spot does -----------------------------------------------------------------------

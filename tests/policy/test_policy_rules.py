@@ -146,6 +146,21 @@ def test_spot_log_from_controller_history_counts_lifetimes_and_gaps():
     assert runs.available is False
 
 
+def test_a_spot_instance_still_running_tells_that_spot_is_there_now():
+    history = (
+        PastAttempt("z", "spot", 0.0, 10.0, 110.0, "preempted"),
+        PastAttempt("z", "spot", 200.0, 210.0, None, None),  # still running
+        PastAttempt("y", "spot", 300.0, None, None, None),  # still launching: tells nothing yet
+    )
+    runs = SpotLog.from_history(history, now=1_000.0).zone("z")
+    assert (runs.available, runs.since, runs.last_seen) == (True, 210.0, 1_000.0)
+    assert runs.lifetimes == [100.0] and runs.gaps == [100.0]  # the run going on is not a completed one
+    assert SpotLog.from_history(history).zone("z").last_seen == 210.0  # without `now`: only what was recorded
+    assert SpotLog.from_history(history, now=1_000.0).zone("y").available is None
+    live = ctx(now=1_000.0, spot=None, step=None, history=history)
+    assert live.spot_known_now("z") is True
+
+
 def test_registry_names_and_clear_errors():
     assert {"default", "greedy", "uniform_progress", "on_demand", "deadline_aware"} <= set(policy_names())
     with pytest.raises(ValueError, match="unknown placement policy 'nope'"):

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from spotrun.policy import GreedyPolicy, OnDemandPolicy, get_policy
+from spotrun.policy import GreedyPolicy, Keep, Launch, OnDemandPolicy, Wait, get_policy
 from spotrun.sim.engine import SimJob, run_job
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import policy_for
@@ -62,6 +62,27 @@ def test_the_launches_model_learns_no_capacity_by_trying():
     result = run_job(GreedyPolicy(), ("z",), available, STEP, job, observe="launches")
     assert [a.end_reason for a in result.attempts] == ["no_capacity", "no_capacity", "succeeded"]
     assert result.cost == pytest.approx(2 * SPOT_STEP)
+
+
+def test_the_launches_model_knows_spot_was_there_until_it_let_its_spot_instance_go():
+    class SpotThenRelease:
+        name = "spot then release"
+        seen: list = []
+
+        def place(self, ctx):
+            return self.decide(ctx)
+
+        def decide(self, ctx):
+            runs = ctx.spot_log().zone("z")
+            self.seen.append((runs.available, runs.last_seen))
+            step = round(ctx.now / STEP)
+            if step == 0:
+                return Launch("z", "spot", "try")
+            return Keep("run") if step < 3 else Wait(ctx.now + STEP, "let it go")
+
+    job = SimJob(compute_seconds=20 * STEP, deadline_seconds=30 * STEP, restart_overhead=0.0)
+    run_job(SpotThenRelease(), ("z",), np.ones((1, 6), bool), STEP, job, observe="launches")
+    assert SpotThenRelease.seen[4] == (True, 3 * STEP)  # released at step 3, spot up until then
 
 
 def test_multi_zone_default_moves_to_the_zone_that_has_spot():

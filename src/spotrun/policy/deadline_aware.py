@@ -16,11 +16,13 @@ import math
 from dataclasses import dataclass
 
 from spotrun.policy.deadline import DeadlineView, deadline_view
-from spotrun.policy.markov import JobShape, chain_state, option_values, value_table
-from spotrun.policy.observations import SpotLog
+from spotrun.policy.markov import (
+    JobShape, ValueTable, chain_moves, chain_state, option_values, state_belief, value_table,
+)
+from spotrun.policy.observations import SpotLog, ZoneRuns
 from spotrun.policy.placement import Decision, Keep, PlacementContext, RunningDecision, Wait, place_by_deciding
 from spotrun.policy.requests import no_zone, want_nothing, want_on_demand, want_spot
-from spotrun.policy.run_ages import AGE_BUCKETS, RunHazards, current_age, estimate_hazards
+from spotrun.policy.run_ages import RunHazards, current_age, estimate_hazards
 from spotrun.policy.zones import longest_lived_zone
 
 P3_2XLARGE_SPOT_RATIO = 0.9731 / 3.06
@@ -50,9 +52,9 @@ class DeadlineAwarePolicy:
         steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
         if steps_left <= 0:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")
-        choice, why = self._choose(ctx, view, step, steps_left)
+        choice, why, likeliest = self._choose(ctx, view, step, steps_left)
         if choice == "spot":
-            answer = want_spot(ctx, why, pick=longest_lived_zone)
+            answer = want_spot(ctx, why, pick=_zone_picker(likeliest))
             if answer is not None:
                 return answer
             choice = "on-demand"
@@ -60,7 +62,10 @@ class DeadlineAwarePolicy:
             return want_on_demand(ctx, why)
         return want_nothing(ctx, step, why)
 
-    def _choose(self, ctx: PlacementContext, view: DeadlineView, step: float, steps_left: int) -> tuple[str, str]:
+    def _choose(
+        self, ctx: PlacementContext, view: DeadlineView, step: float, steps_left: int,
+    ) -> tuple[str, str, str | None]:
+        """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
         unit = _progress_unit(step, view.overhead)
         shape = JobShape.of(
             step, view.compute, view.deadline - view.started, view.overhead,
@@ -75,35 +80,85 @@ class DeadlineAwarePolicy:
         if ctx.current is not None:
             age = min(max(round((ctx.now - ctx.current.since) / step), 1), shape.ages)
         work_left = min(math.ceil(view.work_left / unit - 1e-9), shape.goal)
-        state = _availability_state(ctx, log, hazards, step)
-        values = option_values(
-            value_table(shape, hazards), hazards, min(steps_left, shape.steps), work_left, held, age, state,
+        belief, likeliest = _availability_belief(ctx, log, hazards, step)
+        values = _option_values(
+            value_table(shape, hazards), hazards, min(steps_left, shape.steps), work_left, held, age, belief,
         )
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):
-            return "on-demand", "no plan keeps the deadline for sure: on-demand"
+            return "on-demand", "no plan keeps the deadline for sure: on-demand", likeliest
         spot_life, gap = hazards.mean_run(True) * step / 3600, hazards.mean_run(False) * step / 3600
-        return best, f"least expected cost ({best}; fresh spot lasts ~{spot_life:.1f} h, fresh gaps ~{gap:.1f} h)"
+        why = f"least expected cost ({best}; fresh spot lasts ~{spot_life:.1f} h, fresh gaps ~{gap:.1f} h"
+        if likeliest is not None:
+            why += f"; spot in {likeliest} not known now, there with chance ~{_chance_up(belief, hazards):.0%}"
+        return best, why + ")", likeliest
 
 
-def _availability_state(ctx: PlacementContext, log: SpotLog, hazards: RunHazards, step: float) -> int:
-    """The chain state of spot now: up or down, and the age of the run going on, in steps.
+Belief = tuple[tuple[int, float], ...]  # (chain state, chance) pairs
 
-    Up: the oldest run of availability among the zones known to have spot (the likeliest to last). Down everywhere:
-    the youngest gap (the likeliest to close). Not known anywhere (the live controller's view between its launches):
-    up and old, as a launch costs nothing when refused and tells the truth; without that, spot of unknown state would
-    look like spot that just came back, likely to die, and the policy would stop trying it.
+
+def _availability_belief(
+    ctx: PlacementContext, log: SpotLog, hazards: RunHazards, step: float,
+) -> tuple[Belief, str | None]:
+    """Where spot's chain may be now, as (state, chance) pairs: whether spot is up and the age of its run, in steps.
+
+    Known up somewhere: the oldest run of availability among those zones (the likeliest to last). Known down
+    everywhere: the youngest gap (the likeliest to close). Not known now somewhere (the live controller's view: it
+    learns spot only from its launches, its instance and preemptions): the chain moved on from the zone's last
+    observation for the steps since, or stands in its long-run mix if the zone was never seen; of those zones, the
+    one likeliest to have spot now, named. A launch there tells the truth at no cost when refused, so trying spot
+    is valued as spot where it is up and the better of idling and on-demand where it is not.
     """
     known = {zone: ctx.spot_known_now(zone) for zone in ctx.zones}
     if True in known.values():
         lives = [
             current_age(log.zone(z).since, ctx.now, step) for z, up in known.items() if up and log.zone(z).available
         ]
-        return chain_state(hazards, True, max(lives, default=1))
-    if None in known.values():
-        return chain_state(hazards, True, AGE_BUCKETS[-1])
+        return ((chain_state(hazards, True, max(lives, default=1)), 1.0),), None
+    unknown = [zone for zone, up in known.items() if up is None]
+    if unknown:
+        beliefs = {zone: _zone_belief(log.zone(zone), hazards, ctx.now, step) for zone in unknown}
+        likeliest = max(unknown, key=lambda zone: _chance_up(beliefs[zone], hazards))
+        return beliefs[likeliest], likeliest
     gaps = [current_age(log.zone(z).since, ctx.now, step) for z in ctx.zones if log.zone(z).available is False]
-    return chain_state(hazards, False, min(gaps, default=1))
+    return ((chain_state(hazards, False, min(gaps, default=1)), 1.0),), None
+
+
+def _chance_up(belief: Belief, hazards: RunHazards) -> float:
+    is_up, _ = chain_moves(hazards)
+    return sum(chance for state, chance in belief if is_up[state])
+
+
+def _zone_picker(likeliest: str | None):
+    """Where to launch spot: the zone of unknown spot the choice weighed, else the longest-lived one."""
+
+    def pick(ctx: PlacementContext, candidates: list[str]) -> str:
+        return likeliest if likeliest in candidates else longest_lived_zone(ctx, candidates)
+
+    return pick
+
+
+def _zone_belief(runs: ZoneRuns, hazards: RunHazards, now: float, step: float) -> Belief:
+    if runs.available is None:
+        return state_belief(hazards, None, 0)
+    seen = chain_state(hazards, runs.available, current_age(runs.since, runs.last_seen, step))
+    return state_belief(hazards, seen, max(round((now - runs.last_seen) / step), 1))
+
+
+def _option_values(
+    table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int,
+    belief: Belief,
+) -> dict[str, float]:
+    """`option_values` in a known state; over a belief, each choice's cost averaged, "spot" being a try of spot."""
+    if len(belief) == 1:
+        return option_values(table, hazards, steps_left, work_left, held, age, belief[0][0])
+    mixed = dict.fromkeys(CHOICE_ORDER, 0.0)
+    for state, chance in belief:
+        values = option_values(table, hazards, steps_left, work_left, held, age, state)
+        refused = min(values["idle"], values["on-demand"])
+        for choice in CHOICE_ORDER:
+            mixed[choice] += chance * values.get(choice, refused)
+    return mixed
 
 
 def _progress_unit(step: float, overhead: float) -> float:

@@ -237,6 +237,30 @@ def chain_state(hazards: RunHazards, available: bool, age: int) -> int:
     return bucket if available else len(hazards.up) + bucket
 
 
+def transition_matrix(hazards: RunHazards) -> np.ndarray:
+    """The chain's one-step transition matrix (rows: states now, columns: states at the next step)."""
+    is_up, moves = chain_moves(hazards)
+    matrix = np.zeros((len(is_up), len(is_up)))
+    for state, here in enumerate(moves):
+        for target, chance in here:
+            matrix[state, target] += chance
+    return matrix
+
+
+@lru_cache(maxsize=4096)
+def state_belief(hazards: RunHazards, seen: int | None, steps: int) -> tuple[tuple[int, float], ...]:
+    """Where the chain may be `steps` steps after it was seen in state `seen` (None: never seen, the chain's long-run
+    distribution), as (state, chance) pairs of positive chance."""
+    matrix = transition_matrix(hazards)
+    start = np.full(len(matrix), 1.0 / len(matrix))
+    if seen is not None:
+        start = np.zeros(len(matrix))
+        start[seen] = 1.0
+    belief = start @ np.linalg.matrix_power(matrix, steps if seen is not None else 1 << 14)
+    belief /= belief.sum()
+    return tuple((state, float(chance)) for state, chance in enumerate(belief) if chance > 1e-9)
+
+
 def option_values(
     table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int, state: int,
 ) -> dict[str, float]:

@@ -61,8 +61,9 @@ class SpotLog:
         return runs.available
 
     @classmethod
-    def from_history(cls, history: Iterable[PastAttempt]) -> SpotLog:
-        """What the controller's attempt records tell about spot: starts, preemptions and "no capacity" answers."""
+    def from_history(cls, history: Iterable[PastAttempt], now: float | None = None) -> SpotLog:
+        """What the controller's attempt records tell about spot: starts, preemptions and "no capacity" answers, and,
+        given `now`, that spot is there now where a spot instance still runs."""
         events: list[tuple[float, str, bool]] = []
         for attempt in history:
             if attempt.market != "spot":
@@ -73,6 +74,8 @@ class SpotLog:
                 events.append((attempt.started_at, attempt.zone, True))
                 if attempt.ended_at is not None:
                     events.append((attempt.ended_at, attempt.zone, attempt.end_reason != "preempted"))
+                elif now is not None:
+                    events.append((max(now, attempt.started_at), attempt.zone, True))
         log = cls()
         for at, zone, available in sorted(events, key=lambda e: e[0]):
             log.record(zone, at, available)

@@ -80,7 +80,7 @@ class PlacementContext:
     @cached_property
     def _tries_log(self) -> SpotLog:
         # built once per context: a decision reads it several times, and the market may hold thousands of tries
-        return SpotLog.from_history((*self.market, *self.history))
+        return SpotLog.from_history((*self.market, *self.history), now=self.now)
 
     def spot_known_now(self, zone: str) -> bool | None:
         """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""

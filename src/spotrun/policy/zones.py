@@ -29,19 +29,14 @@ def _own_order(ctx: PlacementContext) -> list[str]:
 
 def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int, float]]:
     """Per zone, its rank (0: spot is there, 2: spot was refused or lost lately) and, for rank 2, when: the latest
-    observation wins, and a spot instance still running is news that never gets old."""
+    observation wins, and a spot instance still running is news of now (`SpotLog.from_history`)."""
     log = ctx.spot_log()
-    running = {
-        a.zone for a in (*ctx.market, *ctx.history) if a.market == "spot" and a.started_at is not None and a.ended_at is None
-    }
     news: dict[str, tuple[int, float]] = {}
     for zone in ctx.zones:
         runs = log.zone(zone)
-        fresh = ctx.now - runs.last_seen <= news_lasts
-        if runs.available is True and (fresh or zone in running):
-            news[zone] = (0, 0.0)
-        elif runs.available is False and fresh:
-            news[zone] = (2, runs.last_seen)
+        if ctx.now - runs.last_seen > news_lasts:
+            continue
+        news[zone] = (0, 0.0) if runs.available else (2, runs.last_seen)
     return news
 
 

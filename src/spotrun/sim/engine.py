@@ -204,6 +204,8 @@ class _Run:
     def _end(self, now: float, reason: str) -> None:
         current = self.current
         assert current is not None
+        if current.market == "spot" and reason != "preempted":
+            self.log.record(current.zone, now, True)  # it ran until now: spot was there, as the controller knows
         self.history = (*self.history, PastAttempt(current.zone, current.market, current.since, current.since, now, reason))
         self.current = None
 
