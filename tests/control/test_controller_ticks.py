@@ -356,6 +356,7 @@ class ScriptedPolicy:
     def decide(self, ctx):
         ScriptedPolicy.asked += 1
         assert ctx.current is not None and ctx.deadline is not None
+        assert ctx.moves_drain_first  # a move drains the instance held before the next launch
         return ScriptedPolicy.answer
 
 

@@ -260,6 +260,28 @@ def test_spot_refused_a_step_ago_is_not_valued_as_spot_that_has_lasted():
     assert isinstance(after_old_run, Launch) and after_old_run.market == "spot"
 
 
+def test_a_try_of_spot_that_gives_up_on_demand_first_is_weighed_with_the_fresh_start_a_refusal_then_costs():
+    """On on-demand with plenty of slack, spot refused a step ago: where a refused try keeps the instance (the
+    simulator) the policy tries spot, as a refusal costs nothing; where a move drains the instance first (the live
+    controller) a refusal costs a fresh start, and it keeps on-demand."""
+    now = 10 * HOUR
+    log = SpotLog()
+    for at, up in ((0.0, True), (4 * HOUR, False), (5 * HOUR, True), (now - STEP, False)):
+        log.record("z", at, up)
+
+    def decide(drain_first: bool):
+        return DeadlineAwarePolicy().decide(PlacementContext(
+            job_id=1, now=now, zones=("z",), use_spot=True, fallback="on-demand", submitted_at=0.0,
+            preemptions_before_fallback=3, fallback_window=HOUR, deadline=70 * HOUR, estimated_duration=48 * HOUR,
+            current=Placement("z", "on-demand", now - 10 * STEP), progress=8 * HOUR, restart_overhead=0.2 * HOUR,
+            step=STEP, spot=log, moves_drain_first=drain_first,
+        ))
+
+    tried = decide(False)
+    assert isinstance(tried, Launch) and tried.market == "spot"
+    assert isinstance(decide(True), Keep)
+
+
 # ---- the deadline is kept whatever spot does -----------------------------------------------------------------------
 
 

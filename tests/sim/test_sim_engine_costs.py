@@ -85,6 +85,37 @@ def test_the_launches_model_knows_spot_was_there_until_it_let_its_spot_instance_
     assert SpotThenRelease.seen[4] == (True, 3 * STEP)  # released at step 3, spot up until then
 
 
+class OnDemandThenTrySpot:
+    """On-demand from the start; at step 2 asks for spot, and takes on-demand whenever spot is refused."""
+
+    name = "on-demand then spot"
+
+    def place(self, ctx):
+        return self.decide(ctx)
+
+    def decide(self, ctx):
+        refused_now = any(a.end_reason == "no_capacity" and a.ended_at == ctx.now for a in ctx.history)
+        if round(ctx.now / STEP) == 2 and not refused_now:
+            return Launch("z", "spot", "try spot")
+        if ctx.current is not None:
+            return Keep("run")
+        return Launch("z", "on-demand", "on-demand")
+
+
+@pytest.mark.parametrize("observe", ["launches", "controller"])
+def test_a_refused_move_keeps_the_instance_unless_moves_drain_first_as_the_controller_does(observe):
+    job = SimJob(compute_seconds=6 * STEP, deadline_seconds=30 * STEP, restart_overhead=480.0)
+    result = run_job(OnDemandThenTrySpot(), ("z",), np.zeros((1, 30), bool), STEP, job, observe=observe)
+    reasons = [(a.market, a.end_reason) for a in result.attempts]
+    if observe == "launches":  # spot is tried first; refused, the on-demand instance runs on
+        assert reasons == [("spot", "no_capacity"), ("on-demand", "succeeded")]
+        assert result.launches == 1 and result.finished_at == 7 * STEP  # 6 steps of work + 480 s once
+    else:  # the on-demand instance is given up first: the refusal costs a second start
+        assert reasons == [("on-demand", "moved"), ("spot", "no_capacity"), ("on-demand", "succeeded")]
+        assert result.launches == 2 and result.finished_at == 8 * STEP  # 480 s twice
+    assert result.cost == pytest.approx(round(result.finished_at / STEP) * OD_STEP)
+
+
 def test_multi_zone_default_moves_to_the_zone_that_has_spot():
     job = SimJob(compute_seconds=20 * STEP, deadline_seconds=60 * STEP, restart_overhead=60.0)
     a = np.array([1] * 5 + [0] * 95, bool)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from spotrun.cli.views import print_whole
 from spotrun.policy import policy_names
-from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
+from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import OMNISCIENT, PolicySummary, summarize, sweep
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
@@ -39,7 +39,9 @@ def simulate(
     spot_price: Annotated[float, typer.Option(help="$/h spot")] = P3_2XLARGE_SPOT,
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
-                                              "'launches': only what the live controller sees")] = "tick",
+                                              "'launches': only what the live controller sees; 'controller': that, "
+                                              "and a move gives up the instance held before it launches the next, "
+                                              "as the live controller's moves do")] = "tick",
     market_history_hours: Annotated[float, typer.Option(
         help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
              "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,
@@ -50,8 +52,8 @@ def simulate(
     try:
         names = _policies(policy)
         job = SimJob(compute_hours * HOUR, deadline_hours * HOUR, overhead_hours * HOUR, on_demand_price, spot_price)
-        if observe not in ("tick", "launches"):
-            raise ValueError(f"--observe must be 'tick' or 'launches', got {observe!r}")
+        if observe not in OBSERVE_MODES:
+            raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         if not market_history_hours >= 0:
             raise ValueError(f"--market-history-hours must be 0 or more (inf: all), got {market_history_hours}")
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone)

@@ -326,7 +326,7 @@ class Controller:
                 current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
                 step=self.settings.reconsider_every,
                 spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
-                on_demand_price=attempt.on_demand_price_per_hour,
+                on_demand_price=attempt.on_demand_price_per_hour, moves_drain_first=True,
             )
         decision = policy.decide(ctx)
         if isinstance(decision, Keep):

@@ -83,6 +83,7 @@ class DeadlineAwarePolicy:
         belief, likeliest = _availability_belief(ctx, log, hazards, step)
         values = _option_values(
             value_table(shape, hazards), hazards, min(steps_left, shape.steps), work_left, held, age, belief,
+            ctx.moves_drain_first,
         )
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):
@@ -147,15 +148,20 @@ def _zone_belief(runs: ZoneRuns, hazards: RunHazards, now: float, step: float) -
 
 def _option_values(
     table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int,
-    belief: Belief,
+    belief: Belief, drains_first: bool = False,
 ) -> dict[str, float]:
-    """`option_values` in a known state; over a belief, each choice's cost averaged, "spot" being a try of spot."""
+    """`option_values` in a known state; over a belief, each choice's cost averaged, "spot" being a try of spot.
+    A refused try leaves the better of idling and on-demand, with the instance held still held unless a move
+    gives it up first (`drains_first`: then on-demand is a fresh start)."""
     if len(belief) == 1:
         return option_values(table, hazards, steps_left, work_left, held, age, belief[0][0])
     mixed = dict.fromkeys(CHOICE_ORDER, 0.0)
     for state, chance in belief:
         values = option_values(table, hazards, steps_left, work_left, held, age, state)
-        refused = min(values["idle"], values["on-demand"])
+        after = values if not (drains_first and held) else option_values(
+            table, hazards, steps_left, work_left, None, 0, state,
+        )
+        refused = min(after["idle"], after["on-demand"])
         for choice in CHOICE_ORDER:
             mixed[choice] += chance * values.get(choice, refused)
     return mixed

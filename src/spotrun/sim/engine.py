@@ -9,7 +9,9 @@ Each step t (of the traces' sample period):
 
 What the policy sees of spot: ``observe="tick"`` (the paper's model) tells it every zone's availability in step t;
 ``observe="launches"`` tells it only what the live controller can learn: its own launches (success or "no
-capacity"), the spot instance it holds, and preemptions.
+capacity"), the spot instance it holds, and preemptions. In both, a move tries the new instance first and gives up
+the one held only once the new one runs. ``observe="controller"`` is "launches" with the live controller's moves:
+it drains the instance held before it launches the next, so a move refused for lack of spot leaves nothing held.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import numpy as np
 
 from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait
 
-Observe = Literal["tick", "launches"]
+Observe = Literal["tick", "launches", "controller"]
+OBSERVE_MODES = ("tick", "launches", "controller")
 P3_2XLARGE_ON_DEMAND = 3.06
 P3_2XLARGE_SPOT = 0.9731
 
@@ -92,10 +95,11 @@ class _Run:
     def __init__(self, policy, zones, available, step, job: SimJob, observe: Observe, job_id: int) -> None:
         if available.ndim != 2 or available.shape[0] != len(zones):
             raise ValueError(f"availability must be (zones, steps) with {len(zones)} zones, got {available.shape}")
-        if observe not in ("tick", "launches"):
-            raise ValueError(f"observe must be 'tick' or 'launches', got {observe!r}")
+        if observe not in OBSERVE_MODES:
+            raise ValueError(f"observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         self.policy, self.zones, self.available, self.step, self.job = policy, zones, available, step, job
         self.tick_model = observe == "tick"
+        self.drain_first = observe == "controller"
         self.job_id = job_id
         self.log = SpotLog()
         self.result = RunResult(deadline_seconds=job.deadline_seconds)
@@ -171,6 +175,8 @@ class _Run:
             zone = self.zone_index.get(decision.zone)
             if zone is None:
                 raise RuntimeError(f"{self.policy.name}: launch in unknown zone {decision.zone!r}")
+            if self.drain_first and self.current is not None:
+                self._end(now, "moved")
             if decision.market == "spot" and not column[zone]:
                 if decision.zone in refused:
                     raise RuntimeError(f"{self.policy.name}: asked twice in one step for spot in {decision.zone}")
@@ -243,5 +249,6 @@ class _Run:
             step=self.step,
             spot=self.log,
             spot_now=spot_now,
+            moves_drain_first=self.drain_first,
         )
 
