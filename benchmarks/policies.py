@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from spotrun.cli.simulate import load_markets
-from spotrun.sim.engine import SimJob
+from spotrun.sim.engine import Observe, SimJob
 from spotrun.sim.sweep import summarize, sweep
 from spotrun.traces import shared_traces_dir
 
@@ -113,7 +113,7 @@ def _closed(up: float, best: float, ours: float) -> float:
     return (up - ours) / (up - best) if up - best > 1e-12 else float("nan")  # no gap: nothing to close
 
 
-LIVE_VIEWS = {
+LIVE_VIEWS: dict[Observe, str] = {
     "launches": "Seeing only what the live controller sees (own launches, the instance held, preemptions)",
     "controller": "The same, and moving as the live controller does: it drains the instance held before it launches "
                   "the next, so a move that finds no spot leaves nothing held",
@@ -128,7 +128,7 @@ def _live_model_table(markets, processes) -> None:
         print("| --- | --- | --- | --- |")
         for deadline, overhead in SETTINGS:
             job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
-            records = sweep(markets, names, job, observe=observe, processes=processes)  # type: ignore[arg-type]
+            records = sweep(markets, names, job, observe=observe, processes=processes)
             summary = {s.policy: s for s in summarize(records, names)}
             print(f"| {deadline:g} h / {overhead:g} h | {summary['uniform_progress'].mean:.3f} "
                   f"| {summary['default'].mean:.3f} | {summary['uniform_progress'].misses} / {summary['default'].misses} |")

@@ -107,8 +107,8 @@ def _availability_belief(
     everywhere: the youngest gap (the likeliest to close). Not known now somewhere (the live controller's view: it
     learns spot only from its launches, its instance and preemptions): the chain moved on from the zone's last
     observation for the steps since, or stands in its long-run mix if the zone was never seen; of those zones, the
-    one likeliest to have spot now, named. A launch there tells the truth at no cost when refused, so trying spot
-    is valued as spot where it is up and the better of idling and on-demand where it is not.
+    one likeliest to have spot now, named. A launch there tells the truth, so trying spot is valued as spot where
+    it is up and, where it is not, as what a refusal leaves (`_option_values`).
     """
     known = {zone: ctx.spot_known_now(zone) for zone in ctx.zones}
     if True in known.values():

@@ -1,8 +1,8 @@
 """The default placement policy.
 
 Without a deadline (or without an estimated duration, or with ``fallback: wait``): spot first, zones ordered by the
-latest news of spot there from every job's tries (`zones.zone_order`), back off when all are out, on-demand once spot keeps getting taken away. With a deadline and an
-estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
+latest news of spot there from every job's tries (`zones.zone_order`), back off when all are out, on-demand once spot
+keeps getting taken away. With a deadline and an estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
     Decision, GiveUp, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
 )
-from spotrun.policy.zones import zone_order
+from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,8 @@ class DefaultPolicy:
     backoff_max: float = 300.0
     # With fallback "on-demand": after this many rounds in which no zone had spot capacity, use on-demand.
     empty_rounds_before_fallback: int = 2
-    # How long a "no capacity" answer or a preemption (this job's or another's) puts its zone at the end of the order:
-    # the prior mean of a gap of spot in the deadline-aware policy.
-    zone_news_lasts: float = 3600.0
+    # How long a "no capacity" answer or a preemption (this job's or another's) puts its zone at the end of the order
+    zone_news_lasts: float = ZONE_NEWS_LASTS
     deadline_policy: DeadlineAwarePolicy = field(default_factory=DeadlineAwarePolicy)
 
     def place(self, ctx: PlacementContext) -> Decision:

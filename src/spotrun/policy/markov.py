@@ -252,11 +252,11 @@ def state_belief(hazards: RunHazards, seen: int | None, steps: int) -> tuple[tup
     """Where the chain may be `steps` steps after it was seen in state `seen` (None: never seen, the chain's long-run
     distribution), as (state, chance) pairs of positive chance."""
     matrix = transition_matrix(hazards)
-    start = np.full(len(matrix), 1.0 / len(matrix))
-    if seen is not None:
-        start = np.zeros(len(matrix))
-        start[seen] = 1.0
-    belief = start @ np.linalg.matrix_power(matrix, steps if seen is not None else 1 << 14)
+    if seen is None:  # any start, run long enough to forget it
+        start, steps = np.full(len(matrix), 1.0 / len(matrix)), 1 << 14
+    else:
+        start = np.eye(len(matrix))[seen]
+    belief = start @ np.linalg.matrix_power(matrix, steps)
     belief /= belief.sum()
     return tuple((state, float(chance)) for state, chance in enumerate(belief) if chance > 1e-9)
 

@@ -6,8 +6,11 @@ import random
 
 from spotrun.policy.placement import PastAttempt, PlacementContext
 
+# How long a refusal or a preemption keeps its zone at the end of the order: the deadline-aware policy's prior mean gap
+ZONE_NEWS_LASTS = 3600.0
 
-def zone_order(ctx: PlacementContext, news_lasts: float = 3600.0) -> list[str]:
+
+def zone_order(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
     """The zones to try spot in, best first, by the latest news of spot there from this job's and other jobs' tries:
     zones where spot is running or was just had, then zones with no news for `news_lasts` seconds, then zones where
     spot was refused or taken away within that time, the latest last. Zones with the same news keep the job's own
