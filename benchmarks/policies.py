@@ -114,9 +114,10 @@ def _closed(up: float, best: float, ours: float) -> float:
 
 
 LIVE_VIEWS: dict[Observe, str] = {
-    "launches": "Seeing only what the live controller sees (own launches, the instance held, preemptions)",
-    "controller": "The same, and moving as the live controller does: it drains the instance held before it launches "
-                  "the next, so a move that finds no spot leaves nothing held",
+    "launches": "Seeing only what the live controller sees (own launches, the instance held, preemptions) and moving "
+                "as it does, make-before-break: a move that finds no spot keeps the instance held",
+    "drain-first": "The same, but moving drain-first (the instance held is given up before the next is launched, so "
+                   "a move that finds no spot leaves nothing held): what make-before-break moves save",
 }
 
 

@@ -275,3 +275,38 @@ def test_a_stop_asked_in_a_heartbeat_answer_checkpoints_and_ends_the_attempt(con
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def write_committed_checkpoint(store: Path, step: int) -> None:
+    folder = store / checkpoint_name(step)
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"abc")
+    (folder / MANIFEST_NAME).write_text(json.dumps({"step": step, "files": {"model.bin": {"size": 3}}}))
+
+
+def test_a_standby_restores_and_runs_only_once_released(controller, run_agent, tmp_path):
+    controller.replies["heartbeat"] = {"ok": True, "stop": None, "hold": True}
+    agent = run_agent(controller.url, hold=True, run='echo "resume=$SPOTRUN_RESUME"; ls "$SPOTRUN_CHECKPOINT_DIR"')
+    controller.wait_for(lambda: len(controller.of("heartbeat")) >= 5)
+    assert agent.process.poll() is None and controller.of("exit") == []
+    assert "standing by" in controller.log_text() and "resume=" not in controller.log_text()
+    assert not (agent.disk / "ckpts").exists()  # nothing restored while the old attempt still trains
+    # the attempt it takes over from backs up its last checkpoint, ends, and the controller releases this one
+    write_committed_checkpoint(tmp_path / "store", 9)
+    controller.replies["heartbeat"] = {"ok": True, "stop": None, "hold": False}
+    assert agent.wait() == 0
+    assert controller.log_text().endswith(f"resume=1\n{checkpoint_name(9)}\n")
+    assert exit_body(controller)["outcome"] == "succeeded"
+
+
+def test_a_standby_taken_back_while_holding_reports_preempted_without_running(controller, run_agent, tmp_path):
+    controller.replies["heartbeat"] = {"ok": True, "stop": None, "hold": True}
+    marker = tmp_path / "ran"
+    agent = run_agent(controller.url, hold=True, run=f"touch {marker}")
+    controller.wait_for(lambda: len(controller.of("heartbeat")) >= 2)
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    (notice,) = controller.of("notice")
+    assert notice.body["source"] == "sigterm"
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert not marker.exists() and not list((tmp_path / "store").glob("*"))

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from memory_cloud import MemoryCloud  # noqa: E402  (tests/control is on sys.path via conftest)
 from spotrun.providers import NoCapacity
 from spotrun.state import Generation
-from test_controller_ticks import World  # noqa: E402
+from world import World  # noqa: E402
 
 GANG = """
 name: gang

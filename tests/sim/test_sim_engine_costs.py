@@ -102,8 +102,8 @@ class OnDemandThenTrySpot:
         return Launch("z", "on-demand", "on-demand")
 
 
-@pytest.mark.parametrize("observe", ["launches", "controller"])
-def test_a_refused_move_keeps_the_instance_unless_moves_drain_first_as_the_controller_does(observe):
+@pytest.mark.parametrize("observe", ["launches", "drain-first"])
+def test_a_refused_move_keeps_the_instance_unless_moves_drain_first(observe):
     job = SimJob(compute_seconds=6 * STEP, deadline_seconds=30 * STEP, restart_overhead=480.0)
     result = run_job(OnDemandThenTrySpot(), ("z",), np.zeros((1, 30), bool), STEP, job, observe=observe)
     reasons = [(a.market, a.end_reason) for a in result.attempts]

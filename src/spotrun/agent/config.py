@@ -50,6 +50,7 @@ class AgentConfig(BaseModel):
     sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
     storage_options: dict[str, Any] = Field(default_factory=dict)
     gang: GangConfig | None = None
+    hold: bool = Field(default=False, description="a standby: restore and run only once a heartbeat's answer releases it")
 
     @field_validator("controller_url")
     @classmethod

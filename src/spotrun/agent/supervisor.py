@@ -22,6 +22,7 @@ from spotrun.agent.logs import LogShipper
 from spotrun.agent.notices import Notice, NoticeSource, NoticeWatcher
 from spotrun.agent.process import CommandProcess
 from spotrun.agent.reporting import Reporter
+from spotrun.agent.standby import StandbyHold
 from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ class Agent:
         self.logs = LogShipper(self.client)
         self.controller_stop = ControllerStopNotice(config.notice_grace)
         self.notices = NoticeWatcher([*notice_sources, self.controller_stop], config.notice_poll_interval)
+        self.hold = StandbyHold(config.hold)
         self.heartbeat = Heartbeat(
-            self.client, config.heartbeat_interval, self.sync.newest_local_progress, self.controller_stop.on_heartbeat_reply
+            self.client, config.heartbeat_interval, self.sync.newest_local_progress, self._on_heartbeat_reply
         )
         self.backup = PeriodicBackup(self.sync, config.sync_interval)
         self._process: CommandProcess | None = None
@@ -113,9 +115,17 @@ class Agent:
         finally:
             self._shut_down()
 
+    def _on_heartbeat_reply(self, reply: dict) -> None:
+        self.controller_stop.on_heartbeat_reply(reply)
+        self.hold.on_heartbeat_reply(reply)
+
     def _attempt(self) -> ExitReport:
         # Report in before restoring: a large restore must not look like a silent agent to the controller.
         self._report_started()
+        notice = self._hold_until_released()
+        if notice is not None:  # taken back while standing by: nothing ran, nothing to back up
+            self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+            return ExitReport("preempted", None, checkpoint_synced=False)
         try:
             restored_step = self._restore()
         except Exception as exc:
@@ -160,6 +170,17 @@ class Agent:
             self.logs.start()
 
         self.reporter.send("started", {"address": instance_address(self.environ)}, on_answer=controller_answered)
+
+    def _hold_until_released(self) -> Notice | None:
+        """A standby waits here until released (None), or until a notice ends it first (the notice)."""
+        if not self.hold.released:
+            log.info("standing by: restoring once the attempt this one takes over from has stopped")
+            self._output("spotrun agent: standing by until the attempt this one takes over from has stopped\n")
+        while not self.hold.released:
+            notice = self.notices.wait(WAIT_STEP_SECONDS)
+            if notice is not None:
+                return notice
+        return None
 
     def _restore(self) -> int | None:
         """The newest restored step, or None. A failing store is tried RESTORE_TRIES times; a store URI or

@@ -39,9 +39,9 @@ def simulate(
     spot_price: Annotated[float, typer.Option(help="$/h spot")] = P3_2XLARGE_SPOT,
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
-                                              "'launches': only what the live controller sees; 'controller': that, "
-                                              "and a move gives up the instance held before it launches the next, "
-                                              "as the live controller's moves do")] = "tick",
+                                              "'launches': only what the live controller sees, moving make-before-break "
+                                              "as it does; 'drain-first': that, but a move gives up the instance held "
+                                              "before it launches the next")] = "tick",
     market_history_hours: Annotated[float, typer.Option(
         help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
              "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,

@@ -29,6 +29,7 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "notice_grace": spec.spot.notice_grace,
         "heartbeat_interval": heartbeat_interval,
         "gang": _gang_config(spec, attempt),
+        "hold": attempt.standby_for is not None,
     }
 
 

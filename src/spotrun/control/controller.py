@@ -19,6 +19,7 @@ from spotrun.control import records
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
+from spotrun.control.moves import MoveDriver
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
@@ -79,6 +80,7 @@ class Controller:
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
         self._gang = GangDriver(self)
+        self._moves = MoveDriver(self)
 
     # ---- the loop body -------------------------------------------------------------------------------------
 
@@ -104,17 +106,21 @@ class Controller:
             job = session.get(Job, job_id)
             if job is None or JobState(job.state) in TERMINAL:
                 return
-            attempt = records.open_attempt(session, job_id)
+            attempt, standby = records.open_attempts(session, job_id)
         if JobSpec.model_validate(job.spec).resources.nodes > 1:
             self._gang.drive(job_id)
-        elif attempt is None:
+            return
+        if attempt is None:
             self._drive_without_attempt(job)
         elif attempt.state == "ending":
             self._finish_attempt(attempt.id)
         elif attempt.instance_id is None:
             self._launch(attempt.id)
         else:
-            self._watch(job, attempt)
+            self._watch(job, attempt, moving=standby is not None)
+        if standby is not None:
+            self._moves.drive(standby.id)
+            self._moves.end_leftovers([job_id])
 
     # ---- no attempt open: place the job, or end it ---------------------------------------------------------
 
@@ -286,12 +292,12 @@ class Controller:
 
     # ---- watching a placed attempt -----------------------------------------------------------------------
 
-    def _watch(self, job: Job, attempt: Attempt) -> None:
+    def _watch(self, job: Job, attempt: Attempt, moving: bool = False) -> None:
         now = self.clock.now()
         info = self.describe(attempt)
         verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
         if verdict is None:
-            if attempt.state == "running" and job.state == JobState.RUNNING:
+            if attempt.state == "running" and job.state == JobState.RUNNING and not moving:
                 self._reconsider(job, attempt, now)
             return
         if verdict.end_reason is None:
@@ -309,8 +315,9 @@ class Controller:
 
     def _reconsider(self, job: Job, attempt: Attempt, now: float) -> None:
         """Every `reconsider_every` seconds, ask a running job's policy whether it should move (deadline-aware
-        policies do: back to spot when it returns, to on-demand when the deadline needs it). A move drains the
-        attempt first (its trainer checkpoints), then the job is placed again."""
+        policies do: back to spot when it returns, to on-demand when the deadline needs it). A move is made
+        before it breaks anything: the new instance is launched first, and the job keeps running where it is
+        until that instance is up (see spotrun.control.moves)."""
         spec = JobSpec.model_validate(job.spec)
         if spec.spot.deadline is None or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
             return
@@ -326,7 +333,7 @@ class Controller:
                 current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
                 step=self.settings.reconsider_every,
                 spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
-                on_demand_price=attempt.on_demand_price_per_hour, moves_drain_first=True,
+                on_demand_price=attempt.on_demand_price_per_hour,
             )
         decision = policy.decide(ctx)
         if isinstance(decision, Keep):
@@ -337,7 +344,10 @@ class Controller:
             self.begin_end(attempt.id, Verdict("cancelled", decision.reason, job_failure=decision.reason))
             self._finish_attempt(attempt.id)
             return
-        self.request_move(attempt.id, decision.reason)
+        if isinstance(decision, Launch):
+            self._moves.start(job.id, attempt.id, decision)
+        else:  # Wait: stop paying for the instance; the job is placed again (and waits) once its trainer saved
+            self.request_move(attempt.id, decision.reason)
 
     def request_move(self, attempt_id: int, reason: str) -> None:
         """Ask the attempt's agent (in its next heartbeat's answer) to checkpoint and stop, so the job can move."""
@@ -401,6 +411,7 @@ class Controller:
             # the command started and ended between two ticks: it did run
             records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
         self._after_attempt(session, attempt.job, attempt.end_reason, now)
+        self._moves.after_predecessor_end(session, attempt, now)
 
     def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:
         instance = session.get(Instance, attempt.instance_id)
@@ -435,7 +446,12 @@ class Controller:
     # ---- housekeeping --------------------------------------------------------------------------------------
 
     def sweep_orphans(self) -> None:
-        """Terminate instances whose attempt has already ended (e.g. a terminate lost in a crash)."""
+        """Terminate instances whose attempt has already ended (e.g. a terminate lost in a crash), and end the
+        attempts still open of jobs that have ended."""
+        try:
+            self._moves.end_leftovers()
+        except Exception:
+            log.exception("ending the attempts left open by ended jobs failed")
         for name, provider in list(self._providers.items()):
             try:
                 instances = provider.list_instances()

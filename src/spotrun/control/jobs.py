@@ -131,8 +131,11 @@ def preempt(
 
 
 def _open_attempt_of_node(session: Session, job_id: int, node: int) -> Attempt | None:
+    """The node's running attempt (the oldest open one: a standby launched to replace it comes after it)."""
     return session.scalars(
-        select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None), Attempt.node_rank == node)
+        select(Attempt)
+        .where(Attempt.job_id == job_id, Attempt.ended_at.is_(None), Attempt.node_rank == node)
+        .order_by(Attempt.number)
     ).first()
 
 

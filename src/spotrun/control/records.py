@@ -27,11 +27,24 @@ def transition(session: Session, job: Job, target: JobState, now: float, reason:
     )
 
 
-def open_attempt(session: Session, job_id: int) -> Attempt | None:
-    """The job's attempt that has not ended yet (there is at most one)."""
-    return session.scalars(
-        select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None)).order_by(Attempt.number.desc())
-    ).first()
+def open_attempts(session: Session, job_id: int) -> tuple[Attempt | None, Attempt | None]:
+    """A single-node job's open attempts: the one it runs on (or is being placed on), and the standby launched to
+    take over from it in a make-before-break move, if any. A standby whose predecessor has ended is the job's
+    attempt."""
+    attempts = session.scalars(
+        select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None)).order_by(Attempt.number)
+    ).all()
+    current = attempts[0] if attempts else None
+    standby = next((a for a in attempts[1:] if current is not None and a.standby_for == current.id), None)
+    return current, standby
+
+
+def is_held(session: Session, attempt: Attempt) -> bool:
+    """A standby whose predecessor is still open: its agent waits, restoring and running nothing."""
+    if attempt.standby_for is None:
+        return False
+    predecessor = session.get(Attempt, attempt.standby_for)
+    return predecessor is not None and predecessor.ended_at is None
 
 
 def next_attempt_number(session: Session, job_id: int) -> int:

@@ -72,8 +72,8 @@ class PlacementContext:
     spot_price: float | None = None  # $/h of the job's instance type on spot (None: the policy's own ratio)
     on_demand_price: float | None = None  # $/h on-demand
     spot_now: Mapping[str, bool] = field(default_factory=lambda: _NOTHING_KNOWN)  # availability known at `now` without trying (simulator's paper model)
-    # Whether moving off the instance held gives it up before the new one is tried (the live controller drains first,
-    # so a refused spot try then costs a fresh start); False: the new one is tried first (the simulator)
+    # Whether moving off the instance held gives it up before the new one is tried (a refused spot try then costs a
+    # fresh start; the simulator's "drain-first" view); False: the new one is tried first, as the live controller does
     moves_drain_first: bool = False
 
     def spot_log(self) -> SpotLog:

@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
-from spotrun.control import gang
+from spotrun.control import gang, records
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
 from spotrun.control.progress import record_checkpoint
@@ -87,7 +87,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             if body.checkpoint_step is not None:
                 record_checkpoint(attempt, body.checkpoint_step, body.total_steps, attempt.last_heartbeat_at)
             stop = attempt.notice_source if attempt.state == "draining" else None
-            reply = {"ok": True, "stop": stop}
+            # a standby's agent holds until the attempt it takes over from has ended (spotrun.control.moves)
+            reply = {"ok": True, "stop": stop, "hold": records.is_held(session, attempt)}
             if (attempt.job.spec.get("resources") or {}).get("nodes", 1) > 1:
                 reply["gang"] = gang.assignment(session, attempt)
             return reply

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
@@ -60,6 +60,7 @@ class AttemptView(BaseModel):
     total_steps: int | None = None
     node_rank: int = 0
     address: str | None = None
+    takes_over_from: int | None = Field(default=None, description="a make-before-break move: the attempt number it replaces")
 
 
 class EventView(BaseModel):
@@ -100,7 +101,8 @@ class JobDetail(BaseModel):
 
 def job_row(job: Job, now: float) -> JobRow:
     placed = [a for a in job.attempts if a.started_at is not None]
-    current = placed[-1] if placed and not is_terminal(job.state) else None
+    running = [a for a in placed if a.ended_at is None]  # the oldest: a standby launched to replace it waits
+    current = running[0] if running and not is_terminal(job.state) else None
     newest = newest_checkpoint(job.attempts) or (None, None)
     return JobRow(
         id=job.id,
@@ -108,8 +110,8 @@ def job_row(job: Job, now: float) -> JobRow:
         state=job.state,
         attempts=len(placed),
         preemptions=job.preemptions,
-        market=current.market if current and current.ended_at is None else None,
-        zone=current.zone if current and current.ended_at is None else None,
+        market=current.market if current else None,
+        zone=current.zone if current else None,
         elapsed=(job.finished_at or now) - job.created_at,
         cost=bill(job.attempts, now).cost,
         checkpoint_step=newest[0],
@@ -119,7 +121,16 @@ def job_row(job: Job, now: float) -> JobRow:
 
 
 def attempt_views(attempts: list[Attempt]) -> list[AttemptView]:
-    return [AttemptView.model_validate(attempt) for attempt in attempts]
+    return [_attempt_view(attempt, {a.id: a for a in attempts}) for attempt in attempts]
+
+
+def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt]) -> AttemptView:
+    view = AttemptView.model_validate(attempt)
+    predecessor = by_id.get(attempt.standby_for) if attempt.standby_for is not None else None
+    if predecessor is None:
+        return view
+    held = attempt.ended_at is None and attempt.state == "running" and predecessor.ended_at is None
+    return view.model_copy(update={"takes_over_from": predecessor.number, "state": "standby" if held else view.state})
 
 
 def event_views(events: list[Event]) -> list[EventView]:

@@ -10,8 +10,9 @@ Each step t (of the traces' sample period):
 What the policy sees of spot: ``observe="tick"`` (the paper's model) tells it every zone's availability in step t;
 ``observe="launches"`` tells it only what the live controller can learn: its own launches (success or "no
 capacity"), the spot instance it holds, and preemptions. In both, a move tries the new instance first and gives up
-the one held only once the new one runs. ``observe="controller"`` is "launches" with the live controller's moves:
-it drains the instance held before it launches the next, so a move refused for lack of spot leaves nothing held.
+the one held only once the new one runs, as the live controller's make-before-break moves do. ``observe="drain-first"``
+is "launches" with drain-first moves (the instance held is given up before the next is launched, so a move refused
+for lack of spot leaves nothing held): what moving costs a platform that cannot hold two instances at once.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import numpy as np
 
 from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait
 
-Observe = Literal["tick", "launches", "controller"]
-OBSERVE_MODES = ("tick", "launches", "controller")
+Observe = Literal["tick", "launches", "drain-first"]
+OBSERVE_MODES = ("tick", "launches", "drain-first")
 P3_2XLARGE_ON_DEMAND = 3.06
 P3_2XLARGE_SPOT = 0.9731
 
@@ -99,7 +100,7 @@ class _Run:
             raise ValueError(f"observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         self.policy, self.zones, self.available, self.step, self.job = policy, zones, available, step, job
         self.tick_model = observe == "tick"
-        self.drain_first = observe == "controller"
+        self.drain_first = observe == "drain-first"
         self.job_id = job_id
         self.log = SpotLog()
         self.result = RunResult(deadline_seconds=job.deadline_seconds)

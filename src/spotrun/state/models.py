@@ -67,7 +67,7 @@ class Attempt(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     number: Mapped[int] = mapped_column(Integer)
-    # launching -> running -> ended ; launching -> ended (no capacity / launch error)
+    # launching -> running -> [draining ->] ending -> ended ; launching -> ended (no capacity / launch error)
     state: Mapped[str] = mapped_column(String(20), index=True)
     provider: Mapped[str] = mapped_column(String(40))
     zone: Mapped[str] = mapped_column(String(80))
@@ -105,6 +105,9 @@ class Attempt(Base):
     rendezvous_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
     generation_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
     generation_exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # A make-before-break move: the attempt (of the same job) this one takes over from. Its instance is launched
+    # while that attempt still runs, and its agent holds, restoring nothing, until that attempt has ended.
+    standby_for: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

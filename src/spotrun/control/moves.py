@@ -1,0 +1,133 @@
+"""Make-before-break moves of a running single-node job.
+
+When a job's policy says "run there instead", the instance there is launched while the job keeps running where it
+is: a refused launch costs one try and nothing else. The new attempt (a standby, `Attempt.standby_for`) boots and
+its agent reports in, then holds, restoring and running nothing. Only then is the running attempt asked to
+checkpoint and stop; once it has ended, the standby is the job's attempt, its agent is released (the heartbeat's
+answer says so) and it restores the checkpoint just written. A standby that dies first is ended and the job stays
+where it runs; a job that ends (succeeds, fails, is cancelled) while a standby waits ends the standby too.
+
+Crash safety is the controller's as everywhere: the standby's row and client token are written before its launch,
+its end is written as "ending" before its instance is terminated, and every step is repeated by the next tick.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from spotrun.control import records
+from spotrun.control.observe import Verdict, judge_attempt
+from spotrun.control.states import TERMINAL, JobState, is_terminal
+from spotrun.policy import Launch
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Job, add_event
+
+if TYPE_CHECKING:
+    from spotrun.control.controller import Controller
+
+
+class MoveDriver:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def start(self, job_id: int, current_id: int, decision: Launch) -> None:
+        """Record the standby attempt that will take over from `current_id`, then launch it."""
+        c = self.controller
+        now = c.clock.now()
+        with c.store.session() as session:
+            job = session.get(Job, job_id)
+            current = session.get(Attempt, current_id)
+            standby = c.record_launch_intent(session, job, JobSpec.model_validate(job.spec), decision, now)
+            standby.standby_for = current.id
+            add_event(
+                session, at=now, kind="move_started", job_id=job.id, attempt_id=standby.id,
+                message=f"attempt {standby.number}: launching {decision.market} in {decision.zone} while attempt "
+                f"{current.number} keeps running ({decision.reason})",
+            )
+            standby_id = standby.id
+        self._launch(standby_id)
+
+    def drive(self, standby_id: int) -> None:
+        """One step for a standby: launch it, watch it, and once its agent is waiting, ask the attempt it replaces
+        to checkpoint and stop."""
+        c = self.controller
+        with c.store.session() as session:
+            standby = session.get(Attempt, standby_id)
+            if standby.ended_at is not None or not records.is_held(session, standby):
+                return  # ended, or its predecessor has: it is the job's attempt now
+            job = standby.job
+            current = session.get(Attempt, standby.standby_for)
+        if standby.state == "ending":
+            c.finish_attempt(standby.id, self._after_standby_end)
+        elif standby.instance_id is None:
+            self._launch(standby.id)
+        else:
+            self._watch(job, current, standby)
+
+    def _launch(self, standby_id: int) -> None:
+        refusal = self.controller.try_launch(standby_id)
+        if refusal is not None:  # the job stays where it runs; its policy may try again at its next reconsider
+            self.controller.record_launch_refusal(standby_id, refusal, back_off_job=False)
+
+    def _watch(self, job: Job, current: Attempt, standby: Attempt) -> None:
+        c = self.controller
+        info = c.describe(standby)
+        verdict = judge_attempt(job, standby, info, c.clock.now(), c.settings, c.started_at)
+        if verdict is not None and verdict.end_reason is not None:
+            c.begin_end(standby.id, Verdict(verdict.end_reason, f"standby {verdict.message}"))
+            c.finish_attempt(standby.id, self._after_standby_end)
+        elif standby.agent_started_at is not None and current.state == "running" and current.notice_at is None:
+            c.request_move(current.id, f"attempt {standby.number} is up ({standby.market} in {standby.zone})")
+
+    def _after_standby_end(self, session, standby: Attempt, now: float) -> None:
+        current = session.get(Attempt, standby.standby_for)
+        if current is None or current.ended_at is not None:
+            return
+        stays = "it was asked to stop and the job will be placed again" if current.state == "draining" else "the job stays on it"
+        add_event(
+            session, at=now, kind="move_abandoned", job_id=standby.job_id, attempt_id=standby.id,
+            message=f"attempt {standby.number} ended ({standby.end_reason}) before it took over from attempt "
+            f"{current.number}; {stays}",
+        )
+
+    def after_predecessor_end(self, session, ended: Attempt, now: float) -> None:
+        """In the transaction that ended `ended` (and moved its job on): its standby, if any, takes over, or is
+        marked to end when the job itself has ended."""
+        standby = session.scalars(
+            select(Attempt).where(Attempt.standby_for == ended.id, Attempt.ended_at.is_(None))
+        ).first()
+        if standby is None:
+            return
+        job = ended.job
+        if is_terminal(job.state):
+            standby.state, standby.end_reason = "ending", "cancelled"
+            add_event(
+                session, at=now, kind="attempt_ending", job_id=job.id, attempt_id=standby.id,
+                message=f"attempt {standby.number}: not needed, the job is {job.state}",
+            )
+            return
+        if job.state == JobState.PREEMPTED:
+            records.transition(session, job, JobState.PROVISIONING, now, f"attempt {standby.number} was already launched")
+        add_event(
+            session, at=now, kind="move_taken_over", job_id=job.id, attempt_id=standby.id,
+            message=f"attempt {standby.number} ({standby.market} in {standby.zone}) takes over from attempt "
+            f"{ended.number} ({ended.end_reason})",
+        )
+
+    def end_leftovers(self, job_ids: list[int] | None = None) -> None:
+        """Open attempts of jobs that have ended (a standby the job no longer needs, a crash between the job's end
+        and its standby's): end them, terminating their instances."""
+        c = self.controller
+        with c.store.session() as session:
+            query = select(Attempt.id, Attempt.state).join(Job).where(
+                Attempt.ended_at.is_(None), Job.state.in_([s.value for s in TERMINAL])
+            )
+            if job_ids is not None:
+                query = query.where(Attempt.job_id.in_(job_ids))
+            leftovers = session.execute(query).all()
+        for attempt_id, state in leftovers:
+            if state != "ending":
+                c.begin_end(attempt_id, Verdict("cancelled", "not needed: the job has ended"))
+            c.finish_attempt(attempt_id, lambda session, attempt, now: None)

@@ -1,0 +1,216 @@
+"""Make-before-break moves: a running job's policy says "run there instead"; the instance there is launched while the
+job keeps running, and the running attempt is stopped only once the new one is up."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spotrun.control.states import JobState
+from spotrun.policy import Keep, Launch, Wait
+from spotrun.server.views import attempt_views, job_row
+from spotrun.state import Event
+
+from memory_cloud import Crash  # noqa: E402  (tests/control is on sys.path via conftest)
+from world import DEADLINE_SPEC, alive_for  # noqa: E402
+
+def start_move(world, scripted, target=("m-b", "spot")):
+    """Run the job's first attempt, then have its policy ask for `target`; the running attempt's instance."""
+    job_id = world.submit(DEADLINE_SPEC)
+    instance = world.run_to_running(job_id)
+    scripted.answer = Launch(*target, "spot is back in m-b")
+    alive_for(world, instance, 61)
+    scripted.answer = Keep("fine")
+    return job_id, instance
+
+
+def standby_instance(world, job_id):
+    return world.attempts(job_id)[1].instance_id
+
+
+def events(world, job_id, kind):
+    with world.store.session() as session:
+        return [e.message for e in session.query(Event).filter_by(job_id=job_id, kind=kind).order_by(Event.id)]
+
+
+def test_the_new_instance_runs_before_the_old_one_is_asked_to_stop(world, scripted):
+    job_id, old = start_move(world, scripted)
+    first, standby = world.attempts(job_id)
+    assert standby.standby_for == first.id and (standby.zone, standby.market) == ("m-b", "spot")
+    assert standby.instance_id is not None and first.state == "running"
+    config = json.loads(world.cloud.user_data[standby.instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])
+    assert config["hold"] is True and config["attempt_id"] == standby.id
+    assert world.agent(old)("heartbeat", {})["stop"] is None  # nothing is stopped for a machine that may not boot
+
+    new = world.agent(standby.instance_id)
+    new("started", {})
+    assert new("heartbeat", {})["hold"] is True
+    world.tick()
+    assert "attempt 2 is up (spot in m-b)" in world.agent(old)("heartbeat", {})["stop"]
+    assert world.job(job_id).state == "RUNNING"
+    assert new("heartbeat", {})["hold"] is True  # the old trainer has not checkpointed yet
+
+    world.agent(old)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    first, second = world.attempts(job_id)
+    assert first.end_reason == "migrated" and second.ended_at is None
+    assert new("heartbeat", {})["hold"] is False  # released: it restores the checkpoint just written
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "RUNNING" and job.preemptions == 0 and job.restarts_on_error == 0
+    assert [i.instance_id for i in world.cloud.running()] == [second.instance_id]
+    assert len(world.attempts(job_id)) == 2  # the standby was the move: nothing else was launched
+    assert any("takes over from attempt 1" in m for m in events(world, job_id, "move_taken_over"))
+
+
+def test_a_refused_launch_keeps_the_job_running_where_it_is(world, scripted):
+    world.cloud.capacity["m-b"] = False
+    job_id, old = start_move(world, scripted)
+    first, refused = world.attempts(job_id)
+    assert refused.end_reason == "no_capacity" and refused.billed_seconds == 0.0
+    job = world.job(job_id)
+    assert job.state == "RUNNING" and job.not_before is None and job.capacity_rounds == 0
+    assert first.state == "running" and world.agent(old)("heartbeat", {})["stop"] is None
+    asked = scripted.asked
+    scripted.answer = Launch("m-b", "spot", "try again")
+    alive_for(world, old, 61)
+    assert scripted.asked == asked + 1 and len(world.attempts(job_id)) == 3  # the policy may try again
+
+
+def test_the_policy_is_not_asked_again_while_a_standby_boots(world, scripted):
+    job_id, old = start_move(world, scripted)
+    asked = scripted.asked
+    new = world.agent(standby_instance(world, job_id))
+    new("started", {})
+    for _ in range(3):  # 100 s since the policy was asked; the old attempt drains, within its grace
+        new("heartbeat", {})
+        alive_for(world, old, 15)
+    assert scripted.asked == asked
+    assert len(world.attempts(job_id)) == 2 and world.attempts(job_id)[0].state == "draining"
+
+
+def test_a_standby_lost_before_it_took_over_leaves_the_job_where_it_runs(world, scripted):
+    job_id, old = start_move(world, scripted)
+    world.cloud.reclaim(standby_instance(world, job_id))
+    world.agent(old)("heartbeat", {})
+    world.tick()
+    first, standby = world.attempts(job_id)
+    assert standby.end_reason == "preempted" and first.state == "running"
+    job = world.job(job_id)
+    assert job.state == "RUNNING" and job.preemptions == 0
+    assert "the job stays on it" in events(world, job_id, "move_abandoned")[0]
+
+
+def test_a_standby_whose_agent_never_reports_is_ended_after_the_boot_timeout(world, scripted):
+    job_id, old = start_move(world, scripted)
+    alive_for(world, old, 80)
+    first, standby = world.attempts(job_id)
+    assert standby.end_reason == "lost" and first.state == "running"
+    assert world.cloud.describe(standby.instance_id).state == "terminated"
+
+
+def test_a_standby_given_a_notice_while_holding_ends_and_the_job_stays(world, scripted):
+    job_id, old = start_move(world, scripted)
+    new = world.agent(standby_instance(world, job_id))
+    new("started", {})
+    new("notice", {"source": "aws", "deadline": None})
+    new("exit", {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False})
+    world.agent(old)("heartbeat", {})
+    world.tick()
+    first, standby = world.attempts(job_id)
+    assert standby.end_reason == "preempted" and first.state == "running"
+    assert world.agent(old)("heartbeat", {})["stop"] is None
+    assert world.job(job_id).preemptions == 0
+
+
+def test_when_the_old_instance_is_taken_first_the_standby_takes_over_without_a_new_launch(world, scripted):
+    job_id, old = start_move(world, scripted)
+    new = world.agent(standby_instance(world, job_id))
+    new("started", {})
+    world.cloud.reclaim(old)
+    world.tick()
+    first, standby = world.attempts(job_id)
+    assert first.end_reason == "preempted" and standby.ended_at is None
+    job = world.job(job_id)
+    assert job.preemptions == 1 and job.state == JobState.PROVISIONING
+    assert new("heartbeat", {})["hold"] is False
+    world.tick()
+    assert world.job(job_id).state == JobState.RUNNING and len(world.attempts(job_id)) == 2
+
+
+@pytest.mark.parametrize(
+    ("ending", "state"),
+    [
+        ({"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}, "SUCCEEDED"),
+        (None, "CANCELLED"),
+    ],
+)
+def test_a_job_that_ends_while_a_standby_boots_ends_the_standby_too(world, scripted, ending, state):
+    from spotrun.control import jobs
+
+    job_id, old = start_move(world, scripted)
+    world.agent(standby_instance(world, job_id))("started", {})
+    if ending is None:
+        jobs.request_cancel(world.store, job_id, world.clock.now())
+    else:
+        world.agent(old)("exit", ending)
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == state
+    assert [a.ended_at is not None for a in job.attempts] == [True, True]
+    assert job.attempts[1].end_reason == "cancelled" and world.cloud.running() == []
+
+
+def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_sweep(world, scripted, monkeypatch):
+    job_id, old = start_move(world, scripted)
+    standby = standby_instance(world, job_id)
+
+    def crash(job_ids=None):
+        raise Crash()
+
+    world.agent(old)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    monkeypatch.setattr(world.controller._moves, "end_leftovers", crash)
+    with pytest.raises(Crash):
+        world.tick()
+    assert world.job(job_id).state == "SUCCEEDED" and world.cloud.describe(standby).state == "running"
+    world.controller = world.new_controller()  # restarted; its first tick sweeps
+    world.tick()
+    assert world.cloud.describe(standby).state == "terminated"
+    assert world.attempts(job_id)[1].end_reason == "cancelled"
+
+
+def test_a_crash_right_after_the_standbys_launch_does_not_launch_it_twice(world, scripted):
+    job_id = world.submit(DEADLINE_SPEC)
+    instance = world.run_to_running(job_id)
+    scripted.answer = Launch("m-b", "spot", "spot is back")
+    world.cloud.crash_after_launch = True
+    with pytest.raises(Crash):
+        alive_for(world, instance, 61)
+    scripted.answer = Keep("fine")
+    world.controller = world.new_controller()
+    alive_for(world, instance, 1)
+    first, standby = world.attempts(job_id)
+    assert standby.instance_id is not None and standby.state == "running"
+    assert len(world.cloud.instances) == 2  # the relaunch found the instance by its client token
+
+
+def test_a_wait_answer_still_stops_the_instance(world, scripted):
+    job_id = world.submit(DEADLINE_SPEC)
+    instance = world.run_to_running(job_id)
+    scripted.answer = Wait(world.clock.now() + 3600, "ahead of schedule: stop paying")
+    alive_for(world, instance, 61)
+    assert len(world.attempts(job_id)) == 1 and world.attempts(job_id)[0].state == "draining"
+    assert "ahead of schedule" in world.agent(instance)("heartbeat", {})["stop"]
+
+
+def test_the_views_show_where_the_job_runs_and_which_attempt_stands_by(world, scripted):
+    job_id, old = start_move(world, scripted)
+    job = world.job(job_id)
+    first_zone = job.attempts[0].zone
+    row = job_row(job, world.clock.now())
+    assert (row.market, row.zone) == ("spot", first_zone)  # where it runs, not where it is going
+    views = attempt_views(job.attempts)
+    assert (views[1].state, views[1].takes_over_from) == ("standby", 1)
+    assert views[0].takes_over_from is None and views[0].state == "running"
+
