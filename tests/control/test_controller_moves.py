@@ -13,7 +13,7 @@ from spotrun.server.views import attempt_views, job_row
 from spotrun.state import Event
 
 from memory_cloud import Crash  # noqa: E402  (tests/control is on sys.path via conftest)
-from world import DEADLINE_SPEC, alive_for  # noqa: E402
+from world import DEADLINE_SPEC, SPEC, alive_for  # noqa: E402
 
 def start_move(world, scripted, target=("m-b", "spot")):
     """Run the job's first attempt, then have its policy ask for `target`; the running attempt's instance."""
@@ -214,3 +214,26 @@ def test_the_views_show_where_the_job_runs_and_which_attempt_stands_by(world, sc
     assert (views[1].state, views[1].takes_over_from) == ("standby", 1)
     assert views[0].takes_over_from is None and views[0].state == "running"
 
+
+
+def test_a_job_without_a_deadline_that_fell_back_to_on_demand_returns_to_spot_make_before_break(world):
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 1d"))  # default policy, 3 preemptions to fall back
+    for _ in range(3):
+        world.cloud.reclaim(world.run_to_running(job_id))
+        world.tick()
+    on_demand = world.run_to_running(job_id)
+    assert world.attempts(job_id)[-1].market == "on-demand"
+    alive_for(world, on_demand, 3000)
+    assert world.attempts(job_id)[-1].market == "on-demand"  # held for the fallback window first
+    alive_for(world, on_demand, 640)
+    held, standby = world.attempts(job_id)[-2:]
+    assert (standby.market, standby.standby_for, held.state) == ("spot", held.id, "running")
+    assert "trying spot" in events(world, job_id, "move_started")[0]
+    world.agent(standby.instance_id)("started", {})
+    world.tick()
+    world.agent(on_demand)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "RUNNING" and job.attempts[-2].end_reason == "migrated"
+    assert [i.instance_id for i in world.cloud.running()] == [standby.instance_id]

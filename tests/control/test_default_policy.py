@@ -1,6 +1,6 @@
 import pytest
 
-from spotrun.policy import DefaultPolicy, GiveUp, Launch, PastAttempt, PlacementContext, Wait
+from spotrun.policy import DefaultPolicy, GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, Wait
 
 ZONES = ("z-a", "z-b", "z-c")
 
@@ -138,3 +138,46 @@ def test_a_round_tries_every_zone_once_even_when_the_news_reorders_zones_within_
             market.append(PastAttempt(decision.zone, "spot", 10_000.5 + i, 10_000.5 + i, None, None))
     assert sorted(tried) == sorted(ZONES)
     assert isinstance(policy.place(ctx(history, market=tuple(market), now=10_010.0)), Wait)
+
+
+def on_demand_since(since, zone="z-a"):
+    return Placement(zone, "on-demand", since)
+
+
+def fell_back(now, preempted_at=(), **over):
+    """A job on on-demand since 10,000 s, after three preemptions just before."""
+    times = preempted_at or (9_500.0, 9_700.0, 9_900.0)
+    history = [ran(zone, "preempted", ended=t) for zone, t in zip(ZONES, times)]
+    history.append(PastAttempt("z-a", "on-demand", 10_000.0, 10_000.0, None, None))
+    return ctx(history + list(over.pop("more", ())), now=now, current=on_demand_since(10_000.0), **over)
+
+
+def test_a_job_that_fell_back_to_on_demand_keeps_it_for_a_fallback_window():
+    assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 3_000)), Keep)
+    assert isinstance(DefaultPolicy().decide(ctx(now=20_000.0, current=on_demand_since(10_000.0), use_spot=False)), Keep)
+    assert isinstance(DefaultPolicy().decide(ctx(now=20_000.0, current=on_demand_since(10_000.0), fallback="wait")), Keep)
+    on_spot = ctx(now=20_000.0, current=Placement("z-a", "spot", 10_000.0))
+    assert isinstance(DefaultPolicy().decide(on_spot), Keep)
+
+
+def test_then_it_tries_spot_again_in_a_zone_without_bad_news():
+    decision = DefaultPolicy().decide(fell_back(now=10_000.0 + 3_700))
+    assert isinstance(decision, Launch) and decision.market == "spot" and "trying spot" in decision.reason
+    # a refused try puts its zone out of the running for the news' hour; the next try is another zone
+    refused = DefaultPolicy().decide(fell_back(now=13_800.0, more=[miss(decision.zone, t=13_750.0)]))
+    assert isinstance(refused, Launch) and refused.zone != decision.zone
+
+
+def test_it_stays_on_on_demand_while_every_zone_had_spot_refused_or_lost_lately():
+    refusals = [miss(z, t=13_000.0 + i) for i, z in enumerate(ZONES)]
+    assert isinstance(DefaultPolicy().decide(fell_back(now=13_700.0, more=refusals)), Keep)
+    assert isinstance(DefaultPolicy().decide(fell_back(now=13_000.0 + 3_700, more=refusals)), Launch)
+
+
+def test_each_return_to_spot_that_ended_on_on_demand_again_doubles_the_hold():
+    returned = [PastAttempt("z-b", "on-demand", 1_000.0, 1_000.0, 5_000.0, "migrated")]
+    assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 3_700, more=returned)), Keep)
+    assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 7_300, more=returned)), Launch)
+    many = returned * 10
+    assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 - 100, more=many)), Keep)
+    assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 + 100, more=many)), Launch)  # capped

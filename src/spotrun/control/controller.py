@@ -56,6 +56,13 @@ class ControllerSettings:
     market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
 
 
+def _may_move(spec: JobSpec, attempt: Attempt) -> bool:
+    """Whether a running job's policy may want it elsewhere: with a deadline, or on on-demand while it would
+    rather run on spot. A job on spot without a deadline stays where it is until spot is taken away."""
+    fell_back = attempt.market == "on-demand" and spec.spot.use_spot and spec.spot.fallback == "on-demand"
+    return spec.spot.deadline is not None or fell_back
+
+
 class Controller:
     def __init__(
         self,
@@ -315,11 +322,12 @@ class Controller:
 
     def _reconsider(self, job: Job, attempt: Attempt, now: float) -> None:
         """Every `reconsider_every` seconds, ask a running job's policy whether it should move (deadline-aware
-        policies do: back to spot when it returns, to on-demand when the deadline needs it). A move is made
-        before it breaks anything: the new instance is launched first, and the job keeps running where it is
-        until that instance is up (see spotrun.control.moves)."""
+        policies do: back to spot when it returns, to on-demand when the deadline needs it; a job without a deadline
+        that fell back to on-demand goes back to spot after a while). A move is made before it breaks anything: the
+        new instance is launched first, and the job keeps running where it is until that instance is up (see
+        spotrun.control.moves)."""
         spec = JobSpec.model_validate(job.spec)
-        if spec.spot.deadline is None or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
+        if not _may_move(spec, attempt) or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
             return
         self._reconsidered_at[job.id] = now
         policy = self.policy(spec)

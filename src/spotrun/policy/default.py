@@ -2,7 +2,8 @@
 
 Without a deadline (or without an estimated duration, or with ``fallback: wait``): spot first, zones ordered by the
 latest news of spot there from every job's tries (`zones.zone_order`), back off when all are out, on-demand once spot
-keeps getting taken away. With a deadline and an estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
+keeps getting taken away, and back to spot after a while (one fallback window, doubling with each return that ended
+on on-demand again) in a zone with no bad news, the on-demand instance running until the spot one is up. With a deadline and an estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
     Decision, GiveUp, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
 )
-from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order
+from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order, zones_without_bad_news
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class DefaultPolicy:
     # How long a "no capacity" answer or a preemption (this job's or another's) puts its zone at the end of the order
     zone_news_lasts: float = ZONE_NEWS_LASTS
     deadline_policy: DeadlineAwarePolicy = field(default_factory=DeadlineAwarePolicy)
+    # A job that fell back to on-demand holds it this many fallback windows at most before trying spot again
+    max_hold_windows: int = 16
 
     def place(self, ctx: PlacementContext) -> Decision:
         if self._has_deadline(ctx):
@@ -36,12 +39,28 @@ class DefaultPolicy:
 
     def decide(self, ctx: PlacementContext) -> RunningDecision:
         """With a deadline and an estimated duration: the deadline-aware policy. Otherwise keep a running instance
-        and place as before."""
+        (a fallen-back on-demand one only for a while) and place as before."""
         if self._has_deadline(ctx):
             return self.deadline_policy.decide(ctx)
-        if ctx.current is not None:
-            return Keep("running")
-        return self._place_without_deadline(ctx)
+        if ctx.current is None:
+            return self._place_without_deadline(ctx)
+        return self._back_to_spot(ctx) or Keep("running")
+
+    def _back_to_spot(self, ctx: PlacementContext) -> Launch | None:
+        """Spot again for a job that fell back to on-demand, once it has held on-demand for its hold (a fallback
+        window; doubled for each earlier return to spot that ended on on-demand again, a market that keeps failing),
+        the preemptions that made it fall back are out of the window, and some zone has had no spot refused or taken
+        away lately. The controller moves make-before-break, so a try that finds no spot costs nothing more."""
+        if ctx.current is None or ctx.current.market != "on-demand" or not ctx.use_spot or ctx.fallback != "on-demand":
+            return None
+        held = ctx.now - ctx.current.since
+        hold = ctx.fallback_window * min(2 ** returns_to_spot(ctx.history), self.max_hold_windows)
+        if held < hold or recent_preemptions(ctx.history, ctx.now, ctx.fallback_window) >= ctx.preemptions_before_fallback:
+            return None
+        zones = zones_without_bad_news(ctx, self.zone_news_lasts)
+        if not zones:
+            return None
+        return Launch(zones[0], "spot", f"on on-demand for {held / 60:.0f} min: trying spot in {zones[0]} again")
 
     @staticmethod
     def _has_deadline(ctx: PlacementContext) -> bool:
@@ -94,6 +113,11 @@ def trailing_capacity_misses(history: tuple[PastAttempt, ...]) -> list[PastAttem
             break
         misses.append(attempt)
     return misses
+
+
+def returns_to_spot(history: tuple[PastAttempt, ...]) -> int:
+    """How often the job left an on-demand instance for spot (each such move ends the on-demand attempt "migrated")."""
+    return sum(1 for a in history if a.market == "on-demand" and a.end_reason == "migrated")
 
 
 def recent_preemptions(history: tuple[PastAttempt, ...], now: float, window: float) -> int:

@@ -30,6 +30,12 @@ def _own_order(ctx: PlacementContext) -> list[str]:
     return order
 
 
+def zones_without_bad_news(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
+    """`zone_order`'s zones, best first, but none where spot was refused or taken away within `news_lasts`."""
+    news = _spot_news(ctx, news_lasts)
+    return [zone for zone in zone_order(ctx, news_lasts) if news.get(zone, (1, 0.0))[0] < 2]
+
+
 def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int, float]]:
     """Per zone, its rank (0: spot is there, 2: spot was refused or lost lately) and, for rank 2, when: the latest
     observation wins, and a spot instance still running is news of now (`SpotLog.from_history`)."""
