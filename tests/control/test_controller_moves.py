@@ -237,3 +237,18 @@ def test_a_job_without_a_deadline_that_fell_back_to_on_demand_returns_to_spot_ma
     job = world.job(job_id)
     assert job.state == "RUNNING" and job.attempts[-2].end_reason == "migrated"
     assert [i.instance_id for i in world.cloud.running()] == [standby.instance_id]
+
+
+def test_after_a_standby_is_lost_the_next_move_waits_and_the_wait_doubles(world, scripted):
+    job_id, old = start_move(world, scripted)
+    scripted.answer = Launch("m-b", "spot", "spot is back in m-b")  # and its standbys never report in
+    alive_for(world, old, 1200)
+    with world.store.session() as session:
+        times = {kind: [e.at for e in session.query(Event).filter_by(job_id=job_id, kind=kind).order_by(Event.id)]
+                 for kind in ("move_started", "move_abandoned")}
+    started, abandoned = times["move_started"], times["move_abandoned"]
+    assert len(started) >= 4 and len(abandoned) >= 3
+    for n, (gave_up, next_try) in enumerate(zip(abandoned, started[1:])):
+        wait = 60.0 * 2**n  # the boot timeout (60 s here), doubling
+        assert wait <= next_try - gave_up <= wait + 60 + 20  # then at the next reconsider (60 s), in 20 s ticks
+    assert world.attempts(job_id)[0].state == "running"

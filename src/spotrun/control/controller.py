@@ -331,7 +331,7 @@ class Controller:
             return
         self._reconsidered_at[job.id] = now
         policy = self.policy(spec)
-        if not hasattr(policy, "decide"):
+        if not hasattr(policy, "decide") or self._moves.backing_off(job.id, now):
             return
         zones = self.provider(attempt.provider).zones(attempt.instance_type)
         with self.store.session() as session:

@@ -21,11 +21,17 @@ from spotrun.control import records
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.states import TERMINAL, JobState, is_terminal
 from spotrun.policy import Launch
+from spotrun.policy.default import backoff_delay
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Job, add_event
+from spotrun.state import Attempt, Event, Job, add_event
 
 if TYPE_CHECKING:
     from spotrun.control.controller import Controller
+
+# A standby that held an instance and ended before taking over (it did not boot, was taken back, failed) costs money:
+# the job's next move waits boot_timeout after the first such end in this window, doubling, at most the cap.
+ABANDONED_MOVES_WINDOW = 3600.0
+ABANDONED_MOVES_MAX_WAIT = 3600.0
 
 
 class MoveDriver:
@@ -48,6 +54,19 @@ class MoveDriver:
             )
             standby_id = standby.id
         self._launch(standby_id)
+
+    def backing_off(self, job_id: int, now: float) -> bool:
+        """Whether the job's last moves were abandoned too recently for another (see ABANDONED_MOVES_WINDOW)."""
+        with self.controller.store.session() as session:
+            abandoned = session.scalars(
+                select(Event.at)
+                .where(Event.job_id == job_id, Event.kind == "move_abandoned", Event.at >= now - ABANDONED_MOVES_WINDOW)
+                .order_by(Event.at)
+            ).all()
+        if not abandoned:
+            return False
+        wait = backoff_delay(len(abandoned) - 1, self.controller.settings.boot_timeout, ABANDONED_MOVES_MAX_WAIT)
+        return now < abandoned[-1] + wait
 
     def drive(self, standby_id: int) -> None:
         """One step for a standby: launch it, watch it, and once its agent is waiting, ask the attempt it replaces
