@@ -7,8 +7,8 @@ For C = 48 h, d in {0.1, 0.2} h, D in {52, 70} h, starts every 6 h: mean normali
 uniform_progress, omniscient and default on every trace alone (policies see each step's availability, the paper's
 model), default twice: seeing only the job's own time (the paper's setting) and seeing the market's history before
 the start too (all of the trace before it, as a platform that keeps watching its markets has it), the same for
-default and uniform_progress when they only see what the live controller sees (and again when they also move as it
-does: the instance held is drained before the next launch), and a multi-zone run (both zones of
+default and uniform_progress when they only see what the live controller sees and move as it does, make-before-break
+(and again with drain-first moves, to show what that saves), and a multi-zone run (both zones of
 a GPU type in one market). Prints markdown. ``--closure-only`` prints only how much of the uniform_progress →
 omniscient gap default closes in each setting, without and with the market's history.
 """

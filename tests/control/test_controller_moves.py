@@ -166,11 +166,11 @@ def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_swee
     job_id, old = start_move(world, scripted)
     standby = standby_instance(world, job_id)
 
-    def crash(job_ids=None):
+    def crash(standby_id):
         raise Crash()
 
     world.agent(old)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
-    monkeypatch.setattr(world.controller._moves, "end_leftovers", crash)
+    monkeypatch.setattr(world.controller._moves, "drive", crash)
     with pytest.raises(Crash):
         world.tick()
     assert world.job(job_id).state == "SUCCEEDED" and world.cloud.describe(standby).state == "running"

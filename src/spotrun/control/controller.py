@@ -127,7 +127,6 @@ class Controller:
             self._watch(job, attempt, moving=standby is not None)
         if standby is not None:
             self._moves.drive(standby.id)
-            self._moves.end_leftovers([job_id])
 
     # ---- no attempt open: place the job, or end it ---------------------------------------------------------
 

@@ -74,12 +74,15 @@ class MoveDriver:
         c = self.controller
         with c.store.session() as session:
             standby = session.get(Attempt, standby_id)
-            if standby.ended_at is not None or not records.is_held(session, standby):
-                return  # ended, or its predecessor has: it is the job's attempt now
+            if standby.ended_at is not None:
+                return
+            held = records.is_held(session, standby)
             job = standby.job
             current = session.get(Attempt, standby.standby_for)
-        if standby.state == "ending":
+        if standby.state == "ending":  # its own end, or the job's (after_predecessor_end)
             c.finish_attempt(standby.id, self._after_standby_end)
+        elif not held:
+            return  # its predecessor has ended: it is the job's attempt now
         elif standby.instance_id is None:
             self._launch(standby.id)
         else:
@@ -104,7 +107,9 @@ class MoveDriver:
         current = session.get(Attempt, standby.standby_for)
         if current is None or current.ended_at is not None:
             return
-        stays = "it was asked to stop and the job will be placed again" if current.state == "draining" else "the job stays on it"
+        stays = "the job stays on it"
+        if current.state == "draining":
+            stays = "it was asked to stop and the job will be placed again"
         add_event(
             session, at=now, kind="move_abandoned", job_id=standby.job_id, attempt_id=standby.id,
             message=f"attempt {standby.number} ended ({standby.end_reason}) before it took over from attempt "
@@ -135,17 +140,16 @@ class MoveDriver:
             f"{ended.number} ({ended.end_reason})",
         )
 
-    def end_leftovers(self, job_ids: list[int] | None = None) -> None:
-        """Open attempts of jobs that have ended (a standby the job no longer needs, a crash between the job's end
-        and its standby's): end them, terminating their instances."""
+    def end_leftovers(self) -> None:
+        """Open attempts of jobs that have ended (a crash between the job's end and its standby's): end them,
+        terminating their instances. The orphan sweep calls this."""
         c = self.controller
         with c.store.session() as session:
-            query = select(Attempt.id, Attempt.state).join(Job).where(
-                Attempt.ended_at.is_(None), Job.state.in_([s.value for s in TERMINAL])
-            )
-            if job_ids is not None:
-                query = query.where(Attempt.job_id.in_(job_ids))
-            leftovers = session.execute(query).all()
+            leftovers = session.execute(
+                select(Attempt.id, Attempt.state).join(Job).where(
+                    Attempt.ended_at.is_(None), Job.state.in_([s.value for s in TERMINAL])
+                )
+            ).all()
         for attempt_id, state in leftovers:
             if state != "ending":
                 c.begin_end(attempt_id, Verdict("cancelled", "not needed: the job has ended"))

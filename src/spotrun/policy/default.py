@@ -51,9 +51,10 @@ class DefaultPolicy:
         window; doubled for each earlier return to spot that ended on on-demand again, a market that keeps failing),
         the preemptions that made it fall back are out of the window, and some zone has had no spot refused or taken
         away lately. The controller moves make-before-break, so a try that finds no spot costs nothing more."""
-        if ctx.current is None or ctx.current.market != "on-demand" or not ctx.use_spot or ctx.fallback != "on-demand":
+        current = ctx.current
+        if current is None or current.market != "on-demand" or not ctx.use_spot or ctx.fallback != "on-demand":
             return None
-        held = ctx.now - ctx.current.since
+        held = ctx.now - current.since
         hold = ctx.fallback_window * min(2 ** returns_to_spot(ctx.history), self.max_hold_windows)
         if held < hold or recent_preemptions(ctx.history, ctx.now, ctx.fallback_window) >= ctx.preemptions_before_fallback:
             return None

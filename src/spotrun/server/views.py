@@ -121,7 +121,8 @@ def job_row(job: Job, now: float) -> JobRow:
 
 
 def attempt_views(attempts: list[Attempt]) -> list[AttemptView]:
-    return [_attempt_view(attempt, {a.id: a for a in attempts}) for attempt in attempts]
+    by_id = {attempt.id: attempt for attempt in attempts}
+    return [_attempt_view(attempt, by_id) for attempt in attempts]
 
 
 def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt]) -> AttemptView:

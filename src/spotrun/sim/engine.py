@@ -18,14 +18,14 @@ for lack of spot leaves nothing held): what moving costs a platform that cannot 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait
 
 Observe = Literal["tick", "launches", "drain-first"]
-OBSERVE_MODES = ("tick", "launches", "drain-first")
+OBSERVE_MODES: tuple[Observe, ...] = get_args(Observe)
 P3_2XLARGE_ON_DEMAND = 3.06
 P3_2XLARGE_SPOT = 0.9731
 
