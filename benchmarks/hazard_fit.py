@@ -13,6 +13,10 @@ before the start, as the live controller's market history has them, and predict 
   alone, and with one more kind of covariate: the 6-hour block of the day, the previous runs' lengths, or churn
   (runs of spot lost in the 6 h before, spot's share of the day before). They ask whether anything beyond age
   predicts spot (docs/benchmarks.md, "Fifth round"). scikit-learn is installed by `make install`.
+- ``logistic, age + sibling markets`` / ``+ all markets``: the same with what other markets of the folder (measured
+  at the same times) show at the step: whether spot is there in the two siblings (the other size of the same GPU in
+  the same zone, the same instance type in the other zone), or in every other trace. A controller knows that only
+  where it holds or tries instances there, so these ask how much such signals would be worth ("Eighth round").
 
 Prints one markdown row per trace: the steps predicted and each model's log-loss relative to spotrun's (negative:
 better than spotrun's).
@@ -39,7 +43,7 @@ HORIZON_STEPS = 420  # 70 h
 FIRST_START = 432  # 3 days
 BLOCK_STEPS = 36  # 6 h
 OLD_BUCKETS, OLD_COUNTED_AGES = (1, 2, 3, 5, 9, 17), 24
-COVARIATES = ("block of day", "previous runs", "churn")
+COVARIATES = ("block of day", "previous runs", "churn", "sibling markets", "all markets")
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,11 @@ class Steps:
     previous_down: np.ndarray
     lost_6h: np.ndarray  # runs of spot that ended in the 36 steps up to t
     share_1d: np.ndarray  # spot's share of the 144 steps up to t
+    siblings: np.ndarray  # (steps, 2): spot in the other size of the same GPU and zone, and in the other zone
+    others: np.ndarray  # (steps, traces - 1): spot in every other trace of the folder
 
     @classmethod
-    def of(cls, data: np.ndarray) -> Steps:
+    def of(cls, data: np.ndarray, siblings: np.ndarray, others: np.ndarray) -> Steps:
         up = data.astype(bool)
         n = len(up) - 1
         age, previous_up, previous_down = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -75,6 +81,7 @@ class Steps:
             previous_up=previous_up, previous_down=previous_down,
             lost_6h=lost[steps] - lost[np.maximum(steps - 36, 0)],  # not lost[t + 1]: that is the outcome itself
             share_1d=(shown[steps + 1] - shown[np.maximum(steps - 143, 0)]) / np.minimum(steps + 1, 144),
+            siblings=siblings[:n], others=others[:n],
         )
 
     def features(self, rows: np.ndarray, covariate: str | None) -> np.ndarray:
@@ -86,6 +93,10 @@ class Steps:
             columns += [np.log1p(self.previous_up[rows]), np.log1p(self.previous_down[rows])]
         elif covariate == "churn":
             columns += [np.log1p(self.lost_6h[rows]), self.share_1d[rows]]
+        elif covariate == "sibling markets":
+            columns += list(self.siblings[rows].T)
+        elif covariate == "all markets":
+            columns += list(self.others[rows].T)
         return np.column_stack(columns).astype(float)
 
 
@@ -105,12 +116,12 @@ def _bucket_chance(hazards: tuple[float, ...], age: np.ndarray, buckets: tuple[i
     return np.array(hazards)[np.minimum(index, len(hazards) - 1)]
 
 
-def trace_losses(data: np.ndarray, every: int, history: int) -> tuple[int, dict[str, float]]:
-    steps, policy = Steps.of(data), DeadlineAwarePolicy()
+def trace_losses(steps: Steps, every: int, history: int) -> tuple[int, dict[str, float]]:
+    data, policy = steps.up, DeadlineAwarePolicy()
     prior_up, prior_down = policy.prior_mean_up / STEP, policy.prior_mean_down / STEP
     losses: dict[str, float] = {}
     predicted = 0
-    for start in range(FIRST_START, len(data) - HORIZON_STEPS, every):
+    for start in range(FIRST_START, len(data) + 1 - HORIZON_STEPS, every):
         first = max(start - history, 0)
         log = SpotLog()
         for t in range(first, start):
@@ -157,21 +168,46 @@ def main() -> None:
     folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
     every, history = round(args.every_hours * 3600 / STEP), round(args.history_days * 86400 / STEP)
     began = time.perf_counter()
-    names = ["ages to 17+", "logistic, age", *(f"logistic, age + {c}" for c in COVARIATES)]
-    print("| trace | steps predicted | spotrun's log-loss | " + " | ".join(names) + " |")
-    print("| --- | --- | --- |" + " --- |" * len(names))
+    models = ["ages to 17+", "logistic, age", *(f"logistic, age + {c}" for c in COVARIATES)]
+    print("| trace | steps predicted | spotrun's log-loss | " + " | ".join(models) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(models))
     totals: dict[str, float] = {}
+    traces = load_traces(folder)
+    for name, data in traces.items():
+        others = [other for other in traces if other != name]
+        steps = Steps.of(data, _stacked(traces, sibling_names(name, others)), _stacked(traces, others))
+        predicted, losses = trace_losses(steps, every, history)
+        for model, loss in losses.items():
+            totals[model] = totals.get(model, 0.0) + loss
+        print(f"| {name} | {predicted} | {losses.get('spotrun', math.nan):.0f} | "
+              + " | ".join(_relative(losses, model) for model in models) + " |")
+    print(f"| all | | {totals.get('spotrun', math.nan):.0f} | "
+          + " | ".join(_relative(totals, model) for model in models) + " |")
+    print(f"\n{time.perf_counter() - began:.0f} s")
+
+
+def load_traces(folder: Path) -> dict[str, np.ndarray]:
+    """Every trace of the folder by name, as booleans; they must share the step and the length (measured together)."""
+    traces = {}
     for path in sorted(folder.glob("*.json")):
         trace = load_trace(path)
         if round(trace.gap_seconds) != STEP:
             raise SystemExit(f"{path}: steps of {trace.gap_seconds} s; this benchmark reads 600 s traces")
-        predicted, losses = trace_losses(np.asarray(trace.data) > 0, every, history)
-        for name, loss in losses.items():
-            totals[name] = totals.get(name, 0.0) + loss
-        print(f"| {path.stem} | {predicted} | {losses.get('spotrun', math.nan):.0f} | "
-              + " | ".join(_relative(losses, name) for name in names) + " |")
-    print(f"| all | | {totals.get('spotrun', math.nan):.0f} | " + " | ".join(_relative(totals, n) for n in names) + " |")
-    print(f"\n{time.perf_counter() - began:.0f} s")
+        traces[path.stem] = np.asarray(trace.data) > 0
+    if len({len(data) for data in traces.values()}) > 1:
+        raise SystemExit(f"{folder}: traces of different lengths; the market covariates need them measured together")
+    return traces
+
+
+def sibling_names(name: str, others: list[str]) -> list[str]:
+    """For ZONE_GPU_COUNT: the other count of the same GPU in the same zone, and the same GPU and count elsewhere."""
+    zone, gpu, count = name.rsplit("_", 2)
+    return [o for o in others if o.rsplit("_", 2)[1] == gpu and (o.startswith(zone + "_") != o.endswith("_" + count))]
+
+
+def _stacked(traces: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
+    length = len(next(iter(traces.values())))
+    return np.column_stack([traces[n] for n in names]).astype(float) if names else np.zeros((length, 0))
 
 
 def _relative(losses: dict[str, float], name: str) -> str:

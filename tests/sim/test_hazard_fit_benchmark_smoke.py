@@ -29,3 +29,34 @@ def test_held_out_log_loss_on_a_small_trace(tmp_path: Path) -> None:
     assert float(row.group(2)) > 0
     assert all(re.fullmatch(r"[+-]\d+\.\d%", cell.strip()) for cell in row.group(3).split("|"))
     assert re.search(r"^\| all \|", done.stdout, re.MULTILINE)
+
+
+def test_a_sibling_market_that_leads_predicts_the_zone(tmp_path: Path) -> None:
+    # zone-b's spot is zone-a's one step later: whether zone-a has spot now says whether zone-b's run ends next step
+    rng, leading, up = random.Random(7), [], True
+    while len(leading) < 1000:
+        leading += [int(up)] * rng.randint(1, 60)
+        up = not up
+    leading = leading[:1000]
+    for name, data in (("zone-a_k80_1", leading), ("zone-b_k80_1", leading[:1] + leading[:-1])):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--traces", str(tmp_path), "--every-hours", "12"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    header = next(line for line in done.stdout.splitlines() if line.startswith("| trace |"))
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| zone-b_k80_1 |"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    assert float(cells["logistic, age + sibling markets"].rstrip("%")) < -50, done.stdout
+    assert float(cells["logistic, age"].rstrip("%")) > -50, done.stdout
+
+
+def test_traces_of_different_lengths_are_refused_naming_the_folder(tmp_path: Path) -> None:
+    for name, length in (("zone-a_k80_1", 1000), ("zone-b_k80_1", 900)):
+        data = [1, 0] * (length // 2)
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--traces", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert str(tmp_path) in done.stderr and "different lengths" in done.stderr

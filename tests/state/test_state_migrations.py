@@ -119,3 +119,11 @@ def test_a_schema_newer_than_this_spotrun_is_refused_by_name(store: Store) -> No
         connection.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
     with pytest.raises(SchemaTooNew, match="9999_future"):
         upgrade_to_head(store.engine)
+
+
+def test_open_attempts_index_holds_only_attempts_not_ended(store: Store) -> None:
+    # compare_metadata sees the index but not its WHERE clause; without it the index would cover every attempt.
+    (index,) = [ix for ix in inspect(store.engine).get_indexes("attempts") if ix["name"] == "ix_attempts_open"]
+    assert index["column_names"] == ["job_id"]
+    where = index.get("dialect_options", {}).get(f"{store.engine.dialect.name}_where")
+    assert str(where).strip("()").lower() == "ended_at is null", f"ix_attempts_open is not partial: WHERE {where}"

@@ -120,7 +120,9 @@ class MoveDriver:
         """In the transaction that ended `ended` (and moved its job on): its standby, if any, takes over, or is
         marked to end when the job itself has ended."""
         standby = session.scalars(
-            select(Attempt).where(Attempt.standby_for == ended.id, Attempt.ended_at.is_(None))
+            select(Attempt).where(
+                Attempt.job_id == ended.job_id, Attempt.standby_for == ended.id, Attempt.ended_at.is_(None)
+            )
         ).first()
         if standby is None:
             return

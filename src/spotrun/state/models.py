@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -62,6 +62,10 @@ class Attempt(Base):
         UniqueConstraint("job_id", "number", name="uq_attempt_job_number"),
         # the market's history (every job's tries of one instance type), which placement policies learn from
         Index("ix_attempts_market", "provider", "instance_type", "created_at"),
+        # open attempts, a small share of a store that keeps every attempt: the controller's per-tick reads and the
+        # sweep for attempts left open on ended jobs
+        Index("ix_attempts_open", "job_id", postgresql_where=text("ended_at IS NULL"),
+              sqlite_where=text("ended_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
