@@ -12,16 +12,27 @@ from pathlib import Path
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "hazard_fit.py"
 
 
-def test_held_out_log_loss_on_a_small_trace(tmp_path: Path) -> None:
-    rng, data, up = random.Random(5), [], True
-    while len(data) < 1000:  # runs of 1-60 steps: 3 days of history, then room for a 70 h horizon
+def runs_of_1_to_60_steps(seed: int, steps: int = 1000) -> list[int]:
+    """3 days of history, then room for a 70 h horizon."""
+    rng, data, up = random.Random(seed), [], True
+    while len(data) < steps:
         data += [int(up)] * rng.randint(1, 60)
         up = not up
-    (tmp_path / "zone-a_k80_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data[:1000]}))
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--traces", str(tmp_path), "--every-hours", "12"],
-        capture_output=True, text=True, timeout=300,
-    )
+    return data[:steps]
+
+
+def write_traces(folder: Path, traces: dict[str, list[int]]) -> None:
+    for name, data in traces.items():
+        (folder / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_held_out_log_loss_on_a_small_trace(tmp_path: Path) -> None:
+    write_traces(tmp_path, {"zone-a_k80_1": runs_of_1_to_60_steps(5)})
+    done = run_script("--traces", str(tmp_path), "--every-hours", "12")
     assert done.returncode == 0, done.stderr[-3000:]
     row = re.search(r"^\| zone-a_k80_1 \| (\d+) \| (\d+) \| ([^\n]+) \|$", done.stdout, re.MULTILINE)
     assert row is not None, done.stdout
@@ -33,17 +44,9 @@ def test_held_out_log_loss_on_a_small_trace(tmp_path: Path) -> None:
 
 def test_a_sibling_market_that_leads_predicts_the_zone(tmp_path: Path) -> None:
     # zone-b's spot is zone-a's one step later: whether zone-a has spot now says whether zone-b's run ends next step
-    rng, leading, up = random.Random(7), [], True
-    while len(leading) < 1000:
-        leading += [int(up)] * rng.randint(1, 60)
-        up = not up
-    leading = leading[:1000]
-    for name, data in (("zone-a_k80_1", leading), ("zone-b_k80_1", leading[:1] + leading[:-1])):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--traces", str(tmp_path), "--every-hours", "12"],
-        capture_output=True, text=True, timeout=300,
-    )
+    leading = runs_of_1_to_60_steps(7)
+    write_traces(tmp_path, {"zone-a_k80_1": leading, "zone-b_k80_1": leading[:1] + leading[:-1]})
+    done = run_script("--traces", str(tmp_path), "--every-hours", "12")
     assert done.returncode == 0, done.stderr[-3000:]
     header = next(line for line in done.stdout.splitlines() if line.startswith("| trace |"))
     row = next(line for line in done.stdout.splitlines() if line.startswith("| zone-b_k80_1 |"))
@@ -53,10 +56,7 @@ def test_a_sibling_market_that_leads_predicts_the_zone(tmp_path: Path) -> None:
 
 
 def test_traces_of_different_lengths_are_refused_naming_the_folder(tmp_path: Path) -> None:
-    for name, length in (("zone-a_k80_1", 1000), ("zone-b_k80_1", 900)):
-        data = [1, 0] * (length // 2)
-        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--traces", str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+    write_traces(tmp_path, {"zone-a_k80_1": [1, 0] * 500, "zone-b_k80_1": [1, 0] * 450})
+    done = run_script("--traces", str(tmp_path))
     assert done.returncode != 0
     assert str(tmp_path) in done.stderr and "different lengths" in done.stderr
