@@ -19,5 +19,5 @@ def scripted(monkeypatch):
     from spotrun import policy
 
     monkeypatch.setitem(policy._POLICIES, "scripted", ScriptedPolicy)
-    ScriptedPolicy.asked = 0
+    ScriptedPolicy.asked, ScriptedPolicy.answer, ScriptedPolicy.placement = 0, None, None
     return ScriptedPolicy

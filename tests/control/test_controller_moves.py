@@ -37,6 +37,7 @@ def events(world, job_id, kind):
 def test_the_new_instance_runs_before_the_old_one_is_asked_to_stop(world, scripted):
     job_id, old = start_move(world, scripted)
     first, standby = world.attempts(job_id)
+    assert not scripted.last_context.moves_drain_first  # the policy knows a refused try keeps the instance held
     assert standby.standby_for == first.id and (standby.zone, standby.market) == ("m-b", "spot")
     assert standby.instance_id is not None and first.state == "running"
     config = json.loads(world.cloud.user_data[standby.instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])

@@ -90,8 +90,10 @@ class ScriptedPolicy:
     """A running-job policy whose answers the test sets (the real policies' rules are tested in tests/policy)."""
 
     name = "scripted"
-    answer = None
+    answer = None  # what a running job is told
+    placement = None  # where a job is placed (None: spot in the first zone)
     asked = 0
+    last_context = None
 
     def __init__(self, **_):
         pass
@@ -99,12 +101,12 @@ class ScriptedPolicy:
     def place(self, ctx):
         from spotrun.policy import Launch
 
-        return Launch(ctx.zones[0], "spot", "scripted")
+        return ScriptedPolicy.placement or Launch(ctx.zones[0], "spot", "scripted")
 
     def decide(self, ctx):
         ScriptedPolicy.asked += 1
+        ScriptedPolicy.last_context = ctx
         assert ctx.current is not None and ctx.deadline is not None
-        assert not ctx.moves_drain_first  # a move launches first: a refused try keeps the instance held
         return ScriptedPolicy.answer
 
 

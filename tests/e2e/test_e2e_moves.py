@@ -1,5 +1,6 @@
-"""End to end on one machine: a running job moved by its policy, make-before-break, with the real controller
-daemon (in this process, so that a scripted policy can be registered), local cloud, agents and the digits trainer."""
+"""End to end on one machine: running jobs moved by their policy, with the real controller daemon (in this process,
+so that a scripted policy can be registered), local cloud and agents: a single node make-before-break (the digits
+trainer), and a two-node DDP gang to on-demand, draining first."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from harness import digits_job, final_result, reference_digits
+from harness import ddp_job, digits_job, final_ddp_result, final_result, reference_ddp, reference_digits
 from spotrun import policy
 from spotrun.control import jobs
 from spotrun.control.logs import attempt_log_path
@@ -18,7 +19,7 @@ from spotrun.policy import Keep, Launch
 from spotrun.providers.local import LocalProvider
 from spotrun.server.daemon import Daemon
 from spotrun.spec import load_spec
-from spotrun.state import Attempt, Event, Job, Store
+from spotrun.state import Attempt, Event, Generation, Job, Store
 
 
 class OnDemandThenSpotElsewhere:
@@ -38,6 +39,22 @@ class OnDemandThenSpotElsewhere:
         return Keep("stay")
 
 
+class SpotThenOnDemand:
+    """Places on spot; once the trainers have checkpointed, wants on-demand (as a deadline drawing near would)."""
+
+    name = "spot_then_on_demand"
+
+    def __init__(self, **_):
+        pass
+
+    def place(self, ctx):
+        moved = any(past.end_reason == "migrated" for past in ctx.history)
+        return Launch(ctx.zones[0], "on-demand" if moved else "spot", "scripted")
+
+    def decide(self, ctx):
+        return Launch(ctx.zones[0], "on-demand", "the deadline is near") if ctx.progress else Keep("stay")
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     home = tmp_path / "home"
@@ -45,7 +62,8 @@ def home(tmp_path, monkeypatch):
                         "SPOTRUN_BACKOFF_BASE": "1"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SPOTRUN_DATABASE_URL", raising=False)
-    monkeypatch.setitem(policy._POLICIES, OnDemandThenSpotElsewhere.name, OnDemandThenSpotElsewhere)
+    for scripted in (OnDemandThenSpotElsewhere, SpotThenOnDemand):
+        monkeypatch.setitem(policy._POLICIES, scripted.name, scripted)
     yield home
     cloud = LocalProvider(home / "local-cloud")
     for instance in cloud.list_instances():
@@ -96,3 +114,30 @@ def test_a_job_moved_make_before_break_resumes_exactly_on_the_new_instance(home,
     resumed = re.search(r"starting at step (\d+)", attempt_log_path(job_id, 2).read_text())
     assert resumed and int(resumed.group(1)) > 0  # from the checkpoint the old trainer wrote when asked to stop
     assert final_result(home, job_id)["sha256"] == reference["sha256"]
+
+
+def test_a_gang_moved_to_on_demand_stops_every_rank_at_one_step_and_ends_with_the_uninterrupted_weights(home, tmp_path):
+    reference = reference_ddp(tmp_path, nodes=2, epochs=10)
+    spec_file = ddp_job(tmp_path, nodes=2, epochs=10, extra="estimated_duration: 1m\n")
+    spec_file.write_text(spec_file.read_text().replace(
+        "spot: {preemptions_before_fallback: 5}", "spot: {policy: spot_then_on_demand, deadline: 1h}"
+    ))
+    store = Store()
+    job_id = jobs.submit(store, load_spec(spec_file), time.time(), spec_dir=spec_file.parent)
+
+    job = run_daemon_until_done(store, job_id, timeout=180)
+    assert job.state == "SUCCEEDED", job.failure_reason
+    with store.session() as session:
+        tries = session.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.number).all()
+        ended = session.query(Generation).filter_by(job_id=job_id).order_by(Generation.number).all()
+        kinds = [e.kind for e in session.query(Event).filter_by(job_id=job_id).order_by(Event.id)]
+    assert [(a.node_rank, a.market, a.end_reason) for a in tries] == [
+        (0, "spot", "migrated"), (1, "spot", "migrated"), (0, "on-demand", "succeeded"), (1, "on-demand", "succeeded"),
+    ]
+    assert [g.end_reason for g in ended] == ["moved", "succeeded"] and "to on-demand" in ended[0].stop_reason
+    assert kinds.count("move_requested") == 2
+    assert job.preemptions == 0 and job.restarts_on_error == 0
+    log_text = attempt_log_path(job_id, 3).read_text()
+    resumed = [int(step) for step in re.findall(r"rank \d+: first step (\d+) done", log_text)]
+    assert resumed and resumed[0] > 0  # from the checkpoint both ranks committed when asked to stop
+    assert final_ddp_result(home, job_id)["sha256"] == reference["sha256"]

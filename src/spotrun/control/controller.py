@@ -361,15 +361,8 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-            if attempt.state != "running":
-                return
-            attempt.state = "draining"
-            attempt.notice_at = now
-            attempt.notice_source = f"move: {reason}"[:60]
-            add_event(
-                session, at=now, kind="move_requested", job_id=attempt.job_id, attempt_id=attempt.id,
-                message=f"attempt {attempt.number}: asking the trainer to checkpoint and stop ({reason})",
-            )
+            if attempt.state == "running":
+                records.ask_to_stop(session, attempt, reason, now)
 
     def _mark_running(self, attempt_id: int, verdict: Verdict) -> None:
         now = self.clock.now()

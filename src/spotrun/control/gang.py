@@ -8,6 +8,11 @@ from the newest checkpoint all of them committed (the SDK's distributed commit).
 address. A launch refused for any slot, or a gang still incomplete after `distributed.gang_timeout`, gives back
 every instance the gang holds, and the whole gang is placed again by the policy.
 
+A gang with a deadline that runs on spot is put to its policy every `reconsider_every` seconds, as a single node is;
+when the policy wants on-demand (the deadline is getting close), every node is asked to stop, the ranks commit one
+checkpoint, and the whole gang is placed again. Unlike a single node's, such a move drains first: N standby
+instances would each have to boot and hold, and a move to on-demand is not refused for want of spot.
+
 Every step reads the store afresh and records before it acts, as the single-node controller does, so a tick
 killed anywhere is repeated safely.
 """
@@ -23,7 +28,7 @@ from spotrun.control import records
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
-from spotrun.policy import GiveUp, Wait
+from spotrun.policy import GiveUp, Launch, Placement, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Generation, Job, add_event
@@ -84,12 +89,14 @@ class GangDriver:
 
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        self._reconsidered_at: dict[int, float] = {}
 
     def drive(self, job_id: int) -> None:
         self._finish_ending_nodes(job_id)
         self._launch_pending_nodes(job_id)
         self._watch_nodes(job_id)
         self._steer_generation(job_id)
+        self._reconsider(job_id)
         self._advance(job_id)
         self._launch_pending_nodes(job_id)  # what _advance placed just now
 
@@ -147,6 +154,8 @@ class GangDriver:
                 records.transition(session, job, JobState.PREEMPTED, now, message)
         elif attempt.end_reason == "lost" and job.state == JobState.RUNNING:
             records.transition(session, job, JobState.PROVISIONING, now, f"{what} lost; replacing it")
+        elif attempt.end_reason == "migrated" and job.state == JobState.RUNNING:
+            records.transition(session, job, JobState.PROVISIONING, now, f"{what} stopped to move the gang")
         elif attempt.end_reason == "failed":  # the agent itself failed there (e.g. the setup command)
             spec = JobSpec.model_validate(job.spec)
             job.restarts_on_error += 1
@@ -172,14 +181,19 @@ class GangDriver:
             }
             failed = {r: code for r, code in exit_codes.items() if code != 0}
             noticed = sorted(r for r, a in members.items() if a.notice_at is not None and r not in gone)
+            migrated = [r for r in gone if members[r].end_reason == "migrated"]
+            moving = bool(migrated) or any(a.state == "draining" for r, a in members.items() if r not in gone)
             if generation.state == "running" and (gone or failed or noticed):
                 self._stop_generation(session, generation, _stop_reason(gone, failed, noticed), now)
             if len(gone) + len(exit_codes) == len(members):
-                self._end_generation(session, generation, generation_end_reason(gone, exit_codes), now)
+                reason = generation_end_reason([r for r in gone if r not in migrated], exit_codes)
+                # every rank saved and stopped because the gang was asked to move: not a failure of the command
+                self._end_generation(session, generation, "moved" if moving and reason == "stopped" else reason, now)
             elif generation.state == "stopping" and now - generation.stop_requested_at > self._stop_grace(session, job_id):
                 overdue = [a.id for r, a in members.items() if r not in gone and r not in exit_codes]
         if overdue:
-            self._end_nodes(overdue, Verdict("lost", "the node did not stop its command with the others"))
+            end = "migrated" if moving else "lost"
+            self._end_nodes(overdue, Verdict(end, "the node did not stop its command with the others"))
 
     def _stop_grace(self, session, job_id: int) -> float:
         return JobSpec.model_validate(session.get(Job, job_id).spec).spot.notice_grace + DRAIN_MARGIN
@@ -216,6 +230,43 @@ class GangDriver:
                     f"the command failed ({generation.stop_reason}); restart {job.restarts_on_error} of {spec.max_restarts_on_error}",
                 )
 
+    # ---- moving the gang ---------------------------------------------------------------------------------
+
+    def _reconsider(self, job_id: int) -> None:
+        """Every `reconsider_every` seconds, ask the policy of a gang with a deadline running on spot whether it
+        should go on there; when it wants on-demand, ask every node to stop so that the gang is placed again."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            spec = JobSpec.model_validate(job.spec)
+            generation = latest_generation(session, job_id)
+            if spec.spot.deadline is None or job.state != JobState.RUNNING or generation is None:
+                return
+            nodes = open_attempts(session, job_id)
+            on_spot = all(a.state == "running" and a.market == "spot" for a in nodes)
+            if generation.state != "running" or not nodes or not on_spot:
+                return
+            if now - self._reconsidered_at.get(job_id, 0.0) < self.c.settings.reconsider_every:
+                return
+            self._reconsidered_at[job_id] = now
+            policy = self.c.policy(spec)
+            if not hasattr(policy, "decide"):
+                return
+            youngest = max(a.started_at or now for a in nodes)  # the gang has had spot since its youngest node came
+            ctx = placement_context(
+                job, spec, self.c.provider(spec.resources.cloud).zones(spec.resources.instance_type), now,
+                market=self.c.market_tries(session, job, spec, now), current=Placement(nodes[0].zone, "spot", youngest),
+                step=self.c.settings.reconsider_every, spot_price=nodes[0].price_per_hour,
+                on_demand_price=nodes[0].on_demand_price_per_hour, moves_drain_first=True,
+            )
+            decision = policy.decide(ctx)
+            if not (isinstance(decision, Launch) and decision.market == "on-demand"):
+                return  # a gang keeps its spot until it is taken, or the deadline needs on-demand
+            reason = f"to on-demand: {decision.reason}"
+            self._stop_generation(session, generation, f"moving the gang {reason}", now)
+            for node in nodes:
+                records.ask_to_stop(session, node, reason, now)
+
     # ---- what the gang as a whole does next --------------------------------------------------------------
 
     def _advance(self, job_id: int) -> None:
@@ -228,6 +279,8 @@ class GangDriver:
             if generation is not None and generation.state != "ended":
                 return
             attempts = open_attempts(session, job_id)
+            if any(a.state == "draining" for a in attempts):
+                return  # nodes stopping to move: the gang is placed again once they have all ended
             ending = self._ending_verdict(job, spec, generation, now)
             if ending is None:
                 if len(attempts) < spec.resources.nodes:

@@ -47,6 +47,18 @@ def is_held(session: Session, attempt: Attempt) -> bool:
     return predecessor is not None and predecessor.ended_at is None
 
 
+def ask_to_stop(session: Session, attempt: Attempt, reason: str, now: float) -> None:
+    """Mark a running attempt "draining": its agent is told, in its next heartbeat's answer, to have the trainer
+    checkpoint and stop (it then ends as "migrated"), so that the job can move."""
+    attempt.state = "draining"
+    attempt.notice_at = now
+    attempt.notice_source = f"move: {reason}"[:60]
+    add_event(
+        session, at=now, kind="move_requested", job_id=attempt.job_id, attempt_id=attempt.id,
+        message=f"attempt {attempt.number}: asking the trainer to checkpoint and stop ({reason})",
+    )
+
+
 def next_attempt_number(session: Session, job_id: int) -> int:
     numbers = session.scalars(select(Attempt.number).where(Attempt.job_id == job_id)).all()
     return max(numbers, default=0) + 1

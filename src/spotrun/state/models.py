@@ -137,7 +137,7 @@ class Generation(Base):
     stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # succeeded | interrupted (a member was lost or preempted) | stopped | failed
+    # succeeded | interrupted (a member was lost or preempted) | stopped | moved (asked to, by the policy) | failed
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
 
 
