@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from spotrun.policy import DeadlineAwarePolicy, Keep, Launch, Placement, PlacementContext, SpotLog
+from spotrun.policy import deadline_aware
 from spotrun.policy.markov import (
     JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, state_belief, transition_matrix,
     value_table,
@@ -283,6 +284,43 @@ def test_a_try_of_spot_that_gives_up_on_demand_first_is_weighed_with_the_fresh_s
 
 
 # ---- the deadline is kept whatever spot does -----------------------------------------------------------------------
+
+
+def live_context(deadline_hours: float, compute_hours: float, step: float) -> PlacementContext:
+    """A job on spot for an hour, half an hour of compute done, asked every `step` seconds."""
+    return PlacementContext(
+        job_id=1, now=HOUR, zones=("z",), use_spot=True, fallback="on-demand", submitted_at=0.0,
+        preemptions_before_fallback=3, fallback_window=HOUR, deadline=deadline_hours * HOUR,
+        estimated_duration=compute_hours * HOUR, current=Placement("z", "spot", 0.0), progress=0.5 * HOUR, step=step,
+    )
+
+
+@pytest.fixture
+def tables_built(monkeypatch) -> list[JobShape]:
+    built: list[JobShape] = []
+
+    def recording(shape, hazards):
+        built.append(shape)
+        return value_table(shape, hazards)
+
+    monkeypatch.setattr(deadline_aware, "value_table", recording)
+    return built
+
+
+def test_the_controllers_one_minute_questions_are_answered_from_a_plan_in_ten_minute_steps(tables_built):
+    # a plan in one-minute steps made a 70 h job's table of ~5 GB in 12 s
+    every_minute = DeadlineAwarePolicy().decide(live_context(70, 48, step=60.0))
+    every_ten_minutes = DeadlineAwarePolicy().decide(live_context(70, 48, step=STEP))
+    assert [shape.steps for shape in tables_built] == [70 * 6, 70 * 6] and tables_built[0] == tables_built[1]
+    assert tables_built[0].table_bytes < 100 << 20
+    assert type(every_minute) is type(every_ten_minutes)
+
+
+def test_a_job_too_long_for_a_ten_minute_plan_plans_in_coarser_steps(tables_built):
+    policy = DeadlineAwarePolicy()
+    policy.decide(live_context(700, 300, step=60.0))  # in ten-minute steps its table would hold ~7.8 GB
+    (shape,) = tables_built
+    assert shape.table_bytes <= policy.max_table_bytes and shape.steps < 700 * 6
 
 
 def adversarial_traces() -> dict[str, np.ndarray]:

@@ -35,7 +35,13 @@ class DeadlineAwarePolicy:
     prior_mean_up: float = 2 * 3600.0  # seconds spot is assumed to last before anything is seen
     prior_mean_down: float = 3600.0  # seconds a gap is assumed to last
     prior_runs: float = 12.0  # weight of that prior, in runs (12: chosen leave-one-trace-out, docs/benchmarks.md)
-    planning_step: float = 600.0  # the step the plan is made in when the caller does not give one
+    # The plan's step: the caller's (the simulator's tick), but never finer than this. The live controller asks
+    # every minute; a plan in 1-minute steps has 10x the steps and 10x the columns of work of one in 10-minute steps
+    # (a 70 h job's table: 12 s and ~5 GB instead of 0.1 s and ~70 MB, docs/benchmarks.md), and the spot model was
+    # chosen on 10-minute traces. Jobs so long that even that table would pass `max_table_bytes` plan in coarser
+    # steps (doubled until it fits).
+    planning_step: float = 600.0
+    max_table_bytes: int = 512 << 20
 
     def place(self, ctx: PlacementContext) -> Decision:
         return place_by_deciding(self, ctx)
@@ -46,7 +52,7 @@ class DeadlineAwarePolicy:
         view = deadline_view(ctx)
         if view is None:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
-        step = ctx.step if ctx.step is not None else self.planning_step
+        step = self._plan_step(ctx, view)
         if view.finished:
             return Keep("work done") if ctx.current is not None else Wait(ctx.now + step, "work done")
         steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
@@ -62,15 +68,18 @@ class DeadlineAwarePolicy:
             return want_on_demand(ctx, why)
         return want_nothing(ctx, step, why)
 
+    def _plan_step(self, ctx: PlacementContext, view: DeadlineView) -> float:
+        step = max(ctx.step if ctx.step is not None else 0.0, self.planning_step)
+        while _job_shape(ctx, view, step).table_bytes > self.max_table_bytes:
+            step *= 2
+        return step
+
     def _choose(
         self, ctx: PlacementContext, view: DeadlineView, step: float, steps_left: int,
     ) -> tuple[str, str, str | None]:
         """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
         unit = _progress_unit(step, view.overhead)
-        shape = JobShape.of(
-            step, view.compute, view.deadline - view.started, view.overhead,
-            ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
-        )
+        shape = _job_shape(ctx, view, step)
         log = ctx.spot_log()
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
@@ -165,6 +174,14 @@ def _option_values(
         for choice in CHOICE_ORDER:
             mixed[choice] += chance * values.get(choice, refused)
     return mixed
+
+
+def _job_shape(ctx: PlacementContext, view: DeadlineView, step: float) -> JobShape:
+    return JobShape.of(
+        step, view.compute, view.deadline - view.started, view.overhead,
+        ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO,
+        _progress_unit(step, view.overhead),
+    )
 
 
 def _progress_unit(step: float, overhead: float) -> float:

@@ -21,8 +21,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from spotrun.policy.run_ages import RunHazards, bucket_of, bucket_width
+from spotrun.policy.run_ages import AGE_BUCKETS, RunHazards, bucket_of, bucket_width
 
+CHAIN_STATES = 2 * len(AGE_BUCKETS)  # spot up or down, by the age bucket of its run
 TABLE_BYTES_KEPT = 1 << 30  # memoized tables per process, in bytes (a 70 h job's table is ~70 MB, a 52 h job's ~10 MB)
 
 
@@ -39,6 +40,11 @@ class JobShape:
     @property
     def ages(self) -> int:
         return len(self.works) - 1
+
+    @property
+    def table_bytes(self) -> int:
+        """The size of this shape's value table (float32 over steps × chain states × held rows × band)."""
+        return (self.steps + 1) * CHAIN_STATES * (1 + 2 * self.ages) * self.band_width * 4
 
     @property
     def band_width(self) -> int:
