@@ -50,8 +50,8 @@ def one_decision(
         step=60.0, on_demand_price=3.06, spot_price=0.9731,
     )
     view = deadline_aware.deadline_view(ctx)
-    plan_step = planner._plan_step(ctx, view)
-    planned = deadline_aware._job_shape(ctx, view, plan_step)
+    plan_step = planner.plan_step(ctx, view)
+    planned = deadline_aware.job_shape(ctx, view, plan_step)
     if planned.table_bytes > TOO_BIG:
         return {"skipped": planned.table_bytes / 2**30}
     began = time.perf_counter()

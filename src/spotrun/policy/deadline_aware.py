@@ -52,7 +52,7 @@ class DeadlineAwarePolicy:
         view = deadline_view(ctx)
         if view is None:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
-        step = self._plan_step(ctx, view)
+        step = self.plan_step(ctx, view)
         if view.finished:
             return Keep("work done") if ctx.current is not None else Wait(ctx.now + step, "work done")
         steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
@@ -68,9 +68,11 @@ class DeadlineAwarePolicy:
             return want_on_demand(ctx, why)
         return want_nothing(ctx, step, why)
 
-    def _plan_step(self, ctx: PlacementContext, view: DeadlineView) -> float:
+    def plan_step(self, ctx: PlacementContext, view: DeadlineView) -> float:
+        """The step the plan is made in: the caller's, at least `planning_step`, doubled while the job's table would
+        pass `max_table_bytes`."""
         step = max(ctx.step if ctx.step is not None else 0.0, self.planning_step)
-        while _job_shape(ctx, view, step).table_bytes > self.max_table_bytes:
+        while job_shape(ctx, view, step).table_bytes > self.max_table_bytes:
             step *= 2
         return step
 
@@ -79,7 +81,7 @@ class DeadlineAwarePolicy:
     ) -> tuple[str, str, str | None]:
         """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
         unit = _progress_unit(step, view.overhead)
-        shape = _job_shape(ctx, view, step)
+        shape = job_shape(ctx, view, step)
         log = ctx.spot_log()
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
@@ -176,7 +178,8 @@ def _option_values(
     return mixed
 
 
-def _job_shape(ctx: PlacementContext, view: DeadlineView, step: float) -> JobShape:
+def job_shape(ctx: PlacementContext, view: DeadlineView, step: float) -> JobShape:
+    """The job as the DP sees it, planned in `step`."""
     return JobShape.of(
         step, view.compute, view.deadline - view.started, view.overhead,
         ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO,
