@@ -21,7 +21,7 @@ import sys
 import time
 
 HOUR = 3600.0
-SHAPES = [(24.0, 20.0), (52.0, 48.0), (70.0, 48.0), (200.0, 150.0), (700.0, 300.0)]  # deadline, compute (h)
+SHAPES = [(24.0, 20.0), (52.0, 48.0), (70.0, 48.0), (200.0, 150.0), (336.0, 200.0), (700.0, 300.0)]  # deadline, compute (h)
 
 
 TOO_BIG = 8 << 30
@@ -50,8 +50,8 @@ def one_decision(
         step=60.0, on_demand_price=3.06, spot_price=0.9731,
     )
     view = deadline_aware.deadline_view(ctx)
-    plan_step = planner.plan_step(ctx, view)
-    planned = deadline_aware.job_shape(ctx, view, plan_step)
+    plan_step, unit = planner.plan_grid(ctx, view)
+    planned = deadline_aware.job_shape(ctx, view, plan_step, unit)
     if planned.table_bytes > TOO_BIG:
         return {"skipped": planned.table_bytes / 2**30}
     began = time.perf_counter()
@@ -59,7 +59,7 @@ def one_decision(
     seconds = time.perf_counter() - began
     return {
         "seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "plan_step": round(plan_step), "table_mb": shapes[0].table_bytes / 2**20,
+        "plan_step": round(plan_step), "unit": round(unit), "table_mb": shapes[0].table_bytes / 2**20,
         "decision": type(decision).__name__,
     }
 
@@ -73,8 +73,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one_decision(*args.one, args.planning_step, args.max_table_mb)))
         return
-    print("| deadline / compute | plan step | table | first decide | peak memory | decision |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| deadline / compute | plan step | work unit | table | first decide | peak memory | decision |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for deadline, compute in SHAPES:
         command = [sys.executable, __file__, "--one", str(deadline), str(compute)]
         for option, value in (("--planning-step", args.planning_step), ("--max-table-mb", args.max_table_mb)):
@@ -82,14 +82,14 @@ def main() -> None:
                 command += [option, str(value)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            print(f"| {deadline:g} h / {compute:g} h | failed: {done.stderr.strip().splitlines()[-1:]} |||||")
+            print(f"| {deadline:g} h / {compute:g} h | failed: {done.stderr.strip().splitlines()[-1:]} ||||||")
             continue
         r = json.loads(done.stdout)
         if "skipped" in r:
-            print(f"| {deadline:g} h / {compute:g} h | | {r['skipped']:,.0f} GB: not built | | | |")
+            print(f"| {deadline:g} h / {compute:g} h | | | {r['skipped']:,.0f} GB: not built | | | |")
             continue
-        print(f"| {deadline:g} h / {compute:g} h | {r['plan_step']} s | {r['table_mb']:,.0f} MB | {r['seconds']:.2f} s "
-              f"| {r['peak_mb']:,.0f} MB | {r['decision']} |")
+        print(f"| {deadline:g} h / {compute:g} h | {r['plan_step']} s | {r['unit']} s | {r['table_mb']:,.0f} MB "
+              f"| {r['seconds']:.2f} s | {r['peak_mb']:,.0f} MB | {r['decision']} |")
 
 
 if __name__ == "__main__":

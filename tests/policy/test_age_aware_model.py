@@ -316,11 +316,14 @@ def test_the_controllers_one_minute_questions_are_answered_from_a_plan_in_ten_mi
     assert type(every_minute) is type(every_ten_minutes)
 
 
-def test_a_job_too_long_for_a_ten_minute_plan_plans_in_coarser_steps(tables_built):
+def test_a_long_job_counts_work_in_whole_steps_before_it_plans_in_coarser_ones(tables_built):
     policy = DeadlineAwarePolicy()
-    policy.decide(live_context(700, 300, step=60.0))  # in ten-minute steps its table would hold ~7.8 GB
-    (shape,) = tables_built
-    assert shape.table_bytes <= policy.max_table_bytes and shape.steps < 700 * 6
+    policy.decide(live_context(336, 200, step=60.0))  # work in 2-minute units: a 1.7 GB table
+    policy.decide(live_context(700, 300, step=60.0))  # 7.8 GB, and 1.6 GB in whole ten-minute steps
+    two_weeks, a_month = tables_built
+    assert two_weeks.steps == 336 * 6 and two_weeks.works == (0, 1)  # the 6-minute overhead costs a whole step
+    assert a_month.steps == 700 * 3 and a_month.works == (0, 1)
+    assert max(two_weeks.table_bytes, a_month.table_bytes) <= policy.max_table_bytes
 
 
 def adversarial_traces() -> dict[str, np.ndarray]:
@@ -337,10 +340,12 @@ def adversarial_traces() -> dict[str, np.ndarray]:
     }
 
 
+# A 5 h job's table is ~0.2 MB; the smaller caps make it count work in whole steps, then plan in 20-minute ones.
+@pytest.mark.parametrize("max_table_bytes", [512 << 20, 100_000, 20_000])
 @pytest.mark.parametrize("overhead", [0.1 * HOUR, 0.2 * HOUR])
 @pytest.mark.parametrize("name", list(adversarial_traces()))
-def test_deadline_kept_on_adversarial_traces(name, overhead):
+def test_deadline_kept_on_adversarial_traces(name, overhead, max_table_bytes):
     available = adversarial_traces()[name][None, :]
     job = SimJob(compute_seconds=4 * HOUR, deadline_seconds=5 * HOUR, restart_overhead=overhead)
-    result = run_job(DeadlineAwarePolicy(), ("z",), available, STEP, job)
+    result = run_job(DeadlineAwarePolicy(max_table_bytes=max_table_bytes), ("z",), available, STEP, job)
     assert result.met_deadline, name

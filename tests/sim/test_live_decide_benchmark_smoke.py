@@ -14,11 +14,12 @@ def test_live_decisions_plan_in_ten_minute_steps_with_small_tables() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {m.group(1): m.groups()[1:] for m in re.finditer(
-        r"^\| ([\d.]+ h / [\d.]+ h) \| (\d+) s \| ([\d,]+) MB \| ([\d.]+) s \| ([\d,]+) MB \| (\w+) \|$",
+        r"^\| ([\d.]+ h / [\d.]+ h) \| (\d+) s \| (\d+) s \| ([\d,]+) MB \| ([\d.]+) s \| ([\d,]+) MB \| (\w+) \|$",
         done.stdout, re.MULTILINE,
     )}
-    assert len(rows) == 5, done.stdout
-    step, table_mb, _, _, decision = rows["70 h / 48 h"]
-    assert step == "600" and int(table_mb.replace(",", "")) < 100 and decision == "Keep"
-    step, table_mb, *_ = rows["700 h / 300 h"]
-    assert int(step) > 600 and int(table_mb.replace(",", "")) <= 512
+    assert len(rows) == 6, done.stdout
+    step, unit, table_mb, _, _, decision = rows["70 h / 48 h"]
+    assert (step, unit) == ("600", "120") and int(table_mb.replace(",", "")) < 100 and decision == "Keep"
+    assert rows["336 h / 200 h"][:2] == ("600", "600")  # work in whole steps before coarser steps
+    step, unit, table_mb, *_ = rows["700 h / 300 h"]
+    assert (step, unit) == ("1200", "1200") and int(table_mb.replace(",", "")) <= 512

@@ -38,8 +38,8 @@ class DeadlineAwarePolicy:
     # The plan's step: the caller's (the simulator's tick), but never finer than this. The live controller asks
     # every minute; a plan in 1-minute steps has 10x the steps and 10x the columns of work of one in 10-minute steps
     # (a 70 h job's table: 12 s and ~5 GB instead of 0.1 s and ~70 MB, docs/benchmarks.md), and the spot model was
-    # chosen on 10-minute traces. Jobs so long that even that table would pass `max_table_bytes` plan in coarser
-    # steps (doubled until it fits).
+    # chosen on 10-minute traces. Jobs so long that even that table would pass `max_table_bytes` count work in whole
+    # steps, then plan in coarser steps (`plan_grid`).
     planning_step: float = 600.0
     max_table_bytes: int = 512 << 20
 
@@ -52,13 +52,13 @@ class DeadlineAwarePolicy:
         view = deadline_view(ctx)
         if view is None:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
-        step = self.plan_step(ctx, view)
+        step, unit = self.plan_grid(ctx, view)
         if view.finished:
             return Keep("work done") if ctx.current is not None else Wait(ctx.now + step, "work done")
         steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
         if steps_left <= 0:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")
-        choice, why, likeliest = self._choose(ctx, view, step, steps_left)
+        choice, why, likeliest = self._choose(ctx, view, step, unit, steps_left)
         if choice == "spot":
             answer = want_spot(ctx, why, pick=_zone_picker(likeliest))
             if answer is not None:
@@ -68,20 +68,27 @@ class DeadlineAwarePolicy:
             return want_on_demand(ctx, why)
         return want_nothing(ctx, step, why)
 
-    def plan_step(self, ctx: PlacementContext, view: DeadlineView) -> float:
-        """The step the plan is made in: the caller's, at least `planning_step`, doubled while the job's table would
-        pass `max_table_bytes`."""
+    def plan_grid(self, ctx: PlacementContext, view: DeadlineView) -> tuple[float, float]:
+        """The step the plan is made in and the unit work is counted in: the caller's step (at least
+        `planning_step`) and a unit that divides it and the restart overhead. While the job's table would pass
+        `max_table_bytes`, work is counted in whole steps first (a restart's overhead then rounds up to whole steps,
+        which keeps the deadline, at a small cost in the plan), and only then is the step doubled."""
         step = max(ctx.step if ctx.step is not None else 0.0, self.planning_step)
-        while job_shape(ctx, view, step).table_bytes > self.max_table_bytes:
-            step *= 2
-        return step
+        unit = _progress_unit(step, view.overhead)
+        while job_shape(ctx, view, step, unit).table_bytes > self.max_table_bytes:
+            if unit < step:
+                unit = step
+            elif job_shape(ctx, view, 2 * step, 2 * step).steps >= 1:
+                step = unit = 2 * step
+            else:
+                break
+        return step, unit
 
     def _choose(
-        self, ctx: PlacementContext, view: DeadlineView, step: float, steps_left: int,
+        self, ctx: PlacementContext, view: DeadlineView, step: float, unit: float, steps_left: int,
     ) -> tuple[str, str, str | None]:
         """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
-        unit = _progress_unit(step, view.overhead)
-        shape = job_shape(ctx, view, step)
+        shape = job_shape(ctx, view, step, unit)
         log = ctx.spot_log()
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
@@ -178,12 +185,11 @@ def _option_values(
     return mixed
 
 
-def job_shape(ctx: PlacementContext, view: DeadlineView, step: float) -> JobShape:
-    """The job as the DP sees it, planned in `step`."""
+def job_shape(ctx: PlacementContext, view: DeadlineView, step: float, unit: float) -> JobShape:
+    """The job as the DP sees it, planned in `step` with work counted in `unit`."""
     return JobShape.of(
         step, view.compute, view.deadline - view.started, view.overhead,
-        ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO,
-        _progress_unit(step, view.overhead),
+        ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
     )
 
 

@@ -59,7 +59,10 @@ class JobShape:
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
            unit: float) -> JobShape:
         ages = max(1, math.ceil(overhead / step - 1e-9))
-        works = tuple(round((step - min(max(overhead - a * step, 0.0), step)) / unit) for a in range(ages + 1))
+        # whole units only: when the unit does not divide the overhead, a step's work rounds down (deadline kept)
+        works = tuple(
+            math.floor((step - min(max(overhead - a * step, 0.0), step)) / unit + 1e-9) for a in range(ages + 1)
+        )
         return cls(
             steps=int(math.floor(deadline_span / step + 1e-9)),
             goal=math.ceil(compute / unit - 1e-9),
