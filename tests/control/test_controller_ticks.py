@@ -385,6 +385,35 @@ def test_without_an_estimated_duration_the_step_rate_gives_the_policy_one(world)
     assert placement_context(world.job(job_id), given, ["m-a"], world.clock.now()).estimated_duration == 3 * 3600
 
 
+def test_the_restart_overhead_is_measured_from_when_each_attempt_trained_again(world):
+    spec_text = SPEC.replace("max_wait: 2h", "max_wait: 2h, deadline: 10h")
+    job_id = world.submit(spec_text)
+
+    def overhead():
+        return placement_context(world.job(job_id), parse_spec(spec_text), ["m-a"], world.clock.now()).restart_overhead
+
+    launched = world.clock.now()
+    world.tick()
+    instance = world.attempts(job_id)[0].instance_id
+    alive_for(world, instance, 120)  # booting, then training from step 0 at 1 step/s: its first report at step 60
+    trained_from = world.clock.now() - 60
+    report_steps(world, instance, [60, 160, 260, 360], 100)
+    assert overhead() == pytest.approx(trained_from - launched, abs=1)  # ~60 s from launch to the first step
+
+    world.cloud.reclaim(instance)  # the newest checkpoint reported: step 360
+    world.tick(20)
+    world.tick(20)
+    second = world.attempts(job_id)[-1]
+    world.agent(second.instance_id)("started", {"address": "127.0.0.1"})
+    alive_for(world, second.instance_id, 300)  # 5 minutes to boot and restore, then 40 steps at 1 step/s
+    report_steps(world, second.instance_id, [400, 500, 600], 100)
+    second_overhead = world.clock.now() - 300 - 40 - second.created_at  # its first report came 300 s ago
+    assert overhead() == pytest.approx((trained_from - launched + second_overhead) / 2, abs=2)  # the median of two
+
+    named = parse_spec(spec_text.replace("deadline: 10h", "deadline: 10h, restart_overhead: 2m"))
+    assert placement_context(world.job(job_id), named, ["m-a"], world.clock.now()).restart_overhead == 120
+
+
 def test_the_default_policy_plans_a_deadline_job_from_its_step_rate(world, caplog):
     from spotrun.policy.default import DefaultPolicy
 

@@ -1,5 +1,6 @@
 """The age-aware spot model: hazards learned from hand-made runs, the DP against brute force, the deadline kept."""
 
+import dataclasses
 import math
 from functools import lru_cache
 
@@ -349,3 +350,11 @@ def test_deadline_kept_on_adversarial_traces(name, overhead, max_table_bytes):
     job = SimJob(compute_seconds=4 * HOUR, deadline_seconds=5 * HOUR, restart_overhead=overhead)
     result = run_job(DeadlineAwarePolicy(max_table_bytes=max_table_bytes), ("z",), available, STEP, job)
     assert result.met_deadline, name
+
+
+def test_a_measured_overhead_is_planned_in_whole_minutes(tables_built):
+    ctx = live_context(70, 48, step=60.0)
+    DeadlineAwarePolicy().decide(dataclasses.replace(ctx, restart_overhead=73.4))  # as measured from attempts
+    DeadlineAwarePolicy().decide(dataclasses.replace(ctx, restart_overhead=120.0))
+    measured, whole = tables_built
+    assert measured == whole  # 73.4 s rounds up to 2 minutes: work in 2-minute units, not 10-second ones

@@ -33,6 +33,7 @@ FULL_JOB = dedent(
       preemptions_before_fallback: 5
       fallback_window: 30m
       notice_grace: 45s
+      restart_overhead: 4m
     checkpoint:
       dir: /scratch/ckpt
       store: s3://bucket/jobs/resnet
@@ -74,6 +75,7 @@ def test_full_job_file_is_read_field_by_field():
     assert spec.spot.preemptions_before_fallback == 5
     assert spec.spot.fallback_window == 1800
     assert spec.spot.notice_grace == 45
+    assert spec.spot.restart_overhead == 240
     assert spec.checkpoint == CheckpointSpec(dir="/scratch/ckpt", store="s3://bucket/jobs/resnet", sync_interval=120)
     assert spec.max_restarts_on_error == 0
     assert spec.estimated_duration == 6 * 3600
@@ -191,6 +193,7 @@ def test_env_scalars_become_strings_when_built_from_python():
         ("run: x\nspot:\n  max_wait: abc\n", "spot.max_wait", 3, "must be a duration like 90s, 10m, 2h"),
         ("run: x\nspot:\n  max_wait: -5\n", "spot.max_wait", 3, "must not be negative"),
         ("run: x\nspot:\n  notice_grace: soon\n", "spot.notice_grace", 3, "got 'soon'"),
+        ("run: x\nspot:\n  restart_overhead: -1m\n", "spot.restart_overhead", 3, "must not be negative"),
         ("run: x\nspot:\n  fallback_window: 0\n", "spot.fallback_window", 3, "must be greater than 0"),
         ("run: x\nspot:\n  preemptions_before_fallback: 0\n", "spot.preemptions_before_fallback", 3, "at least 1"),
         ("run: x\nspot:\n  policy: ''\n", "spot.policy", 3, "must not be empty"),

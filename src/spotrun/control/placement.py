@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from spotrun.control.progress import compute_and_progress
+from spotrun.control.progress import compute_and_progress, restart_overhead
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
@@ -23,6 +23,8 @@ def placement_context(
     running-job view (current placement, step, prices)."""
     compute, progress = compute_and_progress(job, spec)
     running.setdefault("progress", progress)
+    overhead = spec.spot.restart_overhead
+    running.setdefault("restart_overhead", overhead if overhead is not None else restart_overhead(job.attempts))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

@@ -4,6 +4,7 @@ when those reports came, the trainer's step rate, which gives a job that named n
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 
 from spotrun.spec import JobSpec
@@ -45,6 +46,24 @@ def step_rate(attempts: Iterable[Attempt]) -> float | None:
     if steps <= 0 or seconds < MIN_RATE_SECONDS:
         return None
     return steps / seconds
+
+
+def restart_overhead(attempts: Iterable[Attempt]) -> float | None:
+    """Seconds from an attempt's launch until its trainer was training again (boot, setup, restore), the median over
+    the job's attempts: when an attempt first reported a checkpoint, less the steps it had made by then past where
+    it started (the newest checkpoint reported before it) at the measured step rate. None until the rate is known
+    and an attempt has reported. Taken with the checkpoints as reported, so a last checkpoint its predecessor wrote
+    but never reported makes the estimate short by the steps it saved."""
+    rate = step_rate(attempts)
+    if rate is None:
+        return None
+    samples, restored = [], 0
+    for attempt in sorted(attempts, key=lambda a: a.number):
+        if attempt.first_checkpoint_at is not None and attempt.first_checkpoint_step is not None:
+            resumed_at = attempt.first_checkpoint_at - max(attempt.first_checkpoint_step - restored, 0) / rate
+            samples.append(max(resumed_at - attempt.created_at, 0.0))
+        restored = max(restored, attempt.checkpoint_step or 0)
+    return statistics.median(samples) if samples else None
 
 
 def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float | None]:

@@ -26,6 +26,7 @@ from spotrun.policy.run_ages import RunHazards, current_age, estimate_hazards
 from spotrun.policy.zones import longest_lived_zone
 
 P3_2XLARGE_SPOT_RATIO = 0.9731 / 3.06
+OVERHEAD_GRAIN = 60.0  # seconds: restart overheads are planned in whole minutes, rounded up
 CHOICE_ORDER = ("idle", "spot", "on-demand")  # tie-break after "keep what is held"
 
 
@@ -74,7 +75,7 @@ class DeadlineAwarePolicy:
         `max_table_bytes`, work is counted in whole steps first (a restart's overhead then rounds up to whole steps,
         which keeps the deadline, at a small cost in the plan), and only then is the step doubled."""
         step = max(ctx.step if ctx.step is not None else 0.0, self.planning_step)
-        unit = _progress_unit(step, view.overhead)
+        unit = _progress_unit(step, planned_overhead(view))
         while job_shape(ctx, view, step, unit).table_bytes > self.max_table_bytes:
             if unit < step:
                 unit = step
@@ -188,9 +189,15 @@ def _option_values(
 def job_shape(ctx: PlacementContext, view: DeadlineView, step: float, unit: float) -> JobShape:
     """The job as the DP sees it, planned in `step` with work counted in `unit`."""
     return JobShape.of(
-        step, view.compute, view.deadline - view.started, view.overhead,
+        step, view.compute, view.deadline - view.started, planned_overhead(view),
         ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
     )
+
+
+def planned_overhead(view: DeadlineView) -> float:
+    """The restart overhead rounded up to whole minutes: a measured one (e.g. 73.4 s) would otherwise leave no
+    common unit with the step but a second, and a table 10x the size of one in 2-minute units."""
+    return math.ceil(view.overhead / OVERHEAD_GRAIN - 1e-9) * OVERHEAD_GRAIN
 
 
 def _progress_unit(step: float, overhead: float) -> float:
