@@ -4,7 +4,6 @@ when those reports came, the trainer's step rate, which gives a job that named n
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 
 from spotrun.spec import JobSpec
@@ -49,11 +48,13 @@ def step_rate(attempts: Iterable[Attempt]) -> float | None:
 
 
 def restart_overhead(attempts: Iterable[Attempt]) -> float | None:
-    """Seconds from an attempt's launch until its trainer was training again (boot, setup, restore), the median over
-    the job's attempts: when an attempt first reported a checkpoint, less the steps it had made by then past where
-    it started (the newest checkpoint reported before it) at the measured step rate. None until the rate is known
-    and an attempt has reported. Taken with the checkpoints as reported, so a last checkpoint its predecessor wrote
-    but never reported makes the estimate short by the steps it saved."""
+    """Seconds from an attempt's launch until its trainer was training again (boot, setup, restore), the longest
+    over the job's attempts: when an attempt first reported a checkpoint, less the steps it had made by then past
+    where it started (the newest checkpoint reported before it) at the measured step rate. None until the rate is
+    known and an attempt has reported.
+
+    The longest, not a typical one: a deadline plan counts on a restart costing no more than this, and the estimate
+    itself runs short when a predecessor's last checkpoint was written but never reported (by the steps it saved)."""
     rate = step_rate(attempts)
     if rate is None:
         return None
@@ -63,7 +64,7 @@ def restart_overhead(attempts: Iterable[Attempt]) -> float | None:
             resumed_at = attempt.first_checkpoint_at - max(attempt.first_checkpoint_step - restored, 0) / rate
             samples.append(max(resumed_at - attempt.created_at, 0.0))
         restored = max(restored, attempt.checkpoint_step or 0)
-    return statistics.median(samples) if samples else None
+    return max(samples, default=None)
 
 
 def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float | None]:
