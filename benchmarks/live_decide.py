@@ -60,7 +60,7 @@ def one_decision(
     return {
         "seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "plan_step": round(plan_step), "unit": round(unit), "table_mb": shapes[0].table_bytes / 2**20,
-        "decision": type(decision).__name__,
+        "decision": f"{type(decision).__name__}: {decision.reason}",
     }
 
 

@@ -14,7 +14,7 @@ def test_live_decisions_plan_in_ten_minute_steps_with_small_tables() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {m.group(1): m.groups()[1:] for m in re.finditer(
-        r"^\| ([\d.]+ h / [\d.]+ h) \| (\d+) s \| (\d+) s \| ([\d,]+) MB \| ([\d.]+) s \| ([\d,]+) MB \| (\w+) \|$",
+        r"^\| ([\d.]+ h / [\d.]+ h) \| (\d+) s \| (\d+) s \| ([\d,]+) MB \| ([\d.]+) s \| ([\d,]+) MB \| (\w+): [^|]+ \|$",
         done.stdout, re.MULTILINE,
     )}
     assert len(rows) == 6, done.stdout

@@ -24,7 +24,9 @@ from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
-from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementPolicy, Wait, get_policy
+from spotrun.policy import (
+    GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy,
+)
 from spotrun.policy.default import backoff_delay
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
 from spotrun.providers import QuotaExceeded, get_provider
@@ -326,22 +328,13 @@ class Controller:
         new instance is launched first, and the job keeps running where it is until that instance is up (see
         spotrun.control.moves)."""
         spec = JobSpec.model_validate(job.spec)
-        if not _may_move(spec, attempt) or now - self._reconsidered_at.get(job.id, 0.0) < self.settings.reconsider_every:
+        if not _may_move(spec, attempt) or not self.reconsider_due(job.id, now):
             return
-        self._reconsidered_at[job.id] = now
         policy = self.policy(spec)
         if not hasattr(policy, "decide") or self._moves.backing_off(job.id, now):
             return
-        zones = self.provider(attempt.provider).zones(attempt.instance_type)
         with self.store.session() as session:
-            fresh = session.get(Job, job.id)
-            ctx = placement_context(
-                fresh, spec, zones, now, market=self.market_tries(session, fresh, spec, now),
-                current=Placement(attempt.zone, attempt.market, attempt.started_at or now),  # type: ignore[arg-type]
-                step=self.settings.reconsider_every,
-                spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
-                on_demand_price=attempt.on_demand_price_per_hour,
-            )
+            ctx = self.running_context(session, session.get(Job, job.id), spec, attempt, attempt.started_at or now, now)
         decision = policy.decide(ctx)
         if isinstance(decision, Keep):
             return
@@ -355,6 +348,28 @@ class Controller:
             self._moves.start(job.id, attempt.id, decision)
         else:  # Wait: stop paying for the instance; the job is placed again (and waits) once its trainer saved
             self.request_move(attempt.id, decision.reason)
+
+    def reconsider_due(self, job_id: int, now: float) -> bool:
+        """Whether `reconsider_every` has passed since the job's policy was last asked about it running; if so, it
+        counts as asked now."""
+        if now - self._reconsidered_at.get(job_id, 0.0) < self.settings.reconsider_every:
+            return False
+        self._reconsidered_at[job_id] = now
+        return True
+
+    def running_context(
+        self, session, job: Job, spec: JobSpec, attempt: Attempt, since: float, now: float, **extra
+    ) -> PlacementContext:
+        """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
+        `reconsider_every`, at that attempt's prices."""
+        return placement_context(
+            job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
+            market=self.market_tries(session, job, spec, now),
+            current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
+            step=self.settings.reconsider_every,
+            spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
+            on_demand_price=attempt.on_demand_price_per_hour, **extra,
+        )
 
     def request_move(self, attempt_id: int, reason: str) -> None:
         """Ask the attempt's agent (in its next heartbeat's answer) to checkpoint and stop, so the job can move."""

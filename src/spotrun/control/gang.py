@@ -28,7 +28,7 @@ from spotrun.control import records
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
-from spotrun.policy import GiveUp, Launch, Placement, Wait
+from spotrun.policy import GiveUp, Launch, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Generation, Job, add_event
@@ -89,7 +89,6 @@ class GangDriver:
 
     def __init__(self, controller: Controller) -> None:
         self.c = controller
-        self._reconsidered_at: dict[int, float] = {}
 
     def drive(self, job_id: int) -> None:
         self._finish_ending_nodes(job_id)
@@ -244,21 +243,13 @@ class GangDriver:
                 return
             nodes = open_attempts(session, job_id)
             on_spot = all(a.state == "running" and a.market == "spot" for a in nodes)
-            if generation.state != "running" or not nodes or not on_spot:
+            if generation.state != "running" or not nodes or not on_spot or not self.c.reconsider_due(job_id, now):
                 return
-            if now - self._reconsidered_at.get(job_id, 0.0) < self.c.settings.reconsider_every:
-                return
-            self._reconsidered_at[job_id] = now
             policy = self.c.policy(spec)
             if not hasattr(policy, "decide"):
                 return
             youngest = max(a.started_at or now for a in nodes)  # the gang has had spot since its youngest node came
-            ctx = placement_context(
-                job, spec, self.c.provider(spec.resources.cloud).zones(spec.resources.instance_type), now,
-                market=self.c.market_tries(session, job, spec, now), current=Placement(nodes[0].zone, "spot", youngest),
-                step=self.c.settings.reconsider_every, spot_price=nodes[0].price_per_hour,
-                on_demand_price=nodes[0].on_demand_price_per_hour, moves_drain_first=True,
-            )
+            ctx = self.c.running_context(session, job, spec, nodes[0], youngest, now, moves_drain_first=True)
             decision = policy.decide(ctx)
             if not (isinstance(decision, Launch) and decision.market == "on-demand"):
                 return  # a gang keeps its spot until it is taken, or the deadline needs on-demand

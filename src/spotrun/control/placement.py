@@ -23,8 +23,9 @@ def placement_context(
     running-job view (current placement, step, prices)."""
     compute, progress = compute_and_progress(job, spec)
     running.setdefault("progress", progress)
-    overhead = spec.spot.restart_overhead
-    running.setdefault("restart_overhead", overhead if overhead is not None else restart_overhead(job.attempts))
+    if spec.spot.deadline is not None:  # only deadline plans weigh what a restart costs
+        overhead = spec.spot.restart_overhead
+        running.setdefault("restart_overhead", overhead if overhead is not None else restart_overhead(job.attempts))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

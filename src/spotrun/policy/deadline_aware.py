@@ -38,7 +38,7 @@ class DeadlineAwarePolicy:
     prior_runs: float = 12.0  # weight of that prior, in runs (12: chosen leave-one-trace-out, docs/benchmarks.md)
     # The plan's step: the caller's (the simulator's tick), but never finer than this. The live controller asks
     # every minute; a plan in 1-minute steps has 10x the steps and 10x the columns of work of one in 10-minute steps
-    # (a 70 h job's table: 12 s and ~5 GB instead of 0.1 s and ~70 MB, docs/benchmarks.md), and the spot model was
+    # (a 70 h job's table: 12 s and ~5 GB instead of 0.1 s and ~60 MB, docs/benchmarks.md), and the spot model was
     # chosen on 10-minute traces. Jobs so long that even that table would pass `max_table_bytes` count work in whole
     # steps, then plan in coarser steps (`plan_grid`).
     planning_step: float = 600.0

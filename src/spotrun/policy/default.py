@@ -3,7 +3,9 @@
 Without a deadline (or without an estimated duration, or with ``fallback: wait``): spot first, zones ordered by the
 latest news of spot there from every job's tries (`zones.zone_order`), back off when all are out, on-demand once spot
 keeps getting taken away, and back to spot after a while (one fallback window, doubling with each return that ended
-on on-demand again) in a zone with no bad news, the on-demand instance running until the spot one is up. With a deadline and an estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform Progress.
+on on-demand again) in a zone with no bad news, the on-demand instance running until the spot one is up. With a
+deadline and an estimated duration: the deadline-aware policy (`spotrun.policy.deadline_aware`), which beats Uniform
+Progress.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from spotrun.policy.placement import PastAttempt, PlacementContext
 
 # How long a refusal or a preemption keeps its zone at the end of the order: the deadline-aware policy's prior mean gap
 ZONE_NEWS_LASTS = 3600.0
-NO_NEWS, BAD_NEWS = (1, 0.0), 2  # a zone's rank in the order: 0 spot is there, 1 no news, 2 refused or lost lately
+SPOT_THERE, NO_NEWS, BAD_NEWS = 0, 1, 2  # a zone's rank in the order: spot is there, no news, refused or lost lately
 
 
 def zone_order(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
@@ -20,7 +20,7 @@ def zone_order(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> li
 
 
 def _by_news(ctx: PlacementContext, news: dict[str, tuple[int, float]]) -> list[str]:
-    return sorted(_own_order(ctx), key=lambda zone: news.get(zone, NO_NEWS))
+    return sorted(_own_order(ctx), key=lambda zone: news.get(zone, (NO_NEWS, 0.0)))
 
 
 def _own_order(ctx: PlacementContext) -> list[str]:
@@ -36,7 +36,7 @@ def _own_order(ctx: PlacementContext) -> list[str]:
 def zones_without_bad_news(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
     """`zone_order`'s zones, best first, but none where spot was refused or taken away within `news_lasts`."""
     news = _spot_news(ctx, news_lasts)
-    return [zone for zone in _by_news(ctx, news) if news.get(zone, NO_NEWS)[0] < BAD_NEWS]
+    return [zone for zone in _by_news(ctx, news) if news.get(zone, (NO_NEWS, 0.0))[0] != BAD_NEWS]
 
 
 def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int, float]]:
@@ -48,7 +48,7 @@ def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int,
         runs = log.zone(zone)
         if ctx.now - runs.last_seen > news_lasts:
             continue
-        news[zone] = (0, 0.0) if runs.available else (BAD_NEWS, runs.last_seen)
+        news[zone] = (SPOT_THERE, 0.0) if runs.available else (BAD_NEWS, runs.last_seen)
     return news
 
 
