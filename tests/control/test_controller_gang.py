@@ -3,22 +3,10 @@ give-back, generations started, stopped and counted."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
-from memory_cloud import MemoryCloud  # noqa: E402  (tests/control is on sys.path via conftest)
-from spotrun.policy import Keep, Launch
+from gang_world import GANG, generations, open_by_rank, report_in  # noqa: E402  (tests/control is on sys.path)
+from memory_cloud import MemoryCloud  # noqa: E402
 from spotrun.providers import NoCapacity
-from spotrun.state import Generation
 from world import World  # noqa: E402
-
-GANG = """
-name: gang
-run: "true"
-resources: {cloud: local, instance_type: local.cpu, nodes: 3}
-spot: {zones: [m-a, m-b, m-c], preemptions_before_fallback: 3}
-distributed: {gang_timeout: 30s}
-max_restarts_on_error: 1
-"""
 
 
 class LimitedCloud(MemoryCloud):
@@ -32,23 +20,6 @@ class LimitedCloud(MemoryCloud):
         if request.zone == self.small_zone and self.find_by_token(request.client_token) is None and len(live) >= 2:
             raise NoCapacity(f"only {len(live)} spot instances fit in {request.zone}")
         return super().launch(request)
-
-
-def generations(world: World, job_id: int = 1) -> list[Generation]:
-    with world.store.session() as session:
-        found = list(session.scalars(select(Generation).where(Generation.job_id == job_id).order_by(Generation.number)))
-        session.expunge_all()
-        return found
-
-
-def open_by_rank(world: World) -> dict:
-    return {a.node_rank: a for a in world.attempts(1) if a.ended_at is None}
-
-
-def report_in(world: World, ranks=(0, 1, 2)) -> None:
-    for rank, attempt in open_by_rank(world).items():
-        if rank in ranks:
-            world.agent(attempt.instance_id)("started", {"address": f"10.0.0.{attempt.number}", "port": 29500 + rank})
 
 
 def test_a_refused_node_gives_the_gang_back_and_it_is_placed_elsewhere_whole(store, tmp_path) -> None:
@@ -179,120 +150,3 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_replaced_without_counting(stor
     job = world.job(1)
     assert generations(world)[0].end_reason == "interrupted" and job.restarts_on_error == 0 and job.preemptions == 0
     assert open_by_rank(world)[1].id != nodes[1].id
-
-
-DEADLINE_GANG = GANG.replace(
-    "preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, deadline: 10h, policy: scripted}"
-) + "estimated_duration: 5h\n"
-
-
-def alive_for(world: World, nodes: dict, seconds: float) -> None:
-    """Let `seconds` pass in ticks of 20 s, every node's agent heartbeating."""
-    for _ in range(int(seconds // 20)):
-        for node in nodes.values():
-            world.agent(node.instance_id)("heartbeat", {})
-        world.tick(20)
-
-
-def running_deadline_gang(world: World, scripted) -> dict:
-    scripted.answer = Keep("spot is fine")
-    world.submit(DEADLINE_GANG)
-    world.tick()
-    report_in(world)
-    world.tick()
-    nodes = open_by_rank(world)
-    assert generations(world)[0].state == "running" and {a.market for a in nodes.values()} == {"spot"}
-    return nodes
-
-
-def stopped(world: World, node) -> None:
-    """The node's agent ends its attempt after a stop the controller asked, as after a notice: "resume me"."""
-    world.agent(node.instance_id)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
-
-
-def ask_for_on_demand(world: World, scripted, nodes: dict) -> None:
-    scripted.answer = scripted.placement = Launch("m-a", "on-demand", "the deadline is near")
-    alive_for(world, nodes, 61)
-
-
-def test_a_gang_on_spot_whose_deadline_needs_on_demand_stops_every_rank_and_is_placed_again_whole(world, scripted):
-    nodes = running_deadline_gang(world, scripted)
-    alive_for(world, nodes, 61)
-    assert scripted.asked >= 1 and scripted.last_context.moves_drain_first
-    assert scripted.last_context.current.market == "spot" and generations(world)[0].state == "running"
-
-    ask_for_on_demand(world, scripted, nodes)
-    first = generations(world)[0]
-    assert first.state == "stopping" and "to on-demand: the deadline is near" in first.stop_reason
-    for node in nodes.values():
-        reply = world.agent(node.instance_id)("heartbeat", {})
-        assert "the deadline is near" in reply["stop"] and reply["gang"]["state"] == "stopping"
-    for node in nodes.values():  # every rank saved the agreed step and exited "resume me"
-        world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
-    world.tick()
-    assert generations(world)[0].end_reason == "moved" and world.job(1).restarts_on_error == 0
-    assert len(world.attempts(1)) == 3, "nothing is placed while the nodes are still stopping"
-
-    for node in nodes.values():  # the agents end their attempts, as after any stop the controller asks
-        stopped(world, node)
-    world.tick()
-    assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
-    placed = open_by_rank(world)
-    assert sorted(placed) == [0, 1, 2] and {(a.zone, a.market) for a in placed.values()} == {("m-a", "on-demand")}
-    job = world.job(1)
-    assert job.preemptions == 0 and job.restarts_on_error == 0 and len(world.cloud.running()) == 3
-
-    report_in(world)
-    world.tick()
-    assert generations(world)[1].state == "running"
-    asked = scripted.asked
-    alive_for(world, open_by_rank(world), 121)
-    assert scripted.asked == asked, "a gang on on-demand is not put to its policy again"
-
-
-def test_a_node_reclaimed_while_the_gang_stops_to_move_still_sends_the_whole_gang_to_placement(world, scripted):
-    nodes = running_deadline_gang(world, scripted)
-    ask_for_on_demand(world, scripted, nodes)
-    world.cloud.reclaim(nodes[1].instance_id)
-    for rank in (0, 2):
-        stopped(world, nodes[rank])
-    world.tick()
-    ends = {a.node_rank: a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}}
-    assert ends == {0: "migrated", 1: "preempted", 2: "migrated"}
-    assert generations(world)[0].end_reason == "interrupted"
-    placed = open_by_rank(world)
-    assert sorted(placed) == [0, 1, 2] and {a.market for a in placed.values()} == {"on-demand"}
-    assert world.job(1).preemptions == 1 and world.job(1).restarts_on_error == 0
-
-
-def test_a_node_that_does_not_stop_in_time_is_ended_and_the_move_goes_on(world, scripted):
-    nodes = running_deadline_gang(world, scripted)
-    ask_for_on_demand(world, scripted, nodes)
-    for rank in (0, 1):
-        stopped(world, nodes[rank])
-    for _ in range(6):  # node 2 keeps beating but never stops its command (grace 30 s + 15 s margin by default)
-        world.agent(nodes[2].instance_id)("heartbeat", {})
-        world.tick(20)
-    assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
-    assert world.cloud.instances[nodes[2].instance_id].state == "terminated"
-    world.tick()
-    assert generations(world)[0].end_reason == "moved"
-    assert {a.market for a in open_by_rank(world).values()} == {"on-demand"}
-    assert world.job(1).restarts_on_error == 0
-
-
-def test_the_gang_is_placed_again_only_once_every_stopping_node_has_ended(world, scripted):
-    nodes = running_deadline_gang(world, scripted)
-    ask_for_on_demand(world, scripted, nodes)
-    for rank in (0, 1):  # their ranks have exited; their agents have not ended the attempts yet
-        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
-    stopped(world, nodes[2])
-    world.tick()
-    world.tick()
-    assert generations(world)[0].end_reason == "moved"
-    assert len(world.attempts(1)) == 3, "no slot is filled in the zone of nodes that are leaving"
-    for rank in (0, 1):
-        stopped(world, nodes[rank])
-    world.tick()
-    placed = open_by_rank(world)
-    assert sorted(placed) == [0, 1, 2] and {a.market for a in placed.values()} == {"on-demand"}

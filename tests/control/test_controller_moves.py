@@ -171,7 +171,7 @@ def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_swee
         raise Crash()
 
     world.agent(old)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
-    monkeypatch.setattr(world.controller._moves, "drive", crash)
+    monkeypatch.setattr(world.controller.moves, "drive", crash)
     with pytest.raises(Crash):
         world.tick()
     assert world.job(job_id).state == "SUCCEEDED" and world.cloud.describe(standby).state == "running"

@@ -56,6 +56,18 @@ def test_all_zones_empty_twice_falls_back_to_on_demand():
     assert isinstance(decision, Launch) and decision.market == "on-demand"
 
 
+def test_a_gangs_nodes_given_back_after_another_node_was_refused_count_neither_as_run_nor_as_miss():
+    def refused_gang(zone):  # node 0 refused, nodes 1 and 2 given back unlaunched
+        return [miss(zone), PastAttempt(zone, "spot", 9_000.0, None, 9_000.0, "released"),
+                PastAttempt(zone, "spot", 9_000.0, None, 9_000.0, "released")]
+
+    history = [attempt for zone in ZONES for attempt in refused_gang(zone)]
+    waited = DefaultPolicy().place(ctx(history))
+    assert isinstance(waited, Wait), "one whole round without capacity, as for a single node"
+    fell_back = DefaultPolicy().place(ctx(history * 2, capacity_rounds=1))
+    assert isinstance(fell_back, Launch) and fell_back.market == "on-demand"
+
+
 def test_with_fallback_wait_it_never_goes_on_demand():
     history = [miss(z) for z in ZONES] * 3
     decision = DefaultPolicy().place(ctx(history, capacity_rounds=2, fallback="wait"))

@@ -1,6 +1,6 @@
 """End to end on one machine: running jobs moved by their policy, with the real controller daemon (in this process,
 so that a scripted policy can be registered), local cloud and agents: a single node make-before-break (the digits
-trainer), and a two-node DDP gang to on-demand, draining first."""
+trainer), and a two-node DDP gang from on-demand to spot in another zone, through a standby gang."""
 
 from __future__ import annotations
 
@@ -39,22 +39,6 @@ class OnDemandThenSpotElsewhere:
         return Keep("stay")
 
 
-class SpotThenOnDemand:
-    """Places on spot; once the trainers have checkpointed, wants on-demand (as a deadline drawing near would)."""
-
-    name = "spot_then_on_demand"
-
-    def __init__(self, **_):
-        pass
-
-    def place(self, ctx):
-        moved = any(past.end_reason == "migrated" for past in ctx.history)
-        return Launch(ctx.zones[0], "on-demand" if moved else "spot", "scripted")
-
-    def decide(self, ctx):
-        return Launch(ctx.zones[0], "on-demand", "the deadline is near") if ctx.progress else Keep("stay")
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     home = tmp_path / "home"
@@ -62,7 +46,7 @@ def home(tmp_path, monkeypatch):
                         "SPOTRUN_BACKOFF_BASE": "1"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SPOTRUN_DATABASE_URL", raising=False)
-    for scripted in (OnDemandThenSpotElsewhere, SpotThenOnDemand):
+    for scripted in (OnDemandThenSpotElsewhere,):
         monkeypatch.setitem(policy._POLICIES, scripted.name, scripted)
     yield home
     cloud = LocalProvider(home / "local-cloud")
@@ -116,11 +100,13 @@ def test_a_job_moved_make_before_break_resumes_exactly_on_the_new_instance(home,
     assert final_result(home, job_id)["sha256"] == reference["sha256"]
 
 
-def test_a_gang_moved_to_on_demand_stops_every_rank_at_one_step_and_ends_with_the_uninterrupted_weights(home, tmp_path):
+def test_a_gang_moved_from_on_demand_to_spot_trains_on_until_its_standbys_are_up_and_ends_with_the_same_weights(
+    home, tmp_path
+):
     reference = reference_ddp(tmp_path, nodes=2, epochs=10)
     spec_file = ddp_job(tmp_path, nodes=2, epochs=10, extra="estimated_duration: 1m\n")
     spec_file.write_text(spec_file.read_text().replace(
-        "spot: {preemptions_before_fallback: 5}", "spot: {policy: spot_then_on_demand, deadline: 1h}"
+        "spot: {preemptions_before_fallback: 5}", "spot: {policy: on_demand_then_spot, deadline: 1h}"
     ))
     store = Store()
     job_id = jobs.submit(store, load_spec(spec_file), time.time(), spec_dir=spec_file.parent)
@@ -131,11 +117,15 @@ def test_a_gang_moved_to_on_demand_stops_every_rank_at_one_step_and_ends_with_th
         tries = session.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.number).all()
         ended = session.query(Generation).filter_by(job_id=job_id).order_by(Generation.number).all()
         kinds = [e.kind for e in session.query(Event).filter_by(job_id=job_id).order_by(Event.id)]
+    old, new = tries[:2], tries[2:]
     assert [(a.node_rank, a.market, a.end_reason) for a in tries] == [
-        (0, "spot", "migrated"), (1, "spot", "migrated"), (0, "on-demand", "succeeded"), (1, "on-demand", "succeeded"),
+        (0, "on-demand", "migrated"), (1, "on-demand", "migrated"), (0, "spot", "succeeded"), (1, "spot", "succeeded"),
     ]
-    assert [g.end_reason for g in ended] == ["moved", "succeeded"] and "to on-demand" in ended[0].stop_reason
-    assert kinds.count("move_requested") == 2
+    assert [a.standby_for for a in new] == [a.id for a in old] and new[0].zone != old[0].zone
+    # made before broken: both new nodes' agents were up before the old ranks were asked to stop
+    assert max(a.agent_started_at for a in new) < min(a.notice_at for a in old)
+    assert [g.end_reason for g in ended] == ["moved", "succeeded"] and "to spot in" in ended[0].stop_reason
+    assert kinds.count("move_started") == 1 and kinds.count("move_requested") == 2
     assert job.preemptions == 0 and job.restarts_on_error == 0
     log_text = attempt_log_path(job_id, 3).read_text()
     resumed = [int(step) for step in re.findall(r"rank \d+: first step (\d+) done", log_text)]

@@ -19,7 +19,7 @@ from spotrun.control import records
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
-from spotrun.control.moves import MoveDriver
+from spotrun.control.moves import MoveDriver, may_move
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import TERMINAL, JobState
@@ -58,13 +58,6 @@ class ControllerSettings:
     market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
 
 
-def _may_move(spec: JobSpec, attempt: Attempt) -> bool:
-    """Whether a running job's policy may want it elsewhere: with a deadline, or on on-demand while it would
-    rather run on spot. A job on spot without a deadline stays where it is until spot is taken away."""
-    fell_back = attempt.market == "on-demand" and spec.spot.use_spot and spec.spot.fallback == "on-demand"
-    return spec.spot.deadline is not None or fell_back
-
-
 class Controller:
     def __init__(
         self,
@@ -89,7 +82,7 @@ class Controller:
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
         self._gang = GangDriver(self)
-        self._moves = MoveDriver(self)
+        self.moves = MoveDriver(self)
 
     # ---- the loop body -------------------------------------------------------------------------------------
 
@@ -128,7 +121,7 @@ class Controller:
         else:
             self._watch(job, attempt, moving=standby is not None)
         if standby is not None:
-            self._moves.drive(standby.id)
+            self.moves.drive(standby.id)
 
     # ---- no attempt open: place the job, or end it ---------------------------------------------------------
 
@@ -328,10 +321,10 @@ class Controller:
         new instance is launched first, and the job keeps running where it is until that instance is up (see
         spotrun.control.moves)."""
         spec = JobSpec.model_validate(job.spec)
-        if not _may_move(spec, attempt) or not self.reconsider_due(job.id, now):
+        if not may_move(spec, attempt.market) or not self.reconsider_due(job.id, now):
             return
         policy = self.policy(spec)
-        if not hasattr(policy, "decide") or self._moves.backing_off(job.id, now):
+        if not hasattr(policy, "decide") or self.moves.backing_off(job.id, now):
             return
         with self.store.session() as session:
             ctx = self.running_context(session, session.get(Job, job.id), spec, attempt, attempt.started_at or now, now)
@@ -345,7 +338,7 @@ class Controller:
             self._finish_attempt(attempt.id)
             return
         if isinstance(decision, Launch):
-            self._moves.start(job.id, attempt.id, decision)
+            self.moves.start(job.id, attempt.id, decision)
         else:  # Wait: stop paying for the instance; the job is placed again (and waits) once its trainer saved
             self.request_move(attempt.id, decision.reason)
 
@@ -426,7 +419,7 @@ class Controller:
             # the command started and ended between two ticks: it did run
             records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
         self._after_attempt(session, attempt.job, attempt.end_reason, now)
-        self._moves.after_predecessor_end(session, attempt, now)
+        self.moves.after_predecessor_end(session, attempt, now)
 
     def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:
         instance = session.get(Instance, attempt.instance_id)
@@ -464,7 +457,7 @@ class Controller:
         """Terminate instances whose attempt has already ended (e.g. a terminate lost in a crash), and end the
         attempts still open of jobs that have ended."""
         try:
-            self._moves.end_leftovers()
+            self.moves.end_leftovers()
         except Exception:
             log.exception("ending the attempts left open by ended jobs failed")
         for name, provider in list(self._providers.items()):

@@ -8,10 +8,10 @@ from the newest checkpoint all of them committed (the SDK's distributed commit).
 address. A launch refused for any slot, or a gang still incomplete after `distributed.gang_timeout`, gives back
 every instance the gang holds, and the whole gang is placed again by the policy.
 
-A gang with a deadline that runs on spot is put to its policy every `reconsider_every` seconds, as a single node is;
-when the policy wants on-demand (the deadline is getting close), every node is asked to stop, the ranks commit one
-checkpoint, and the whole gang is placed again. Unlike a single node's, such a move drains first: N standby
-instances would each have to boot and hold, and a move to on-demand is not refused for want of spot.
+A running gang is put to its policy every `reconsider_every` seconds, as a single node is, when it has a deadline or
+fell back to on-demand; when the policy wants it elsewhere, a standby gang is launched there and takes over once
+every one of its nodes is up (spotrun.control.gang_moves). When the policy wants it to wait, every rank is asked to
+stop, the ranks commit one checkpoint, and the whole gang is placed again.
 
 Every step reads the store afresh and records before it acts, as the single-node controller does, so a tick
 killed anywhere is repeated safely.
@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from spotrun.control import records
+from spotrun.control.gang_moves import GangMoveDriver
+from spotrun.control.gang_records import latest_generation, open_attempts, split_standbys, stop_generation
+from spotrun.control.moves import may_move
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
-from spotrun.policy import GiveUp, Launch, Wait
+from spotrun.policy import GiveUp, Keep, Launch, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Generation, Job, add_event
@@ -39,20 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("spotrun.controller.gang")
 
 PREEMPTED_EXIT_CODE = 75  # the SDK's "saved after a stop request, resume me" (spotrun.sdk is not imported here)
-
-
-def open_attempts(session, job_id: int) -> list[Attempt]:
-    return list(
-        session.scalars(
-            select(Attempt).where(Attempt.job_id == job_id, Attempt.ended_at.is_(None)).order_by(Attempt.node_rank)
-        )
-    )
-
-
-def latest_generation(session, job_id: int) -> Generation | None:
-    return session.scalars(
-        select(Generation).where(Generation.job_id == job_id).order_by(Generation.number.desc())
-    ).first()
 
 
 def assignment(session, attempt: Attempt) -> dict[str, Any] | None:
@@ -89,12 +76,14 @@ class GangDriver:
 
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        self._moves = GangMoveDriver(controller)
 
     def drive(self, job_id: int) -> None:
         self._finish_ending_nodes(job_id)
         self._launch_pending_nodes(job_id)
         self._watch_nodes(job_id)
         self._steer_generation(job_id)
+        self._moves.drive(job_id)
         self._reconsider(job_id)
         self._advance(job_id)
         self._launch_pending_nodes(job_id)  # what _advance placed just now
@@ -103,13 +92,13 @@ class GangDriver:
 
     def _finish_ending_nodes(self, job_id: int) -> None:
         with self.c.store.session() as session:
-            ending = [a.id for a in open_attempts(session, job_id) if a.state == "ending"]
+            ending = [a.id for a in _nodes(session, job_id) if a.state == "ending"]
         for attempt_id in ending:
             self.c.finish_attempt(attempt_id, self._after_node)
 
     def _launch_pending_nodes(self, job_id: int) -> None:
         with self.c.store.session() as session:
-            pending = [a.id for a in open_attempts(session, job_id) if a.instance_id is None]
+            pending = [a.id for a in _nodes(session, job_id) if a.instance_id is None]
         for attempt_id in pending:
             refusal = self.c.try_launch(attempt_id)
             if refusal is not None:
@@ -120,7 +109,7 @@ class GangDriver:
         """One slot cannot be had: give back the rest, and let the policy place the whole gang again."""
         with self.c.store.session() as session:
             refused = session.get(Attempt, refused_id)
-            others = [a.id for a in open_attempts(session, job_id) if a.id != refused_id]
+            others = [a.id for a in open_attempts(session, job_id) if a.id != refused_id]  # standbys too
             message = f"node {refused.node_rank} could not be launched ({refusal}); giving back the gang's other nodes"
         self._end_nodes(others, Verdict("released", message))
         self.c.record_launch_refusal(refused_id, refusal, back_off_job=True)
@@ -129,7 +118,7 @@ class GangDriver:
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-            placed = [a for a in open_attempts(session, job_id) if a.instance_id is not None and a.state != "ending"]
+            placed = [a for a in _nodes(session, job_id) if a.instance_id is not None and a.state != "ending"]
         for attempt in placed:
             verdict = judge_attempt(job, attempt, self.c.describe(attempt), now, self.c.settings, self.c.started_at)
             if verdict is not None and verdict.end_reason is not None:
@@ -183,7 +172,7 @@ class GangDriver:
             migrated = [r for r in gone if members[r].end_reason == "migrated"]
             moving = bool(migrated) or any(a.state == "draining" for r, a in members.items() if r not in gone)
             if generation.state == "running" and (gone or failed or noticed):
-                self._stop_generation(session, generation, _stop_reason(gone, failed, noticed), now)
+                stop_generation(session, generation, _stop_reason(gone, failed, noticed), now)
             if len(gone) + len(exit_codes) == len(members):
                 reason = generation_end_reason([r for r in gone if r not in migrated], exit_codes)
                 # every rank saved and stopped because the gang was asked to move: not a failure of the command
@@ -196,16 +185,6 @@ class GangDriver:
 
     def _stop_grace(self, session, job_id: int) -> float:
         return JobSpec.model_validate(session.get(Job, job_id).spec).spot.notice_grace + DRAIN_MARGIN
-
-    @staticmethod
-    def _stop_generation(session, generation: Generation, reason: str, now: float) -> None:
-        generation.state = "stopping"
-        generation.stop_requested_at = now
-        generation.stop_reason = reason
-        add_event(
-            session, at=now, kind="generation_stopping", job_id=generation.job_id,
-            message=f"generation {generation.number}: {reason}; stopping every rank",
-        )
 
     def _end_generation(self, session, generation: Generation, reason: str, now: float) -> None:
         generation.state = "ended"
@@ -232,30 +211,43 @@ class GangDriver:
     # ---- moving the gang ---------------------------------------------------------------------------------
 
     def _reconsider(self, job_id: int) -> None:
-        """Every `reconsider_every` seconds, ask the policy of a gang with a deadline running on spot whether it
-        should go on there; when it wants on-demand, ask every node to stop so that the gang is placed again."""
+        """Every `reconsider_every` seconds, ask the policy of a running gang that may want to be elsewhere (it has a
+        deadline, or fell back to on-demand) where it should run, and act on the answer."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
             spec = JobSpec.model_validate(job.spec)
             generation = latest_generation(session, job_id)
-            if spec.spot.deadline is None or job.state != JobState.RUNNING or generation is None:
+            nodes, standbys = split_standbys(open_attempts(session, job_id))
+            settled = generation is not None and generation.state == "running" and not standbys
+            if job.state != JobState.RUNNING or not settled or any(a.state != "running" for a in nodes):
                 return
-            nodes = open_attempts(session, job_id)
-            on_spot = all(a.state == "running" and a.market == "spot" for a in nodes)
-            if generation.state != "running" or not nodes or not on_spot or not self.c.reconsider_due(job_id, now):
-                return
+            # one spot node is enough to be taken back: a mixed gang counts as on spot
+            held = next((a for a in nodes if a.market == "spot"), nodes[0])
             policy = self.c.policy(spec)
-            if not hasattr(policy, "decide"):
+            if not may_move(spec, held.market) or not hasattr(policy, "decide") or not self.c.reconsider_due(job_id, now):
                 return
-            youngest = max(a.started_at or now for a in nodes)  # the gang has had spot since its youngest node came
-            ctx = self.c.running_context(session, job, spec, nodes[0], youngest, now, moves_drain_first=True)
-            decision = policy.decide(ctx)
-            if not (isinstance(decision, Launch) and decision.market == "on-demand"):
-                return  # a gang keeps its spot until it is taken, or the deadline needs on-demand
-            reason = f"to on-demand: {decision.reason}"
-            self._stop_generation(session, generation, f"moving the gang {reason}", now)
-            for node in nodes:
+            if self.c.moves.backing_off(job_id, now):
+                return
+            youngest = max(a.started_at or now for a in nodes)  # the gang has held its market since its youngest node
+            decision = policy.decide(self.c.running_context(session, job, spec, held, youngest, now))
+        if isinstance(decision, Keep) or (
+            isinstance(decision, Launch) and (decision.zone, decision.market) == (held.zone, held.market)
+        ):
+            return
+        if isinstance(decision, GiveUp):
+            self._end_nodes([a.id for a in nodes], Verdict("cancelled", decision.reason, job_failure=decision.reason))
+        elif isinstance(decision, Launch):
+            self._moves.start(job_id, decision)
+        else:  # Wait: stop paying for the nodes; the gang is placed again (and waits) once its ranks have saved
+            self._stop_to_wait(job_id, decision.reason)
+
+    def _stop_to_wait(self, job_id: int, reason: str) -> None:
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            generation = latest_generation(session, job_id)
+            stop_generation(session, generation, f"stopping the gang to wait: {reason}", now)
+            for node in open_attempts(session, job_id):
                 records.ask_to_stop(session, node, reason, now)
 
     # ---- what the gang as a whole does next --------------------------------------------------------------
@@ -269,8 +261,8 @@ class GangDriver:
             generation = latest_generation(session, job_id)
             if generation is not None and generation.state != "ended":
                 return
-            attempts = open_attempts(session, job_id)
-            if any(a.state == "draining" for a in attempts):
+            attempts, standbys = split_standbys(open_attempts(session, job_id))
+            if any(a.state in ("draining", "ending") for a in attempts + standbys):
                 return  # nodes stopping to move: the gang is placed again once they have all ended
             ending = self._ending_verdict(job, spec, generation, now)
             if ending is None:
@@ -284,11 +276,13 @@ class GangDriver:
                     return
                 ending = Verdict("released", f"the gang was not complete within "
                                  f"{spec.distributed.gang_timeout:.0f} s; giving back its nodes")
-            elif not attempts:
+            elif not attempts and not standbys:
                 self._finish_job(session, job, generation, now)
                 return
             to_end = [a.id for a in attempts]
+            unneeded = [a.id for a in standbys]
         self._end_nodes(to_end, ending)
+        self._end_nodes(unneeded, Verdict("cancelled", f"standby not needed: {ending.message}"))
 
     @staticmethod
     def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:
@@ -379,6 +373,11 @@ class GangDriver:
             return False
         since = max(min(a.created_at for a in attempts), generation.ended_at if generation else 0.0)
         return now - since > spec.distributed.gang_timeout
+
+
+def _nodes(session, job_id: int) -> list[Attempt]:
+    """The gang's open nodes; the standbys of a move under way are the move's (spotrun.control.gang_moves)."""
+    return split_standbys(open_attempts(session, job_id))[0]
 
 
 def _stop_reason(gone: list[int], failed: dict[int, int | None], noticed: list[int]) -> str:

@@ -34,6 +34,13 @@ ABANDONED_MOVES_WINDOW = 3600.0
 ABANDONED_MOVES_MAX_WAIT = 3600.0
 
 
+def may_move(spec: JobSpec, market: str) -> bool:
+    """Whether a running job's policy may want it elsewhere: with a deadline, or on on-demand while it would
+    rather run on spot. A job on spot without a deadline stays where it is until spot is taken away."""
+    fell_back = market == "on-demand" and spec.spot.use_spot and spec.spot.fallback == "on-demand"
+    return spec.spot.deadline is not None or fell_back
+
+
 class MoveDriver:
     def __init__(self, controller: Controller) -> None:
         self.controller = controller

@@ -109,9 +109,12 @@ def backoff_delay(rounds: int, base: float, cap: float) -> float:
 
 
 def trailing_capacity_misses(history: tuple[PastAttempt, ...]) -> list[PastAttempt]:
-    """The launch tries since the job last held an instance that failed for lack of spot capacity."""
+    """The launch tries since the job last ran that failed for lack of spot capacity. A multi-node job's nodes given
+    back because another node of the gang was refused ("released") neither ran nor were refused: they are skipped."""
     misses: list[PastAttempt] = []
     for attempt in reversed(history):
+        if attempt.end_reason == "released":
+            continue
         if attempt.end_reason not in CAPACITY_MISSES:
             break
         misses.append(attempt)

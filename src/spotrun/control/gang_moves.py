@@ -1,0 +1,144 @@
+"""Make-before-break moves of a running multi-node job: a standby gang.
+
+When a gang's policy says "run there instead" (spot back for a gang on on-demand, on-demand near a deadline, spot in
+another zone), one standby is launched for every rank (`Attempt.standby_for`: the node it takes over from) while the
+generation keeps training. A standby's agent reports in and waits, as every gang agent does until it is a member of
+a generation. Only once every standby is up is the generation stopped: each rank commits one checkpoint, the old
+nodes end "migrated", and the standbys, now the gang's nodes, start the next generation from that checkpoint.
+
+While the standbys gather, any of them that is refused, lost or taken back ends them all (one try of the move, the
+gang untouched; the next move waits as a single node's does). Once the generation has stopped, whether for the move
+or because a node went meanwhile, the move is committed: the old nodes still up are asked to stop too, a standby
+lost after that only leaves its rank empty, and the gang fills it as it fills any lost node's.
+
+Every step reads the store afresh and records before it acts, as the rest of the controller does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spotrun.control import records
+from spotrun.control.gang_records import latest_generation, open_attempts, split_standbys, stop_generation
+from spotrun.control.observe import Verdict, judge_attempt
+from spotrun.policy import Launch
+from spotrun.spec import JobSpec
+from spotrun.state import Attempt, Job, add_event
+
+if TYPE_CHECKING:
+    from spotrun.control.controller import Controller
+
+
+class GangMoveDriver:
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    def start(self, job_id: int, decision: Launch) -> None:
+        """Record one standby per node, each taking over the node of its rank, then launch them."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            spec = JobSpec.model_validate(job.spec)
+            nodes, _ = split_standbys(open_attempts(session, job_id))
+            standby_ids = []
+            for node in nodes:
+                standby = self.c.record_launch_intent(session, job, spec, decision, now, node_rank=node.node_rank)
+                standby.standby_for = node.id
+                standby_ids.append(standby.id)
+            add_event(
+                session, at=now, kind="move_started", job_id=job_id,
+                message=f"launching {len(nodes)} nodes on {decision.market} in {decision.zone} while the gang keeps "
+                f"running ({decision.reason})",
+            )
+        for standby_id in standby_ids:
+            if not self._launch(job_id, standby_id):
+                return
+
+    def drive(self, job_id: int) -> None:
+        """One step for the standbys of a move under way, if any."""
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            standbys = split_standbys(open_attempts(session, job_id))[1]
+            generation = latest_generation(session, job_id)
+            committed = generation is None or generation.state != "running"
+            over = job.cancel_requested or job.failure_reason or (generation and generation.end_reason == "succeeded")
+        if not standbys or over:
+            return  # the gang's end gives every standby back with the nodes
+        for standby in standbys:
+            if standby.state == "ending":
+                self.c.finish_attempt(standby.id, _nothing_more)
+            elif standby.instance_id is None:
+                if not self._launch(job_id, standby.id):
+                    return
+            elif not self._watch(job_id, standby):
+                return
+        if committed:
+            self._stop_old_nodes(job_id, "the gang moves to the nodes standing by")
+        else:
+            self._take_over_when_ready(job_id)
+
+    def _launch(self, job_id: int, standby_id: int) -> bool:
+        """Launch one standby; False when it was refused and the move was given up with it."""
+        refusal = self.c.try_launch(standby_id)
+        if refusal is None:
+            return True
+        self.c.record_launch_refusal(standby_id, refusal, back_off_job=False)
+        return not self._abandon_unless_committed(job_id, f"a standby could not be launched ({refusal})")
+
+    def _watch(self, job_id: int, standby: Attempt) -> bool:
+        """Judge one standby; False when it ended and the move was given up with it."""
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+        verdict = judge_attempt(job, standby, self.c.describe(standby), self.c.clock.now(), self.c.settings, self.c.started_at)
+        if verdict is None or verdict.end_reason is None:
+            return True
+        self.c.begin_end(standby.id, Verdict(verdict.end_reason, f"standby of node {standby.node_rank}: {verdict.message}"))
+        self.c.finish_attempt(standby.id, _nothing_more)
+        # once the gang has stopped, its rank is only left empty: the gang fills it when the old nodes are gone
+        return not self._abandon_unless_committed(job_id, f"the standby of node {standby.node_rank} {verdict.end_reason}")
+
+    def _abandon_unless_committed(self, job_id: int, why: str) -> bool:
+        """While the generation still runs, end every standby left: the gang stays where it is. True if abandoned."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            generation = latest_generation(session, job_id)
+            if generation is not None and generation.state != "running":
+                return False
+            left = split_standbys(open_attempts(session, job_id))[1]
+            add_event(
+                session, at=now, kind="move_abandoned", job_id=job_id,
+                message=f"{why}; giving back the {len(left)} other standbys, the gang stays where it runs",
+            )
+            left_ids = [a.id for a in left]
+        for standby_id in left_ids:
+            self.c.begin_end(standby_id, Verdict("released", "the gang's move was given up"))
+            self.c.finish_attempt(standby_id, _nothing_more)
+        return True
+
+    def _take_over_when_ready(self, job_id: int) -> None:
+        """Once a standby for every node has reported in, stop the generation: every rank commits a checkpoint."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            nodes, standbys = split_standbys(open_attempts(session, job_id))
+            generation = latest_generation(session, job_id)
+            covered = {a.standby_for for a in standbys}
+            ready = all(a.agent_started_at is not None and a.address and a.rendezvous_port for a in standbys)
+            if not ready or any(node.id not in covered for node in nodes):
+                return
+            where = f"{standbys[0].market} in {standbys[0].zone}"
+            stop_generation(session, generation, f"moving the gang to {where}", now)
+        self._stop_old_nodes(job_id, f"the nodes on {where} are up")
+
+    def _stop_old_nodes(self, job_id: int, reason: str) -> None:
+        """Ask every node a standby takes over from, still running, to have its trainer checkpoint and stop."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            attempts = open_attempts(session, job_id)
+            replaced = {a.standby_for for a in split_standbys(attempts)[1]}
+            for node in attempts:
+                if node.id in replaced and node.state == "running":
+                    records.ask_to_stop(session, node, reason, now)
+
+
+def _nothing_more(session, standby: Attempt, now: float) -> None:
+    """A standby's end moves nothing on: the gang runs, or is already on its way to the standbys left."""

@@ -1,0 +1,226 @@
+"""Running multi-node jobs moved by their policy, make-before-break (in-memory cloud, real agent API, manual clock):
+a standby gang boots while the generation trains on, and takes over only once every one of its nodes is up."""
+
+from __future__ import annotations
+
+from gang_world import (  # noqa: E402  (tests/control is on sys.path via conftest)
+    DEADLINE_GANG, GANG, alive_for, generations, open_by_rank, ranks_saved_and_stopped, report_in, standing_by, stopped,
+)
+from spotrun.control import jobs
+from spotrun.policy import Keep, Launch, Wait
+from world import World  # noqa: E402
+
+
+def running_deadline_gang(world: World, scripted) -> dict:
+    scripted.answer = Keep("spot is fine")
+    world.submit(DEADLINE_GANG)
+    world.tick()
+    report_in(world)
+    world.tick()
+    nodes = open_by_rank(world)
+    assert generations(world)[0].state == "running" and {a.market for a in nodes.values()} == {"spot"}
+    return nodes
+
+
+def ask_to_move(world: World, scripted, nodes: dict, zone: str = "m-a", market: str = "on-demand") -> dict:
+    """The policy wants the gang elsewhere; returns the standbys launched there, by rank."""
+    scripted.answer = Launch(zone, market, "the deadline is near")
+    alive_for(world, nodes, 61)
+    return standing_by(world)
+
+
+def test_a_gang_moves_to_on_demand_only_once_every_standby_is_up(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    alive_for(world, nodes, 61)
+    assert scripted.asked >= 1 and not scripted.last_context.moves_drain_first
+    assert scripted.last_context.current.market == "spot"
+
+    standbys = ask_to_move(world, scripted, nodes)
+    assert sorted(standbys) == [0, 1, 2]
+    assert {(a.zone, a.market) for a in standbys.values()} == {("m-a", "on-demand")}
+    assert {rank: a.standby_for for rank, a in standbys.items()} == {rank: a.id for rank, a in nodes.items()}
+    assert len(world.cloud.running()) == 6 and generations(world)[0].state == "running"
+    assert world.agent(standbys[0].instance_id)("heartbeat", {})["gang"] is None, "a standby is in no generation"
+
+    asked = scripted.asked
+    report_in(world, ranks=(0, 1), attempts=standbys)
+    alive_for(world, {**nodes, 3: standbys[0], 4: standbys[1]}, 21)  # within boot_timeout (60 s)
+    assert generations(world)[0].state == "running", "the gang trains on until every standby is up"
+    assert scripted.asked == asked, "no other move is asked for while one is under way"
+
+    report_in(world, ranks=(2,), attempts=standbys)
+    world.tick()
+    first = generations(world)[0]
+    assert first.state == "stopping" and first.stop_reason == "moving the gang to on-demand in m-a"
+    for node in nodes.values():
+        assert "on-demand in m-a are up" in world.agent(node.instance_id)("heartbeat", {})["stop"]
+
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
+    first, second = generations(world)
+    assert first.end_reason == "moved" and second.state == "running"
+    assert second.members == {str(rank): a.id for rank, a in standbys.items()}
+    assert second.master_addr == open_by_rank(world)[0].address == "10.0.0.4"
+    assert len(world.cloud.running()) == 3 and not standing_by(world)
+    job = world.job(1)
+    assert job.state == "RUNNING" and job.preemptions == 0 and job.restarts_on_error == 0
+
+    scripted.answer = Launch("m-a", "on-demand", "stay")
+    alive_for(world, open_by_rank(world), 61)
+    assert scripted.asked > asked and scripted.last_context.current.market == "on-demand"
+    assert not standing_by(world), "the answer is where the gang already runs"
+
+
+def test_a_standby_refused_gives_the_others_back_and_the_gang_runs_on(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    world.cloud.capacity["m-b"] = False
+    assert ask_to_move(world, scripted, nodes, zone="m-b", market="spot") == {}
+    tries = [a for a in world.attempts(1) if a.standby_for is not None]
+    assert sorted(a.end_reason for a in tries) == ["no_capacity", "released", "released"]
+    assert generations(world)[0].state == "running" and len(world.cloud.running()) == 3
+    assert all(a.state == "running" for a in open_by_rank(world).values())
+    assert world.job(1).preemptions == 0
+
+    alive_for(world, nodes, 41)  # asked again after reconsider_every (60 s): refused again
+    assert len([a for a in world.attempts(1) if a.standby_for is not None]) == 6 and not standing_by(world)
+    world.cloud.capacity["m-b"] = True
+    alive_for(world, nodes, 61)
+    assert not standing_by(world), "after two moves given up, the next waits twice boot_timeout (120 s)"
+    alive_for(world, nodes, 61)
+    assert sorted(standing_by(world)) == [0, 1, 2]
+
+
+def test_a_standby_taken_back_before_the_move_ends_them_all(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
+    report_in(world, ranks=(0, 2), attempts=standbys)
+    world.cloud.reclaim(standbys[1].instance_id)
+    world.tick()
+    ends = {a.node_rank: a.end_reason for a in world.attempts(1) if a.standby_for is not None}
+    assert ends == {0: "released", 1: "preempted", 2: "released"}
+    assert generations(world)[0].state == "running" and len(world.cloud.running()) == 3
+    assert world.job(1).preemptions == 0, "a standby never ran the job"
+
+
+def test_a_node_lost_while_the_standbys_boot_sends_the_gang_to_them(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes)
+    world.cloud.reclaim(nodes[1].instance_id)
+    world.tick()
+    assert generations(world)[0].state == "stopping" and world.job(1).preemptions == 1
+    for rank in (0, 2):
+        assert world.agent(nodes[rank].instance_id)("heartbeat", {})["stop"], "the survivors stop to move too"
+    ranks_saved_and_stopped(world, {r: nodes[r] for r in (0, 2)})
+    world.tick()
+    ends = {a.node_rank: a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}}
+    assert ends == {0: "migrated", 1: "preempted", 2: "migrated"}
+    assert generations(world)[0].end_reason == "interrupted" and len(generations(world)) == 1
+    assert {rank: a.id for rank, a in open_by_rank(world).items()} == {r: a.id for r, a in standbys.items()}
+
+    report_in(world, attempts=standbys)
+    world.tick()
+    second = generations(world)[1]
+    assert second.state == "running" and second.members == {str(r): a.id for r, a in standbys.items()}
+    assert len(world.cloud.running()) == 3
+
+
+def test_a_standby_lost_after_the_gang_stopped_leaves_its_rank_to_be_filled_where_the_others_are(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
+    report_in(world, attempts=standbys)
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    world.cloud.reclaim(standbys[2].instance_id)
+    world.tick()
+    assert next(a for a in world.attempts(1) if a.id == standbys[2].id).end_reason == "preempted"
+    assert generations(world)[0].state == "stopping", "the move goes on"
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    assert generations(world)[0].end_reason == "moved"
+    placed = open_by_rank(world)
+    assert placed[0].id == standbys[0].id and placed[1].id == standbys[1].id
+    assert placed[2].id != standbys[2].id and placed[2].zone == "m-b" and placed[2].standby_for is None
+    assert world.job(1).preemptions == 0
+
+
+def test_a_node_that_does_not_stop_in_time_is_ended_and_the_move_goes_on(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes)
+    report_in(world, attempts=standbys)
+    world.tick()
+    ranks_saved_and_stopped(world, {r: nodes[r] for r in (0, 1)})
+    # node 2 keeps beating but never stops its command (grace 30 s + 15 s margin by default)
+    alive_for(world, {**{r + 3: a for r, a in standbys.items()}, 2: nodes[2]}, 120)
+    assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
+    assert world.cloud.instances[nodes[2].instance_id].state == "terminated"
+    assert generations(world)[0].end_reason == "moved" and generations(world)[1].state == "running"
+    assert world.job(1).restarts_on_error == 0
+
+
+def test_a_gang_cancelled_while_standbys_boot_ends_every_instance(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    ask_to_move(world, scripted, nodes)
+    jobs.request_cancel(world.store, 1, world.clock.now())
+    for _ in range(3):
+        world.tick()
+    for node in nodes.values():
+        stopped(world, node)
+        world.tick()
+    assert world.job(1).state == "CANCELLED" and not world.cloud.running()
+    assert all(a.ended_at is not None for a in world.attempts(1))
+
+
+def test_a_gang_that_succeeds_while_standbys_boot_gives_them_back_unneeded(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes)
+    for node in nodes.values():
+        world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 0})
+    world.tick()
+    world.tick()
+    assert world.job(1).state == "SUCCEEDED" and not world.cloud.running()
+    ends = {a.id: a.end_reason for a in world.attempts(1)}
+    assert {ends[a.id] for a in nodes.values()} == {"succeeded"}
+    assert {ends[a.id] for a in standbys.values()} == {"cancelled"}
+
+
+def test_a_gang_told_to_wait_stops_every_rank_and_waits(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    scripted.answer = scripted.placement = Wait(world.clock.now() + 3600, "spot too dear for now")
+    alive_for(world, nodes, 61)
+    assert generations(world)[0].state == "stopping" and not standing_by(world)
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    assert world.job(1).state == "WAITING" and not world.cloud.running()
+
+
+def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_policy(world):
+    world.submit(GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback_window: 10m}"))
+    world.cloud.capacity = {zone: False for zone in world.cloud.capacity}
+    for _ in range(20):  # one round of refusals in every zone, a wait, another round: on-demand
+        world.tick(30)
+        if open_by_rank(world) and all(a.market == "on-demand" for a in open_by_rank(world).values()):
+            break
+    nodes = open_by_rank(world)
+    assert sorted(nodes) == [0, 1, 2] and {a.market for a in nodes.values()} == {"on-demand"}
+    world.cloud.capacity = {zone: True for zone in world.cloud.capacity}
+    report_in(world)
+    world.tick()
+    assert generations(world)[0].state == "running"
+
+    alive_for(world, nodes, 1800)
+    assert not standing_by(world), "every zone refused spot within the hour: no zone without bad news yet"
+    for _ in range(120):  # every zone's bad news is an hour old by ~3,900 s
+        alive_for(world, nodes, 20)
+        if standing_by(world):
+            break
+    standbys = standing_by(world)
+    assert sorted(standbys) == [0, 1, 2] and {a.market for a in standbys.values()} == {"spot"}
+    report_in(world, attempts=standbys)
+    world.tick()
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    second = generations(world)[1]
+    assert second.state == "running" and {a.market for a in open_by_rank(world).values()} == {"spot"}
+    assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
+    assert world.job(1).preemptions == 0 and world.job(1).restarts_on_error == 0
