@@ -7,7 +7,7 @@ from gang_world import (  # noqa: E402  (tests/control is on sys.path via confte
     DEADLINE_GANG, GANG, alive_for, generations, open_by_rank, ranks_saved_and_stopped, report_in, standing_by, stopped,
 )
 from spotrun.control import jobs
-from spotrun.policy import Keep, Launch, Wait
+from spotrun.policy import GiveUp, Keep, Launch, Wait
 from world import World  # noqa: E402
 
 
@@ -194,8 +194,18 @@ def test_a_gang_told_to_wait_stops_every_rank_and_waits(world, scripted):
     assert world.job(1).state == "WAITING" and not world.cloud.running()
 
 
+def test_a_gang_whose_policy_gives_up_fails_with_its_reason(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    scripted.answer = GiveUp("the deadline cannot be met")
+    alive_for(world, nodes, 61)
+    world.tick()
+    job = world.job(1)
+    assert job.state == "FAILED" and job.failure_reason == "the deadline cannot be met" and not world.cloud.running()
+
+
 def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_policy(world):
-    world.submit(GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback_window: 10m}"))
+    spec = GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback_window: 10m}")
+    world.submit(spec)
     world.cloud.capacity = {zone: False for zone in world.cloud.capacity}
     for _ in range(20):  # one round of refusals in every zone, a wait, another round: on-demand
         world.tick(30)

@@ -225,9 +225,9 @@ class GangDriver:
             # one spot node is enough to be taken back: a mixed gang counts as on spot
             held = next((a for a in nodes if a.market == "spot"), nodes[0])
             policy = self.c.policy(spec)
-            if not may_move(spec, held.market) or not hasattr(policy, "decide") or not self.c.reconsider_due(job_id, now):
+            if not may_move(spec, held.market) or not hasattr(policy, "decide"):
                 return
-            if self.c.moves.backing_off(job_id, now):
+            if not self.c.reconsider_due(job_id, now) or self.c.moves.backing_off(job_id, now):
                 return
             youngest = max(a.started_at or now for a in nodes)  # the gang has held its market since its youngest node
             decision = policy.decide(self.c.running_context(session, job, spec, held, youngest, now))

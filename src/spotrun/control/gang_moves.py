@@ -89,13 +89,15 @@ class GangMoveDriver:
         """Judge one standby; False when it ended and the move was given up with it."""
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-        verdict = judge_attempt(job, standby, self.c.describe(standby), self.c.clock.now(), self.c.settings, self.c.started_at)
+        now = self.c.clock.now()
+        verdict = judge_attempt(job, standby, self.c.describe(standby), now, self.c.settings, self.c.started_at)
         if verdict is None or verdict.end_reason is None:
             return True
-        self.c.begin_end(standby.id, Verdict(verdict.end_reason, f"standby of node {standby.node_rank}: {verdict.message}"))
+        what = f"the standby of node {standby.node_rank}"
+        self.c.begin_end(standby.id, Verdict(verdict.end_reason, f"{what}: {verdict.message}"))
         self.c.finish_attempt(standby.id, _nothing_more)
         # once the gang has stopped, its rank is only left empty: the gang fills it when the old nodes are gone
-        return not self._abandon_unless_committed(job_id, f"the standby of node {standby.node_rank} {verdict.end_reason}")
+        return not self._abandon_unless_committed(job_id, f"{what} {verdict.end_reason}")
 
     def _abandon_unless_committed(self, job_id: int, why: str) -> bool:
         """While the generation still runs, end every standby left: the gang stays where it is. True if abandoned."""
