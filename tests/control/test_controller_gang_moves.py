@@ -3,9 +3,12 @@ a standby gang boots while the generation trains on, and takes over only once ev
 
 from __future__ import annotations
 
+import pytest
+
 from gang_world import (  # noqa: E402  (tests/control is on sys.path via conftest)
     DEADLINE_GANG, GANG, alive_for, generations, open_by_rank, ranks_saved_and_stopped, report_in, standing_by, stopped,
 )
+from memory_cloud import Crash  # noqa: E402
 from spotrun.control import jobs
 from spotrun.policy import GiveUp, Keep, Launch, Wait
 from world import World  # noqa: E402
@@ -201,6 +204,22 @@ def test_a_gang_whose_policy_gives_up_fails_with_its_reason(world, scripted):
     world.tick()
     job = world.job(1)
     assert job.state == "FAILED" and job.failure_reason == "the deadline cannot be met" and not world.cloud.running()
+
+
+def test_a_crash_while_the_standbys_launch_launches_none_twice_and_the_move_goes_on(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    scripted.answer = Launch("m-b", "spot", "spot in m-b")
+    world.cloud.crash_after_launch = True  # the controller dies right after the first standby's launch
+    with pytest.raises(Crash):
+        alive_for(world, nodes, 61)
+    assert len(world.cloud.running()) == 4
+    world.controller = world.new_controller()  # restarted
+    world.tick()
+    standbys = standing_by(world)
+    assert sorted(standbys) == [0, 1, 2] and len(world.cloud.running()) == 6, "each standby launched once"
+    report_in(world, attempts=standbys)
+    world.tick()
+    assert generations(world)[0].state == "stopping"
 
 
 def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_policy(world):
