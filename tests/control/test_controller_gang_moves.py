@@ -222,6 +222,24 @@ def test_a_crash_while_the_standbys_launch_launches_none_twice_and_the_move_goes
     assert generations(world)[0].state == "stopping"
 
 
+def test_a_crash_after_a_standby_was_marked_to_end_still_gives_the_others_back(world, scripted, monkeypatch):
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
+    world.cloud.reclaim(standbys[1].instance_id)
+
+    def crash(attempt_id, after):
+        raise Crash()
+
+    monkeypatch.setattr(world.controller, "finish_attempt", crash)  # dies between marking its end and ending it
+    with pytest.raises(Crash):
+        world.tick()
+    monkeypatch.undo()
+    world.controller = world.new_controller()  # restarted
+    world.tick()
+    assert not standing_by(world) and len(world.cloud.running()) == 3
+    assert generations(world)[0].state == "running"
+
+
 def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_policy(world):
     spec = GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback_window: 10m}")
     world.submit(spec)

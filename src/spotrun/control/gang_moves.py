@@ -118,18 +118,22 @@ class GangMoveDriver:
         return True
 
     def _take_over_when_ready(self, job_id: int) -> None:
-        """Once a standby for every node has reported in, stop the generation: every rank commits a checkpoint."""
+        """Once a standby for every node has reported in, stop the generation: every rank commits a checkpoint. A
+        node left without a standby (one ended in a tick that died before giving the others back) ends the move."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             nodes, standbys = split_standbys(open_attempts(session, job_id))
             generation = latest_generation(session, job_id)
             covered = {a.standby_for for a in standbys}
+            incomplete = any(node.id not in covered for node in nodes)
             ready = all(a.agent_started_at is not None and a.address and a.rendezvous_port for a in standbys)
-            if not ready or any(node.id not in covered for node in nodes):
-                return
-            where = f"{standbys[0].market} in {standbys[0].zone}"
-            stop_generation(session, generation, f"moving the gang to {where}", now)
-        self._stop_old_nodes(job_id, f"the nodes on {where} are up")
+            if not incomplete and ready:
+                where = f"{standbys[0].market} in {standbys[0].zone}"
+                stop_generation(session, generation, f"moving the gang to {where}", now)
+        if incomplete:
+            self._abandon_unless_committed(job_id, "a standby ended before the gang moved")
+        elif ready:
+            self._stop_old_nodes(job_id, f"the nodes on {where} are up")
 
     def _stop_old_nodes(self, job_id: int, reason: str) -> None:
         """Ask every node a standby takes over from, still running, to have its trainer checkpoint and stop."""
