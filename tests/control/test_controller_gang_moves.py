@@ -75,6 +75,39 @@ def test_a_gang_moves_to_on_demand_only_once_every_standby_is_up(world, scripted
     assert not standing_by(world), "the answer is where the gang already runs"
 
 
+def test_in_its_own_zone_only_the_nodes_on_the_other_market_move(world, scripted):
+    nodes = running_deadline_gang(world, scripted)
+    scripted.placement = Launch("m-a", "on-demand", "the lost node's replacement on on-demand")
+    world.cloud.reclaim(nodes[2].instance_id)
+    world.tick()
+    for rank in (0, 1):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    report_in(world, ranks=(2,))
+    world.tick()
+    mixed = open_by_rank(world)
+    assert generations(world)[1].state == "running"
+    assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"]
+
+    standbys = ask_to_move(world, scripted, mixed, zone="m-a", market="spot")
+    assert scripted.last_context.current.market == "spot", "with a deadline, one node on spot is enough to be taken"
+    assert sorted(standbys) == [2] and standbys[2].standby_for == mixed[2].id and standbys[2].market == "spot"
+    report_in(world, ranks=(2,), attempts=standbys)
+    world.tick()
+    assert generations(world)[1].state == "stopping"
+    stops = {rank: world.agent(node.instance_id)("heartbeat", {})["stop"] for rank, node in mixed.items()}
+    assert stops[0] is None and stops[1] is None and stops[2], "the nodes staying only stop their ranks"
+    for node in mixed.values():
+        world.agent(node.instance_id)("generation_exit", {"generation": 2, "exit_code": 75})
+    stopped(world, mixed[2])
+    world.tick()
+    second, third = generations(world)[1:]
+    assert second.end_reason == "moved" and third.state == "running"
+    assert third.members == {"0": mixed[0].id, "1": mixed[1].id, "2": standbys[2].id}
+    assert {a.market for a in open_by_rank(world).values()} == {"spot"} and len(world.cloud.running()) == 3
+    assert world.job(1).restarts_on_error == 0
+
+
 def test_a_standby_refused_gives_the_others_back_and_the_gang_runs_on(world, scripted):
     nodes = running_deadline_gang(world, scripted)
     world.cloud.capacity["m-b"] = False

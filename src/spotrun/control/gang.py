@@ -222,24 +222,21 @@ class GangDriver:
             settled = generation is not None and generation.state == "running" and not standbys
             if job.state != JobState.RUNNING or not settled or any(a.state != "running" for a in nodes):
                 return
-            # one spot node is enough to be taken back: a mixed gang counts as on spot
-            held = next((a for a in nodes if a.market == "spot"), nodes[0])
+            held = _asked_about(spec, nodes)
             policy = self.c.policy(spec)
             if not may_move(spec, held.market) or not hasattr(policy, "decide"):
                 return
             if not self.c.reconsider_due(job_id, now) or self.c.moves.backing_off(job_id, now):
                 return
-            youngest = max(a.started_at or now for a in nodes)  # the gang has held its market since its youngest node
-            decision = policy.decide(self.c.running_context(session, job, spec, held, youngest, now))
-        if isinstance(decision, Keep) or (
-            isinstance(decision, Launch) and (decision.zone, decision.market) == (held.zone, held.market)
-        ):
-            return
+            since = max(a.started_at or now for a in nodes if a.market == held.market)  # its youngest node there
+            decision = policy.decide(self.c.running_context(session, job, spec, held, since, now))
         if isinstance(decision, GiveUp):
             self._end_nodes([a.id for a in nodes], Verdict("cancelled", decision.reason, job_failure=decision.reason))
         elif isinstance(decision, Launch):
-            self._moves.start(job_id, decision)
-        else:  # Wait: stop paying for the nodes; the gang is placed again (and waits) once its ranks have saved
+            moving = [a.id for a in nodes if (a.zone, a.market) != (decision.zone, decision.market)]
+            if moving:  # in the gang's zone, only the nodes on the other market move
+                self._moves.start(job_id, decision, moving)
+        elif isinstance(decision, Wait):  # stop paying for the nodes; the gang is placed again (and waits) once saved
             self._stop_to_wait(job_id, decision.reason)
 
     def _stop_to_wait(self, job_id: int, reason: str) -> None:
@@ -373,6 +370,14 @@ class GangDriver:
             return False
         since = max(min(a.created_at for a in attempts), generation.ended_at if generation else 0.0)
         return now - since > spec.distributed.gang_timeout
+
+
+def _asked_about(spec: JobSpec, nodes: list[Attempt]) -> Attempt:
+    """The node whose placement a running gang's policy is asked about when its nodes are on different markets (a
+    lost node replaced on the other one): with a deadline, one on spot (one is enough to be taken back); without,
+    one on on-demand (the nodes that fell back are the ones that may return to spot)."""
+    market = "spot" if spec.spot.deadline is not None else "on-demand"
+    return next((a for a in nodes if a.market == market), nodes[0])
 
 
 def _nodes(session, job_id: int) -> list[Attempt]:

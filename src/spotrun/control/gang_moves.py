@@ -1,14 +1,15 @@
 """Make-before-break moves of a running multi-node job: a standby gang.
 
 When a gang's policy says "run there instead" (spot back for a gang on on-demand, on-demand near a deadline, spot in
-another zone), one standby is launched for every rank (`Attempt.standby_for`: the node it takes over from) while the
-generation keeps training. A standby's agent reports in and waits, as every gang agent does until it is a member of
-a generation. Only once every standby is up is the generation stopped: each rank commits one checkpoint, the old
-nodes end "migrated", and the standbys, now the gang's nodes, start the next generation from that checkpoint.
+another zone), a standby is launched for every node not already there (`Attempt.standby_for`: the node it takes
+over from; in the gang's own zone only the nodes on the other market move) while the generation keeps training. A
+standby's agent reports in and waits, as every gang agent does until it is a member of a generation. Only once
+every standby is up is the generation stopped: each rank commits one checkpoint, the nodes replaced end "migrated",
+and the standbys, now the gang's nodes, start the next generation from that checkpoint with the others.
 
 While the standbys gather, any of them that is refused, lost or taken back ends them all (one try of the move, the
 gang untouched; the next move waits as a single node's does). Once the generation has stopped, whether for the move
-or because a node went meanwhile, the move is committed: the old nodes still up are asked to stop too, a standby
+or because a node went meanwhile, the move is committed: the nodes replaced still up are asked to stop too, a standby
 lost after that only leaves its rank empty, and the gang fills it as it fills any lost node's.
 
 Every step reads the store afresh and records before it acts, as the rest of the controller does.
@@ -33,21 +34,22 @@ class GangMoveDriver:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
 
-    def start(self, job_id: int, decision: Launch) -> None:
-        """Record one standby per node, each taking over the node of its rank, then launch them."""
+    def start(self, job_id: int, decision: Launch, node_ids: list[int]) -> None:
+        """Record one standby for each of these nodes, taking over the node of its rank, then launch them."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
             spec = JobSpec.model_validate(job.spec)
-            nodes, _ = split_standbys(open_attempts(session, job_id))
             standby_ids = []
-            for node in nodes:
+            for node_id in node_ids:
+                node = session.get(Attempt, node_id)
                 standby = self.c.record_launch_intent(session, job, spec, decision, now, node_rank=node.node_rank)
                 standby.standby_for = node.id
                 standby_ids.append(standby.id)
+            which = "every node" if len(node_ids) == spec.resources.nodes else f"{len(node_ids)} of the nodes"
             add_event(
                 session, at=now, kind="move_started", job_id=job_id,
-                message=f"launching {len(nodes)} nodes on {decision.market} in {decision.zone} while the gang keeps "
+                message=f"launching {which} again on {decision.market} in {decision.zone} while the gang keeps "
                 f"running ({decision.reason})",
             )
         for standby_id in standby_ids:
@@ -65,8 +67,10 @@ class GangMoveDriver:
         if not standbys or over:
             return  # the gang's end gives every standby back with the nodes
         for standby in standbys:
-            if standby.state == "ending":
+            if standby.state == "ending":  # its end was recorded in a tick that died before it gave the others back
                 self.c.finish_attempt(standby.id, _nothing_more)
+                if self._abandon_unless_committed(job_id, f"the standby of node {standby.node_rank} ended"):
+                    return
             elif standby.instance_id is None:
                 if not self._launch(job_id, standby.id):
                     return
@@ -118,22 +122,15 @@ class GangMoveDriver:
         return True
 
     def _take_over_when_ready(self, job_id: int) -> None:
-        """Once a standby for every node has reported in, stop the generation: every rank commits a checkpoint. A
-        node left without a standby (one ended in a tick that died before giving the others back) ends the move."""
+        """Once every standby has reported in, stop the generation: every rank commits a checkpoint."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
-            nodes, standbys = split_standbys(open_attempts(session, job_id))
-            generation = latest_generation(session, job_id)
-            covered = {a.standby_for for a in standbys}
-            incomplete = any(node.id not in covered for node in nodes)
-            ready = all(a.agent_started_at is not None and a.address and a.rendezvous_port for a in standbys)
-            if not incomplete and ready:
-                where = f"{standbys[0].market} in {standbys[0].zone}"
-                stop_generation(session, generation, f"moving the gang to {where}", now)
-        if incomplete:
-            self._abandon_unless_committed(job_id, "a standby ended before the gang moved")
-        elif ready:
-            self._stop_old_nodes(job_id, f"the nodes on {where} are up")
+            standbys = split_standbys(open_attempts(session, job_id))[1]
+            if not all(a.agent_started_at is not None and a.address and a.rendezvous_port for a in standbys):
+                return
+            where = f"{standbys[0].market} in {standbys[0].zone}"
+            stop_generation(session, latest_generation(session, job_id), f"moving the gang to {where}", now)
+        self._stop_old_nodes(job_id, f"the nodes on {where} are up")
 
     def _stop_old_nodes(self, job_id: int, reason: str) -> None:
         """Ask every node a standby takes over from, still running, to have its trainer checkpoint and stop."""
