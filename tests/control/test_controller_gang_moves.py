@@ -304,3 +304,30 @@ def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_p
     assert second.state == "running" and {a.market for a in open_by_rank(world).values()} == {"spot"}
     assert {a.end_reason for a in world.attempts(1) if a.id in {n.id for n in nodes.values()}} == {"migrated"}
     assert world.job(1).preemptions == 0 and world.job(1).restarts_on_error == 0
+
+
+def test_a_gang_without_a_deadline_sends_its_node_that_fell_back_to_on_demand_back_to_spot(world):
+    spec = GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 1, fallback_window: 10m}")
+    world.submit(spec)
+    world.tick()
+    report_in(world)
+    world.tick()
+    nodes = open_by_rank(world)
+    world.cloud.reclaim(nodes[2].instance_id)  # one preemption: its replacement falls back to on-demand
+    world.tick()
+    for rank in (0, 1):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    report_in(world, ranks=(2,))
+    world.tick()
+    mixed = open_by_rank(world)
+    assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"] and generations(world)[1].state == "running"
+
+    for _ in range(60):  # its fallback window: 10 minutes on on-demand; spot still runs in its zone (news of now)
+        alive_for(world, mixed, 20)
+        if standing_by(world):
+            break
+    standbys = standing_by(world)
+    assert sorted(standbys) == [2] and (standbys[2].zone, standbys[2].market) == (mixed[2].zone, "spot")
+    assert world.clock.now() - mixed[2].started_at >= 600
+
