@@ -321,7 +321,8 @@ def test_a_gang_without_a_deadline_sends_its_node_that_fell_back_to_on_demand_ba
     report_in(world, ranks=(2,))
     world.tick()
     mixed = open_by_rank(world)
-    assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"] and generations(world)[1].state == "running"
+    assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"]
+    assert generations(world)[1].state == "running"
 
     for _ in range(60):  # its fallback window: 10 minutes on on-demand; spot still runs in its zone (news of now)
         alive_for(world, mixed, 20)
