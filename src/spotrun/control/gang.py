@@ -29,7 +29,7 @@ from spotrun.control.moves import may_move
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
-from spotrun.policy import GiveUp, Keep, Launch, Wait
+from spotrun.policy import GiveUp, Launch, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Generation, Job, add_event
