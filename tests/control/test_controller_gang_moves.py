@@ -32,6 +32,19 @@ def ask_to_move(world: World, scripted, nodes: dict, zone: str = "m-a", market: 
     return standing_by(world)
 
 
+def node_2_replaced(world: World, nodes: dict) -> dict:
+    """Node 2 is taken back; the others save and stop, its replacement reports in, the next generation runs. The
+    gang's nodes then."""
+    world.cloud.reclaim(nodes[2].instance_id)
+    world.tick()
+    for rank in (0, 1):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    report_in(world, ranks=(2,))
+    world.tick()
+    return open_by_rank(world)
+
+
 def test_a_gang_moves_to_on_demand_only_once_every_standby_is_up(world, scripted):
     nodes = running_deadline_gang(world, scripted)
     alive_for(world, nodes, 61)
@@ -78,14 +91,7 @@ def test_a_gang_moves_to_on_demand_only_once_every_standby_is_up(world, scripted
 def test_in_its_own_zone_only_the_nodes_on_the_other_market_move(world, scripted):
     nodes = running_deadline_gang(world, scripted)
     scripted.placement = Launch("m-a", "on-demand", "the lost node's replacement on on-demand")
-    world.cloud.reclaim(nodes[2].instance_id)
-    world.tick()
-    for rank in (0, 1):
-        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
-    world.tick()
-    report_in(world, ranks=(2,))
-    world.tick()
-    mixed = open_by_rank(world)
+    mixed = node_2_replaced(world, nodes)
     assert generations(world)[1].state == "running"
     assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"]
 
@@ -313,14 +319,7 @@ def test_a_gang_without_a_deadline_sends_its_node_that_fell_back_to_on_demand_ba
     report_in(world)
     world.tick()
     nodes = open_by_rank(world)
-    world.cloud.reclaim(nodes[2].instance_id)  # one preemption: its replacement falls back to on-demand
-    world.tick()
-    for rank in (0, 1):
-        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
-    world.tick()
-    report_in(world, ranks=(2,))
-    world.tick()
-    mixed = open_by_rank(world)
+    mixed = node_2_replaced(world, nodes)  # one preemption: its replacement falls back to on-demand
     assert [a.market for a in mixed.values()] == ["spot", "spot", "on-demand"]
     assert generations(world)[1].state == "running"
 

@@ -107,6 +107,7 @@ class ScriptedPolicy:
         ScriptedPolicy.asked += 1
         ScriptedPolicy.last_context = ctx
         assert ctx.current is not None and ctx.deadline is not None
+        assert not ctx.moves_drain_first  # a move launches first: a refused try keeps the instance held
         return ScriptedPolicy.answer
 
 

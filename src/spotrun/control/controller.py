@@ -351,7 +351,7 @@ class Controller:
         return True
 
     def running_context(
-        self, session, job: Job, spec: JobSpec, attempt: Attempt, since: float, now: float, **extra
+        self, session, job: Job, spec: JobSpec, attempt: Attempt, since: float, now: float
     ) -> PlacementContext:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
         `reconsider_every`, at that attempt's prices."""
@@ -361,7 +361,7 @@ class Controller:
             current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
             step=self.settings.reconsider_every,
             spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
-            on_demand_price=attempt.on_demand_price_per_hour, **extra,
+            on_demand_price=attempt.on_demand_price_per_hour,
         )
 
     def request_move(self, attempt_id: int, reason: str) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from spotrun.control import records
 from spotrun.control.gang_moves import GangMoveDriver
-from spotrun.control.gang_records import latest_generation, open_attempts, split_standbys, stop_generation
+from spotrun.control.gang_records import latest_generation, open_attempts_by_rank, split_standbys, stop_generation
 from spotrun.control.moves import may_move
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
@@ -109,7 +109,7 @@ class GangDriver:
         """One slot cannot be had: give back the rest, and let the policy place the whole gang again."""
         with self.c.store.session() as session:
             refused = session.get(Attempt, refused_id)
-            others = [a.id for a in open_attempts(session, job_id) if a.id != refused_id]  # standbys too
+            others = [a.id for a in open_attempts_by_rank(session, job_id) if a.id != refused_id]  # standbys too
             message = f"node {refused.node_rank} could not be launched ({refusal}); giving back the gang's other nodes"
         self._end_nodes(others, Verdict("released", message))
         self.c.record_launch_refusal(refused_id, refusal, back_off_job=True)
@@ -218,7 +218,7 @@ class GangDriver:
             job = session.get(Job, job_id)
             spec = JobSpec.model_validate(job.spec)
             generation = latest_generation(session, job_id)
-            nodes, standbys = split_standbys(open_attempts(session, job_id))
+            nodes, standbys = split_standbys(open_attempts_by_rank(session, job_id))
             settled = generation is not None and generation.state == "running" and not standbys
             if job.state != JobState.RUNNING or not settled or any(a.state != "running" for a in nodes):
                 return
@@ -244,7 +244,7 @@ class GangDriver:
         with self.c.store.session() as session:
             generation = latest_generation(session, job_id)
             stop_generation(session, generation, f"stopping the gang to wait: {reason}", now)
-            for node in open_attempts(session, job_id):
+            for node in open_attempts_by_rank(session, job_id):
                 records.ask_to_stop(session, node, reason, now)
 
     # ---- what the gang as a whole does next --------------------------------------------------------------
@@ -258,7 +258,7 @@ class GangDriver:
             generation = latest_generation(session, job_id)
             if generation is not None and generation.state != "ended":
                 return
-            attempts, standbys = split_standbys(open_attempts(session, job_id))
+            attempts, standbys = split_standbys(open_attempts_by_rank(session, job_id))
             if any(a.state in ("draining", "ending") for a in attempts + standbys):
                 return  # nodes stopping to move: the gang is placed again once they have all ended
             ending = self._ending_verdict(job, spec, generation, now)
@@ -382,7 +382,7 @@ def _asked_about(spec: JobSpec, nodes: list[Attempt]) -> Attempt:
 
 def _nodes(session, job_id: int) -> list[Attempt]:
     """The gang's open nodes; the standbys of a move under way are the move's (spotrun.control.gang_moves)."""
-    return split_standbys(open_attempts(session, job_id))[0]
+    return split_standbys(open_attempts_by_rank(session, job_id))[0]
 
 
 def _stop_reason(gone: list[int], failed: dict[int, int | None], noticed: list[int]) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotrun.control import records
-from spotrun.control.gang_records import latest_generation, open_attempts, split_standbys, stop_generation
+from spotrun.control.gang_records import latest_generation, open_attempts_by_rank, stop_generation
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.policy import Launch
 from spotrun.spec import JobSpec
@@ -60,7 +60,7 @@ class GangMoveDriver:
         """One step for the standbys of a move under way, if any."""
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-            standbys = split_standbys(open_attempts(session, job_id))[1]
+            standbys = records.held_standbys(open_attempts_by_rank(session, job_id))
             generation = latest_generation(session, job_id)
             committed = generation is None or generation.state != "running"
             over = job.cancel_requested or job.failure_reason or (generation and generation.end_reason == "succeeded")
@@ -74,7 +74,7 @@ class GangMoveDriver:
             elif standby.instance_id is None:
                 if not self._launch(job_id, standby.id):
                     return
-            elif not self._watch(job_id, standby):
+            elif not self._watch(job, standby):
                 return
         if committed:
             self._stop_old_nodes(job_id, "the gang moves to the nodes standing by")
@@ -89,10 +89,8 @@ class GangMoveDriver:
         self.c.record_launch_refusal(standby_id, refusal, back_off_job=False)
         return not self._abandon_unless_committed(job_id, f"a standby could not be launched ({refusal})")
 
-    def _watch(self, job_id: int, standby: Attempt) -> bool:
+    def _watch(self, job: Job, standby: Attempt) -> bool:
         """Judge one standby; False when it ended and the move was given up with it."""
-        with self.c.store.session() as session:
-            job = session.get(Job, job_id)
         now = self.c.clock.now()
         verdict = judge_attempt(job, standby, self.c.describe(standby), now, self.c.settings, self.c.started_at)
         if verdict is None or verdict.end_reason is None:
@@ -101,7 +99,7 @@ class GangMoveDriver:
         self.c.begin_end(standby.id, Verdict(verdict.end_reason, f"{what}: {verdict.message}"))
         self.c.finish_attempt(standby.id, _nothing_more)
         # once the gang has stopped, its rank is only left empty: the gang fills it when the old nodes are gone
-        return not self._abandon_unless_committed(job_id, f"{what} {verdict.end_reason}")
+        return not self._abandon_unless_committed(job.id, f"{what} {verdict.end_reason}")
 
     def _abandon_unless_committed(self, job_id: int, why: str) -> bool:
         """While the generation still runs, end every standby left: the gang stays where it is. True if abandoned."""
@@ -110,7 +108,7 @@ class GangMoveDriver:
             generation = latest_generation(session, job_id)
             if generation is not None and generation.state != "running":
                 return False
-            left = split_standbys(open_attempts(session, job_id))[1]
+            left = records.held_standbys(open_attempts_by_rank(session, job_id))
             add_event(
                 session, at=now, kind="move_abandoned", job_id=job_id,
                 message=f"{why}; giving back the {len(left)} other standbys, the gang stays where it runs",
@@ -125,7 +123,7 @@ class GangMoveDriver:
         """Once every standby has reported in, stop the generation: every rank commits a checkpoint."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
-            standbys = split_standbys(open_attempts(session, job_id))[1]
+            standbys = records.held_standbys(open_attempts_by_rank(session, job_id))
             if not all(a.agent_started_at is not None and a.address and a.rendezvous_port for a in standbys):
                 return
             where = f"{standbys[0].market} in {standbys[0].zone}"
@@ -136,8 +134,8 @@ class GangMoveDriver:
         """Ask every node a standby takes over from, still running, to have its trainer checkpoint and stop."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
-            attempts = open_attempts(session, job_id)
-            replaced = {a.standby_for for a in split_standbys(attempts)[1]}
+            attempts = open_attempts_by_rank(session, job_id)
+            replaced = {a.standby_for for a in records.held_standbys(attempts)}
             for node in attempts:
                 if node.id in replaced and node.state == "running":
                     records.ask_to_stop(session, node, reason, now)

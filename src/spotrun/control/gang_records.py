@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from spotrun.control.records import held_standbys
 from spotrun.state import Attempt, Generation, add_event
 
 
-def open_attempts(session, job_id: int) -> list[Attempt]:
+def open_attempts_by_rank(session, job_id: int) -> list[Attempt]:
     """Every open attempt of the job, by node rank: its nodes, and the standbys of a move under way."""
     return list(
         session.scalars(
@@ -18,10 +19,9 @@ def open_attempts(session, job_id: int) -> list[Attempt]:
 
 
 def split_standbys(attempts: list[Attempt]) -> tuple[list[Attempt], list[Attempt]]:
-    """(nodes, held standbys): a standby is held while the node it takes over from is still open; once that one
-    has ended, the standby is the gang's node for its rank."""
-    open_ids = {a.id for a in attempts}
-    held = [a for a in attempts if a.standby_for is not None and a.standby_for in open_ids]
+    """(nodes, held standbys) of a gang's open attempts: once the node a standby takes over from has ended, the
+    standby is the gang's node for its rank."""
+    held = held_standbys(attempts)
     return [a for a in attempts if a not in held], held
 
 

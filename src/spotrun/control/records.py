@@ -47,6 +47,12 @@ def is_held(session: Session, attempt: Attempt) -> bool:
     return predecessor is not None and predecessor.ended_at is None
 
 
+def held_standbys(open_attempts: list[Attempt]) -> list[Attempt]:
+    """Of a job's open attempts, the standbys held: those whose predecessor is open too (`is_held` over a list)."""
+    open_ids = {a.id for a in open_attempts}
+    return [a for a in open_attempts if a.standby_for is not None and a.standby_for in open_ids]
+
+
 def ask_to_stop(session: Session, attempt: Attempt, reason: str, now: float) -> None:
     """Mark a running attempt "draining": its agent is told, in its next heartbeat's answer, to have the trainer
     checkpoint and stop (it then ends as "migrated"), so that the job can move."""

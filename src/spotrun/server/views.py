@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotrun.control import records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
 from spotrun.costs.ledger import JobBill, bill
@@ -122,16 +123,18 @@ def job_row(job: Job, now: float) -> JobRow:
 
 def attempt_views(attempts: list[Attempt]) -> list[AttemptView]:
     by_id = {attempt.id: attempt for attempt in attempts}
-    return [_attempt_view(attempt, by_id) for attempt in attempts]
+    held = {a.id for a in records.held_standbys([a for a in attempts if a.ended_at is None])}
+    return [_attempt_view(attempt, by_id, attempt.id in held) for attempt in attempts]
 
 
-def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt]) -> AttemptView:
+def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt], held: bool) -> AttemptView:
     view = AttemptView.model_validate(attempt)
     predecessor = by_id.get(attempt.standby_for) if attempt.standby_for is not None else None
     if predecessor is None:
         return view
-    held = attempt.ended_at is None and attempt.state == "running" and predecessor.ended_at is None
-    return view.model_copy(update={"takes_over_from": predecessor.number, "state": "standby" if held else view.state})
+    standing_by = held and attempt.state == "running"  # launched and up, not yet taking over
+    state = "standby" if standing_by else view.state
+    return view.model_copy(update={"takes_over_from": predecessor.number, "state": state})
 
 
 def event_views(events: list[Event]) -> list[EventView]:
