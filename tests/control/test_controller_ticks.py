@@ -249,6 +249,29 @@ def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stor
         assert session.query(Job).count() == 0
 
 
+@pytest.mark.parametrize(
+    ("spot", "extra", "words"),
+    [
+        ("{deadline: '2020-01-01T00:00:00Z'}", "", "already past"),
+        ("{deadline: 2h}", "estimated_duration: 3h\n", "leaves 2 h from submission, less than the estimated_duration (3 h)"),
+        ("{deadline: 3h, restart_overhead: 30m}", "estimated_duration: 3h\n",
+         "less than the estimated_duration plus spot.restart_overhead (3.5 h)"),
+    ],
+)
+def test_a_deadline_no_placement_could_keep_is_refused_before_it_is_stored(world, spot, extra, words):
+    from spotrun.spec import SpecError
+
+    now = 1.9e9  # 2030: the absolute deadline above is past
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(world.store, parse_spec(f"run: 'true'\nspot: {spot}\n{extra}"), now, source="job.yaml")
+    (problem,) = refused.value.problems
+    assert problem.field == "spot.deadline" and words in problem.message, problem.message
+    with world.store.session() as session:
+        assert session.query(Job).count() == 0
+    # just in reach is accepted
+    jobs.submit(world.store, parse_spec("run: 'true'\nspot: {deadline: 3h}\nestimated_duration: 3h\n"), now)
+
+
 def test_a_command_that_starts_and_ends_between_two_ticks_succeeds(world):
     job_id = world.submit()
     world.tick()

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from spotrun.cli.main import app  # `spotrun simulate` as users call it
@@ -69,6 +70,37 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
     write_trace(tmp_path / "a.json", [1] * 100)
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--policy", "psychic"])
     assert result.exit_code == 1 and "unknown policy 'psychic'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--overhead-hours", "-1"], "--overhead-hours must be 0 or more, got -1"),
+        (["--every-hours", "0"], "--every-hours must be a positive number, got 0"),
+        (["--spot-price", "nan"], "--spot-price must be a positive number, got nan"),
+        (["--compute-hours", "-2"], "--compute-hours must be a positive number, got -2"),
+        # 10-minute steps: 4 h of compute and 0.1 h of overhead take 4 h 10 min on on-demand
+        (["--compute-hours", "4", "--deadline-hours", "4.1"], "in whole 10-minute steps takes 4.16667 h"),
+    ],
+)
+def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
+    write_trace(tmp_path / "a.json", [1, 0] * 100)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--processes", "1", *options])
+    assert result.exit_code == 1
+    assert message in result.output
+
+
+def test_a_deadline_just_in_reach_of_on_demand_is_met_by_every_policy(tmp_path):
+    """The tightest deadline the sweep accepts: on-demand from the start finishes exactly at it, and no policy
+    may miss it whatever spot does."""
+    rng = np.random.default_rng(3)
+    write_trace(tmp_path / "a.json", (rng.random(200) < 0.6).astype(int).tolist())
+    tight = str((4 * 3600 + 600) / 3600)  # 4 h of compute + 0.1 h of overhead, rounded up to a 10-minute step
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--policy", "all", "--compute-hours", "4",
+                                      "--deadline-hours", tight, "--every-hours", "2", "--json", "--processes", "1"])
+    assert result.exit_code == 0, result.output
+    policies = json.loads(result.output)["policies"]
+    assert len(policies) == 5 and all(p["runs"] > 10 and p["misses"] == 0 for p in policies), policies
 
 
 def test_replay_still_drives_the_default_policy_without_deadline():

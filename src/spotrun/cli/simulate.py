@@ -51,6 +51,8 @@ def simulate(
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
     try:
         names = _policies(policy)
+        _check_options(compute_hours=compute_hours, deadline_hours=deadline_hours, on_demand_price=on_demand_price,
+                       spot_price=spot_price, every_hours=every_hours, overhead_hours=overhead_hours)
         job = SimJob(compute_hours * HOUR, deadline_hours * HOUR, overhead_hours * HOUR, on_demand_price, spot_price)
         if observe not in OBSERVE_MODES:
             raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
@@ -87,6 +89,15 @@ def _history_note(hours: float) -> str:
     if hours <= 0:
         return ""
     return ", market history: all before each start" if math.isinf(hours) else f", market history: {hours:g} h"
+
+
+def _check_options(*, overhead_hours: float, **positive: float) -> None:
+    """Refuse numbers no run could use, naming the option as the user typed it."""
+    for name, value in positive.items():
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value:g}")
+    if not (overhead_hours >= 0 and math.isfinite(overhead_hours)):
+        raise ValueError(f"--overhead-hours must be 0 or more, got {overhead_hours:g}")
 
 
 def _policies(requested: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ def submit(
     `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
     is refused."""
     _check_resources(spec, source, prices)
+    _check_deadline(spec, source, now)
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
         session.add(job)
@@ -70,6 +71,31 @@ def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[flo
         raise SpecError(
             source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)")]
         ) from None
+
+
+def _check_deadline(spec: JobSpec, source: str, now: float) -> None:
+    """Refuse a deadline no placement could keep: one already past, or one sooner than the job's estimated compute
+    (plus its restart overhead, when the spec gives one) would take on on-demand from now."""
+    deadline = spec.deadline_at(now)
+    if deadline is None:
+        return
+    left = deadline - now
+    if left <= 0:
+        raise SpecError(source, [Problem("spot.deadline", f"already past ({_hours(-left)} ago)")])
+    if spec.estimated_duration is None:
+        return
+    needed = spec.estimated_duration + (spec.spot.restart_overhead or 0.0)
+    if left < needed:
+        what = "estimated_duration" + (" plus spot.restart_overhead" if spec.spot.restart_overhead else "")
+        raise SpecError(source, [Problem(
+            "spot.deadline",
+            f"leaves {_hours(left)} from submission, less than the {what} ({_hours(needed)}): even on-demand from "
+            "the start would miss it",
+        )])
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
 
 
 def _check_shared_checkpoints(spec: JobSpec, source: str) -> None:

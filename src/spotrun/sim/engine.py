@@ -17,6 +17,8 @@ for lack of spot leaves nothing held): what moving costs a platform that cannot 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -44,6 +46,17 @@ class SimJob:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.restart_overhead < 0:
             raise ValueError(f"restart_overhead must be >= 0, got {self.restart_overhead}")
+
+    def check_can_finish(self, step: float) -> None:
+        """Refuse a deadline that on-demand from the start would miss: time moves in whole steps, so it must leave
+        the compute plus one restart overhead, rounded up to whole steps."""
+        needed = math.ceil((self.compute_seconds + self.restart_overhead) / step - 1e-9) * step
+        if self.deadline_seconds < needed - 1e-6:
+            raise ValueError(
+                f"the deadline ({self.deadline_seconds / 3600:g} h) is sooner than on-demand from the start could "
+                f"finish: the compute plus one restart overhead in whole {step / 60:g}-minute steps takes "
+                f"{needed / 3600:g} h, so every policy would miss it"
+            )
 
     @property
     def on_demand_cost(self) -> float:

@@ -129,6 +129,8 @@ def sweep(
     """Every policy from every start offset (every `every_seconds`) of every market; one record per run. Policies
     see the `history_seconds` of the market before each start (inf: all of it), as a platform that keeps watching
     its markets would have it (`engine.run_job`'s `seen_before`)."""
+    for _, market in markets:
+        job.check_can_finish(market.gap_seconds)
     tasks = sweep_tasks(markets, job, every_seconds)
     if not tasks:
         raise ValueError("no start offset fits: the traces are shorter than the deadline")
