@@ -22,7 +22,7 @@ from pathlib import Path
 
 from spotrun.cli.simulate import load_markets
 from spotrun.sim.engine import Observe, SimJob
-from spotrun.sim.sweep import summarize, sweep
+from spotrun.sim.sweep import gap_closed, summarize, sweep
 from spotrun.traces import shared_traces_dir
 
 HOUR = 3600.0
@@ -72,8 +72,8 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
         seconds = time.perf_counter() - began
         with_history = _default_with_history(markets, job, processes, 6 * HOUR, history)
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
-        closures.append(_closed(up, best, ours))
-        closures_with_history.append(_closed(up, best, with_history.mean))
+        closures.append(gap_closed(up, best, ours))
+        closures_with_history.append(gap_closed(up, best, with_history.mean))
         misses = " / ".join(str(summary[p].misses) for p in POLICIES) + f" / {with_history.misses}"
         paper = " / ".join(f"{v:.3f}" for v in PAPER[(deadline, overhead)])
         cells = " | ".join(f"{summary[p].mean:.3f}" for p in POLICIES)
@@ -100,17 +100,13 @@ def _closure_table(markets, processes, every_seconds: float, history: float) -> 
         summary = {s.policy: s for s in summarize(records, names)}
         with_history = _default_with_history(markets, job, processes, every_seconds, history)
         up, best, ours = (summary[name].mean for name in names)
-        closures.append(_closed(up, best, ours))
-        closures_with_history.append(_closed(up, best, with_history.mean))
+        closures.append(gap_closed(up, best, ours))
+        closures_with_history.append(gap_closed(up, best, with_history.mean))
         misses = " / ".join(str(summary[name].misses) for name in names) + f" / {with_history.misses}"
         print(f"| {deadline:g} h / {overhead:g} h | {up:.4f} | {best:.4f} | {ours:.4f} | {closures[-1]:.1%} "
               f"| {with_history.mean:.4f} | {closures_with_history[-1]:.1%} | {misses} |")
     print(f"\nmean gap closed: {sum(closures) / len(closures):.1%}; "
           f"with the market's history: {sum(closures_with_history) / len(closures_with_history):.1%}")
-
-
-def _closed(up: float, best: float, ours: float) -> float:
-    return (up - ours) / (up - best) if up - best > 1e-12 else float("nan")  # no gap: nothing to close
 
 
 LIVE_VIEWS: dict[Observe, str] = {

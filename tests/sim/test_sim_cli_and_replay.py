@@ -30,6 +30,9 @@ def test_simulate_json_compares_every_policy(tmp_path):
     assert all(p["misses"] == 0 for p in by_name.values())
     assert by_name["omniscient"]["mean"] <= min(p["mean"] for p in by_name.values()) + 1e-9
     assert by_name["on_demand"]["mean"] > 1.0  # restart overhead and whole-step billing
+    up, best, ours = (by_name[name]["mean"] for name in ("uniform_progress", "omniscient", "default"))
+    assert (by_name["uniform_progress"]["gap_closed"], by_name["omniscient"]["gap_closed"]) == (0.0, 1.0)
+    assert by_name["default"]["gap_closed"] == pytest.approx((up - ours) / (up - best), abs=1e-4)
 
 
 def test_simulate_multi_zone_table(tmp_path):
@@ -43,6 +46,7 @@ def test_simulate_multi_zone_table(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 market(s)" in result.output
     assert "default" in result.output and "uniform_progress" in result.output
+    assert "gap closed" not in result.output  # omniscient did not run: no gap to measure against
 
 
 def test_simulate_table_is_whole_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):
@@ -52,10 +56,11 @@ def test_simulate_table_is_whole_when_the_output_is_not_a_terminal(tmp_path, mon
                                       "--compute-hours", "4", "--deadline-hours", "8", "--processes", "1"])
     assert result.exit_code == 0, result.output
     assert "…" not in result.output
-    rows = [line.split("│") for line in result.output.splitlines() if "uniform_progress" in line]
+    rows = [line.split("│") for line in result.output.splitlines() if line.startswith("│ uniform_progress")]
     assert len(rows) == 1
     cells = [cell.strip() for cell in rows[0] if cell.strip()]
     assert cells[0] == "uniform_progress" and all(len(c.split(".")[-1]) == 3 for c in cells[2:5]), cells
+    assert "gap closed" in result.output and cells[-1] == "0%", cells
 
 
 def test_simulate_names_a_bad_trace_file(tmp_path):

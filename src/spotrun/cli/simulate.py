@@ -16,7 +16,7 @@ from spotrun.cli.views import print_whole
 from spotrun.policy import policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import OMNISCIENT, PolicySummary, summarize, sweep
+from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, sweep
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
 ALL_POLICIES = ("on_demand", "greedy", "uniform_progress", "default", OMNISCIENT)
@@ -69,20 +69,27 @@ def simulate(
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1) from None
     summaries = summarize(records, names)
+    closed = gaps_closed(summaries)
     if as_json:
         typer.echo(json.dumps({
             "job": {"compute_hours": compute_hours, "deadline_hours": deadline_hours, "overhead_hours": overhead_hours,
                     "on_demand_price": on_demand_price, "spot_price": spot_price},
             "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
             "market_history_hours": market_history_hours,
-            "seconds": round(elapsed, 2), "policies": [s.as_dict() for s in summaries],
+            "seconds": round(elapsed, 2),
+            "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
         }, indent=2))
         return
     title = (f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
              f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
              + _history_note(market_history_hours))
-    print_whole(console, summary_table(summaries, title))
-    console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand")
+    print_whole(console, summary_table(summaries, title, closed))
+    console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand"
+                  + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
+
+
+def _json_number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, 4)
 
 
 def _history_note(hours: float) -> str:
@@ -121,13 +128,19 @@ def load_markets(paths: list[Path], multi_zone: bool) -> list[tuple[str, Market]
     return [(name, Market.from_traces({name: t})) for name, t in traces.items()]
 
 
-def summary_table(summaries: list[PolicySummary], title: str) -> Table:
+def summary_table(summaries: list[PolicySummary], title: str, closed: dict[str, float] | None = None) -> Table:
+    """One row per policy; a "gap closed" column when uniform_progress and omniscient both ran (`closed`)."""
     table = Table(title=title)
-    for column in ("policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves"):
+    columns = ["policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves"]
+    for column in columns + (["gap closed"] if closed else []):
         table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
     for s in summaries:
-        table.add_row(
+        cells = [
             s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}",
             f"[red]{s.misses}[/]" if s.misses else "0", f"{s.preemptions:.1f}", f"{s.switches:.1f}", f"{s.moves:.1f}",
-        )
+        ]
+        if closed:
+            share = closed[s.policy]
+            cells.append("-" if math.isnan(share) else f"{share:.0%}")
+        table.add_row(*cells)
     return table

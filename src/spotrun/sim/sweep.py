@@ -20,6 +20,7 @@ from spotrun.sim.engine import Observe, RunResult, SimJob, run_job
 from spotrun.sim.market import Market
 
 OMNISCIENT = "omniscient"
+UNIFORM_PROGRESS = "uniform_progress"
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,19 @@ def sweep(
 
 def _run_one_packed(args: tuple[SweepTask, tuple[str, ...], SimJob, Observe, float]) -> list[RunRecord]:
     return run_one(*args)
+
+
+def gap_closed(baseline: float, best: float, cost: float) -> float:
+    """The share of the gap between a baseline's mean cost and the best one that `cost` closes (nan: no gap)."""
+    return (baseline - cost) / (baseline - best) if baseline - best > 1e-12 else math.nan
+
+
+def gaps_closed(summaries: Sequence[PolicySummary]) -> dict[str, float]:
+    """Each policy's share of the uniform_progress → omniscient gap, when both ran (the issue's yardstick)."""
+    means = {s.policy: s.mean for s in summaries}
+    if UNIFORM_PROGRESS not in means or OMNISCIENT not in means:
+        return {}
+    return {name: gap_closed(means[UNIFORM_PROGRESS], means[OMNISCIENT], mean) for name, mean in means.items()}
 
 
 def summarize(records: Sequence[RunRecord], policies: Sequence[str]) -> list[PolicySummary]:
