@@ -141,6 +141,26 @@ def test_the_market_command_sets_a_trace_replay_that_waits_for_the_first_launch(
     assert load_market(tmp_path / "local-cloud").start_epoch is not None
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["trace", "--speed", "0"], "--speed: input should be greater than 0, got 0.0"),
+        (["trace", "--offset", "-5", "--notice", "-1"], "--notice: input should be greater than or equal to 0, got -1.0; "
+                                                         "--offset: input should be greater than or equal to 0, got -5"),
+        (["random", "--mean-lifetime", "0"], "--mean-lifetime: input should be greater than 0, got 0.0"),
+        (["manual", "--notice", "-2"], "--notice: input should be greater than or equal to 0, got -2.0"),
+        (["trace", "--zone", "a.json"], "--zone takes ZONE=TRACE.json, got 'a.json'"),
+    ],
+)
+def test_the_market_command_names_a_bad_option_and_keeps_the_market(tmp_path: Path, monkeypatch, arguments, message):
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path))
+    assert CliRunner().invoke(app, ["market", "random", "--mean-lifetime", "60"]).exit_code == 0
+    refused = CliRunner().invoke(app, ["market", *arguments], env={"COLUMNS": "300"})
+    assert refused.exit_code == 2 and message in refused.output, refused.output
+    assert "pydantic" not in refused.output
+    assert load_market(tmp_path / "local-cloud") == RandomMarket(mean_lifetime_seconds=60)
+
+
 def test_trace_market_time_mapping_offset_and_looping(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.json", [1, 0, 0, 1], gap_seconds=600)
     market = trace_market([trace], speed=600, start_epoch=1000.0, offset=3)

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from spotrun import config
-from spotrun.providers.local import ManualMarket, MarketError, RandomMarket, load_market, set_market, trace_market
+from spotrun.providers.local import (
+    ManualMarket, Market, MarketError, RandomMarket, load_market, set_market, trace_market,
+)
 
 app = typer.Typer(help="The local cloud's spot market (manual, random or a replayed real trace).", no_args_is_help=True)
 console = Console()
 Notice = Annotated[float, typer.Option(help="real seconds between a notice and the reclaim")]
+# the market's fields as the options that set them, for error messages
+OPTION_OF_FIELD = {"notice_seconds": "--notice", "mean_lifetime_seconds": "--mean-lifetime", "speed": "--speed",
+                   "offset": "--offset"}
 
 
 def _root() -> Path:
@@ -30,7 +37,7 @@ def show() -> None:
 @app.command()
 def manual(notice: Notice = 5.0) -> None:
     """Spot always available; preemptions only through `spotrun preempt`."""
-    set_market(_root(), ManualMarket(notice_seconds=notice))
+    _set(lambda: ManualMarket(notice_seconds=notice))
     console.print("local market: manual")
 
 
@@ -41,7 +48,7 @@ def random(
     notice: Notice = 5.0,
 ) -> None:
     """Spot always available; each spot instance is reclaimed after an exponential lifetime."""
-    set_market(_root(), RandomMarket(mean_lifetime_seconds=mean_lifetime, seed=seed, notice_seconds=notice))
+    _set(lambda: RandomMarket(mean_lifetime_seconds=mean_lifetime, seed=seed, notice_seconds=notice))
     console.print(f"local market: random, mean spot lifetime {mean_lifetime:.0f} s")
 
 
@@ -56,21 +63,39 @@ def trace(
     ] = False,
 ) -> None:
     """Replay real spot availability traces, one per zone, with time scaled."""
-    try:
-        traces = dict(_zone_pair(z) for z in zone) if zone else None
-        market = trace_market(traces, speed=speed, offset=offset, notice_seconds=notice,
-                              clock_starts_at_first_launch=at_first_launch)
-    except (MarketError, ValueError, OSError) as problem:
-        Console(stderr=True).print(f"[red]error:[/] {problem}")
-        raise typer.Exit(2) from None
-    set_market(_root(), market)
+    traces = dict(_zone_pair(z) for z in zone) if zone else None
+    market = _set(lambda: trace_market(traces, speed=speed, offset=offset, notice_seconds=notice,
+                                       clock_starts_at_first_launch=at_first_launch))
     start = "at the first launch" if at_first_launch else "now"
     console.print(f"local market: trace replay at {speed:g}x from sample {offset}, starting {start}: "
                   + ", ".join(market.traces))
 
 
+def _set(build: Callable[[], Market]) -> Market:
+    """Build the market and make it the local cloud's; a bad option is an error naming it, and the market in place
+    is kept."""
+    try:
+        market = build()
+    except ValidationError as invalid:
+        _fail("; ".join(_option_problem(error) for error in invalid.errors()))
+    except (MarketError, ValueError, OSError) as problem:
+        _fail(str(problem))
+    set_market(_root(), market)
+    return market
+
+
+def _option_problem(error) -> str:
+    field = str(error["loc"][0]) if error["loc"] else ""
+    return f"{OPTION_OF_FIELD.get(field, field)}: {error['msg'].lower()}, got {error['input']!r}"
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
 def _zone_pair(text: str) -> tuple[str, str]:
     zone, sep, path = text.partition("=")
     if not sep or not zone or not path:
-        raise ValueError(f"--zone takes ZONE=TRACE.json, got {text!r}")
+        _fail(f"--zone takes ZONE=TRACE.json, got {text!r}")
     return zone, path
