@@ -53,7 +53,7 @@ def main() -> None:
     closure, closure_with_history = _single_zone_table(single, args.processes, history)
     print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.0%} "
           f"(with the market's history: {closure_with_history:.0%})\n")
-    _live_model_table(single, args.processes)
+    _live_model_table(single, args.processes, history)
     for gpu in ("v100_1", "k80_1"):
         pair = load_markets(sorted(folder.glob(f"*_{gpu}.json")), multi_zone=True)
         _multi_zone_table(pair, gpu, args.processes)
@@ -117,18 +117,28 @@ LIVE_VIEWS: dict[Observe, str] = {
 }
 
 
-def _live_model_table(markets, processes) -> None:
+def _live_model_table(markets, processes, history: float) -> None:
+    """uniform_progress and default in the live controller's views; in the make-before-break one (the controller's
+    own) also default with the market's history, as the controller hands it other jobs' tries."""
     names = ["uniform_progress", "default"]
     for observe, title in LIVE_VIEWS.items():
+        with_history = observe == "launches"
         print(f"\n{title}:\n")
-        print("| D / d | uniform_progress | default | misses |")
-        print("| --- | --- | --- | --- |")
+        print("| D / d | uniform_progress | default |" + (" default, market history |" if with_history else "")
+              + " misses |")
+        print("| --- | --- | --- |" + (" --- |" if with_history else "") + " --- |")
         for deadline, overhead in SETTINGS:
             job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
             records = sweep(markets, names, job, observe=observe, processes=processes)
             summary = {s.policy: s for s in summarize(records, names)}
-            print(f"| {deadline:g} h / {overhead:g} h | {summary['uniform_progress'].mean:.3f} "
-                  f"| {summary['default'].mean:.3f} | {summary['uniform_progress'].misses} / {summary['default'].misses} |")
+            cells = [f"{summary[name].mean:.3f}" for name in names]
+            misses = [str(summary[name].misses) for name in names]
+            if with_history:
+                seen = summarize(sweep(markets, ["default"], job, observe=observe, processes=processes,
+                                       history_seconds=history), ["default"])[0]
+                cells.append(f"{seen.mean:.3f}")
+                misses.append(str(seen.misses))
+            print(f"| {deadline:g} h / {overhead:g} h | {' | '.join(cells)} | {' / '.join(misses)} |")
 
 
 def _multi_zone_table(markets, gpu, processes) -> None:
