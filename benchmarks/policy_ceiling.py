@@ -4,11 +4,13 @@
     .venv/bin/python benchmarks/policy_ceiling.py --processes 2 --every-hours 6
 
 The default policy plans with a semi-Markov model of spot whose hazards it fits to the runs of spot (and gaps) it
-has seen. Here the same policy code is run twice side by side: as it is, and with every fit replaced by a fit to
-all the completed runs of the job's own trace, its future included, which no policy can know. Both run without and
-with the market's history (all the trace before each start, `--market-history-hours inf` in `spotrun simulate`,
-which also tells the policy the age of the run going on when the job starts). The second is the ceiling of this
-model form: how much of the uniform_progress → omniscient gap the policy would close if its fit were perfect.
+has seen. Here the same policy code is run three times side by side: as it is; with every fit replaced by a fit of
+its form (shape / (age + 1) + base) to all the completed runs of the job's own trace, its future included, which no
+policy can know; and with free hazards, one per age bucket, counted on that whole trace. All run without and with
+the market's history (all the trace before each start, `--market-history-hours inf` in `spotrun simulate`, which
+also tells the policy the age of the run going on when the job starts). The second is the ceiling of the policy's
+model form, the third that of its chain with any hazards: how much of the uniform_progress → omniscient gap the
+policy would close if it knew the trace's hazards.
 
 Prints a markdown table (docs/benchmarks.md, "Placement policies"). The policy is forked into the sweep's worker
 processes with the whole-trace fit in place, so this needs the "fork" start method (Linux), else it runs in one
@@ -21,11 +23,13 @@ import argparse
 import math
 import multiprocessing
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from spotrun.cli.simulate import load_markets
 from spotrun.policy import deadline_aware
 from spotrun.policy.observations import SpotLog
+from spotrun.policy.run_ages import AGE_BUCKETS, RunHazards, age_counts
 from spotrun.sim.engine import SimJob
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import gap_closed, summarize, sweep
@@ -44,6 +48,32 @@ def _fit_to_whole_trace(log, zones, step, prior_mean_up, prior_mean_down, prior_
     return _fit_as_kept(_whole_traces[zones[0]], zones, step, prior_mean_up, prior_mean_down, prior_runs)
 
 
+def _counted_on_whole_trace(log, zones, step, *priors):
+    """Each age bucket's hazard counted on the whole trace of the job's zone: its runs' ends over their steps."""
+    return _whole_trace_buckets(zones[0], step)
+
+
+@lru_cache(maxsize=None)
+def _whole_trace_buckets(zone: str, step: float) -> RunHazards:
+    runs = _whole_traces[zone].zone(zone)
+    return RunHazards(bucket_rates(runs.lifetimes, step), bucket_rates(runs.gaps, step))
+
+
+def bucket_rates(lengths, step: float) -> tuple[float, ...]:
+    """Per age bucket, the runs that ended in it over the steps runs spent in it (half a run over one step added, so
+    that a bucket no run reached has a hazard of 0.5, not 0/0), within (1e-4, 0.95) as the chain's hazards are."""
+    counted = max([round(length / step) for length in lengths] + [AGE_BUCKETS[-1]])
+    exposure, ends = age_counts([round(length / step) for length in lengths], counted)
+    bounds = (*AGE_BUCKETS, counted + 1)
+    return tuple(
+        min(max((ends[first - 1 : stop - 1].sum() + 0.5) / (exposure[first - 1 : stop - 1].sum() + 1.0), 1e-4), 0.95)
+        for first, stop in zip(bounds, bounds[1:])
+    )
+
+
+VARIANTS = {"as kept": _fit_as_kept, "whole-trace fit": _fit_to_whole_trace, "whole-trace buckets": _counted_on_whole_trace}
+
+
 def whole_trace_log(name: str, market: Market) -> SpotLog:
     log = SpotLog()
     for t, up in enumerate(market.available[0].tolist()):
@@ -51,9 +81,9 @@ def whole_trace_log(name: str, market: Market) -> SpotLog:
     return log
 
 
-def default_mean(markets, job: SimJob, every: float, history: float, processes: int | None, ceiling: bool) -> tuple:
-    """default's mean normalized cost and misses, with the fit as kept or on the whole trace."""
-    deadline_aware.estimate_hazards = _fit_to_whole_trace if ceiling else _fit_as_kept
+def default_mean(markets, job: SimJob, every: float, history: float, processes: int | None, variant: str) -> tuple:
+    """default's mean normalized cost and misses, with its hazards as the variant has them."""
+    deadline_aware.estimate_hazards = VARIANTS[variant]
     try:
         records = sweep(markets, ["default"], job, every_seconds=every, processes=processes, history_seconds=history)
     finally:
@@ -76,17 +106,18 @@ def main() -> None:
     began = time.perf_counter()
     print(f"{len(markets)} traces from {folder.name}; C = 48 h, starts every {args.every_hours:g} h. Gap closed by "
           "default between uniform_progress and omniscient:\n")
-    print("| D / d | uniform_progress | omniscient | as kept | whole-trace fit | as kept, market history "
-          "| whole-trace fit, market history | misses |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    columns: list[list[float]] = [[], [], [], []]
+    histories = {"": 0.0, ", market history": math.inf}
+    print("| D / d | uniform_progress | omniscient | "
+          + " | ".join(variant + seen for seen in histories for variant in VARIANTS) + " | misses |")
+    print("| --- " * (3 + len(VARIANTS) * len(histories)) + "| --- |")
+    columns: list[list[float]] = [[] for _ in range(len(VARIANTS) * len(histories))]
     for deadline, overhead in SETTINGS:
         job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
         refs = {s.policy: s for s in summarize(sweep(markets, REFERENCES, job, every_seconds=every,
                                                      processes=processes), REFERENCES)}
         up, best = refs["uniform_progress"].mean, refs["omniscient"].mean
-        runs = [default_mean(markets, job, every, history, processes, ceiling)
-                for history in (0.0, math.inf) for ceiling in (False, True)]
+        runs = [default_mean(markets, job, every, history, processes, variant)
+                for history in histories.values() for variant in VARIANTS]
         cells = []
         for column, (mean, _) in zip(columns, runs):
             column.append(gap_closed(up, best, mean))
