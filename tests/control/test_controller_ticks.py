@@ -252,7 +252,8 @@ def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stor
 @pytest.mark.parametrize(
     ("spot", "extra", "words"),
     [
-        ("{deadline: '2020-01-01T00:00:00Z'}", "", "already past"),
+        ("{deadline: '2020-01-01T00:00:00Z'}", "", "must be after the launch; it is 3,728.7 days before it"),
+        ("{deadline: 0s}", "", "must be after the launch"),
         ("{deadline: 2h}", "estimated_duration: 3h\n", "leaves 2 h from submission, less than the estimated_duration (3 h)"),
         ("{deadline: 3h, restart_overhead: 30m}", "estimated_duration: 3h\n",
          "less than the estimated_duration plus spot.restart_overhead (3.5 h)"),

@@ -81,7 +81,8 @@ def _check_deadline(spec: JobSpec, source: str, now: float) -> None:
         return
     left = deadline - now
     if left <= 0:
-        raise SpecError(source, [Problem("spot.deadline", f"already past ({_hours(-left)} ago)")])
+        before = f"; it is {_hours(-left)} before it" if left < 0 else ""
+        raise SpecError(source, [Problem("spot.deadline", f"must be after the launch{before}")])
     if spec.estimated_duration is None:
         return
     needed = spec.estimated_duration + (spec.spot.restart_overhead or 0.0)
@@ -95,7 +96,7 @@ def _check_deadline(spec: JobSpec, source: str, now: float) -> None:
 
 
 def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:,.1f} days" if seconds >= 2 * 86400 else f"{seconds / 3600:.3g} h"
 
 
 def _check_shared_checkpoints(spec: JobSpec, source: str) -> None:

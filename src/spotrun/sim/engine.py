@@ -18,7 +18,6 @@ for lack of spot leaves nothing held): what moving costs a platform that cannot 
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
