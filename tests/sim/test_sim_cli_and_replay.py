@@ -108,6 +108,58 @@ def test_a_deadline_just_in_reach_of_on_demand_is_met_by_every_policy(tmp_path):
     assert len(policies) == 5 and all(p["runs"] > 10 and p["misses"] == 0 for p in policies), policies
 
 
+def simulate_json(*arguments: str) -> dict:
+    result = CliRunner().invoke(app, ["simulate", "--json", "--processes", "1", "--policy", "on_demand", *arguments])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_simulate_takes_the_job_from_a_job_file(tmp_path):
+    write_trace(tmp_path / "a.json", [1, 0, 1] * 100)
+    job = tmp_path / "finetune.yaml"
+    job.write_text("run: python train.py\nresources: {cloud: aws, instance_type: p3.2xlarge}\n"
+                   "spot: {deadline: 30h, restart_overhead: 12m}\nestimated_duration: 24h\n")
+    report = simulate_json("--trace", str(tmp_path), "--job", str(job))
+    assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
+                             "on_demand_price": 3.06, "spot_price": 0.9731, "file": str(job)}
+    # an option given overrides the file; a job with prices of its own is priced at them
+    priced = tmp_path / "priced.yaml"
+    priced.write_text("run: x\nresources: {cloud: aws, instance_type: p9.mega, prices: {on_demand: 10, spot: 2.5}}\n"
+                      "spot: {deadline: '2100-01-01T00:00:00Z'}\nestimated_duration: 24h\n")
+    report = simulate_json("--trace", str(tmp_path), "--job", str(priced), "--deadline-hours", "28")
+    assert (report["job"]["deadline_hours"], report["job"]["on_demand_price"], report["job"]["spot_price"]) == (28, 10, 2.5)
+    assert report["job"]["overhead_hours"] == 0.1  # the live policy's assumption until it has measured one
+
+
+def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    write_trace(tmp_path / "a.json", [1] * 300)
+    deadline = (datetime.now(timezone.utc) + timedelta(hours=30)).isoformat()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"run: x\nresources: {{cloud: aws, instance_type: p3.2xlarge}}\nspot: {{deadline: '{deadline}'}}\n"
+                   "estimated_duration: 20h\n")
+    assert 29.99 < simulate_json("--trace", str(tmp_path), "--job", str(job))["job"]["deadline_hours"] <= 30.0
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "message"),
+    [
+        ("run: x\nspot: {deadline: 30h}\n", 1, "gives no estimated_duration: add it there or pass --compute-hours"),
+        ("run: x\nestimated_duration: 3h\n", 1, "gives no spot.deadline: add it there or pass --deadline-hours"),
+        ("run: x\nresources: {nodes: 0}\n", 2, "resources.nodes: must be at least 1"),
+        ("run: x\nresources: {cloud: aws, instance_type: p9.mega}\nspot: {deadline: 3h}\nestimated_duration: 2h\n",
+         2, "no price for instance type 'p9.mega'"),
+    ],
+)
+def test_simulate_names_what_a_job_file_lacks(tmp_path, text, code, message):
+    write_trace(tmp_path / "a.json", [1] * 100)
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job)], env={"COLUMNS": "300"})
+    assert result.exit_code == code and message in result.output, result.output
+
+
 def test_replay_still_drives_the_default_policy_without_deadline():
     job = ReplayJob(job_id=1, zones=("a", "b"), compute_seconds=50.0, restart_overhead=1.0, notice_seconds=0.5)
     outage = lambda zone, t: not (zone == "a" and 10 <= t < 20)  # noqa: E731

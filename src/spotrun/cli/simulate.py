@@ -12,11 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spotrun.cli.simulate_job import job_numbers
 from spotrun.cli.views import print_whole
 from spotrun.policy import policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, sweep
+from spotrun.spec import SpecError
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
 ALL_POLICIES = ("on_demand", "greedy", "uniform_progress", "default", OMNISCIENT)
@@ -32,11 +34,17 @@ def simulate(
     ] = None,
     multi_zone: Annotated[bool, typer.Option(help="all traces are zones of ONE market (else each trace is its own)")] = False,
     policy: Annotated[list[str], typer.Option(help="policy to run (repeatable), or 'all'")] = ["all"],  # noqa: B006
-    compute_hours: Annotated[float, typer.Option(help="C: hours of compute the job needs")] = 48.0,
-    deadline_hours: Annotated[float, typer.Option(help="D: hours from the start to the deadline")] = 52.0,
-    overhead_hours: Annotated[float, typer.Option(help="d: hours lost at each start or restart")] = 0.1,
-    on_demand_price: Annotated[float, typer.Option(help="$/h on-demand")] = P3_2XLARGE_ON_DEMAND,
-    spot_price: Annotated[float, typer.Option(help="$/h spot")] = P3_2XLARGE_SPOT,
+    job_file: Annotated[Optional[Path], typer.Option(
+        "--job", help="a job file: C, D, d and the prices are its estimated_duration, spot.deadline (an absolute one "
+                      "counted from now), spot.restart_overhead and resources' prices; an option given overrides")] = None,
+    compute_hours: Annotated[Optional[float], typer.Option(help="C: hours of compute the job needs [default: 48]")] = None,
+    deadline_hours: Annotated[Optional[float], typer.Option(
+        help="D: hours from the start to the deadline [default: 52]")] = None,
+    overhead_hours: Annotated[Optional[float], typer.Option(
+        help="d: hours lost at each start or restart [default: 0.1]")] = None,
+    on_demand_price: Annotated[Optional[float], typer.Option(
+        help=f"$/h on-demand [default: {P3_2XLARGE_ON_DEMAND}, p3.2xlarge]")] = None,
+    spot_price: Annotated[Optional[float], typer.Option(help=f"$/h spot [default: {P3_2XLARGE_SPOT}]")] = None,
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
                                               "'launches': only what the live controller sees, moving make-before-break "
@@ -51,8 +59,12 @@ def simulate(
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
     try:
         names = _policies(policy)
-        _check_options(compute_hours=compute_hours, deadline_hours=deadline_hours, on_demand_price=on_demand_price,
-                       spot_price=spot_price, every_hours=every_hours, overhead_hours=overhead_hours)
+        numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
+                           overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price)
+        _check_options(every_hours=every_hours, **numbers)
+        compute_hours, deadline_hours, overhead_hours = (numbers[k] for k in ("compute_hours", "deadline_hours",
+                                                                              "overhead_hours"))
+        on_demand_price, spot_price = numbers["on_demand_price"], numbers["spot_price"]
         job = SimJob(compute_hours * HOUR, deadline_hours * HOUR, overhead_hours * HOUR, on_demand_price, spot_price)
         if observe not in OBSERVE_MODES:
             raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
@@ -65,6 +77,10 @@ def simulate(
             history_seconds=market_history_hours * HOUR,
         )
         elapsed = time.perf_counter() - began
+    except SpecError as problem:
+        errors.print("[red]invalid job file[/]")
+        typer.echo(str(problem), err=True)
+        raise typer.Exit(2) from None
     except (TraceError, ValueError, OSError) as problem:
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1) from None
@@ -73,18 +89,21 @@ def simulate(
     if as_json:
         typer.echo(json.dumps({
             "job": {"compute_hours": compute_hours, "deadline_hours": deadline_hours, "overhead_hours": overhead_hours,
-                    "on_demand_price": on_demand_price, "spot_price": spot_price},
+                    "on_demand_price": on_demand_price, "spot_price": spot_price,
+                    "file": str(job_file) if job_file else None},
             "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
             "market_history_hours": market_history_hours,
             "seconds": round(elapsed, 2),
             "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
         }, indent=2))
         return
-    title = (f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
+    title = ((f"{job_file.name}: " if job_file else "")
+             + f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
              f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
              + _history_note(market_history_hours))
     print_whole(console, summary_table(summaries, title, closed))
-    console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand"
+    console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
+                  f"(${job.on_demand_cost:,.2f})"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
 
 
@@ -96,6 +115,31 @@ def _history_note(hours: float) -> str:
     if hours <= 0:
         return ""
     return ", market history: all before each start" if math.isinf(hours) else f", market history: {hours:g} h"
+
+
+PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.1,
+             "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT}
+JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}
+
+
+def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float]:
+    """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job."""
+    if job_file is None:
+        return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
+    from_file = job_numbers(job_file, time.time())
+    in_file = {
+        "compute_hours": None if from_file.compute_seconds is None else from_file.compute_seconds / HOUR,
+        "deadline_hours": None if from_file.deadline_seconds is None else from_file.deadline_seconds / HOUR,
+        "overhead_hours": from_file.restart_overhead / HOUR,
+        "on_demand_price": from_file.on_demand_price,
+        "spot_price": from_file.spot_price,
+    }
+    numbers = {name: in_file[name] if value is None else value for name, value in given.items()}
+    for name, value in numbers.items():
+        if value is None:
+            option = "--" + name.replace("_", "-")
+            raise ValueError(f"{job_file} gives no {JOB_FIELD_OF[name]}: add it there or pass {option}")
+    return numbers  # type: ignore[return-value]
 
 
 def _check_options(*, overhead_hours: float, **positive: float) -> None:

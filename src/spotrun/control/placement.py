@@ -75,9 +75,10 @@ def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, windo
 
 
 def price_for(
-    cloud: str, instance_type: str, market: str, zone: str, accelerators: dict[str, int] | None = None
+    cloud: str, instance_type: str, market: str, zone: str | None, accelerators: dict[str, int] | None = None
 ) -> tuple[float, float]:
-    """($/h in that market and zone, $/h on-demand) from the catalog, attached accelerators included."""
+    """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
+    accelerators included."""
     return (
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
@@ -85,7 +86,7 @@ def price_for(
 
 
 def job_prices(
-    spec: JobSpec, market: str, zone: str, prices: Callable[..., tuple[float, float]] = price_for
+    spec: JobSpec, market: str, zone: str | None, prices: Callable[..., tuple[float, float]] = price_for
 ) -> tuple[float, float]:
     """The job's own `resources.prices` when given, else what `prices` (the catalog) says."""
     given = spec.resources.prices
