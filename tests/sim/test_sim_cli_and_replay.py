@@ -131,6 +131,17 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     assert report["job"]["overhead_hours"] == 0.1  # the live policy's assumption until it has measured one
 
 
+def test_simulate_says_a_gang_is_simulated_as_one_node(tmp_path):
+    write_trace(tmp_path / "a.json", [1] * 300)
+    job = tmp_path / "gang.yaml"
+    job.write_text("run: x\nresources: {cloud: aws, instance_type: p3.2xlarge, nodes: 4}\nspot: {deadline: 30h}\n"
+                   "estimated_duration: 20h\ncheckpoint: {store: 's3://bucket/run'}\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job), "--processes", "1"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "gang.yaml runs 4 nodes; the simulator runs one on single-node traces (costs are one node's)" in result.output
+
+
 def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):
     from datetime import datetime, timedelta, timezone
 

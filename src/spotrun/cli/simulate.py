@@ -127,6 +127,9 @@ def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float]:
     if job_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
     from_file = job_numbers(job_file, time.time())
+    if from_file.nodes > 1:
+        errors.print(f"note: {job_file.name} runs {from_file.nodes} nodes; the simulator runs one on single-node "
+                     "traces (costs are one node's), and a gang is lost when any of its nodes is", soft_wrap=True)
     in_file = {
         "compute_hours": None if from_file.compute_seconds is None else from_file.compute_seconds / HOUR,
         "deadline_hours": None if from_file.deadline_seconds is None else from_file.deadline_seconds / HOUR,

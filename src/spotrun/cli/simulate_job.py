@@ -21,6 +21,7 @@ class JobNumbers:
     restart_overhead: float
     on_demand_price: float
     spot_price: float
+    nodes: int = 1  # the simulator runs one node: its normalized costs are a gang's only if every node fares alike
 
 
 def job_numbers(path: Path, now: float) -> JobNumbers:
@@ -38,6 +39,7 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         restart_overhead=DEFAULT_RESTART_OVERHEAD if overhead is None else overhead,
         on_demand_price=on_demand,
         spot_price=spot,
+        nodes=spec.resources.nodes,
     )
 
 
