@@ -8,7 +8,7 @@ import pytest
 
 from spotrun.control import jobs
 from spotrun.control.controller import Controller, ControllerSettings
-from spotrun.cli.views import progress_line
+from spotrun.cli.views import attempts_summary, progress_line
 from spotrun.control.placement import placement_context
 from spotrun.policy import DefaultPolicy
 from spotrun.server.views import job_row
@@ -81,6 +81,9 @@ def test_no_capacity_tries_the_next_zone_then_waits(world):
     for _ in range(4):
         world.tick(5)
     assert world.cloud.running() and world.cloud.running()[0].zone == "m-b"
+    tries = world.attempts(job_id)
+    summary = attempts_summary(job_row(world.job(job_id), world.clock.now()), len(tries))
+    assert summary == f"1 attempt, 0 preemptions ({len(tries) - 1} more launch tries got no instance)", summary
 
 
 def test_a_crash_is_counted_and_too_many_fail_the_job(world):

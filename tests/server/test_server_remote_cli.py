@@ -88,7 +88,7 @@ def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
 
     launched = cli(remote, "launch", str(job_file), "--follow")
     assert launched.returncode == 0, launched.stdout + launched.stderr + server.output.read_text()
-    assert "launched job 1 (tiny)" in launched.stdout and "job 1 SUCCEEDED after 1 attempts" in launched.stdout
+    assert "launched job 1 (tiny)" in launched.stdout and "job 1 SUCCEEDED after 1 attempt, 0 preemptions" in launched.stdout
     rows = json.loads(cli(remote, "status", "--json").stdout)
     assert [(row["id"], row["state"], row["attempts"]) for row in rows] == [(1, "SUCCEEDED", 1)]
 

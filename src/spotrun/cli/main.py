@@ -19,7 +19,7 @@ from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.simulate import simulate
-from spotrun.cli.views import attempts_table, follow_events, print_whole, status_table
+from spotrun.cli.views import attempts_summary, attempts_table, follow_events, print_whole, status_table
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
@@ -77,8 +77,7 @@ def launch(
 def _follow(backend: Backend, job_id: int) -> None:
     state = follow_events(backend, job_id, console)
     detail = backend.detail(job_id)
-    console.print(f"job {job_id} [bold]{state}[/] after {detail.job.attempts} attempts, "
-                  f"{detail.job.preemptions} preemptions")
+    console.print(f"job {job_id} [bold]{state}[/] after {attempts_summary(detail.job, len(detail.attempts))}")
     if detail.job.failure_reason:
         console.print(f"reason: {detail.job.failure_reason}")
     console.print(format_bill(detail.bill.to_bill()))

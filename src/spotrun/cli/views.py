@@ -84,6 +84,18 @@ def follow_events(backend: Backend, job_id: int, console: Console, poll: float =
             time.sleep(poll)
 
 
+def attempts_summary(row: JobRow, tries: int) -> str:
+    """The attempts that got an instance and the preemptions; the `tries` beyond them got no instance (no capacity,
+    or a standby refused), which the attempts' numbers count too."""
+    unplaced = tries - row.attempts
+    return (f"{_count(row.attempts, 'attempt')}, {_count(row.preemptions, 'preemption')}"
+            + (f" ({unplaced} more launch {'try' if unplaced == 1 else 'tries'} got no instance)" if unplaced else ""))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def progress_line(row: JobRow) -> Text:
     where = f"{row.market} in {row.zone}" if row.market else "no instance"
     step = f"checkpoint step {row.checkpoint_step}" if row.checkpoint_step is not None else "no checkpoint yet"
