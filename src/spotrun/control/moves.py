@@ -21,7 +21,7 @@ from spotrun.control import records
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.states import TERMINAL, JobState, is_terminal
 from spotrun.policy import Launch
-from spotrun.policy.default import backoff_delay
+from spotrun.policy.default import backoff_delay, fell_back_to_on_demand
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Event, Job, add_event
 
@@ -37,8 +37,7 @@ ABANDONED_MOVES_MAX_WAIT = 3600.0
 def may_move(spec: JobSpec, market: str) -> bool:
     """Whether a running job's policy may want it elsewhere: with a deadline, or on on-demand while it would
     rather run on spot. A job on spot without a deadline stays where it is until spot is taken away."""
-    fell_back = market == "on-demand" and spec.spot.use_spot and spec.spot.fallback == "on-demand"
-    return spec.spot.deadline is not None or fell_back
+    return spec.spot.deadline is not None or fell_back_to_on_demand(market, spec.spot.use_spot, spec.spot.fallback)
 
 
 class MoveDriver:

@@ -54,7 +54,7 @@ class DefaultPolicy:
         the preemptions that made it fall back are out of the window, and some zone has had no spot refused or taken
         away lately. The controller moves make-before-break, so a try that finds no spot costs nothing more."""
         current = ctx.current
-        if current is None or current.market != "on-demand" or not ctx.use_spot or ctx.fallback != "on-demand":
+        if current is None or not fell_back_to_on_demand(current.market, ctx.use_spot, ctx.fallback):
             return None
         held = ctx.now - current.since
         hold = ctx.fallback_window * min(2 ** returns_to_spot(ctx.history), self.max_hold_windows)
@@ -101,6 +101,12 @@ class DefaultPolicy:
 
     def _on_demand_zone(self, ctx: PlacementContext) -> str:
         return zone_order(ctx, self.zone_news_lasts)[0]
+
+
+def fell_back_to_on_demand(market: str, use_spot: bool, fallback: str) -> bool:
+    """Whether a job on `market` holds on-demand it would leave for spot: it uses spot and falls back to on-demand
+    only when spot fails. (The controller asks a running job's policy only when this holds or it has a deadline.)"""
+    return market == "on-demand" and use_spot and fallback == "on-demand"
 
 
 def backoff_delay(rounds: int, base: float, cap: float) -> float:
