@@ -41,12 +41,27 @@ def test_simulate_multi_zone_table(tmp_path):
     result = CliRunner().invoke(app, ["simulate", 
         "--trace", str(tmp_path / "a.json"), "--trace", str(tmp_path / "b.json"), "--multi-zone",
         "--policy", "default", "--policy", "uniform_progress", "--compute-hours", "4", "--deadline-hours", "8",
-        "--processes", "1",
+        "--processes", "1", "--no-bound",
     ], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "1 market(s)" in result.output
     assert "default" in result.output and "uniform_progress" in result.output
-    assert "gap closed" not in result.output  # omniscient did not run: no gap to measure against
+    assert "omniscient" not in result.output and "gap closed" not in result.output  # no bound: no gap to measure
+
+
+def test_every_report_shows_the_omniscient_bound_unless_told_not_to(tmp_path):
+    write_trace(tmp_path / "a.json", [1, 1, 0] * 100)
+    common = ["simulate", "--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours", "8", "--processes", "1",
+              "--json"]
+
+    def policies(*more: str) -> list[str]:
+        return [p["policy"] for p in json.loads(CliRunner().invoke(app, common + list(more)).output)["policies"]]
+
+    assert policies("--policy", "default") == ["default", "omniscient"]
+    assert policies("--policy", "omniscient", "--policy", "greedy") == ["omniscient", "greedy"]
+    assert policies("--policy", "default", "--no-bound") == ["default"]
+    assert "omniscient" not in policies("--policy", "all", "--no-bound")
+    assert policies("--policy", "omniscient", "--no-bound") == ["omniscient"]  # named: run
 
 
 def test_simulate_table_is_whole_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):

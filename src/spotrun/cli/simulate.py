@@ -53,12 +53,14 @@ def simulate(
     market_history_hours: Annotated[float, typer.Option(
         help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
              "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,
+    bound: Annotated[bool, typer.Option(
+        help="also run omniscient, the offline optimum that knows the whole trace, as the lower bound")] = True,
     processes: Annotated[Optional[int], typer.Option(help="worker processes (default: one per core)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
     try:
-        names = _policies(policy)
+        names = _policies(policy, bound)
         numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
                            overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price)
         _check_options(every_hours=every_hours, **numbers)
@@ -154,14 +156,17 @@ def _check_options(*, overhead_hours: float, **positive: float) -> None:
         raise ValueError(f"--overhead-hours must be 0 or more, got {overhead_hours:g}")
 
 
-def _policies(requested: list[str]) -> list[str]:
+def _policies(requested: list[str], bound: bool) -> list[str]:
+    """The policies asked for ("all": every one) and omniscient as the lower bound, unless `bound` is off (then only
+    when named)."""
     if "all" in requested:
-        return list(ALL_POLICIES)
+        return [name for name in ALL_POLICIES if bound or name != OMNISCIENT]
     known = set(policy_names()) | {OMNISCIENT}
     for name in requested:
         if name not in known:
             raise ValueError(f"unknown policy {name!r}; known: all, {', '.join(sorted(known))}")
-    return list(dict.fromkeys(requested))
+    names = list(dict.fromkeys(requested))
+    return names + [OMNISCIENT] if bound and OMNISCIENT not in names else names
 
 
 def load_markets(paths: list[Path], multi_zone: bool) -> list[tuple[str, Market]]:
