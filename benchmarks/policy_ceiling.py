@@ -71,7 +71,9 @@ def bucket_rates(lengths, step: float) -> tuple[float, ...]:
     )
 
 
-VARIANTS = {"as kept": _fit_as_kept, "whole-trace fit": _fit_to_whole_trace, "whole-trace buckets": _counted_on_whole_trace}
+VARIANTS = {
+    "as kept": _fit_as_kept, "whole-trace fit": _fit_to_whole_trace, "whole-trace buckets": _counted_on_whole_trace,
+}
 
 
 def whole_trace_log(name: str, market: Market) -> SpotLog:

@@ -176,6 +176,8 @@ def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):
         ("run: x\nresources: {nodes: 0}\n", 2, "resources.nodes: must be at least 1"),
         ("run: x\nresources: {cloud: aws, instance_type: p9.mega}\nspot: {deadline: 3h}\nestimated_duration: 2h\n",
          2, "no price for instance type 'p9.mega'"),
+        ("run: x\nspot: {deadline: 30h, zones: [mars-1a]}\nestimated_duration: 24h\n", 2,
+         "spot.zones: no spot price for local.cpu in zone 'mars-1a'"),
     ],
 )
 def test_simulate_names_what_a_job_file_lacks(tmp_path, text, code, message):

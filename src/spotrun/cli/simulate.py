@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -36,8 +37,10 @@ def simulate(
     policy: Annotated[list[str], typer.Option(help="policy to run (repeatable), or 'all'")] = ["all"],  # noqa: B006
     job_file: Annotated[Optional[Path], typer.Option(
         "--job", help="a job file: C, D, d and the prices are its estimated_duration, spot.deadline (an absolute one "
-                      "counted from now), spot.restart_overhead and resources' prices; an option given overrides")] = None,
-    compute_hours: Annotated[Optional[float], typer.Option(help="C: hours of compute the job needs [default: 48]")] = None,
+                      "counted from now), spot.restart_overhead and resources' prices; an option given overrides"),
+    ] = None,
+    compute_hours: Annotated[Optional[float], typer.Option(
+        help="C: hours of compute the job needs [default: 48]")] = None,
     deadline_hours: Annotated[Optional[float], typer.Option(
         help="D: hours from the start to the deadline [default: 52]")] = None,
     overhead_hours: Annotated[Optional[float], typer.Option(
@@ -64,10 +67,8 @@ def simulate(
         numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
                            overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price)
         _check_options(every_hours=every_hours, **numbers)
-        compute_hours, deadline_hours, overhead_hours = (numbers[k] for k in ("compute_hours", "deadline_hours",
-                                                                              "overhead_hours"))
-        on_demand_price, spot_price = numbers["on_demand_price"], numbers["spot_price"]
-        job = SimJob(compute_hours * HOUR, deadline_hours * HOUR, overhead_hours * HOUR, on_demand_price, spot_price)
+        job = SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR,
+                     numbers["overhead_hours"] * HOUR, numbers["on_demand_price"], numbers["spot_price"])
         if observe not in OBSERVE_MODES:
             raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         if not market_history_hours >= 0:
@@ -90,9 +91,7 @@ def simulate(
     closed = gaps_closed(summaries)
     if as_json:
         typer.echo(json.dumps({
-            "job": {"compute_hours": compute_hours, "deadline_hours": deadline_hours, "overhead_hours": overhead_hours,
-                    "on_demand_price": on_demand_price, "spot_price": spot_price,
-                    "file": str(job_file) if job_file else None},
+            "job": {**numbers, "file": str(job_file) if job_file else None},
             "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
             "market_history_hours": market_history_hours,
             "seconds": round(elapsed, 2),
@@ -100,7 +99,8 @@ def simulate(
         }, indent=2))
         return
     title = ((f"{job_file.name}: " if job_file else "")
-             + f"C={compute_hours:g} h, D={deadline_hours:g} h, d={overhead_hours:g} h; "
+             + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
+             f"d={numbers['overhead_hours']:g} h; "
              f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
              + _history_note(market_history_hours))
     print_whole(console, summary_table(summaries, title, closed))
@@ -128,17 +128,11 @@ def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float]:
     """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job."""
     if job_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
-    from_file = job_numbers(job_file, time.time())
-    if from_file.nodes > 1:
-        errors.print(f"note: {job_file.name} runs {from_file.nodes} nodes; the simulator runs one on single-node "
+    from_file, nodes = job_numbers(job_file, time.time())
+    if nodes > 1:
+        errors.print(f"note: {job_file.name} runs {nodes} nodes; the simulator runs one on single-node "
                      "traces (costs are one node's), and a gang is lost when any of its nodes is", soft_wrap=True)
-    in_file = {
-        "compute_hours": None if from_file.compute_seconds is None else from_file.compute_seconds / HOUR,
-        "deadline_hours": None if from_file.deadline_seconds is None else from_file.deadline_seconds / HOUR,
-        "overhead_hours": from_file.restart_overhead / HOUR,
-        "on_demand_price": from_file.on_demand_price,
-        "spot_price": from_file.spot_price,
-    }
+    in_file = asdict(from_file)
     numbers = {name: in_file[name] if value is None else value for name, value in given.items()}
     for name, value in numbers.items():
         if value is None:

@@ -6,49 +6,48 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from spotrun.control.jobs import check_resources
 from spotrun.control.placement import job_prices
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy.deadline import DEFAULT_RESTART_OVERHEAD
-from spotrun.spec import JobSpec, Problem, SpecError, load_spec
+from spotrun.spec import Problem, SpecError, load_spec
+
+HOUR = 3600.0
 
 
 @dataclass(frozen=True)
 class JobNumbers:
-    """A job file's numbers for the simulator; None where the file does not say."""
+    """A job file's numbers for the simulator, named as `spotrun simulate`'s options; None where the file does not
+    say."""
 
-    compute_seconds: float | None
-    deadline_seconds: float | None  # after the launch
-    restart_overhead: float
+    compute_hours: float | None
+    deadline_hours: float | None  # after the launch
+    overhead_hours: float
     on_demand_price: float
     spot_price: float
-    nodes: int = 1  # the simulator runs one node: its normalized costs are a gang's only if every node fares alike
 
 
-def job_numbers(path: Path, now: float) -> JobNumbers:
-    """Read the job file as `spotrun launch` does; an absolute deadline counts from `now`, as if launched now.
-    Prices are the job's `resources.prices`, else the catalog's for its instance type (spot: in the first of the
-    job's zones, or the catalog's reference price when it names none); the restart overhead is `spot.restart_overhead`, else what the live policy assumes
-    until it has measured one."""
+def job_numbers(path: Path, now: float) -> tuple[JobNumbers, int]:
+    """The job file's numbers and its node count, the file read and checked as `spotrun launch` does.
+
+    An absolute deadline counts from `now`, as if launched now. Prices are the job's `resources.prices`, else the
+    catalog's for its instance type (spot: in the first of the job's zones, or the catalog's reference price when it
+    names none). The restart overhead is `spot.restart_overhead`, else what the live policy assumes until it has
+    measured one."""
     spec = load_spec(path)
-    deadline = spec.deadline_at(now)
-    overhead = spec.spot.restart_overhead
-    on_demand, spot = _prices(spec, str(path))
-    return JobNumbers(
-        compute_seconds=spec.estimated_duration,
-        deadline_seconds=None if deadline is None else deadline - now,
-        restart_overhead=DEFAULT_RESTART_OVERHEAD if overhead is None else overhead,
-        on_demand_price=on_demand,
-        spot_price=spot,
-        nodes=spec.resources.nodes,
-    )
-
-
-def _prices(spec: JobSpec, source: str) -> tuple[float, float]:
-    if spec.resources.instance_type is None and spec.resources.prices is None:
-        raise SpecError(source, [Problem("resources.instance_type", "needed for its prices (or give resources.prices)")])
+    check_resources(spec, str(path))
     zone = spec.spot.zones[0] if spec.spot.zones else None
     try:
         spot, on_demand = job_prices(spec, "spot", zone)
     except UnknownPrice as unknown:
-        raise SpecError(source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices")]) from None
-    return on_demand, spot
+        raise SpecError(str(path), [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
+    deadline = spec.deadline_at(now)
+    overhead = spec.spot.restart_overhead
+    numbers = JobNumbers(
+        compute_hours=None if spec.estimated_duration is None else spec.estimated_duration / HOUR,
+        deadline_hours=None if deadline is None else (deadline - now) / HOUR,
+        overhead_hours=(DEFAULT_RESTART_OVERHEAD if overhead is None else overhead) / HOUR,
+        on_demand_price=on_demand,
+        spot_price=spot,
+    )
+    return numbers, spec.resources.nodes

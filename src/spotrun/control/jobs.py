@@ -39,7 +39,7 @@ def submit(
 
     `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
     is refused."""
-    _check_resources(spec, source, prices)
+    check_resources(spec, source, prices)
     _check_deadline(spec, source, now)
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
@@ -50,7 +50,7 @@ def submit(
         return job.id
 
 
-def _check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[float, float]]) -> None:
+def check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[float, float]] = price_for) -> None:
     """Refuse, before anything is stored, a job the controller could never place or bill."""
     resources = spec.resources
     if resources.cloud not in CLOUDS:
