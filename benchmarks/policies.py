@@ -8,8 +8,9 @@ uniform_progress, omniscient and default on every trace alone (policies see each
 model), default twice: seeing only the job's own time (the paper's setting) and seeing the market's history before
 the start too (all of the trace before it, as a platform that keeps watching its markets has it), the same for
 default and uniform_progress when they only see what the live controller sees and move as it does, make-before-break
-(and again with drain-first moves, to show what that saves), and a multi-zone run (both zones of
-a GPU type in one market). Prints markdown. ``--closure-only`` prints only how much of the uniform_progress →
+(default there also with the trace before the start, and as one of a fleet of jobs from every start that run at once
+and share what they see, as the controller shares tries between jobs), again with drain-first moves, to show what
+make-before-break saves, and a multi-zone run (both zones of a GPU type in one market). Prints markdown. ``--closure-only`` prints only how much of the uniform_progress →
 omniscient gap default closes in each setting, without and with the market's history.
 """
 
@@ -50,21 +51,26 @@ def main() -> None:
         print(f"\n{time.perf_counter() - began:.0f} s on {_cores()} cores.")
         return
     print(f"## Placement policies\n\n{len(single)} traces from {folder.name}; C = 48 h, starts every 6 h.\n")
-    closure, closure_with_history = _single_zone_table(single, args.processes, history)
+    closure, closure_with_history, best = _single_zone_table(single, args.processes, history)
     print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.0%} "
           f"(with the market's history: {closure_with_history:.0%})\n")
-    _live_model_table(single, args.processes, history)
+    _live_model_table(single, args.processes, history, best)
     for gpu in ("v100_1", "k80_1"):
-        pair = load_markets(sorted(folder.glob(f"*_{gpu}.json")), multi_zone=True)
-        _multi_zone_table(pair, gpu, args.processes)
+        zones = sorted(folder.glob(f"*_{gpu}.json"))
+        if zones:
+            _multi_zone_table(load_markets(zones, multi_zone=True), gpu, args.processes)
+        else:
+            print(f"\nMulti-zone, {gpu}: no *_{gpu}.json traces in {folder}")
     print(f"\nWhole benchmark: {time.perf_counter() - began:.0f} s on {_cores()} cores.")
 
 
-def _single_zone_table(markets, processes, history: float) -> tuple[float, float]:
+def _single_zone_table(markets, processes, history: float) -> tuple[float, float, dict[tuple[float, float], float]]:
+    """The paper model's table; returns default's mean gap closed without and with the history, and omniscient's
+    mean cost per setting (the live views' lower bound too: it knows the future whatever it is shown)."""
     print("| D / d | runs | greedy | uniform_progress | omniscient | default | default, market history "
           "| misses (all policies) | paper: greedy / UP / omniscient | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    closures, closures_with_history = [], []
+    closures, closures_with_history, bests = [], [], {}
     for deadline, overhead in SETTINGS:
         job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
         began = time.perf_counter()
@@ -74,12 +80,13 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
         closures.append(gap_closed(up, best, ours))
         closures_with_history.append(gap_closed(up, best, with_history.mean))
+        bests[(deadline, overhead)] = best
         misses = " / ".join(str(summary[p].misses) for p in POLICIES) + f" / {with_history.misses}"
         paper = " / ".join(f"{v:.3f}" for v in PAPER[(deadline, overhead)])
         cells = " | ".join(f"{summary[p].mean:.3f}" for p in POLICIES)
         print(f"| {deadline:g} h / {overhead:g} h | {summary['default'].runs} | {cells} | {with_history.mean:.3f} "
               f"| {misses} | {paper} | {seconds:.0f} |")
-    return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history)
+    return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history), bests
 
 
 def _default_with_history(markets, job: SimJob, processes, every_seconds: float, history: float):
@@ -117,28 +124,40 @@ LIVE_VIEWS: dict[Observe, str] = {
 }
 
 
-def _live_model_table(markets, processes, history: float) -> None:
+def _live_model_table(markets, processes, history: float, best: dict[tuple[float, float], float]) -> None:
     """uniform_progress and default in the live controller's views; in the make-before-break one (the controller's
-    own) also default with the market's history, as the controller hands it other jobs' tries."""
+    own) also default with the market's history, as the controller hands it other jobs' tries: shown the trace before
+    the start (more than launches tell: an upper bound of that history), and as one of a fleet of jobs, one from
+    every start, that run at once and share what they see (`sim.fleet`). `best`: omniscient's mean per setting."""
     names = ["uniform_progress", "default"]
     for observe, title in LIVE_VIEWS.items():
-        with_history = observe == "launches"
+        shared = observe == "launches"
+        columns = names + (["default, market history", "default, fleet"] if shared else [])
         print(f"\n{title}:\n")
-        print("| D / d | uniform_progress | default |" + (" default, market history |" if with_history else "")
-              + " misses |")
-        print("| --- | --- | --- |" + (" --- |" if with_history else "") + " --- |")
+        print("| D / d | " + " | ".join(columns) + " | misses |")
+        print("| --- |" + " --- |" * (len(columns) + 1))
+        closures: dict[str, list[float]] = {}
         for deadline, overhead in SETTINGS:
             job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
-            records = sweep(markets, names, job, observe=observe, processes=processes)
-            summary = {s.policy: s for s in summarize(records, names)}
-            cells = [f"{summary[name].mean:.3f}" for name in names]
-            misses = [str(summary[name].misses) for name in names]
-            if with_history:
-                seen = summarize(sweep(markets, ["default"], job, observe=observe, processes=processes,
-                                       history_seconds=history), ["default"])[0]
-                cells.append(f"{seen.mean:.3f}")
-                misses.append(str(seen.misses))
-            print(f"| {deadline:g} h / {overhead:g} h | {' | '.join(cells)} | {' / '.join(misses)} |")
+            summary = {s.policy: s for s in summarize(sweep(markets, names, job, observe=observe, processes=processes),
+                                                      names)}
+            if shared:
+                summary[columns[2]] = _default_shared(markets, job, observe, processes, history_seconds=history)
+                summary[columns[3]] = _default_shared(markets, job, observe, processes, fleet=True)
+            up = summary["uniform_progress"].mean
+            for column in columns[1:]:
+                closures.setdefault(column, []).append(gap_closed(up, best[(deadline, overhead)], summary[column].mean))
+            cells = " | ".join(f"{summary[column].mean:.3f}" for column in columns)
+            misses = " / ".join(str(summary[column].misses) for column in columns)
+            print(f"| {deadline:g} h / {overhead:g} h | {cells} | {misses} |")
+        print("\nGap closed between uniform_progress in this view and omniscient, mean over the settings: "
+              + "; ".join(f"{column} {sum(c) / len(c):.1%}" for column, c in closures.items()))
+
+
+def _default_shared(markets, job: SimJob, observe: Observe, processes, **shown):
+    """default's summary with what `shown` gives it of the market (`sweep`'s history_seconds or fleet)."""
+    summary = summarize(sweep(markets, ["default"], job, observe=observe, processes=processes, **shown), ["default"])
+    return summary[0]
 
 
 def _multi_zone_table(markets, gpu, processes) -> None:

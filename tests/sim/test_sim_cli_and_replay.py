@@ -193,3 +193,15 @@ def test_replay_still_drives_the_default_policy_without_deadline():
     outage = lambda zone, t: not (zone == "a" and 10 <= t < 20)  # noqa: E731
     result = replay(job, DefaultPolicy(), outage, horizon=500.0)
     assert result.finished_at is not None and result.preemptions <= 1
+
+
+def test_simulate_json_is_strict_json_with_all_the_history(tmp_path):
+    write_trace(tmp_path / "a.json", [1, 1, 0] * 100)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours",
+                                      "8", "--market-history-hours", "inf", "--processes", "1", "--json"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    assert json.loads(result.output, parse_constant=refuse)["market_history_hours"] == "inf"

@@ -56,6 +56,9 @@ def simulate(
     market_history_hours: Annotated[float, typer.Option(
         help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
              "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,
+    fleet: Annotated[bool, typer.Option(
+        "--fleet", help="run the jobs from every start offset of a market at once, sharing what each sees of spot, "
+                        "as spotrun's controller hands a job the other jobs' tries (instead of each job alone)")] = False,
     bound: Annotated[bool, typer.Option(
         help="also run omniscient, the offline optimum that knows the whole trace, as the lower bound")] = True,
     processes: Annotated[Optional[int], typer.Option(help="worker processes (default: one per core)")] = None,
@@ -73,11 +76,14 @@ def simulate(
             raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         if not market_history_hours >= 0:
             raise ValueError(f"--market-history-hours must be 0 or more (inf: all), got {market_history_hours}")
+        if fleet and market_history_hours > 0:
+            raise ValueError("--fleet and --market-history-hours both give jobs a market history (what earlier jobs "
+                             "saw, or the trace itself): pick one")
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone)
         began = time.perf_counter()
         records = sweep(
             markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
-            history_seconds=market_history_hours * HOUR,
+            history_seconds=market_history_hours * HOUR, fleet=fleet,
         )
         elapsed = time.perf_counter() - began
     except SpecError as problem:
@@ -93,16 +99,18 @@ def simulate(
         typer.echo(json.dumps({
             "job": {**numbers, "file": str(job_file) if job_file else None},
             "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
-            "market_history_hours": market_history_hours,
+            # JSON has no infinity: all the history reads "inf", as the option takes it
+            "market_history_hours": "inf" if math.isinf(market_history_hours) else market_history_hours,
+            "fleet": fleet,
             "seconds": round(elapsed, 2),
             "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
-        }, indent=2))
+        }, indent=2, allow_nan=False))
         return
     title = ((f"{job_file.name}: " if job_file else "")
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
              f"d={numbers['overhead_hours']:g} h; "
              f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
-             + _history_note(market_history_hours))
+             + _history_note(market_history_hours) + (", jobs run at once and share what they see" if fleet else ""))
     print_whole(console, summary_table(summaries, title, closed))
     console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f})"

@@ -13,6 +13,8 @@ capacity"), the spot instance it holds, and preemptions. In both, a move tries t
 the one held only once the new one runs, as the live controller's make-before-break moves do. ``observe="drain-first"``
 is "launches" with drain-first moves (the instance held is given up before the next is launched, so a move refused
 for lack of spot leaves nothing held): what moving costs a platform that cannot hold two instances at once.
+
+`run_job` runs one job alone; `fleet` runs many in one market, sharing what they see, with the same `JobRun`.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class RunResult:
     spot_seconds: float = 0.0
     on_demand_seconds: float = 0.0
     deadline_seconds: float = 0.0
-    attempts: list[PastAttempt] = field(default_factory=list)
+    attempts: list[PastAttempt] = field(default_factory=list)  # times on the market's clock (`JobRun.origin`)
 
     @property
     def met_deadline(self) -> bool:
@@ -98,14 +100,23 @@ def run_job(
     `seen_before` (zones × steps) is the market's availability in the steps just before the start, as a platform
     that keeps watching its markets has it on record when the job arrives: it goes into the policy's spot log first.
     """
-    run = _Run(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id)
+    run = JobRun(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id)
     if seen_before is not None:
         run.record_history(np.asarray(seen_before, dtype=bool))
     return run.go()
 
 
-class _Run:
-    def __init__(self, policy, zones, available, step, job: SimJob, observe: Observe, job_id: int) -> None:
+class JobRun:
+    """One job stepping through its availability columns (`run_job` drives it alone, `fleet` with others).
+
+    Times are on the market's clock: step t of the columns is `origin + t * step` (run_job: origin 0, the job's
+    start). `log` is what the job knows of spot; jobs of one fleet share theirs.
+    """
+
+    def __init__(
+        self, policy, zones, available, step, job: SimJob, observe: Observe, job_id: int, *, origin: float = 0.0,
+        log: SpotLog | None = None,
+    ) -> None:
         if available.ndim != 2 or available.shape[0] != len(zones):
             raise ValueError(f"availability must be (zones, steps) with {len(zones)} zones, got {available.shape}")
         if observe not in OBSERVE_MODES:
@@ -114,7 +125,8 @@ class _Run:
         self.tick_model = observe == "tick"
         self.drain_first = observe == "drain-first"
         self.job_id = job_id
-        self.log = SpotLog()
+        self.origin = origin
+        self.log = log if log is not None else SpotLog()
         self.result = RunResult(deadline_seconds=job.deadline_seconds)
         self.current: Placement | None = None
         self.zone_index = {z: i for i, z in enumerate(zones)}
@@ -134,20 +146,48 @@ class _Run:
             for zone, up in zip(self.zones, seen_before[:, t].tolist()):
                 self.log.record(zone, (t - steps) * self.step, up)
 
+    @property
+    def steps(self) -> int:
+        return self.available.shape[1]
+
+    def time_of(self, t: int) -> float:
+        return self.origin + t * self.step
+
     def go(self) -> RunResult:
-        for t in range(self.available.shape[1]):
-            now = t * self.step
-            column = self.available[:, t]
-            self._maybe_preempt(now, column)
-            if self.progress >= self.job.compute_seconds - 1e-6:
-                self.result.finished_at = now
+        for t in range(self.steps):
+            self.check_preemption(t)
+            if not self.advance(t):
                 break
-            spot_now = self._observe(now, column)
-            if not self._ask(now, column, spot_now):
-                break
-            self._run_step(now)
+        return self.finish()
+
+    def check_preemption(self, t: int) -> None:
+        """Step t begins: a spot instance whose zone has no spot now is lost."""
+        self._maybe_preempt(self.time_of(t), self.available[:, t])
+
+    def note_held_spot(self, t: int) -> None:
+        """Record that spot is there now where this job's spot instance still runs (news to the jobs it shares its
+        log with, as the controller knows its running instances are alive)."""
+        current = self.current
+        if current is not None and current.market == "spot":
+            self.log.record(current.zone, self.time_of(t), True)
+
+    def advance(self, t: int) -> bool:
+        """The rest of step t after the preemption check; False once the job is over (work done, or given up)."""
+        now, column = self.time_of(t), self.available[:, t]
+        if self.progress >= self.job.compute_seconds - 1e-6:
+            self.result.finished_at = now - self.origin
+            return False
+        spot_now = self._observe(now, column)
+        if not self._ask(now, column, spot_now):
+            return False
+        self._run_step(now)
+        return True
+
+    def finish(self) -> RunResult:
+        """End the run: the instance still held is given up when the work was done (or the columns ran out)."""
         if self.current is not None:
-            self._end(self.result.finished_at or self.available.shape[1] * self.step, "succeeded")
+            finished = self.result.finished_at
+            self._end(self.origin + (finished if finished is not None else self.steps * self.step), "succeeded")
         self.result.attempts = list(self.history)
         return self.result
 
@@ -250,11 +290,11 @@ class _Run:
             zones=self.zones,
             use_spot=True,
             fallback="on-demand",
-            submitted_at=0.0,
+            submitted_at=self.origin,
             preemptions_before_fallback=3,
             fallback_window=3600.0,
             history=self.history,
-            deadline=self.job.deadline_seconds,
+            deadline=self.origin + self.job.deadline_seconds,
             estimated_duration=self.job.compute_seconds,
             current=self.current,
             progress=self.progress,

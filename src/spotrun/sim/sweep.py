@@ -1,7 +1,8 @@
 """Run policies from many start offsets along the traces and summarize them (the policy benchmark).
 
 Every run of every policy is independent, so the sweep spreads (market, start) pairs over worker processes; within a
-run the policy is asked once per trace step, exactly as `engine.run_job` does for a single job.
+run the policy is asked once per trace step, exactly as `engine.run_job` does for a single job. In a fleet sweep the
+jobs of one market share what they see (`fleet`), so a market's jobs run together in one process, a policy at a time.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 
 from spotrun.policy import StepPolicy, get_policy
 from spotrun.policy.omniscient import OmniscientPolicy, Problem
 from spotrun.sim.engine import Observe, RunResult, SimJob, run_job
+from spotrun.sim.fleet import run_fleet
 from spotrun.sim.market import Market
 
 OMNISCIENT = "omniscient"
@@ -59,7 +62,9 @@ class SweepTask:
     start: int
 
 
-def policy_for(name: str, market: Market, start: int, job: SimJob) -> StepPolicy:
+def policy_for(name: str, market: Market, start: int, job: SimJob, started: float = 0.0) -> StepPolicy:
+    """The policy `name` for the job from sample `start` (omniscient plans it; `started`: its start on the clock the
+    run asks on)."""
     if name == OMNISCIENT:
         problem = Problem(
             available=market.window(start, _deadline_steps(job, market)),
@@ -70,7 +75,7 @@ def policy_for(name: str, market: Market, start: int, job: SimJob) -> StepPolicy
             spot_price=job.spot_price,
             on_demand_price=job.on_demand_price,
         )
-        return OmniscientPolicy.plan(problem, market.zones)
+        return OmniscientPolicy.plan(problem, market.zones, started)
     return get_policy(name)
 
 
@@ -126,23 +131,54 @@ def sweep(
     observe: Observe = "tick",
     processes: int | None = None,
     history_seconds: float = 0.0,
+    fleet: bool = False,
 ) -> list[RunRecord]:
     """Every policy from every start offset (every `every_seconds`) of every market; one record per run. Policies
     see the `history_seconds` of the market before each start (inf: all of it), as a platform that keeps watching
-    its markets would have it (`engine.run_job`'s `seen_before`)."""
+    its markets would have it (`engine.run_job`'s `seen_before`), or, with `fleet`, what the jobs of the same
+    policy that started before them in the market saw (`fleet.run_fleet`)."""
+    if fleet and history_seconds > 0:
+        raise ValueError("a fleet's jobs learn the market from each other: it takes no history of the trace too")
     for _, market in markets:
         job.check_can_finish(market.gap_seconds)
     tasks = sweep_tasks(markets, job, every_seconds)
     if not tasks:
         raise ValueError("no start offset fits: the traces are shorter than the deadline")
-    workers = processes if processes is not None else min(os.cpu_count() or 1, len(tasks))
-    if workers <= 1:
-        return [r for task in tasks for r in run_one(task, policies, job, observe, history_seconds)]
-    chunk = max(1, len(tasks) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    if fleet:
+        work, run = [(label, market, task_starts(tasks, label)) for label, market in markets], _run_fleets_packed
+        packed = [(*item, tuple(policies), job, observe) for item in work if item[2]]
+    else:
+        run = _run_one_packed
         packed = [(t, tuple(policies), job, observe, history_seconds) for t in tasks]
-        results = pool.map(_run_one_packed, packed, chunksize=chunk)
-        return [r for records in results for r in records]
+    workers = processes if processes is not None else min(os.cpu_count() or 1, len(packed))
+    if workers <= 1:
+        return [r for args in packed for r in run(args)]
+    chunk = max(1, len(packed) // (workers * 8))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [r for records in pool.map(run, packed, chunksize=chunk) for r in records]
+
+
+def task_starts(tasks: Sequence[SweepTask], label: str) -> tuple[int, ...]:
+    return tuple(task.start for task in tasks if task.label == label)
+
+
+def run_fleets(
+    label: str, market: Market, starts: Sequence[int], policies: Sequence[str], job: SimJob, observe: Observe,
+) -> list[RunRecord]:
+    """Each policy's fleet of jobs from `starts` in one market (policies do not share logs with each other)."""
+    records = []
+    for name in policies:
+        results = run_fleet(partial(_fleet_policy, name, market, job), market, starts, job, observe=observe)
+        records += [_record(name, SweepTask(label, market, start), results[start], job) for start in starts]
+    return records
+
+
+def _fleet_policy(name: str, market: Market, job: SimJob, start: int) -> StepPolicy:
+    return policy_for(name, market, start, job, start * market.gap_seconds)
+
+
+def _run_fleets_packed(args: tuple[str, Market, tuple[int, ...], tuple[str, ...], SimJob, Observe]) -> list[RunRecord]:
+    return run_fleets(*args)
 
 
 def _run_one_packed(args: tuple[SweepTask, tuple[str, ...], SimJob, Observe, float]) -> list[RunRecord]:
