@@ -191,6 +191,7 @@ def job_shape(ctx: PlacementContext, view: DeadlineView, step: float, unit: floa
     return JobShape.of(
         step, view.compute, view.deadline - view.started, planned_overhead(view),
         ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
+        spot_lost_within_step=view.step < step - 1e-9,
     )
 
 

@@ -4,7 +4,8 @@ Spot's runs of "available" and "not available" are heavy-tailed, so the chain's 
 its age bucket (`run_ages`), with per-bucket hazards learned from what has been seen. The cheapest policy under that
 chain is found by dynamic programming over steps left × availability state × what the job holds × work left — the
 omniscient DP's model, with the future replaced by its expectation. A miss costs infinity, so a plan never takes a
-risk on-demand could not cover: the deadline is kept whatever spot does.
+risk on-demand could not cover: the deadline is kept whatever spot does, also when spot goes between two of the
+plan's steps (`JobShape.spot_lost_within_step`).
 
 Tables depend only on (job shape, hazards on a grid), so they are memoized: the policy stays a pure function of its
 inputs while the simulator and the controller ask it every step. A table holds only the band of work left that a job
@@ -36,6 +37,11 @@ class JobShape:
     works: tuple[int, ...]  # units made in a step by an instance that already ran 0, 1, ..., A steps
     on_demand_cost: float  # per step
     spot_cost: float  # per step
+    # Spot may be lost between two of the plan's steps (the caller asks more often than the plan's step: the live
+    # controller, or a trace finer than it). The chain only changes at a step, so a plan would count a step of spot
+    # as done that a loss halfway through leaves undone, and near the deadline that loss could not be made up:
+    # spot is then taken only while a fresh on-demand start at the next step, the step's work lost, still finishes.
+    spot_lost_within_step: bool = False
 
     @property
     def ages(self) -> int:
@@ -57,7 +63,7 @@ class JobShape:
 
     @classmethod
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
-           unit: float) -> JobShape:
+           unit: float, spot_lost_within_step: bool = False) -> JobShape:
         ages = max(1, math.ceil(overhead / step - 1e-9))
         # whole units only: when the unit does not divide the overhead, a step's work rounds down (deadline kept)
         works = tuple(
@@ -69,6 +75,7 @@ class JobShape:
             works=works,
             on_demand_cost=od_price * step / 3600,
             spot_cost=spot_price * step / 3600,
+            spot_lost_within_step=spot_lost_within_step,
         )
 
 
@@ -225,7 +232,7 @@ def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
     now = np.empty_like(after)
     idle = after[:, 0]
     od_start = od + _shifted_down(after[:, on_demand_row(1)], works[0])
-    spot_start = spot + _shifted_down(after[up, spot_row(1, ages)], works[0])  # only when spot is up
+    spot_start = _unless_unsafe(spot + _shifted_down(after[up, spot_row(1, ages)], works[0]), idle[up], shape)
     fresh = np.minimum(idle, od_start)  # best with nothing held (or a spot instance just preempted)
     fresh[up] = np.minimum(fresh[up], spot_start)
     now[:, 0] = fresh
@@ -234,10 +241,16 @@ def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
         od_keep = np.minimum(idle, od + _shifted_down(after[:, on_demand_row(later)], works[age]))
         od_keep[up] = np.minimum(od_keep[up], spot_start)
         now[:, on_demand_row(age)] = od_keep
-        spot_keep = spot + _shifted_down(after[up, spot_row(later, ages)], works[age])
+        spot_keep = _unless_unsafe(spot + _shifted_down(after[up, spot_row(later, ages)], works[age]), idle[up], shape)
         now[up, spot_row(age, ages)] = np.minimum(np.minimum(idle[up], od_start[up]), spot_keep)
         now[down, spot_row(age, ages)] = fresh[down]
     return now
+
+
+def _unless_unsafe(spot: np.ndarray, idle: np.ndarray, shape: JobShape) -> np.ndarray:
+    """A step of spot's values, infinite where spot lost within the step could not be made up (`idle`, the step's
+    work undone, is infinite) when the shape says it may be (`JobShape.spot_lost_within_step`)."""
+    return np.where(np.isinf(idle), np.float32(np.inf), spot) if shape.spot_lost_within_step else spot
 
 
 def chain_state(hazards: RunHazards, available: bool, age: int) -> int:
@@ -294,4 +307,6 @@ def option_values(
     if is_up[state]:
         spot_age = age if held == "spot" else 0
         values["spot"] = shape.spot_cost + expected(spot_row(min(spot_age + 1, ages), ages), works[spot_age])
+        if shape.spot_lost_within_step and math.isinf(values["idle"]):
+            values["spot"] = math.inf
     return values
