@@ -136,7 +136,7 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
                    "spot: {deadline: 30h, restart_overhead: 12m}\nestimated_duration: 24h\n")
     report = simulate_json("--trace", str(tmp_path), "--job", str(job))
     assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
-                             "on_demand_price": 3.06, "spot_price": 0.9731, "file": str(job)}
+                             "on_demand_price": 3.06, "spot_price": 0.9731, "nodes": 1, "file": str(job)}
     # an option given overrides the file; a job with prices of its own is priced at them
     priced = tmp_path / "priced.yaml"
     priced.write_text("run: x\nresources: {cloud: aws, instance_type: p9.mega, prices: {on_demand: 10, spot: 2.5}}\n"
@@ -146,15 +146,52 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     assert report["job"]["overhead_hours"] == 0.1  # the live policy's assumption until it has measured one
 
 
-def test_simulate_says_a_gang_is_simulated_as_one_node(tmp_path):
-    write_trace(tmp_path / "a.json", [1] * 300)
+def _gang_file(tmp_path, nodes: int):
     job = tmp_path / "gang.yaml"
-    job.write_text("run: x\nresources: {cloud: aws, instance_type: p3.2xlarge, nodes: 4}\nspot: {deadline: 30h}\n"
-                   "estimated_duration: 20h\ncheckpoint: {store: 's3://bucket/run'}\n")
-    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job), "--processes", "1"],
+    job.write_text(f"run: x\nresources: {{cloud: aws, instance_type: p3.2xlarge, nodes: {nodes}}}\n"
+                   "spot: {deadline: 30h}\nestimated_duration: 20h\ncheckpoint: {store: 's3://bucket/run'}\n")
+    return job
+
+
+def test_a_gang_has_spot_only_while_the_trace_counts_all_its_nodes(tmp_path):
+    rng = np.random.default_rng(2)
+    write_trace(tmp_path / "counts.json", rng.integers(0, 5, size=400).tolist())  # 0-4 instances each step
+    common = ["--trace", str(tmp_path), "--compute-hours", "20", "--deadline-hours", "30", "--policy", "greedy"]
+    one, four = simulate_json(*common), simulate_json(*common, "--nodes", "4")
+    assert (one["job"]["nodes"], four["job"]["nodes"]) == (1, 4)
+    by_policy = lambda report: {p["policy"]: p for p in report["policies"]}  # noqa: E731
+    # spot in 4/5 of the steps for one node, in 1/5 for four: the gang runs on-demand far more
+    assert by_policy(four)["greedy"]["mean"] > by_policy(one)["greedy"]["mean"] + 0.2
+    assert by_policy(four)["on_demand"]["mean"] == pytest.approx(by_policy(one)["on_demand"]["mean"])  # per job
+    # the job file's nodes are the gang's unless --nodes says otherwise
+    assert simulate_json("--trace", str(tmp_path), "--job", str(_gang_file(tmp_path, 4)))["job"]["nodes"] == 4
+    assert simulate_json("--trace", str(tmp_path), "--job", str(_gang_file(tmp_path, 4)), "--nodes", "2")["job"][
+        "nodes"] == 2
+
+
+def test_a_gang_is_billed_for_all_its_nodes(tmp_path):
+    write_trace(tmp_path / "counts.json", [3] * 300)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--compute-hours", "10",
+                                      "--deadline-hours", "12", "--nodes", "3", "--processes", "1"],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
-    assert "gang.yaml runs 4 nodes; the simulator runs one on single-node traces (costs are one node's)" in result.output
+    assert f"on on-demand (${3 * 3.06 * 10:,.2f} for 3 nodes)" in result.output and "3 nodes;" in result.output
+
+
+@pytest.mark.parametrize("gang", [["--nodes", "2"], ["--job", "GANG"]])
+def test_a_gang_on_traces_of_one_instance_is_refused(tmp_path, gang):
+    write_trace(tmp_path / "a.json", [1, 0] * 150)
+    options = [str(_gang_file(tmp_path, 4)) if value == "GANG" else value for value in gang]
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), *options], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert "a.json counts at most one instance, so it cannot tell when a gang of" in result.output
+    assert "--nodes 1" in result.output
+
+
+def test_simulate_refuses_no_nodes(tmp_path):
+    write_trace(tmp_path / "a.json", [1, 0] * 150)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--nodes", "0"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "--nodes must be a positive number, got 0" in result.output
 
 
 def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):

@@ -48,6 +48,9 @@ def simulate(
     on_demand_price: Annotated[Optional[float], typer.Option(
         help=f"$/h on-demand [default: {P3_2XLARGE_ON_DEMAND}, p3.2xlarge]")] = None,
     spot_price: Annotated[Optional[float], typer.Option(help=f"$/h spot [default: {P3_2XLARGE_SPOT}]")] = None,
+    nodes: Annotated[Optional[int], typer.Option(
+        help="nodes of a gang: spot is there while a trace counts that many instances, and costs are the gang's "
+             "[default: the job file's resources.nodes, else 1]")] = None,
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
                                               "'launches': only what the live controller sees, moving make-before-break "
@@ -68,10 +71,12 @@ def simulate(
     try:
         names = _policies(policy, bound)
         numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
-                           overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price)
+                           overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price,
+                           nodes=nodes)
         _check_options(every_hours=every_hours, **numbers)
+        gang = int(numbers["nodes"])
         job = SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR,
-                     numbers["overhead_hours"] * HOUR, numbers["on_demand_price"], numbers["spot_price"])
+                     numbers["overhead_hours"] * HOUR, gang * numbers["on_demand_price"], gang * numbers["spot_price"])
         if observe not in OBSERVE_MODES:
             raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         if not market_history_hours >= 0:
@@ -79,7 +84,7 @@ def simulate(
         if fleet and market_history_hours > 0:
             raise ValueError("--fleet and --market-history-hours both give jobs a market history (what earlier jobs "
                              "saw, or the trace itself): pick one")
-        markets = load_markets(trace or [bundled_traces_dir()], multi_zone)
+        markets = load_markets(trace or [bundled_traces_dir()], multi_zone, gang)
         began = time.perf_counter()
         records = sweep(
             markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
@@ -108,12 +113,12 @@ def simulate(
         return
     title = ((f"{job_file.name}: " if job_file else "")
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
-             f"d={numbers['overhead_hours']:g} h; "
+             f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
              f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
              + _history_note(market_history_hours) + (", jobs run at once and share what they see" if fleet else ""))
     print_whole(console, summary_table(summaries, title, closed))
     console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
-                  f"(${job.on_demand_cost:,.2f})"
+                  f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + ")"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
 
 
@@ -128,7 +133,7 @@ def _history_note(hours: float) -> str:
 
 
 PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.1,
-             "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT}
+             "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT, "nodes": 1}
 JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}
 
 
@@ -136,10 +141,7 @@ def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float]:
     """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job."""
     if job_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
-    from_file, nodes = job_numbers(job_file, time.time())
-    if nodes > 1:
-        errors.print(f"note: {job_file.name} runs {nodes} nodes; the simulator runs one on single-node "
-                     "traces (costs are one node's), and a gang is lost when any of its nodes is", soft_wrap=True)
+    from_file = job_numbers(job_file, time.time())
     in_file = asdict(from_file)
     numbers = {name: in_file[name] if value is None else value for name, value in given.items()}
     for name, value in numbers.items():
@@ -171,15 +173,23 @@ def _policies(requested: list[str], bound: bool) -> list[str]:
     return names + [OMNISCIENT] if bound and OMNISCIENT not in names else names
 
 
-def load_markets(paths: list[Path], multi_zone: bool) -> list[tuple[str, Market]]:
-    """One market per trace file, or (multi_zone) one market with every trace as a zone named by its file."""
+def load_markets(paths: list[Path], multi_zone: bool, nodes: int = 1) -> list[tuple[str, Market]]:
+    """One market per trace file, or (multi_zone) one market with every trace as a zone named by its file; spot is
+    there while a trace counts `nodes` instances."""
     files = [f for path in paths for f in (list_traces(path) if Path(path).is_dir() else [Path(path)])]
     if not files:
         raise ValueError(f"no trace files (*.json) in {', '.join(map(str, paths))}")
     traces = {f.stem: load_trace(f) for f in files}
+    if nodes > 1:
+        for f in files:
+            if traces[f.stem].data.max(initial=0) <= 1:
+                raise ValueError(
+                    f"{f} counts at most one instance, so it cannot tell when a gang of {nodes} could run: pass "
+                    "traces that count instances (such as availability/16-node) or --nodes 1"
+                )
     if multi_zone:
-        return [("+".join(traces), Market.from_traces(traces))]
-    return [(name, Market.from_traces({name: t})) for name, t in traces.items()]
+        return [("+".join(traces), Market.from_traces(traces, nodes))]
+    return [(name, Market.from_traces({name: t}, nodes)) for name, t in traces.items()]
 
 
 def summary_table(summaries: list[PolicySummary], title: str, closed: dict[str, float] | None = None) -> Table:

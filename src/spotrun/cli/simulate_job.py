@@ -23,12 +23,13 @@ class JobNumbers:
     compute_hours: float | None
     deadline_hours: float | None  # after the launch
     overhead_hours: float
-    on_demand_price: float
+    on_demand_price: float  # $/h of one node
     spot_price: float
+    nodes: int
 
 
-def job_numbers(path: Path, now: float) -> tuple[JobNumbers, int]:
-    """The job file's numbers and its node count, the file read and checked as `spotrun launch` does.
+def job_numbers(path: Path, now: float) -> JobNumbers:
+    """The job file's numbers (prices per node), the file read and checked as `spotrun launch` does.
 
     An absolute deadline counts from `now`, as if launched now. Prices are the job's `resources.prices`, else the
     catalog's for its instance type (spot: in the first of the job's zones, or the catalog's reference price when it
@@ -49,5 +50,6 @@ def job_numbers(path: Path, now: float) -> tuple[JobNumbers, int]:
         overhead_hours=(DEFAULT_RESTART_OVERHEAD if overhead is None else overhead) / HOUR,
         on_demand_price=on_demand,
         spot_price=spot,
+        nodes=spec.resources.nodes,
     )
-    return numbers, spec.resources.nodes
+    return numbers
