@@ -149,3 +149,12 @@ def test_simulate_refuses_a_fleet_with_a_history_of_the_trace(tmp_path):
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 1
     assert "--fleet and --market-history-hours" in result.output
+
+
+def test_a_fleet_sweep_spreads_markets_over_processes_with_the_same_results():
+    markets = [(name, _runs_market(1, 300, seed=seed)) for name, seed in (("a", 6), ("b", 7))]
+    one, two = (sweep(markets, ["default", "greedy"], JOB, every_seconds=4 * HOUR, observe="launches", processes=n,
+                      fleet=True) for n in (1, 2))
+    in_order = lambda records: sorted(records, key=lambda r: (r.market, r.policy, r.start))  # noqa: E731
+    assert in_order(one) == in_order(two)
+    assert {r.market for r in one} == {"a", "b"} and all(r.met_deadline for r in one)

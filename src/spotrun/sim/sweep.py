@@ -145,7 +145,7 @@ def sweep(
     if not tasks:
         raise ValueError("no start offset fits: the traces are shorter than the deadline")
     if fleet:
-        work, run = [(label, market, task_starts(tasks, label)) for label, market in markets], _run_fleets_packed
+        work, run = [(label, market, _task_starts(tasks, label)) for label, market in markets], _run_fleets_packed
         packed = [(*item, tuple(policies), job, observe) for item in work if item[2]]
     else:
         run = _run_one_packed
@@ -158,7 +158,7 @@ def sweep(
         return [r for records in pool.map(run, packed, chunksize=chunk) for r in records]
 
 
-def task_starts(tasks: Sequence[SweepTask], label: str) -> tuple[int, ...]:
+def _task_starts(tasks: Sequence[SweepTask], label: str) -> tuple[int, ...]:
     return tuple(task.start for task in tasks if task.label == label)
 
 
