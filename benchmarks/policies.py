@@ -10,8 +10,9 @@ the start too (all of the trace before it, as a platform that keeps watching its
 default and uniform_progress when they only see what the live controller sees and move as it does, make-before-break
 (default there also with the trace before the start, and as one of a fleet of jobs from every start that run at once
 and share what they see, as the controller shares tries between jobs), again with drain-first moves, to show what
-make-before-break saves, and a multi-zone run (both zones of a GPU type in one market). Prints markdown. ``--closure-only`` prints only how much of the uniform_progress →
-omniscient gap default closes in each setting, without and with the market's history.
+make-before-break saves, and a multi-zone run (both zones of a GPU type in one market). Prints markdown.
+``--closure-only`` prints only how much of the uniform_progress → omniscient gap default closes in each setting,
+without and with the market's history.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
         began = time.perf_counter()
         summary = {s.policy: s for s in summarize(sweep(markets, POLICIES, job, processes=processes), POLICIES)}
         seconds = time.perf_counter() - began
-        with_history = _default_with_history(markets, job, processes, 6 * HOUR, history)
+        with_history = _default_shown(markets, job, processes, history_seconds=history)
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
         closures.append(gap_closed(up, best, ours))
         closures_with_history.append(gap_closed(up, best, with_history.mean))
@@ -89,12 +90,6 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
     return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history), bests
 
 
-def _default_with_history(markets, job: SimJob, processes, every_seconds: float, history: float):
-    """default's summary when each run also sees `history` seconds of its trace before the start."""
-    records = sweep(markets, ["default"], job, every_seconds=every_seconds, processes=processes, history_seconds=history)
-    return summarize(records, ["default"])[0]
-
-
 def _closure_table(markets, processes, every_seconds: float, history: float) -> None:
     names = ["uniform_progress", "omniscient", "default"]
     print(f"starts every {every_seconds / HOUR:g} h\n\n| D / d | uniform_progress | omniscient | default | gap closed "
@@ -105,7 +100,7 @@ def _closure_table(markets, processes, every_seconds: float, history: float) -> 
         job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
         records = sweep(markets, names, job, every_seconds=every_seconds, processes=processes)
         summary = {s.policy: s for s in summarize(records, names)}
-        with_history = _default_with_history(markets, job, processes, every_seconds, history)
+        with_history = _default_shown(markets, job, processes, every_seconds=every_seconds, history_seconds=history)
         up, best, ours = (summary[name].mean for name in names)
         closures.append(gap_closed(up, best, ours))
         closures_with_history.append(gap_closed(up, best, with_history.mean))
@@ -127,7 +122,7 @@ LIVE_VIEWS: dict[Observe, str] = {
 def _live_model_table(markets, processes, history: float, best: dict[tuple[float, float], float]) -> None:
     """uniform_progress and default in the live controller's views; in the make-before-break one (the controller's
     own) also default with the market's history, as the controller hands it other jobs' tries: shown the trace before
-    the start (more than launches tell: an upper bound of that history), and as one of a fleet of jobs, one from
+    the start (more than launches tell, but nothing of the time the job runs), and as one of a fleet of jobs, one from
     every start, that run at once and share what they see (`sim.fleet`). `best`: omniscient's mean per setting."""
     names = ["uniform_progress", "default"]
     for observe, title in LIVE_VIEWS.items():
@@ -142,8 +137,8 @@ def _live_model_table(markets, processes, history: float, best: dict[tuple[float
             summary = {s.policy: s for s in summarize(sweep(markets, names, job, observe=observe, processes=processes),
                                                       names)}
             if shared:
-                summary[columns[2]] = _default_shared(markets, job, observe, processes, history_seconds=history)
-                summary[columns[3]] = _default_shared(markets, job, observe, processes, fleet=True)
+                summary[columns[2]] = _default_shown(markets, job, processes, observe=observe, history_seconds=history)
+                summary[columns[3]] = _default_shown(markets, job, processes, observe=observe, fleet=True)
             up = summary["uniform_progress"].mean
             for column in columns[1:]:
                 closures.setdefault(column, []).append(gap_closed(up, best[(deadline, overhead)], summary[column].mean))
@@ -154,10 +149,9 @@ def _live_model_table(markets, processes, history: float, best: dict[tuple[float
               + "; ".join(f"{column} {sum(c) / len(c):.1%}" for column, c in closures.items()))
 
 
-def _default_shared(markets, job: SimJob, observe: Observe, processes, **shown):
-    """default's summary with what `shown` gives it of the market (`sweep`'s history_seconds or fleet)."""
-    summary = summarize(sweep(markets, ["default"], job, observe=observe, processes=processes, **shown), ["default"])
-    return summary[0]
+def _default_shown(markets, job: SimJob, processes, **shown):
+    """default's summary with what `shown` (`sweep`'s every_seconds, observe, history_seconds or fleet) gives it."""
+    return summarize(sweep(markets, ["default"], job, processes=processes, **shown), ["default"])[0]
 
 
 def _multi_zone_table(markets, gpu, processes) -> None:

@@ -60,8 +60,8 @@ def simulate(
         help="hours of each trace before a start that policies see first, as a platform that keeps watching its "
              "markets has them on record (0: none, the paper's setting; inf: all)")] = 0.0,
     fleet: Annotated[bool, typer.Option(
-        "--fleet", help="run the jobs from every start offset of a market at once, sharing what each sees of spot, "
-                        "as spotrun's controller hands a job the other jobs' tries (instead of each job alone)")] = False,
+        "--fleet", help="run the jobs from every start offset of a market at once, sharing what each sees of spot, as "
+                        "spotrun's controller hands a job the other jobs' tries (instead of each job alone)")] = False,
     bound: Annotated[bool, typer.Option(
         help="also run omniscient, the offline optimum that knows the whole trace, as the lower bound")] = True,
     processes: Annotated[Optional[int], typer.Option(help="worker processes (default: one per core)")] = None,

@@ -44,7 +44,7 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         raise SpecError(str(path), [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
     deadline = spec.deadline_at(now)
     overhead = spec.spot.restart_overhead
-    numbers = JobNumbers(
+    return JobNumbers(
         compute_hours=None if spec.estimated_duration is None else spec.estimated_duration / HOUR,
         deadline_hours=None if deadline is None else (deadline - now) / HOUR,
         overhead_hours=(DEFAULT_RESTART_OVERHEAD if overhead is None else overhead) / HOUR,
@@ -52,4 +52,3 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         spot_price=spot,
         nodes=spec.resources.nodes,
     )
-    return numbers

@@ -144,7 +144,7 @@ class JobRun:
         steps = seen_before.shape[1]
         for t in range(steps):
             for zone, up in zip(self.zones, seen_before[:, t].tolist()):
-                self.log.record(zone, (t - steps) * self.step, up)
+                self.log.record(zone, self.time_of(t - steps), up)
 
     @property
     def steps(self) -> int:
