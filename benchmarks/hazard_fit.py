@@ -159,14 +159,20 @@ def _logistic(steps: Steps, train: np.ndarray, rows: np.ndarray, covariate: str 
     return model.predict_proba(steps.features(rows, covariate))[:, 1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def window_arguments(description: str) -> tuple[Path, int, int]:
+    """From the command line (this script's and hazard_recency.py's): the folder of traces, and the steps between
+    two starts and of history before each."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--traces", type=Path, default=None, help="folder of 1-node traces")
     parser.add_argument("--every-hours", type=float, default=12.0)
     parser.add_argument("--history-days", type=float, default=14.0)
     args = parser.parse_args()
     folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
-    every, history = round(args.every_hours * 3600 / STEP), round(args.history_days * 86400 / STEP)
+    return folder, round(args.every_hours * 3600 / STEP), round(args.history_days * 86400 / STEP)
+
+
+def main() -> None:
+    folder, every, history = window_arguments(__doc__.splitlines()[0])
     began = time.perf_counter()
     models = ["ages to 17+", "logistic, age", *(f"logistic, age + {c}" for c in COVARIATES)]
     print("| trace | steps predicted | spotrun's log-loss | " + " | ".join(models) + " |")

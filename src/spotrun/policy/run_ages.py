@@ -29,6 +29,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -110,18 +111,21 @@ def bucket_hazards(
     return tuple(hazards)
 
 
-def age_counts(completed: Iterable[int], counted_ages: int = COUNTED_AGES) -> tuple[np.ndarray, np.ndarray]:
+def age_counts(
+    completed: Iterable[int], counted_ages: int = COUNTED_AGES, weights: Iterable[float] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(exposure, ends) per exact age 1..counted_ages, the last age standing for all older ones.
 
-    A run of L steps was at risk of ending at ages 1..L and ended at age L.
+    A run of L steps was at risk of ending at ages 1..L and ended at age L. `weights` (one per run, default 1) are
+    for comparing weighted fits (benchmarks/hazard_recency.py); the policy counts every run once.
     """
     exposure = np.zeros(counted_ages)
     ends = np.zeros(counted_ages)
-    for length in completed:
+    for length, weight in zip(completed, weights if weights is not None else repeat(1.0)):
         length = max(length, 1)
-        exposure[: min(length, counted_ages)] += 1.0
-        exposure[-1] += max(length - counted_ages, 0)
-        ends[min(length, counted_ages) - 1] += 1.0
+        exposure[: min(length, counted_ages)] += weight
+        exposure[-1] += weight * max(length - counted_ages, 0)
+        ends[min(length, counted_ages) - 1] += weight
     return exposure, ends
 
 
@@ -138,12 +142,14 @@ def _prior_counts(mean: float, runs: float, ages: np.ndarray) -> tuple[np.ndarra
 
 def fitted_form(
     completed: Sequence[int], prior_mean: float, prior_runs: float, counted_ages: int = COUNTED_AGES,
+    weights: Sequence[float] | None = None,
 ) -> HazardForm:
     """The hazard form on the grids that makes the completed runs (plus the prior runs) likeliest: the base on
     BASE_GRID, and the shape on SHAPE_GRID once MIN_RUNS_FOR_SHAPE runs are known (SHAPE before). The likelihood
-    counts ages up to `counted_ages` (another value only to compare, as benchmarks/hazard_fit.py does)."""
+    counts ages up to `counted_ages` and each run with its weight (other values only to compare, as
+    benchmarks/hazard_fit.py and hazard_recency.py do)."""
     ages, log_hazard, log_survival = _form_tables(counted_ages)
-    exposure, ends = age_counts(completed, counted_ages)
+    exposure, ends = age_counts(completed, counted_ages, weights)
     prior_exposure, prior_ends = _prior_counts(prior_mean, prior_runs, ages)
     exposure, ends = exposure + prior_exposure, ends + prior_ends
     log_likelihood = log_hazard @ ends + log_survival @ (exposure - ends)
