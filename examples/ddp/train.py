@@ -98,4 +98,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit:  # exit_if_stopped: every rank saved and stops at the same step
+        dist.destroy_process_group()  # gloo groups left to the interpreter's exit can abort it (SIGABRT)
+        raise

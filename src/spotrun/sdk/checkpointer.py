@@ -198,13 +198,16 @@ class Checkpointer:
             self.wait()
 
     def exit_if_stopped(self) -> None:
-        """After a preemption-triggered save: exit with PREEMPTED_EXIT_CODE (75), which means "resume me"."""
+        """After a preemption-triggered save: exit with PREEMPTED_EXIT_CODE (75), which means "resume me". In a
+        distributed job the SDK's own process groups are destroyed first (`distributed.TorchDistributed.leave`)."""
         if self._should_stop:
             self.wait()
             if threading.current_thread() is threading.main_thread():
                 # The stop is honoured and committed: a second SIGTERM (the agent stopping every rank) must not
                 # kill the exit half-way and turn "saved, resume me" into a death by signal.
                 ignore_preemption_signals(signals=self._signals)
+            self._executor.shutdown(wait=True)  # the writer thread's collectives are over
+            self._ranks.leave()
             raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def wait(self) -> None:

@@ -29,6 +29,9 @@ class SingleProcess:
     def broadcast_from_first(self, value: Any) -> Any:
         return value
 
+    def leave(self) -> None:
+        pass
+
 
 class TorchDistributed:
     """Collectives over the default process group's ranks; must be created by every rank, in the same order."""
@@ -38,6 +41,17 @@ class TorchDistributed:
         self.world_size = dist.get_world_size()
         self._step_group = dist.new_group(backend="gloo")
         self._save_group = dist.new_group(backend="gloo")
+        self._left = False
+
+    def leave(self) -> None:
+        """Destroy the SDK's groups while the interpreter is whole, before the process exits: gloo groups left to
+        the interpreter's exit have aborted it (SIGABRT, "terminate called without an active exception") after the
+        rank had saved, which the agent reads as a failed command, not "resume me". The user's groups stay theirs."""
+        if self._left:
+            return
+        self._left = True
+        for group in (self._step_group, self._save_group):
+            dist.destroy_process_group(group)
 
     def agree_any(self, flags: list[bool]) -> list[bool]:
         """Each flag true on every rank when it is true on any (training thread)."""
