@@ -18,20 +18,15 @@ import collections
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from spotrun.agent.gang import free_port
+
 TRAIN = Path(__file__).resolve().parents[1] / "examples" / "ddp" / "train.py"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def one_run(signal_ranks: int) -> tuple[tuple[int, ...], list[str]]:

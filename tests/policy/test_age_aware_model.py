@@ -37,6 +37,13 @@ def test_age_counts_of_hand_made_runs():
     assert ends[0] == 1 and ends[2] == 1 and ends[-1] == 1 and ends.sum() == 3
 
 
+def test_age_counts_weigh_each_run_and_refuse_weights_that_do_not_match_the_runs():
+    exposure, ends = age_counts([1, 3], weights=[2.0, 0.5])
+    assert exposure[:3].tolist() == [2.5, 0.5, 0.5] and ends[:3].tolist() == [2.0, 0.0, 0.5]
+    with pytest.raises(ValueError):
+        age_counts([1, 3], weights=[1.0])
+
+
 def fitted_base(completed, prior_mean, prior_runs):
     return fitted_form(completed, prior_mean, prior_runs).base
 

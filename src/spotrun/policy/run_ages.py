@@ -121,7 +121,8 @@ def age_counts(
     """
     exposure = np.zeros(counted_ages)
     ends = np.zeros(counted_ages)
-    for length, weight in zip(completed, weights if weights is not None else repeat(1.0)):
+    runs = zip(completed, repeat(1.0)) if weights is None else zip(completed, weights, strict=True)
+    for length, weight in runs:
         length = max(length, 1)
         exposure[: min(length, counted_ages)] += weight
         exposure[-1] += weight * max(length - counted_ages, 0)

@@ -206,7 +206,7 @@ class Checkpointer:
                 # The stop is honoured and committed: a second SIGTERM (the agent stopping every rank) must not
                 # kill the exit half-way and turn "saved, resume me" into a death by signal.
                 ignore_preemption_signals(signals=self._signals)
-            self._executor.shutdown(wait=True)  # the writer thread's collectives are over
+            self.close()  # the writer thread and its collectives are done before the SDK's groups go
             self._ranks.leave()
             raise SystemExit(PREEMPTED_EXIT_CODE)
 
