@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,8 +15,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 
 from spotrun.state import Base, Setting, Store
+from spotrun.state import store as store_module
 from spotrun.state.migrations import SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head
 from spotrun.state.migrations.lock import migration_connection
 
@@ -69,6 +73,51 @@ def test_processes_upgrading_at_once_all_succeed(database_url: str, tmp_path: Pa
     for worker in workers:
         assert_worker_succeeded(worker)
     assert_at_head_and_equal_to_models(database_url)
+
+
+def writing_to_a_new_sqlite_database(path: Path) -> sqlite3.Connection:
+    """A connection writing (a transaction open, its lock held) to a new database, still in rollback-journal mode."""
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE someone_elses (x)")
+    return writer
+
+
+def test_a_store_opened_while_another_process_creates_the_sqlite_database_waits_for_it(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once (no busy timeout) while another connection writes to a database in
+    # rollback mode: without the retry this failed "database is locked", as three processes starting together did.
+    path = tmp_path / "state.db"
+    writer = writing_to_a_new_sqlite_database(path)
+    finishing = threading.Timer(0.5, writer.execute, args=("COMMIT",))
+    finishing.start()
+    began = time.monotonic()
+    store = Store(f"sqlite:///{path}")
+    try:
+        assert time.monotonic() - began >= 0.4
+        assert current_revision(store.engine) == head_revision()
+        with store.engine.connect() as connection:
+            assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert connection.execute(text("SELECT count(*) FROM someone_elses")).scalar() == 0
+    finally:
+        finishing.join()
+        store.dispose()
+        writer.close()
+
+
+def test_a_sqlite_lock_held_past_the_patience_fails_saying_the_database_is_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_SECONDS", 0.3)
+    path = tmp_path / "state.db"
+    writer = writing_to_a_new_sqlite_database(path)
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            Store(f"sqlite:///{path}")
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+    with sqlite3.connect(path) as reader:  # the other process's table is untouched
+        assert reader.execute("SELECT name FROM sqlite_master").fetchall() == [("someone_elses",)]
 
 
 def test_upgrade_waits_while_another_process_holds_the_migration_lock(database_url: str, tmp_path: Path) -> None:

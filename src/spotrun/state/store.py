@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -60,9 +62,12 @@ def add_event(
     return ev
 
 
+SQLITE_BUSY_SECONDS = 30.0  # how long a SQLite connection waits for another process's lock before failing
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
@@ -70,8 +75,28 @@ def _make_engine(url: str) -> Engine:
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
+    _switch_to_wal(cursor, SQLITE_BUSY_SECONDS)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any, patience: float) -> None:
+    """Put the database in WAL mode (a no-op once it is), waiting up to `patience` seconds for other processes.
+
+    On a database still in rollback mode (a new one, while several processes create it at once) the switch needs an
+    exclusive lock, and SQLite answers "database is locked" at once, without its busy timeout, while another
+    connection writes: so the switch is retried here.
+    """
+    deadline = time.monotonic() + patience
+    pause = 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.5)
