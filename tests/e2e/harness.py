@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 from sqlalchemy import select
 
+from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.providers.local import LocalProvider, ManualMarket
 from spotrun.state import Store, lease
 
@@ -35,6 +36,7 @@ class Spotrun:
         self.env = {**os.environ, "SPOTRUN_HOME": str(home), **FAST_CONTROLLER}
         self.env.pop("SPOTRUN_DATABASE_URL", None)
         self.cloud = LocalProvider(home / "local-cloud", market=ManualMarket(notice_seconds=3.0))
+        self._reads: Store | None = None
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -46,6 +48,12 @@ class Spotrun:
         return done
 
     def status(self, job_id: int) -> dict:
+        """The job's row as `spotrun status ID --json` prints it, read in this process. Polled through the CLI, each
+        read started a Python process (~1.5 s of CPU), most of a core taken from the trainers on a 2-core machine."""
+        return json.loads(json.dumps(EmbeddedBackend(self._reader()).detail(job_id).job.to_json()))
+
+    def cli_status(self, job_id: int) -> dict:
+        """The job's row from the real `spotrun status ID --json`."""
         return json.loads(self.run("status", str(job_id), "--json").stdout)[0]
 
     def wait_for(self, job_id: int, predicate, timeout: float = 90, what: str = "condition") -> dict:
@@ -60,27 +68,25 @@ class Spotrun:
     def store(self) -> Store:
         return Store(f"sqlite:///{self.home / 'state.db'}")
 
+    def _reader(self) -> Store:
+        """One store kept for the polls (the CLI created and migrated the database)."""
+        if self._reads is None:
+            self._reads = Store(f"sqlite:///{self.home / 'state.db'}", migrate=False)
+        return self._reads
+
     def rows(self, model, order, job_id: int = 1) -> list:
         """The job's rows of `model` (Attempt, Generation, ...), detached from their session."""
-        store = self.store()
-        try:
-            with store.session() as session:
-                found = list(session.scalars(select(model).where(model.job_id == job_id).order_by(order)))
-                session.expunge_all()
-                return found
-        finally:
-            store.dispose()
+        with self._reader().session() as session:
+            found = list(session.scalars(select(model).where(model.job_id == job_id).order_by(order)))
+            session.expunge_all()
+            return found
 
     def controller_pid(self) -> int | None:
-        store = self.store()
-        try:
-            with store.session() as session:
-                current = lease.read(session, "controller")
-                if current is None or current.expires_at < time.time() or not psutil.pid_exists(current.pid or -1):
-                    return None
-                return current.pid
-        finally:
-            store.dispose()
+        with self._reader().session() as session:
+            current = lease.read(session, "controller")
+            if current is None or current.expires_at < time.time() or not psutil.pid_exists(current.pid or -1):
+                return None
+            return current.pid
 
     def start_controller(self) -> subprocess.Popen:
         return subprocess.Popen(
@@ -116,6 +122,8 @@ class Spotrun:
         return found
 
     def shutdown(self) -> None:
+        if self._reads is not None:
+            self._reads.dispose()
         pid = self.controller_pid()
         if pid is not None:
             try:
@@ -175,8 +183,18 @@ checkpoint: {{sync_interval: 1s}}
     return job
 
 
+_reference_ddp_results: dict[tuple[int, int], dict] = {}
+
+
 def reference_ddp(tmp_path: Path, *, nodes: int = 3, epochs: int = 10) -> dict:
-    """The same DDP training, never interrupted: `nodes` processes on 127.0.0.1, no spotrun platform."""
+    """The same DDP training, never interrupted: `nodes` processes on 127.0.0.1, no spotrun platform. Run once per
+    (nodes, epochs) in a test session: the training is deterministic, and each run costs ~15 s on 2 cores."""
+    if (nodes, epochs) not in _reference_ddp_results:
+        _reference_ddp_results[nodes, epochs] = _run_reference_ddp(tmp_path, nodes, epochs)
+    return _reference_ddp_results[nodes, epochs]
+
+
+def _run_reference_ddp(tmp_path: Path, nodes: int, epochs: int) -> dict:
     checkpoints = tmp_path / "reference-ddp"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

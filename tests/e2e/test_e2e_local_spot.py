@@ -10,6 +10,8 @@ import pytest
 from harness import Spotrun, digits_job, final_result, reference_digits
 from spotrun.state import Attempt, Job
 
+pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e2e test at a time
+
 
 @pytest.fixture
 def spotrun(tmp_path, monkeypatch):
@@ -44,6 +46,7 @@ def test_preempted_job_resumes_exactly_and_reports_its_cost(spotrun, tmp_path):
     done = spotrun.wait_for(1, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=120, what="the end")
     assert done["state"] == "SUCCEEDED", spotrun.controller_log()
     assert done["preemptions"] == 2 and done["attempts"] == 3
+    assert spotrun.cli_status(1) == spotrun.status(1)  # the harness's polls read what the CLI prints
 
     final = final_result(spotrun.home, 1)
     assert final["sha256"] == reference["sha256"]

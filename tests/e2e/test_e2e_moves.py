@@ -21,6 +21,8 @@ from spotrun.server.daemon import Daemon
 from spotrun.spec import load_spec
 from spotrun.state import Attempt, Event, Generation, Job, Store
 
+pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e2e test at a time
+
 
 class OnDemandThenSpotElsewhere:
     """Starts on on-demand in the first zone; once the trainer has checkpointed, asks for spot in the second."""

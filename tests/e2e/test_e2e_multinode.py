@@ -11,6 +11,8 @@ import pytest
 from harness import Spotrun, ddp_job, final_ddp_result, reference_ddp
 from spotrun.state import Attempt, Generation
 
+pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e2e test at a time
+
 EPOCHS = 10
 FIRST_STEP = re.compile(r"rank (\d+): first step (\d+) done at ([0-9.]+)")
 
