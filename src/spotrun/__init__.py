@@ -19,6 +19,7 @@ _SDK_NAMES = {
     "exact_allreduce",
     "TrainingState",
     "ignore_preemption_signals",
+    "preemption_signals_held",
     "torch_state",
     "weights_sha256",
 }

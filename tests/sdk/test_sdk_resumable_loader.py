@@ -137,6 +137,48 @@ def test_workers_ignore_the_preemption_signals_and_a_user_worker_init_fn_still_r
     assert signal.getsignal(signal.SIGTERM) != signal.SIG_IGN  # the training process still hears it
 
 
+class HeldWhenStarted(Dataset):
+    """Items tell whether the worker fetching them still holds SIGTERM back (it must not, once it ignores it)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> bool:
+        return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_workers_start_with_the_preemption_signals_held_until_they_ignore_them(monkeypatch) -> None:
+    # PyTorch's worker kills itself on a SIGTERM from anyone but its parent until our worker_init_fn runs: a
+    # preemption signal to the process group in that window killed a worker (seen in make test)
+    from torch.utils.data import dataloader
+
+    held_at_start = []
+    start_workers = dataloader._MultiProcessingDataLoaderIter.__init__
+
+    def recording(self, loader):
+        held_at_start.append(set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        start_workers(self, loader)
+
+    monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, "__init__", recording)
+    loader = spotrun.ResumableLoader(HeldWhenStarted(), batch_size=4, num_workers=1)
+    (held_in_worker,) = list(loader)
+    assert held_at_start and {signal.SIGTERM, signal.SIGUSR1} <= held_at_start[0]
+    assert held_in_worker.tolist() == [False] * 4
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the trainer hears it again
+
+
+def test_a_preemption_signal_held_while_workers_start_reaches_the_trainer_after() -> None:
+    heard = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: heard.append(signum))
+    try:
+        with spotrun.preemption_signals_held():
+            signal.raise_signal(signal.SIGUSR1)
+            assert heard == []
+        assert heard == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 class Numbers(IterableDataset):
     def __iter__(self):
         return iter(range(5))

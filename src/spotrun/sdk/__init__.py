@@ -27,6 +27,7 @@ _EXPORTS = {
     "PREEMPTED_EXIT_CODE": "preemption",
     "PreemptionFlag": "preemption",
     "ignore_preemption_signals": "preemption",
+    "preemption_signals_held": "preemption",
     "preemption_flag": "preemption",
     "CheckpointError": "errors",
     "CheckpointWarning": "errors",

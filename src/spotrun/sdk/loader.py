@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from spotrun.sdk.preemption import ignore_preemption_signals
+from spotrun.sdk.preemption import ignore_preemption_signals, preemption_signals_held
 from spotrun.sdk.sampler import ResumableSampler
 
 # DataLoader arguments the loader sets itself: the batching and order are the sampler's.
@@ -83,7 +83,9 @@ class ResumableLoader:
         """The rest of the current epoch's batches; then the epoch is over."""
         self.sampler.epoch, self.sampler.position = self.epoch, self.position  # drop what was read ahead
         self.dataloader.generator.manual_seed(_words(self.sampler, self.epoch, -1, 1, np.uint64)[0].item())
-        for batch in self.dataloader:
+        with preemption_signals_held():  # workers start here: see preemption_signals_held
+            batches = iter(self.dataloader)
+        for batch in batches:
             self.position = min(self.position + self.sampler.batch_size, self.sampler.samples_per_epoch)
             yield batch
         self.epoch, self.position = self.epoch + 1, 0

@@ -5,7 +5,9 @@ DataLoader workers receive it too, and PyTorch's workers die of a SIGTERM that d
 parent (the trainer then fails with "DataLoader worker exited unexpectedly"). Give every DataLoader with
 workers ``worker_init_fn=spotrun.ignore_preemption_signals`` (or call it from your own worker_init_fn).
 Processes forked from the trainer before that inherit the handler, which ignores the signal in any
-process other than the one that installed it.
+process other than the one that installed it. A worker starts handling SIGTERM itself before its worker_init_fn
+runs, though: start the workers (``iter(loader)``) inside ``with spotrun.preemption_signals_held():`` so that a
+signal arriving meanwhile waits for the ignore (``spotrun.ResumableLoader`` does both).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -68,9 +71,28 @@ class PreemptionFlag:
 
 
 def ignore_preemption_signals(worker_id: int | None = None, signals: Iterable[int] = DEFAULT_SIGNALS) -> None:
-    """Ignore the preemption signals in this process; usable as a DataLoader ``worker_init_fn``."""
+    """Ignore the preemption signals in this process; usable as a DataLoader ``worker_init_fn``. Signals that
+    `preemption_signals_held` held back in a process started inside it are dropped, and no longer held."""
+    signals = tuple(signals)
     for signum in signals:
         signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+
+
+@contextmanager
+def preemption_signals_held(signals: Iterable[int] = DEFAULT_SIGNALS) -> Iterator[None]:
+    """Hold the preemption signals back in this thread for the block, and take them after it.
+
+    Processes started inside inherit the hold. That closes a race in DataLoader workers: PyTorch's worker installs
+    a SIGTERM handler that kills the worker for a SIGTERM from anyone but its parent, before our worker_init_fn
+    ignores the signal; the agent's SIGTERM to the trainer's process group, arriving in that window, killed a worker
+    and the trainer's next batch raised "DataLoader worker exited unexpectedly" instead of its checkpoint being saved.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, tuple(signals))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 preemption_flag = PreemptionFlag()
