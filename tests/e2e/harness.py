@@ -65,13 +65,17 @@ class Spotrun:
             time.sleep(0.3)
         raise AssertionError(f"job {job_id}: timed out waiting for {what}; last status {row}\n{self.controller_log()}")
 
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.home / 'state.db'}"
+
     def store(self) -> Store:
-        return Store(f"sqlite:///{self.home / 'state.db'}")
+        return Store(self.database_url)
 
     def _reader(self) -> Store:
         """One store kept for the polls (the CLI created and migrated the database)."""
         if self._reads is None:
-            self._reads = Store(f"sqlite:///{self.home / 'state.db'}", migrate=False)
+            self._reads = Store(self.database_url, migrate=False)
         return self._reads
 
     def rows(self, model, order, job_id: int = 1) -> list:
@@ -82,6 +86,8 @@ class Spotrun:
             return found
 
     def controller_pid(self) -> int | None:
+        if not (self.home / "state.db").exists():  # nothing launched yet: no controller, no schema to read
+            return None
         with self._reader().session() as session:
             current = lease.read(session, "controller")
             if current is None or current.expires_at < time.time() or not psutil.pid_exists(current.pid or -1):
@@ -122,8 +128,6 @@ class Spotrun:
         return found
 
     def shutdown(self) -> None:
-        if self._reads is not None:
-            self._reads.dispose()
         pid = self.controller_pid()
         if pid is not None:
             try:
@@ -133,6 +137,8 @@ class Spotrun:
         for instance in self.cloud.list_instances():
             if instance.state != "terminated":
                 self.cloud.terminate(instance.instance_id)
+        if self._reads is not None:
+            self._reads.dispose()
 
 
 def digits_job(tmp_path: Path, *, epochs: int = 6, step_seconds: float = 0.05, extra: str = "") -> Path:

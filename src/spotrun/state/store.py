@@ -74,8 +74,7 @@ def _make_engine(url: str) -> Engine:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
+    cursor = dbapi_connection.cursor()  # the busy timeout is sqlite3.connect's `timeout` (_make_engine)
     _switch_to_wal(cursor, SQLITE_BUSY_SECONDS)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
