@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from spotrun.sdk import hostmem
+from spotrun.sdk import hostmem, pagecache
 
 BLOCK = 4096  # the largest logical block size in common use (512 and 4096): aligning to it suits both
 MIN_BYTES = 1 << 20  # smaller storages are read the ordinary way: a mapping each is not worth it
@@ -134,16 +134,10 @@ def open_uncached(path: str, fd: int) -> Iterator[DirectFile | None]:
 
 
 def _cached(fd: int) -> bool:
-    """Whether the middle of the file is in the page cache, asked without waiting for the disk (RWF_NOWAIT).
-    A file is normally cached whole or not at all: just written or read, or dropped or never read."""
-    if not hasattr(os, "RWF_NOWAIT"):
-        return False
-    try:
-        return os.preadv(fd, [bytearray(1)], os.fstat(fd).st_size // 2, os.RWF_NOWAIT) == 1
-    except BlockingIOError:
-        return False
-    except OSError:  # RWF_NOWAIT not supported here: we cannot tell
-        return False
+    """Whether the page in the middle of the file is in the page cache (`pagecache`: asked without reading it).
+    A file is normally cached whole or not at all: just written or read, or dropped or never read. Where this
+    cannot be asked, the file is taken as not cached and read directly."""
+    return bool(pagecache.resident_pages(fd, os.fstat(fd).st_size // 2, 1))
 
 
 def storage_tensor(region: Region, offset: int, nbytes: int) -> torch.Tensor:
