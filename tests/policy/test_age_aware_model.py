@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from spotrun.policy import DeadlineAwarePolicy, Keep, Launch, Placement, PlacementContext, SpotLog
-from spotrun.policy import deadline_aware
+from spotrun.policy import deadline_aware, markov
 from spotrun.policy.markov import (
     JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, state_belief, transition_matrix,
     value_table,
@@ -212,6 +212,29 @@ def test_a_tables_band_is_its_slack():
     assert NARROW.band_width == NARROW.steps * 2 - NARROW.goal + 1
     assert value_table(NARROW, HAZARDS).values.shape[-1] == NARROW.band_width
     assert [NARROW.band_start(k) for k in range(NARROW.steps + 1)] == [0, 0, 0, 2, 4, 6, 8, 10]
+
+
+def test_the_expectation_over_the_chains_moves_is_its_transition_matrix():
+    hazards = RunHazards(up=bucket_hazards(BASE_GRID[5], 1.0), down=bucket_hazards(BASE_GRID[2]))
+    nxt = np.random.default_rng(0).random((len(hazards.up) + len(hazards.down), 3, 7), dtype=np.float32)
+    terms = markov._move_terms(chain_moves(hazards)[1])
+    assert len(terms) < 10  # the ends of runs, which all go to the other kind's first bucket, are one product each
+    expected = np.einsum("st,trw->srw", transition_matrix(hazards), nxt)
+    assert np.allclose(markov._expected_next(nxt, terms), expected, rtol=1e-6)
+
+
+def test_a_dropped_table_s_memory_is_written_over_only_when_nothing_holds_it(monkeypatch):
+    monkeypatch.setattr(markov, "_tables", markov.OrderedDict())
+    monkeypatch.setattr(markov, "TABLE_BYTES_KEPT", NARROW.table_bytes)  # room for one table
+    first, second, third = (RunHazards(up=bucket_hazards(b), down=bucket_hazards(BASE_GRID[3])) for b in BASE_GRID[:3])
+    address = value_table(NARROW, first).values.ctypes.data  # not held after this line
+    table = value_table(NARROW, second)
+    assert table.values.ctypes.data == address  # the dropped table's memory, written over
+    assert np.array_equal(table.values, markov._compute_values(NARROW, second))  # every cell of it
+    held = table
+    before = held.values.copy()
+    assert value_table(NARROW, third).values.ctypes.data != address  # a table someone holds is left alone
+    assert np.array_equal(held.values, before)
 
 
 def test_option_values_prefer_spot_that_has_lasted():

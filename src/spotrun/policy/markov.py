@@ -16,6 +16,7 @@ is the job's slack, so a job with little slack has a narrow table.
 from __future__ import annotations
 
 import math
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,6 +63,7 @@ class JobShape:
         return max(0, self.goal - (self.steps - steps_left) * max(self.works))
 
     @classmethod
+    @lru_cache(maxsize=1024)  # asked every step, with the same numbers all through a job's life
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
            unit: float, spot_lost_within_step: bool = False) -> JobShape:
         ages = max(1, math.ceil(overhead / step - 1e-9))
@@ -120,35 +122,56 @@ def chain_moves(hazards: RunHazards) -> tuple[tuple[bool, ...], tuple[tuple[tupl
     return is_up, tuple(moves)
 
 
-Term = tuple[slice, slice, np.ndarray]  # states, their next states (same count), chances (states × 1 × 1)
+Term = tuple[slice, slice, np.ndarray]  # states, their next states (same count, or one for all), chances (states × 1 × 1)
 
 
 def _move_terms(moves) -> list[Term]:
-    """The moves grouped into runs of consecutive states whose next states are consecutive too.
+    """The moves grouped into runs of consecutive states whose next states are consecutive too, or all the same one
+    (the ends of runs of spot, which all go to a fresh gap, and those of gaps).
 
     Expectations are then a few slice products (no copies of the whole table), and since only moves of positive
-    chance are listed, an impossible move never multiplies an infinite value.
+    chance are listed, an impossible move never multiplies an infinite value. Each state's moves are summed in the
+    same order whatever the grouping (only neighbours in the list are merged), so the values are the same to the bit.
     """
     by_shift: dict[int, list[tuple[int, int, float]]] = {}
     for state, here in enumerate(moves):
         for target, chance in here:
             by_shift.setdefault(target - state, []).append((state, target, chance))
-    terms = []
+    runs: list[list[tuple[int, int, float]]] = []
     for shift_moves in by_shift.values():
         run: list[tuple[int, int, float]] = []
         for move in sorted(shift_moves):
             if run and move[0] != run[-1][0] + 1:
-                terms.append(_term(run))
+                runs.append(run)
                 run = []
             run.append(move)
-        terms.append(_term(run))
-    return terms
+        runs.append(run)
+    return [_term(run) for run in _merged_into_one_target(runs)]
+
+
+def _merged_into_one_target(runs: list[list[tuple[int, int, float]]]) -> list[list[tuple[int, int, float]]]:
+    """Neighbouring runs of consecutive states that all move to one state, merged (a product broadcast over them)."""
+    merged: list[list[tuple[int, int, float]]] = []
+    for run in runs:
+        last = merged[-1] if merged else None
+        if last and _one_target(last) is not None and _one_target(last) == _one_target(run) \
+                and run[0][0] == last[-1][0] + 1:
+            last.extend(run)
+        else:
+            merged.append(list(run))
+    return merged
+
+
+def _one_target(run: list[tuple[int, int, float]]) -> int | None:
+    targets = {target for _, target, _ in run}
+    return targets.pop() if len(targets) == 1 else None
 
 
 def _term(run: list[tuple[int, int, float]]) -> Term:
     first, last = run[0], run[-1]
     chances = np.array([chance for _, _, chance in run], dtype=np.float32)[:, None, None]
-    return slice(first[0], last[0] + 1), slice(first[1], last[1] + 1), chances
+    one_target = len(run) > 1 and first[1] == last[1]
+    return slice(first[0], last[0] + 1), slice(first[1], (first[1] if one_target else last[1]) + 1), chances
 
 
 def _expected_next(nxt: np.ndarray, terms: list[Term]) -> np.ndarray:
@@ -191,18 +214,34 @@ def value_table(shape: JobShape, hazards: RunHazards) -> ValueTable:
     if key in _tables:
         _tables.move_to_end(key)
         return _tables[key]
-    table = _tables[key] = ValueTable(shape, _compute_values(shape, hazards))
-    while len(_tables) > 1 and sum(t.values.nbytes for t in _tables.values()) > TABLE_BYTES_KEPT:
-        _tables.popitem(last=False)
+    spare = _make_room(_table_dims(shape, hazards))
+    table = _tables[key] = ValueTable(shape, _compute_values(shape, hazards, spare))
     return table
 
 
-def _compute_values(shape: JobShape, hazards: RunHazards) -> np.ndarray:
+def _make_room(dims: tuple[int, ...]) -> np.ndarray | None:
+    """Drop the least recently used tables until one of `dims` fits in TABLE_BYTES_KEPT, and hand back the memory
+    of a dropped one of those dims that nothing else holds, to be written over. A fresh table's memory is faulted in
+    page by page as it is filled (a 70 h job's: ~100 MB), which took a third of a sweep's table time on a VM."""
+    spare = None
+    while _tables and sum(t.values.nbytes for t in _tables.values()) + math.prod(dims) * 4 > TABLE_BYTES_KEPT:
+        _, dropped = _tables.popitem(last=False)
+        # held only by `dropped` (and getrefcount's argument): no caller keeps this table or a view of it
+        if dropped.values.shape == dims and sys.getrefcount(dropped) == 2 == sys.getrefcount(dropped.values):
+            spare = dropped.values
+    return spare
+
+
+def _table_dims(shape: JobShape, hazards: RunHazards) -> tuple[int, int, int, int]:
+    return (shape.steps + 1, len(hazards.up) + len(hazards.down), 1 + 2 * shape.ages, shape.band_width)
+
+
+def _compute_values(shape: JobShape, hazards: RunHazards, out: np.ndarray | None = None) -> np.ndarray:
     is_up, moves = chain_moves(hazards)
     terms = _move_terms(moves)
     up = slice(0, len(hazards.up))  # the chain lists its up states first
     rows, most = 1 + 2 * shape.ages, max(shape.works)
-    table = np.empty((shape.steps + 1, len(is_up), rows, shape.band_width), dtype=np.float32)  # each cell set once
+    table = np.empty(_table_dims(shape, hazards), dtype=np.float32) if out is None else out  # each cell is set once
     values = np.full((len(is_up), rows, shape.goal + 1), np.inf, dtype=np.float32)  # one step's values, all columns
     values[:, :, 0] = 0.0
     table[0] = np.inf

@@ -20,6 +20,7 @@ from spotrun.policy import StepPolicy, get_policy
 from spotrun.policy.omniscient import OmniscientPolicy, Problem
 from spotrun.sim.engine import Observe, RunResult, SimJob, run_job
 from spotrun.sim.fleet import run_fleet
+from spotrun.sim.heap import keep_freed_memory
 from spotrun.sim.market import Market
 
 OMNISCIENT = "omniscient"
@@ -152,9 +153,10 @@ def sweep(
         packed = [(t, tuple(policies), job, observe, history_seconds) for t in tasks]
     workers = processes if processes is not None else min(os.cpu_count() or 1, len(packed))
     if workers <= 1:
+        keep_freed_memory()
         return [r for args in packed for r in run(args)]
     chunk = max(1, len(packed) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=keep_freed_memory) as pool:
         return [r for records in pool.map(run, packed, chunksize=chunk) for r in records]
 
 
