@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import random
 import re
 import subprocess
 import sys
@@ -12,19 +10,9 @@ from pathlib import Path
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "policies.py"
 
 
-def _write_small_trace(folder: Path) -> None:
-    """Runs of spot and gaps of 1-40 steps of 600 s: 93 h, room for one 70 h job."""
-    rng, data, up = random.Random(3), [], True
-    while len(data) < 560:
-        data += [int(up)] * rng.randint(1, 40)
-        up = not up
-    (folder / "zone-a_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data[:560]}))
-
-
-def test_closure_only_run_on_a_small_trace(tmp_path: Path) -> None:
-    _write_small_trace(tmp_path)
+def test_closure_only_run_on_a_small_trace(small_trace_folder: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--closure-only", "--every-hours", "100", "--traces", str(tmp_path), "--processes", "1"],
+        [sys.executable, str(SCRIPT), "--closure-only", "--every-hours", "100", "--traces", str(small_trace_folder), "--processes", "1"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -38,9 +26,8 @@ def test_closure_only_run_on_a_small_trace(tmp_path: Path) -> None:
     assert "mean gap closed:" in done.stdout and "with the market's history:" in done.stdout
 
 
-def test_the_whole_benchmark_runs_on_a_small_trace(tmp_path: Path) -> None:
-    _write_small_trace(tmp_path)
-    done = subprocess.run([sys.executable, str(SCRIPT), "--traces", str(tmp_path), "--processes", "1"],
+def test_the_whole_benchmark_runs_on_a_small_trace(small_trace_folder: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--traces", str(small_trace_folder), "--processes", "1"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     live = re.search(r"make-before-break.*?\n\n(\|.*?)\n\n", done.stdout, re.DOTALL).group(1).splitlines()

@@ -154,8 +154,8 @@ def _merged_into_one_target(runs: list[list[tuple[int, int, float]]]) -> list[li
     merged: list[list[tuple[int, int, float]]] = []
     for run in runs:
         last = merged[-1] if merged else None
-        if last and _one_target(last) is not None and _one_target(last) == _one_target(run) \
-                and run[0][0] == last[-1][0] + 1:
+        target = _one_target(run)
+        if last and target is not None and _one_target(last) == target and run[0][0] == last[-1][0] + 1:
             last.extend(run)
         else:
             merged.append(list(run))
@@ -170,8 +170,9 @@ def _one_target(run: list[tuple[int, int, float]]) -> int | None:
 def _term(run: list[tuple[int, int, float]]) -> Term:
     first, last = run[0], run[-1]
     chances = np.array([chance for _, _, chance in run], dtype=np.float32)[:, None, None]
-    one_target = len(run) > 1 and first[1] == last[1]
-    return slice(first[0], last[0] + 1), slice(first[1], (first[1] if one_target else last[1]) + 1), chances
+    target = _one_target(run)
+    targets = slice(target, target + 1) if target is not None else slice(first[1], last[1] + 1)
+    return slice(first[0], last[0] + 1), targets, chances
 
 
 def _expected_next(nxt: np.ndarray, terms: list[Term]) -> np.ndarray:

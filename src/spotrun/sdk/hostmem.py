@@ -14,14 +14,14 @@ tensors hold the same bytes either way; where none of this is offered they are p
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
+
+from spotrun import libc
 
 HUGE_PAGE = 2 << 20
 MIN_HUGE_BYTES = 2 * HUGE_PAGE  # below this a tensor holds at most one whole huge page: not worth a syscall
@@ -34,15 +34,9 @@ _MADV_POPULATE_WRITE = 23  # Linux's value; not in Python's mmap module before 3
 
 def _libc_madvise() -> Callable[[int, int, int], int] | None:
     """libc's madvise on any address (Python's mmap.madvise covers only its own mappings), or None."""
-    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
         return None
-    try:
-        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    function.restype = ctypes.c_int
-    return function  # type: ignore[no-any-return]
+    return libc.function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
 
 
 _MADVISE = _libc_madvise()

@@ -9,52 +9,38 @@ can finish before the call looks again, so the call returns the byte and the fil
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
-import sys
-from typing import Any
+
+from spotrun import libc
 
 _PAGE = mmap.PAGESIZE
 _FAILED = ctypes.c_void_p(-1).value
-
-
-def _libc() -> Any | None:
-    """libc with mmap, mincore and munmap typed for any address (Python's mmap gives no address of a read-only
-    mapping), or None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_LIBC = _libc()
+# libc's own mmap, since Python's gives no address of a read-only mapping to ask mincore about
+_MMAP = libc.function(
+    "mmap", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long), ctypes.c_void_p,
+)
+_MINCORE = libc.function("mincore", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p))
+_MUNMAP = libc.function("munmap", (ctypes.c_void_p, ctypes.c_size_t))
 
 
 def resident_pages(fd: int, offset: int = 0, length: int | None = None) -> int | None:
     """How many pages of the file's bytes ``[offset, offset + length)`` (default: to its end) are in the page
     cache; None where this cannot be asked (not Linux, or the kernel refused the mapping)."""
+    if _MMAP is None or _MINCORE is None or _MUNMAP is None:
+        return None
     size = os.fstat(fd).st_size
     start = min(offset, size) // _PAGE * _PAGE
     end = size if length is None else min(offset + length, size)
-    if _LIBC is None:
-        return None
     if end <= start:
         return 0
-    address = _LIBC.mmap(None, end - start, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+    address = _MMAP(None, end - start, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
     if address in (None, _FAILED):
         return None
     try:
         pages = ctypes.create_string_buffer(-(-(end - start) // _PAGE))
-        if _LIBC.mincore(address, end - start, pages) != 0:
+        if _MINCORE(address, end - start, pages) != 0:
             return None
         return sum(byte & 1 for byte in pages.raw)
     finally:
-        _LIBC.munmap(address, end - start)
+        _MUNMAP(address, end - start)

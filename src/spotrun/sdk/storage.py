@@ -7,7 +7,6 @@ Either way a folder counts as a checkpoint only once its manifest is there (see 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import io
 import os
 import shutil
@@ -20,6 +19,7 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from spotrun import libc
 from spotrun.sdk import directio, layout, tensorfile
 
 STAGING_PREFIX = ".staging-"
@@ -284,13 +284,7 @@ class _OverlappedHash:
 
 def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """Linux's sync_file_range (not in Python's os module), or None elsewhere."""
-    try:
-        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    function.restype = ctypes.c_int
-    return function
+    return libc.function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
 
 
 _SYNC_FILE_RANGE = _libc_sync_file_range()

@@ -6,14 +6,14 @@ A process is named by (pid, create_time) so that a reused pid is never mistaken 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterable
 
 import psutil
+
+from spotrun import libc
 
 INSTANCE_ID_ENV = "SPOTRUN_INSTANCE_ID"
 _PR_SET_CHILD_SUBREAPER = 36
@@ -114,10 +114,8 @@ def _signal_all(processes: Iterable[psutil.Process], signum: int) -> None:
 
 def become_subreaper() -> bool:
     """Make orphaned descendants reparent to this process (Linux), so the process tree stays whole."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    prctl = libc.function("prctl", (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong))
+    return prctl is not None and prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def reap_children(keep: int | None = None) -> None:
