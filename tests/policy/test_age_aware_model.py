@@ -44,6 +44,55 @@ def test_age_counts_weigh_each_run_and_refuse_weights_that_do_not_match_the_runs
         age_counts([1, 3], weights=[1.0])
 
 
+def test_age_counts_equal_counting_each_run_age_by_age():
+    rng = np.random.default_rng(7)
+    lengths = rng.geometric(0.02, size=300).tolist() + [0, COUNTED_AGES, COUNTED_AGES + 1]
+    weights = rng.uniform(0.1, 2.0, size=len(lengths)).tolist()
+    for w in (None, weights):
+        exposure, ends = np.zeros(COUNTED_AGES), np.zeros(COUNTED_AGES)
+        for length, weight in zip(lengths, w or [1.0] * len(lengths)):
+            for age in range(1, max(length, 1) + 1):
+                exposure[min(age, COUNTED_AGES) - 1] += weight
+            ends[min(max(length, 1), COUNTED_AGES) - 1] += weight
+        counted = age_counts(lengths, weights=w)
+        assert np.allclose(counted[0], exposure) and np.allclose(counted[1], ends)
+
+
+def test_completed_runs_in_steps_follow_runs_that_end_after_an_earlier_ask():
+    log = SpotLog()
+    ends = [(0.0, True), (3 * STEP, False), (4 * STEP, True), (4.6 * STEP, False), (9 * STEP, True)]
+    for at, available in ends[:3]:
+        log.record("z", at, available)
+    assert log.zone("z").completed_in_steps(STEP) == ((3,), (1,))
+    assert log.zone("z").completed_in_steps(STEP / 2) == ((6,), (2,))
+    for at, available in ends[3:]:
+        log.record("z", at, available)
+    assert log.zone("z").completed_in_steps(STEP) == ((3, 1), (1, 4))  # 0.6 steps round to 1, 4.4 to 4
+    assert log.zone("z").completed_in_steps(STEP / 2) == ((6, 1), (2, 9))
+    assert log.zone("absent").completed_in_steps(STEP) == ((), ())
+
+
+def test_hazards_of_several_zones_pool_every_zones_runs():
+    lengths = {"a": (1, 2, 40), "b": (3, 1, 1, 60)}
+    pooled, separate = SpotLog(), {zone: SpotLog() for zone in lengths}
+    for zone, runs in lengths.items():
+        t = 0.0
+        for length in runs:
+            for log in (pooled, separate[zone]):
+                log.record(zone, t, True)
+                log.record(zone, t + length * STEP, False)
+            t += (length + 2) * STEP
+    both = estimate_hazards(pooled, ("a", "b"), STEP, 12.0, 6.0, 1.0)
+    merged = SpotLog()
+    t = 0.0
+    for length in lengths["a"] + lengths["b"]:
+        merged.record("m", t, True)
+        merged.record("m", t + length * STEP, False)
+        t += (length + 2) * STEP
+    assert both == estimate_hazards(merged, ("m",), STEP, 12.0, 6.0, 1.0)
+    assert both != estimate_hazards(separate["a"], ("a",), STEP, 12.0, 6.0, 1.0)
+
+
 def fitted_base(completed, prior_mean, prior_runs):
     return fitted_form(completed, prior_mean, prior_runs).base
 

@@ -27,6 +27,19 @@ class ZoneRuns:
     lifetimes: list[float] = field(default_factory=list)  # completed "available" runs, seconds
     gaps: list[float] = field(default_factory=list)  # completed "not available" runs, seconds
     lost_at: list[float] = field(default_factory=list)  # times spot was seen to go away
+    _in_steps: dict[float, tuple[tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False,
+    )
+
+    def completed_in_steps(self, step: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(lifetimes, gaps) in whole steps of `step` seconds. Policies ask every step and the runs only grow, so
+        each run is rounded once: with weeks of history, rounding them all again was a third of a sweep's time."""
+        lives, gaps = self._in_steps.get(step, ((), ()))
+        if len(lives) < len(self.lifetimes) or len(gaps) < len(self.gaps):
+            lives += _in_steps(self.lifetimes[len(lives):], step)
+            gaps += _in_steps(self.gaps[len(gaps):], step)
+            self._in_steps[step] = lives, gaps
+        return lives, gaps
 
     def observe(self, at: float, available: bool) -> None:
         if available != self.available:
@@ -36,6 +49,10 @@ class ZoneRuns:
                     self.lost_at.append(at)
             self.available, self.since = available, at
         self.last_seen = at
+
+
+def _in_steps(seconds: list[float], step: float) -> tuple[int, ...]:
+    return tuple(round(s / step) for s in seconds)
 
 
 class SpotLog:

@@ -29,7 +29,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import repeat
 
 import numpy as np
 
@@ -119,14 +118,13 @@ def age_counts(
     A run of L steps was at risk of ending at ages 1..L and ended at age L. `weights` (one per run, default 1) are
     for comparing weighted fits (benchmarks/hazard_recency.py); the policy counts every run once.
     """
-    exposure = np.zeros(counted_ages)
-    ends = np.zeros(counted_ages)
-    runs = zip(completed, repeat(1.0)) if weights is None else zip(completed, weights, strict=True)
-    for length, weight in runs:
-        length = max(length, 1)
-        exposure[: min(length, counted_ages)] += weight
-        exposure[-1] += weight * max(length - counted_ages, 0)
-        ends[min(length, counted_ages) - 1] += weight
+    lengths = np.maximum(np.fromiter(completed, dtype=np.int64), 1)
+    weight = np.ones(len(lengths)) if weights is None else np.fromiter(weights, dtype=float)
+    if len(weight) != len(lengths):
+        raise ValueError(f"{len(weight)} weights for {len(lengths)} runs")
+    ends = np.bincount(np.minimum(lengths, counted_ages) - 1, weights=weight, minlength=counted_ages)
+    exposure = np.cumsum(ends[::-1])[::-1]  # a run is at risk at every age up to the one it ended at
+    exposure[-1] += weight @ np.maximum(lengths - counted_ages, 0)
     return exposure, ends
 
 
@@ -167,8 +165,9 @@ def estimate_hazards(
 
     Only completed runs count: the run going on would move the fit at every step, and every move costs a new table.
     """
-    ups = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).lifetimes)
-    downs = tuple(round(seconds / step) for zone in zones for seconds in log.zone(zone).gaps)
+    per_zone = [log.zone(zone).completed_in_steps(step) for zone in zones]
+    ups = per_zone[0][0] if len(per_zone) == 1 else tuple(n for lives, _ in per_zone for n in lives)
+    downs = per_zone[0][1] if len(per_zone) == 1 else tuple(n for _, gaps in per_zone for n in gaps)
     return _hazards_of(_fitted_form_of(ups, prior_mean_up, prior_runs), _fitted_form_of(downs, prior_mean_down, prior_runs))
 
 
