@@ -243,3 +243,18 @@ def test_simulate_json_is_strict_json_with_all_the_history(tmp_path):
         raise ValueError(f"not JSON: {constant}")
 
     assert json.loads(result.output, parse_constant=refuse)["market_history_hours"] == "inf"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--observe", "psychic"], "--observe must be one of tick, launches, drain-first, got 'psychic'"),
+        (["--market-history-hours", "-1"], "--market-history-hours must be 0 or more (inf: all), got -1.0"),
+        (["--market-history-hours", "nan"], "--market-history-hours must be 0 or more"),
+        (["--every-hours", "0"], "--every-hours must be a positive number, got 0"),
+    ],
+)
+def test_simulate_names_a_bad_sweep_option(tmp_path, options, message):
+    write_trace(tmp_path / "a.json", [1] * 100)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), *options], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and message in result.output, result.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -74,17 +74,9 @@ def simulate(
                            overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price,
                            nodes=nodes)
         _check_options(every_hours=every_hours, **numbers)
-        gang = int(numbers["nodes"])
-        job = SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR,
-                     numbers["overhead_hours"] * HOUR, gang * numbers["on_demand_price"], gang * numbers["spot_price"])
-        if observe not in OBSERVE_MODES:
-            raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
-        if not market_history_hours >= 0:
-            raise ValueError(f"--market-history-hours must be 0 or more (inf: all), got {market_history_hours}")
-        if fleet and market_history_hours > 0:
-            raise ValueError("--fleet and --market-history-hours both give jobs a market history (what earlier jobs "
-                             "saw, or the trace itself): pick one")
-        markets = load_markets(trace or [bundled_traces_dir()], multi_zone, gang)
+        _check_sweep_options(observe, market_history_hours, fleet)
+        job = _sim_job(numbers)
+        markets = load_markets(trace or [bundled_traces_dir()], multi_zone, int(numbers["nodes"]))
         began = time.perf_counter()
         records = sweep(
             markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
@@ -99,25 +91,75 @@ def simulate(
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1) from None
     summaries = summarize(records, names)
-    closed = gaps_closed(summaries)
+    sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
     if as_json:
-        typer.echo(json.dumps({
-            "job": {**numbers, "file": str(job_file) if job_file else None},
-            "markets": [label for label, _ in markets], "every_hours": every_hours, "observe": observe,
-            # JSON has no infinity: all the history reads "inf", as the option takes it
-            "market_history_hours": "inf" if math.isinf(market_history_hours) else market_history_hours,
-            "fleet": fleet,
-            "seconds": round(elapsed, 2),
-            "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
-        }, indent=2, allow_nan=False))
-        return
+        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed))
+    else:
+        _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job)
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How the runs were laid along the traces and what policies saw, as the report states it."""
+
+    every_hours: float
+    observe: str
+    market_history_hours: float
+    fleet: bool
+
+    def as_json(self) -> dict[str, object]:
+        history = self.market_history_hours
+        # JSON has no infinity: all the history reads "inf", as the option takes it
+        return {"every_hours": self.every_hours, "observe": self.observe,
+                "market_history_hours": "inf" if math.isinf(history) else history, "fleet": self.fleet}
+
+    def described(self) -> str:
+        return (f"starts every {self.every_hours:g} h, observe={self.observe}" + _history_note(self.market_history_hours)
+                + (", jobs run at once and share what they see" if self.fleet else ""))
+
+
+def _sim_job(numbers: dict[str, float]) -> SimJob:
+    """The simulated job in seconds, priced for the whole gang."""
+    gang = int(numbers["nodes"])
+    return SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR, numbers["overhead_hours"] * HOUR,
+                  gang * numbers["on_demand_price"], gang * numbers["spot_price"])
+
+
+def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool) -> None:
+    if observe not in OBSERVE_MODES:
+        raise ValueError(f"--observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
+    if not market_history_hours >= 0:
+        raise ValueError(f"--market-history-hours must be 0 or more (inf: all), got {market_history_hours}")
+    if fleet and market_history_hours > 0:
+        raise ValueError("--fleet and --market-history-hours both give jobs a market history (what earlier jobs "
+                         "saw, or the trace itself): pick one")
+
+
+def _json_report(
+    summaries: list[PolicySummary], numbers: dict[str, float], job_file: Path | None,
+    markets: list[tuple[str, Market]], settings: SweepSettings, elapsed: float,
+) -> str:
+    closed = gaps_closed(summaries)
+    return json.dumps({
+        "job": {**numbers, "file": str(job_file) if job_file else None},
+        "markets": [label for label, _ in markets], **settings.as_json(),
+        "seconds": round(elapsed, 2),
+        "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
+    }, indent=2, allow_nan=False)
+
+
+def _print_report(
+    summaries: list[PolicySummary], numbers: dict[str, float], job_file: Path | None,
+    markets: list[tuple[str, Market]], settings: SweepSettings, elapsed: float, runs: int, job: SimJob,
+) -> None:
+    closed = gaps_closed(summaries)
+    gang = int(numbers["nodes"])
     title = ((f"{job_file.name}: " if job_file else "")
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
-             f"{len(markets)} market(s), starts every {every_hours:g} h, observe={observe}"
-             + _history_note(market_history_hours) + (", jobs run at once and share what they see" if fleet else ""))
+             f"{len(markets)} market(s), {settings.described()}")
     print_whole(console, summary_table(summaries, title, closed))
-    console.print(f"{len(records)} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
+    console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + ")"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
 
