@@ -101,6 +101,9 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
         (["--compute-hours", "-2"], "--compute-hours must be a positive number, got -2"),
         # 10-minute steps: 4 h of compute and 0.1 h of overhead take 4 h 10 min on on-demand
         (["--compute-hours", "4", "--deadline-hours", "4.1"], "in whole 10-minute steps takes 4.16667 h"),
+        (["--observe", "psychic"], "--observe must be one of tick, launches, drain-first, got 'psychic'"),
+        (["--market-history-hours", "-1"], "--market-history-hours must be 0 or more (inf: all), got -1.0"),
+        (["--market-history-hours", "nan"], "--market-history-hours must be 0 or more"),
     ],
 )
 def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
@@ -244,17 +247,3 @@ def test_simulate_json_is_strict_json_with_all_the_history(tmp_path):
 
     assert json.loads(result.output, parse_constant=refuse)["market_history_hours"] == "inf"
 
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        (["--observe", "psychic"], "--observe must be one of tick, launches, drain-first, got 'psychic'"),
-        (["--market-history-hours", "-1"], "--market-history-hours must be 0 or more (inf: all), got -1.0"),
-        (["--market-history-hours", "nan"], "--market-history-hours must be 0 or more"),
-        (["--every-hours", "0"], "--every-hours must be a positive number, got 0"),
-    ],
-)
-def test_simulate_names_a_bad_sweep_option(tmp_path, options, message):
-    write_trace(tmp_path / "a.json", [1] * 100)
-    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), *options], env={"COLUMNS": "300"})
-    assert result.exit_code == 1 and message in result.output, result.output
