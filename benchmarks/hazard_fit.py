@@ -192,15 +192,19 @@ def main() -> None:
     print(f"\n{time.perf_counter() - began:.0f} s")
 
 
-def load_traces(folder: Path) -> dict[str, np.ndarray]:
-    """Every trace of the folder by name, as booleans; they must share the step and the length (measured together)."""
+def load_traces(folder: Path, same_length: bool = True) -> dict[str, np.ndarray]:
+    """Every trace of the folder by name, as booleans (spot there: at least one instance). Traces sampled finer than
+    600 s in whole divisions of it (the 300 s traces of 2023) are read at every 600 s (their first sample of each).
+    `same_length`: refuse traces of different lengths (the market covariates need them measured together)."""
     traces = {}
     for path in sorted(folder.glob("*.json")):
         trace = load_trace(path)
-        if round(trace.gap_seconds) != STEP:
-            raise SystemExit(f"{path}: steps of {trace.gap_seconds} s; this benchmark reads 600 s traces")
-        traces[path.stem] = np.asarray(trace.data) > 0
-    if len({len(data) for data in traces.values()}) > 1:
+        every = STEP / trace.gap_seconds
+        if every < 1 or abs(every - round(every)) > 1e-9:
+            raise SystemExit(f"{path}: steps of {trace.gap_seconds} s; this benchmark reads 600 s traces, or traces "
+                             "whose step divides 600 s")
+        traces[path.stem] = np.asarray(trace.data)[:: round(every)] > 0
+    if same_length and len({len(data) for data in traces.values()}) > 1:
         raise SystemExit(f"{folder}: traces of different lengths; the market covariates need them measured together")
     return traces
 

@@ -13,7 +13,12 @@ buckets) fitted on the runs known at that step, under each weighting:
 - ``frozen``: fitted at the start and never again (what hazard_fit.py scores);
 - ``decay N d``: a run that ended s before the step weighs exp(-s / N days);
 - ``history as N runs``: the runs before the start weigh N / their number when they are more (the window's count once);
-- ``history at half weight``.
+- ``history at half weight``;
+- ``no history``: only the runs that ended after the start (the run going on at the start counted whole), as the
+  policy without the market's history fits;
+- ``chosen on the day before``: at each start, whichever of ``equal`` and ``no history`` forecast the day before
+  the start better (each refitted online through that day, the way it would have forecast it), for the whole window.
+  Does the market's own record say when its history misleads?
 
 Prints per weighting the summed log-loss of "does this run (of spot, or this gap) end at the next step?", and its
 change against ``equal`` in all and per trace (negative: better than the policy's weighting).
@@ -35,10 +40,12 @@ DAY = 144  # steps
 Run = tuple[bool, int, int]  # kind (spot up), first step, steps
 # weights of the completed runs known at step `now` of a job that started at `start`, from the steps they ended at
 Weighting = Callable[[np.ndarray, int, int], np.ndarray]
+EQUAL: Weighting = lambda ended, now, start: np.ones(len(ended))  # noqa: E731  (every run once: the policy's)
+CHOSEN = "chosen on the day before"
 
 
 def weightings() -> dict[str, Weighting]:
-    named: dict[str, Weighting] = {"equal": lambda ended, now, start: np.ones(len(ended))}
+    named: dict[str, Weighting] = {"equal": EQUAL}
     for days in (1, 2, 4, 7):
         named[f"decay {days} d"] = lambda ended, now, start, tau=days * DAY: np.exp(-(now - ended) / tau)
     for runs in (20, 50, 100):
@@ -76,15 +83,15 @@ def ages_of(up: np.ndarray) -> np.ndarray:
 
 def window_loss(
     up: np.ndarray, age: np.ndarray, runs: list[Run], start: int, weigh: Weighting | None, priors: dict[bool, float],
-    prior_runs: float,
+    prior_runs: float, horizon: int = HORIZON_STEPS,
 ) -> float:
-    """Summed log-loss over the window's steps; `weigh` None: the fit at the start, frozen."""
+    """Summed log-loss over the `horizon` steps from `start`; `weigh` None: the fit at the start, frozen."""
     ended = {kind: np.array([f + n for k, f, n in runs if k == kind], dtype=float) for kind in (True, False)}
     lengths = {kind: [n for k, _, n in runs if k == kind] for kind in (True, False)}
     every_step = weigh is not None and not _moves_only_with_runs(weigh)
     fits: dict[tuple, tuple[float, ...]] = {}
     loss = 0.0
-    for now in range(start, start + HORIZON_STEPS):
+    for now in range(start, start + horizon):
         kind = bool(up[now])
         known = int(np.searchsorted(ended[kind], start if weigh is None else now, side="right"))
         key = (kind, known, now if every_step else None)
@@ -108,18 +115,37 @@ def trace_losses(up: np.ndarray, every: int, history: int) -> dict[str, float]:
     priors = {True: policy.prior_mean_up / STEP, False: policy.prior_mean_down / STEP}
     age = ages_of(up)
     named: dict[str, Weighting | None] = {"frozen": None, **weightings()}
-    losses = dict.fromkeys(named, 0.0)
+    losses = dict.fromkeys([*named, "no history", CHOSEN], 0.0)
     for start in range(FIRST_START, len(up) - HORIZON_STEPS, every):
         runs = completed_runs(up, max(start - history, 0), start + HORIZON_STEPS)
-        for name, weigh in named.items():
-            losses[name] += window_loss(up, age, runs, start, weigh, priors, policy.prior_runs)
+        window = {name: window_loss(up, age, runs, start, weigh, priors, policy.prior_runs)
+                  for name, weigh in named.items()}
+        window["no history"] = window_loss(up, age, _ended_after(runs, start), start, EQUAL, priors, policy.prior_runs)
+        window[CHOSEN] = window[_better_the_day_before(up, age, start, history, priors, policy.prior_runs)]
+        for name, loss in window.items():
+            losses[name] += loss
     return losses
+
+
+def _ended_after(runs: list[Run], start: int) -> list[Run]:
+    return [run for run in runs if run[1] + run[2] > start]
+
+
+def _better_the_day_before(
+    up: np.ndarray, age: np.ndarray, start: int, history: int, priors: dict[bool, float], prior_runs: float,
+) -> str:
+    """"equal" or "no history": which forecast the day before `start` better, as if that day were a job's window."""
+    day_start = start - DAY
+    runs = completed_runs(up, max(day_start - history, 0), start)
+    with_history = window_loss(up, age, runs, day_start, EQUAL, priors, prior_runs, horizon=DAY)
+    without = window_loss(up, age, _ended_after(runs, day_start), day_start, EQUAL, priors, prior_runs, horizon=DAY)
+    return "equal" if with_history <= without else "no history"
 
 
 def main() -> None:
     folder, every, history = window_arguments(__doc__.splitlines()[0])
     began = time.perf_counter()
-    per_trace = {name: trace_losses(data, every, history) for name, data in load_traces(folder).items()}
+    per_trace = {name: trace_losses(data, every, history) for name, data in load_traces(folder, False).items()}
     if not per_trace:
         raise SystemExit(f"{folder}: no *.json traces")
     print("| weighting | log-loss | against equal | " + " | ".join(per_trace) + " |")
