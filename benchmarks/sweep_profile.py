@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 HOUR = 3600.0
-TRACES = Path(__file__).parents[1].parent / "shared" / "traces" / "availability" / "1-node" / "aws-10-26-2022"
 
 
 def profile_policy(policy: str, traces: Path, every_hours: float, deadline_hours: float, overhead_hours: float) -> dict:
@@ -66,9 +65,13 @@ def main() -> None:
     parser.add_argument("--every-hours", type=float, default=12.0)
     parser.add_argument("--deadline-hours", type=float, default=70.0)
     parser.add_argument("--overhead-hours", type=float, default=0.2)
-    parser.add_argument("--traces", type=Path, default=TRACES)
+    parser.add_argument("--traces", type=Path, default=None, help="default: the 2022 single-node traces in ../shared")
     parser.add_argument("--one-table", action="store_true", help="time one DP table instead of the sweep")
     args = parser.parse_args()
+    if args.traces is None:
+        from spotrun.traces import shared_traces_dir
+
+        args.traces = shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
     if args.one_table:
         best = time_one_table(args.deadline_hours, args.overhead_hours)
         print(f"one {args.deadline_hours:g} h / {args.overhead_hours:g} h table, best of 20: {best * 1000:.0f} ms")
