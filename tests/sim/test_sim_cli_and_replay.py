@@ -247,3 +247,20 @@ def test_simulate_json_is_strict_json_with_all_the_history(tmp_path):
 
     assert json.loads(result.output, parse_constant=refuse)["market_history_hours"] == "inf"
 
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--market-history-hours", "24"], "starts every 8 h, observe=tick, market history: 24 h"),
+        (["--market-history-hours", "inf"], "observe=tick, market history: all before each start"),
+        (["--observe", "launches", "--fleet"], "observe=launches, jobs run at once and share what they see"),
+    ],
+)
+def test_the_tables_title_says_how_the_runs_were_laid_and_what_policies_saw(tmp_path, options, said):
+    write_trace(tmp_path / "a.json", [1, 0, 0, 1] * 200)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--every-hours", "8", "--compute-hours",
+                                      "8", "--deadline-hours", "12", "--processes", "1", *options],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert said in " ".join(result.output.split())  # the title wraps at the table's width

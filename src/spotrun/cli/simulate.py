@@ -114,7 +114,10 @@ class SweepSettings:
                 "market_history_hours": "inf" if math.isinf(history) else history, "fleet": self.fleet}
 
     def described(self) -> str:
-        return (f"starts every {self.every_hours:g} h, observe={self.observe}" + _history_note(self.market_history_hours)
+        hours = self.market_history_hours
+        history = "" if hours <= 0 else (", market history: all before each start" if math.isinf(hours)
+                                         else f", market history: {hours:g} h")
+        return (f"starts every {self.every_hours:g} h, observe={self.observe}" + history
                 + (", jobs run at once and share what they see" if self.fleet else ""))
 
 
@@ -166,12 +169,6 @@ def _print_report(
 
 def _json_number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else round(value, 4)
-
-
-def _history_note(hours: float) -> str:
-    if hours <= 0:
-        return ""
-    return ", market history: all before each start" if math.isinf(hours) else f", market history: {hours:g} h"
 
 
 PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.1,

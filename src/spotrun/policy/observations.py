@@ -33,11 +33,11 @@ class ZoneRuns:
 
     def completed_in_steps(self, step: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(lifetimes, gaps) in whole steps of `step` seconds. Policies ask every step and the runs only grow, so
-        each run is rounded once: with weeks of history, rounding them all again was a third of a sweep's time."""
+        each run is rounded once: with weeks of history, rounding them all again was a third of a sweep's profile."""
         lives, gaps = self._in_steps.get(step, ((), ()))
         if len(lives) < len(self.lifetimes) or len(gaps) < len(self.gaps):
-            lives += _in_steps(self.lifetimes[len(lives):], step)
-            gaps += _in_steps(self.gaps[len(gaps):], step)
+            lives += _rounded_to_steps(self.lifetimes[len(lives):], step)
+            gaps += _rounded_to_steps(self.gaps[len(gaps):], step)
             self._in_steps[step] = lives, gaps
         return lives, gaps
 
@@ -51,7 +51,7 @@ class ZoneRuns:
         self.last_seen = at
 
 
-def _in_steps(seconds: list[float], step: float) -> tuple[int, ...]:
+def _rounded_to_steps(seconds: list[float], step: float) -> tuple[int, ...]:
     return tuple(round(s / step) for s in seconds)
 
 

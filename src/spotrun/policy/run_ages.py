@@ -29,6 +29,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
@@ -166,9 +167,13 @@ def estimate_hazards(
     Only completed runs count: the run going on would move the fit at every step, and every move costs a new table.
     """
     per_zone = [log.zone(zone).completed_in_steps(step) for zone in zones]
-    ups = per_zone[0][0] if len(per_zone) == 1 else tuple(n for lives, _ in per_zone for n in lives)
-    downs = per_zone[0][1] if len(per_zone) == 1 else tuple(n for _, gaps in per_zone for n in gaps)
+    ups, downs = _joined([lives for lives, _ in per_zone]), _joined([gaps for _, gaps in per_zone])
     return _hazards_of(_fitted_form_of(ups, prior_mean_up, prior_runs), _fitted_form_of(downs, prior_mean_down, prior_runs))
+
+
+def _joined(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The zones' runs as one tuple; one zone's is passed on as it is (no copy each step)."""
+    return parts[0] if len(parts) == 1 else tuple(chain.from_iterable(parts))
 
 
 @lru_cache(maxsize=4096)
