@@ -27,3 +27,33 @@ def test_each_policy_is_profiled_and_its_costs_digested(small_trace_folder: Path
 def test_one_table_is_timed() -> None:
     assert re.search(r"^one 52 h / 0.1 h table, best of 20: \d+ ms$", run("--one-table", "--deadline-hours", "52",
                                                                          "--overhead-hours", "0.1"), re.M)
+
+
+def _script_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep_profile", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cache_replays_count_what_each_eviction_computes() -> None:
+    profile = _script_module()
+    # room for two tables of size 1: a b c a b c — LRU drops each table just before it is asked again
+    cycle = [(key, 1) for key in "abcabc"]
+    assert profile.misses_lru(cycle, 2) == 6
+    assert profile.misses_farthest_next_use(cycle, 2) == 4  # a b c, then only b: c drops b, b drops a
+    assert profile.misses_lru(cycle, 3) == profile.misses_farthest_next_use(cycle, 3) == 3
+    big = [("a", 1), ("big", 2), ("a", 1)]  # a table as large as the cache pushes out everything
+    assert profile.misses_lru(big, 2) == profile.misses_farthest_next_use(big, 2) == 3
+
+
+def test_table_report_replays_what_the_run_computed(small_trace_folder: Path) -> None:
+    out = run("--traces", str(small_trace_folder), "--every-hours", "100", "--tables")
+    asked = int(re.search(r"([\d,]+) table requests, (\d+) distinct", out).group(1).replace(",", ""))
+    as_run = int(re.search(r"^\| as run: .* \| (\d+) \|$", out, re.M).group(1))
+    replayed = [int(n) for n in re.findall(r"^\| replayed: least recently used out, .* \| (\d+) \|$", out, re.M)]
+    assert asked > 0 and as_run >= 1
+    assert replayed[0] == as_run  # the replay of markov's own rule computes what the run computed
+    assert replayed == sorted(replayed, reverse=True)
