@@ -264,3 +264,37 @@ def test_the_tables_title_says_how_the_runs_were_laid_and_what_policies_saw(tmp_
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert said in " ".join(result.output.split())  # the title wraps at the table's width
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("fleet", [False, True])
+def test_a_sweep_reports_its_progress_in_runs(processes, fleet):
+    from spotrun.sim.engine import SimJob
+    from spotrun.sim.market import Market
+    from spotrun.sim.sweep import sweep
+    from spotrun.traces import Trace
+
+    markets = [(name, Market.from_traces({name: Trace(600.0, np.array([1, 1, 0] * 100 + [1] * shift))}))
+               for name, shift in (("a", 0), ("b", 3))]
+    seen = []
+    records = sweep(markets, ["greedy", "default"], SimJob(4 * 3600.0, 8 * 3600.0, 360.0), every_seconds=12 * 3600,
+                    processes=processes, fleet=fleet, on_progress=lambda done, total: seen.append((done, total)))
+    assert len(records) == 16  # starts at 0, 12, 24 and 36 h in each of two markets (50 h long), two policies
+    dones = [done for done, _ in seen]
+    assert dones == sorted(dones) and (dones[0], dones[-1]) == (0, 16) and {total for _, total in seen} == {16}
+    assert len(seen) == 1 + (2 if fleet else 8)  # a fleet's market is done at once; else each start
+
+
+def test_simulate_draws_its_progress_only_on_a_terminal():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from spotrun.cli.simulate import sweep_progress
+
+    screen = StringIO()
+    with sweep_progress(Console(file=screen, force_terminal=True, color_system=None, width=100)) as on_progress:
+        on_progress(3, 8)
+    assert "simulating" in screen.getvalue() and "3/8 runs" in screen.getvalue()
+    with sweep_progress(Console(file=StringIO(), force_terminal=False)) as on_progress:
+        assert on_progress is None

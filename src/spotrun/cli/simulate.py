@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from spotrun.cli.simulate_job import job_numbers
@@ -78,10 +81,11 @@ def simulate(
         job = _sim_job(numbers)
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone, int(numbers["nodes"]))
         began = time.perf_counter()
-        records = sweep(
-            markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
-            history_seconds=market_history_hours * HOUR, fleet=fleet,
-        )
+        with sweep_progress(errors) as on_progress:
+            records = sweep(
+                markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
+                history_seconds=market_history_hours * HOUR, fleet=fleet, on_progress=on_progress,
+            )
         elapsed = time.perf_counter() - began
     except SpecError as problem:
         errors.print("[red]invalid job file[/]")
@@ -96,6 +100,20 @@ def simulate(
         typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed))
     else:
         _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job)
+
+
+@contextmanager
+def sweep_progress(terminal: Console) -> Iterator[Callable[[int, int], None] | None]:
+    """A bar of the runs done, drawn on `terminal` while the sweep runs and erased after; none where `terminal` is not
+    a terminal, so that logs and pipes get the report alone."""
+    if not terminal.is_terminal:
+        yield None
+        return
+    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
+               TextColumn("left"), TimeRemainingColumn())
+    with Progress(*columns, console=terminal, transient=True) as bar:
+        runs = bar.add_task("runs", total=None)
+        yield lambda done, total: bar.update(runs, completed=done, total=total)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -133,11 +133,14 @@ def sweep(
     processes: int | None = None,
     history_seconds: float = 0.0,
     fleet: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[RunRecord]:
     """Every policy from every start offset (every `every_seconds`) of every market; one record per run. Policies
     see the `history_seconds` of the market before each start (inf: all of it), as a platform that keeps watching
     its markets would have it (`engine.run_job`'s `seen_before`), or, with `fleet`, what the jobs of the same
-    policy that started before them in the market saw (`fleet.run_fleet`)."""
+    policy that started before them in the market saw (`fleet.run_fleet`). `on_progress(runs done, runs in all)` is
+    called once before the first run and again as each start (each market, in a fleet) is done, in the order they
+    were laid out."""
     if fleet and history_seconds > 0:
         raise ValueError("a fleet's jobs learn the market from each other: it takes no history of the trace too")
     for _, market in markets:
@@ -152,12 +155,26 @@ def sweep(
         run = _run_one_packed
         packed = [(t, tuple(policies), job, observe, history_seconds) for t in tasks]
     workers = processes if processes is not None else min(os.cpu_count() or 1, len(packed))
+    runs = len(tasks) * len(policies)
     if workers <= 1:
         keep_freed_memory()
-        return [r for args in packed for r in run(args)]
+        return _gathered((run(args) for args in packed), runs, on_progress)
     chunk = max(1, len(packed) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers, initializer=keep_freed_memory) as pool:
-        return [r for records in pool.map(run, packed, chunksize=chunk) for r in records]
+        return _gathered(pool.map(run, packed, chunksize=chunk), runs, on_progress)
+
+
+def _gathered(
+    batches: Iterable[list[RunRecord]], runs: int, on_progress: Callable[[int, int], None] | None
+) -> list[RunRecord]:
+    records: list[RunRecord] = []
+    if on_progress is not None:
+        on_progress(0, runs)
+    for batch in batches:
+        records += batch
+        if on_progress is not None:
+            on_progress(len(records), runs)
+    return records
 
 
 def _task_starts(tasks: Sequence[SweepTask], label: str) -> tuple[int, ...]:
