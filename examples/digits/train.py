@@ -3,7 +3,8 @@
 Environment: EPOCHS (default 40), STEP_SECONDS (a sleep per step standing in for a bigger model, default 0),
 CHECKPOINT_EVERY (steps between checkpoints, default 10), SPOTRUN_CHECKPOINT_DIR (default ./checkpoints).
 At the end it prints the test accuracy and writes final.json into the checkpoint folder:
-{"sha256": weights fingerprint, "accuracy": ..., "steps": ...}. Two runs with the same environment give the
+{"sha256": weights fingerprint, "accuracy": ..., "steps": ..., "train_seconds": how long this process's training
+loop took, from its restore to the end}. Two runs with the same environment give the
 same sha256, however often they are preempted and resumed.
 """
 
@@ -78,6 +79,7 @@ def main() -> None:
 
     batches = sampler.stream()
     loss_fn = nn.CrossEntropyLoss()
+    began = time.perf_counter()
     for step in range(start, total_steps):
         indices = next(batches)
         loss = loss_fn(model(x_train[indices]), y_train[indices])
@@ -93,7 +95,8 @@ def main() -> None:
         ckpt.exit_if_stopped()  # preempted: the final checkpoint is committed; exit 75 = "resume me"
 
     ckpt.save(state, total_steps - 1)
-    result = {"sha256": spotrun.weights_sha256(model), "accuracy": accuracy(model, x_test, y_test), "steps": total_steps}
+    result = {"sha256": spotrun.weights_sha256(model), "accuracy": accuracy(model, x_test, y_test), "steps": total_steps,
+              "train_seconds": time.perf_counter() - began}
     with ckpt.fs.open(f"{ckpt.root}/final.json", "w") as fh:
         json.dump(result, fh)
     print(f"test accuracy {result['accuracy']:.4f} after {total_steps} steps; weights sha256 {result['sha256']}", flush=True)
