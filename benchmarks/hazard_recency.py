@@ -145,7 +145,7 @@ def _better_the_day_before(
 def main() -> None:
     folder, every, history = window_arguments(__doc__.splitlines()[0])
     began = time.perf_counter()
-    per_trace = {name: trace_losses(data, every, history) for name, data in load_traces(folder, False).items()}
+    per_trace = {name: trace_losses(data, every, history) for name, data in load_traces(folder, same_length=False).items()}
     if not per_trace:
         raise SystemExit(f"{folder}: no *.json traces")
     print("| weighting | log-loss | against equal | " + " | ".join(per_trace) + " |")

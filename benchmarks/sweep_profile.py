@@ -15,11 +15,12 @@ Prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
 import resource
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 HOUR = 3600.0
@@ -86,37 +87,73 @@ def table_requests(traces: Path, every_hours: float, deadline_hours: float, over
     return {"requests": requests, "computed": computed}
 
 
-def misses_lru(requests: Sequence[tuple[Hashable, int]], budget: int) -> int:
-    """Tables computed by a cache of `budget` bytes that drops the least recently used first (markov's own rule)."""
+Victim = Callable[["OrderedDict[Hashable, int]", Counter, int], Hashable]  # (kept, asked so far, request index)
+
+
+def _replayed(requests: Sequence[tuple[Hashable, int]], budget: int, victim: Victim) -> int:
+    """Tables computed by a cache of `budget` bytes that drops `victim(...)` until a new table fits; `kept` lists
+    the tables least recently asked first."""
     kept: OrderedDict[Hashable, int] = OrderedDict()
+    asked: Counter[Hashable] = Counter()
     misses = 0
-    for key, size in requests:
+    for i, (key, size) in enumerate(requests):
+        asked[key] += 1
         if key in kept:
             kept.move_to_end(key)
             continue
         misses += 1
         while kept and sum(kept.values()) + size > budget:
-            kept.popitem(last=False)
+            del kept[victim(kept, asked, i)]
         kept[key] = size
     return misses
 
 
-def misses_farthest_next_use(requests: Sequence[tuple[Hashable, int]], budget: int) -> int:
-    """Tables computed by a cache of `budget` bytes that knows the future and drops the table asked for again
-    latest (Belady's rule; optimal for tables of one size, a close bound when sizes differ)."""
-    next_use, upcoming = [0] * len(requests), {}
-    for i in range(len(requests) - 1, -1, -1):
-        key = requests[i][0]
-        next_use[i], upcoming[key] = upcoming.get(key, len(requests)), i
-    kept: dict[Hashable, tuple[int, int]] = {}  # key -> (size, the index of its next request)
+def misses_lru(requests: Sequence[tuple[Hashable, int]], budget: int) -> int:
+    """Dropping the least recently used first (markov's own rule)."""
+    return _replayed(requests, budget, lambda kept, asked, i: next(iter(kept)))
+
+
+def misses_lfu(requests: Sequence[tuple[Hashable, int]], budget: int) -> int:
+    """Dropping the table asked for least often so far (dropped tables keep their count; ties: the least recent)."""
+    return _replayed(requests, budget, lambda kept, asked, i: min(kept, key=asked.__getitem__))
+
+
+def misses_segmented_lru(requests: Sequence[tuple[Hashable, int]], budget: int, protected_share: float) -> int:
+    """Tables computed by a segmented LRU: a table asked for again moves to a protected segment of up to
+    `protected_share` of the budget (its least recent going back to probation); tables are dropped from probation
+    first, least recent first."""
+    probation: OrderedDict[Hashable, int] = OrderedDict()
+    protected: OrderedDict[Hashable, int] = OrderedDict()
     misses = 0
-    for i, (key, size) in enumerate(requests):
-        if key not in kept:
-            misses += 1
-            while kept and sum(s for s, _ in kept.values()) + size > budget:
-                del kept[max(kept, key=lambda k: kept[k][1])]
-        kept[key] = (size, next_use[i])
+    for key, size in requests:
+        if key in protected:
+            protected.move_to_end(key)
+            continue
+        if key in probation:
+            protected[key] = probation.pop(key)
+            while sum(protected.values()) > protected_share * budget and len(protected) > 1:
+                demoted, demoted_size = protected.popitem(last=False)
+                probation[demoted] = demoted_size
+            continue
+        misses += 1
+        while (probation or protected) and sum(probation.values()) + sum(protected.values()) + size > budget:
+            (probation or protected).popitem(last=False)
+        probation[key] = size
     return misses
+
+
+def misses_farthest_next_use(requests: Sequence[tuple[Hashable, int]], budget: int) -> int:
+    """Dropping the table asked for again latest, knowing the future (Belady's rule; optimal for tables of one
+    size, a close bound when sizes differ)."""
+    asked_at: dict[Hashable, list[int]] = {}
+    for i, (key, _) in enumerate(requests):
+        asked_at.setdefault(key, []).append(i)
+
+    def next_ask(key: Hashable, i: int) -> int:
+        later = asked_at[key][bisect.bisect_right(asked_at[key], i):]
+        return later[0] if later else len(requests)
+
+    return _replayed(requests, budget, lambda kept, asked, i: max(kept, key=lambda key: next_ask(key, i)))
 
 
 def print_table_report(traces: Path, every_hours: float, deadline_hours: float, overhead_hours: float) -> None:
@@ -124,18 +161,26 @@ def print_table_report(traces: Path, every_hours: float, deadline_hours: float, 
 
     seen = table_requests(traces, every_hours, deadline_hours, overhead_hours)
     requests, budget = seen["requests"], markov.TABLE_BYTES_KEPT
-    distinct = {key: size for key, size in requests}
+    # a run of requests for one table counts once: what each rule counts is how often the policy comes back to it
+    changes = [request for i, request in enumerate(requests) if i == 0 or request[0] != requests[i - 1][0]]
+    distinct = dict(changes)
+    most_asked = Counter(key for key, _ in changes).most_common(1)[0][1]
     print(f"C = 48 h, D = {deadline_hours:g} h, d = {overhead_hours:g} h, starts every {every_hours:g} h; default's "
-          f"runs in one process, {len(requests):,} table requests, {len(distinct)} distinct tables "
-          f"({sum(distinct.values()) / 2**30:.2f} GiB)\n")
+          f"runs in one process, {len(requests):,} table requests, {len(changes):,} changes of table, "
+          f"{len(distinct)} distinct tables ({sum(distinct.values()) / 2**30:.2f} GiB); the table changed to most "
+          f"often, {most_asked:,} times\n")
+    gib = f"{budget / 2**30:g} GiB"
+    rows = [(f"as run: least recently used out, {gib}", seen["computed"])]
+    rows += [(f"replayed: least recently used out, {scale * budget / 2**30:g} GiB", misses_lru(changes, scale * budget))
+             for scale in (1, 2, 4)]
+    rows.append((f"replayed: least often asked out, {gib}", misses_lfu(changes, budget)))
+    rows += [(f"replayed: segmented LRU, {share:.0%} protected, {gib}", misses_segmented_lru(changes, budget, share))
+             for share in (0.2, 0.5, 0.8)]
+    rows.append((f"replayed: asked again latest out (knows the future), {gib}", misses_farthest_next_use(changes, budget)))
     print("| cache | tables computed |")
     print("| --- | --- |")
-    print(f"| as run: least recently used out, {budget / 2**30:g} GiB | {seen['computed']} |")
-    for scale in (1, 2, 4):
-        print(f"| replayed: least recently used out, {scale * budget / 2**30:g} GiB | "
-              f"{misses_lru(requests, scale * budget)} |")
-    print(f"| replayed: asked again latest out (knows the future), {budget / 2**30:g} GiB | "
-          f"{misses_farthest_next_use(requests, budget)} |")
+    for cache, computed in rows:
+        print(f"| {cache} | {computed} |")
 
 
 def main() -> None:

@@ -248,7 +248,6 @@ def test_simulate_json_is_strict_json_with_all_the_history(tmp_path):
     assert json.loads(result.output, parse_constant=refuse)["market_history_hours"] == "inf"
 
 
-
 @pytest.mark.parametrize(
     ("options", "said"),
     [

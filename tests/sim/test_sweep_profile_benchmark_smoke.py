@@ -45,13 +45,20 @@ def test_cache_replays_count_what_each_eviction_computes() -> None:
     assert profile.misses_lru(cycle, 2) == 6
     assert profile.misses_farthest_next_use(cycle, 2) == 4  # a b c, then only b: c drops b, b drops a
     assert profile.misses_lru(cycle, 3) == profile.misses_farthest_next_use(cycle, 3) == 3
+    # a, asked often, then a scan of tables asked once: counting keeps a, recency and probation do not (LRU
+    # drops a for d), and a second ask protects it
+    often = [(key, 1) for key in "aaabcda"]
+    assert profile.misses_lru(often, 2) == 5
+    assert profile.misses_lfu(often, 2) == 4
+    assert profile.misses_segmented_lru(often, 2, 0.5) == 4
     big = [("a", 1), ("big", 2), ("a", 1)]  # a table as large as the cache pushes out everything
     assert profile.misses_lru(big, 2) == profile.misses_farthest_next_use(big, 2) == 3
 
 
 def test_table_report_replays_what_the_run_computed(small_trace_folder: Path) -> None:
     out = run("--traces", str(small_trace_folder), "--every-hours", "100", "--tables")
-    asked = int(re.search(r"([\d,]+) table requests, (\d+) distinct", out).group(1).replace(",", ""))
+    asked = int(re.search(r"([\d,]+) table requests, [\d,]+ changes of table, \d+ distinct", out).group(1)
+                .replace(",", ""))
     as_run = int(re.search(r"^\| as run: .* \| (\d+) \|$", out, re.M).group(1))
     replayed = [int(n) for n in re.findall(r"^\| replayed: least recently used out, .* \| (\d+) \|$", out, re.M)]
     assert asked > 0 and as_run >= 1
