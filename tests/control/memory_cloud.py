@@ -33,6 +33,7 @@ class MemoryCloud:
         self.instances: dict[str, InstanceInfo] = {}
         self.user_data: dict[str, dict] = {}
         self.launch_calls = 0
+        self.requests: list[LaunchRequest] = []  # every launch asked for, in order
         self.crash_after_launch = False
         self.crash_after_terminate = False
         self._ids = itertools.count(1)
@@ -44,6 +45,7 @@ class MemoryCloud:
     @_locked
     def launch(self, request: LaunchRequest) -> InstanceInfo:
         self.launch_calls += 1
+        self.requests.append(request)
         existing = self.find_by_token(request.client_token)
         if existing is not None:
             return existing

@@ -530,3 +530,13 @@ def test_jobs_without_a_deadline_avoid_the_zone_another_job_just_lost_spot_in(wo
     world.tick()
     placed = [world.attempts(job_id)[0] for job_id in later]
     assert all(attempt.market == "spot" and attempt.zone != zone for attempt in placed)
+
+
+def test_spot_launches_bid_the_users_max_price_else_the_on_demand_price(world):
+    default_cap = world.submit()
+    capped = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 2h, max_price: 1.5"))
+    world.tick()
+    [first], [second] = world.attempts(default_cap), world.attempts(capped)
+    assert (first.market, first.max_price) == ("spot", 3.0)  # the on-demand price of `prices` above
+    assert (second.market, second.max_price) == ("spot", 1.5)
+    assert sorted(request.max_price for request in world.cloud.requests) == [1.5, 3.0]  # what the cloud was sent

@@ -104,6 +104,7 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
         (["--observe", "psychic"], "--observe must be one of tick, launches, drain-first, got 'psychic'"),
         (["--market-history-hours", "-1"], "--market-history-hours must be 0 or more (inf: all), got -1.0"),
         (["--market-history-hours", "nan"], "--market-history-hours must be 0 or more"),
+        (["--max-price", "0"], "--max-price must be a positive number, got 0"),
     ],
 )
 def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
@@ -139,7 +140,8 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
                    "spot: {deadline: 30h, restart_overhead: 12m}\nestimated_duration: 24h\n")
     report = simulate_json("--trace", str(tmp_path), "--job", str(job))
     assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
-                             "on_demand_price": 3.06, "spot_price": 0.9731, "nodes": 1, "file": str(job)}
+                             "on_demand_price": 3.06, "spot_price": 0.9731, "max_price": None, "nodes": 1,
+                             "file": str(job)}
     # an option given overrides the file; a job with prices of its own is priced at them
     priced = tmp_path / "priced.yaml"
     priced.write_text("run: x\nresources: {cloud: aws, instance_type: p9.mega, prices: {on_demand: 10, spot: 2.5}}\n"
@@ -147,6 +149,34 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     report = simulate_json("--trace", str(tmp_path), "--job", str(priced), "--deadline-hours", "28")
     assert (report["job"]["deadline_hours"], report["job"]["on_demand_price"], report["job"]["spot_price"]) == (28, 10, 2.5)
     assert report["job"]["overhead_hours"] == 0.1  # the live policy's assumption until it has measured one
+
+
+def test_simulate_refuses_spot_above_the_max_price(tmp_path):
+    """The job file's spot.max_price, else --max-price, else the on-demand price caps what spot may cost: priced
+    above it, spot is refused wherever it has capacity and every policy pays on-demand, which the report says."""
+    write_trace(tmp_path / "a.json", [1] * 300)
+    args = ["--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours", "8", "--policy", "greedy"]
+
+    def greedy_and_omniscient(report: dict) -> list[float]:
+        return [p["mean"] for p in report["policies"] if p["policy"] != "on_demand"]
+
+    assert all(mean < 0.4 for mean in greedy_and_omniscient(simulate_json(*args)))  # spot all the way
+    capped = simulate_json(*args, "--max-price", "0.9")
+    assert capped["job"]["max_price"] == 0.9 and all(mean > 1 for mean in greedy_and_omniscient(capped))
+    assert all(mean > 1 for mean in greedy_and_omniscient(simulate_json(*args, "--spot-price", "3.5")))
+    job = tmp_path / "capped.yaml"
+    job.write_text("run: x\nresources: {cloud: aws, instance_type: p3.2xlarge}\nspot: {max_price: 0.5}\n")
+    from_file = simulate_json(*args, "--job", str(job))
+    assert from_file["job"]["max_price"] == 0.5 and all(mean > 1 for mean in greedy_and_omniscient(from_file))
+    table = CliRunner().invoke(app, ["simulate", *args, "--max-price", "0.9", "--processes", "1", "--no-bound"])
+    assert table.exit_code == 0, table.output
+    assert "costs more than the max price ($0.9/h)" in " ".join(table.output.split())
+
+
+def test_simulate_refuses_fewer_than_one_process(tmp_path):
+    write_trace(tmp_path / "a.json", [1, 0] * 100)
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--processes", "0"])
+    assert result.exit_code == 2 and "--processes" in result.output
 
 
 def _gang_file(tmp_path, nodes: int):

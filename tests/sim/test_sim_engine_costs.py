@@ -140,6 +140,29 @@ def test_bad_jobs_are_refused():
         SimJob(compute_seconds=0, deadline_seconds=10, restart_overhead=0)
     with pytest.raises(ValueError, match="restart_overhead"):
         SimJob(compute_seconds=1, deadline_seconds=10, restart_overhead=-1)
+    with pytest.raises(ValueError, match="max spot price must be positive"):
+        SimJob(compute_seconds=1, deadline_seconds=10, restart_overhead=0, max_price=0)
+
+
+@pytest.mark.parametrize("observe", ["tick", "launches"])
+def test_spot_above_the_max_price_is_refused_wherever_it_has_capacity(observe):
+    """The live provider refuses a spot launch whose max price is below the spot price ("price too low"); the
+    default cap is the on-demand price. Such a job runs on on-demand, however much spot the trace has."""
+    available = np.ones((1, 30), bool)
+    capped = SimJob(compute_seconds=4 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0, max_price=0.5)
+    assert capped.spot_price > 0.5 and not capped.spot_within_max_price
+    result = run_job(GreedyPolicy(), ("z",), available, STEP, capped, observe=observe)
+    assert result.spot_seconds == 0 and result.cost == pytest.approx(4 * OD_STEP)
+    if observe == "launches":  # it tried, as the controller would, and was told why not
+        assert result.attempts[0].end_reason == "price_too_low"
+    omniscient = policy_for("omniscient", Market(("z",), available, STEP), 0, capped)
+    assert run_job(omniscient, ("z",), available, STEP, capped, observe=observe).cost == pytest.approx(4 * OD_STEP)
+    # spot dearer than on-demand is refused under the default cap; a cap above its price takes it
+    dear = SimJob(compute_seconds=4 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0, spot_price=4.0)
+    assert run_job(GreedyPolicy(), ("z",), available, STEP, dear, observe=observe).spot_seconds == 0
+    allowed = SimJob(compute_seconds=4 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0, spot_price=4.0,
+                     max_price=4.0)
+    assert run_job(GreedyPolicy(), ("z",), available, STEP, allowed, observe=observe).spot_seconds == 4 * STEP
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from spotrun.cli.simulate_job import job_numbers
 from spotrun.cli.views import print_whole
-from spotrun.policy import policy_names
+from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, sweep
@@ -51,6 +51,9 @@ def simulate(
     on_demand_price: Annotated[Optional[float], typer.Option(
         help=f"$/h on-demand [default: {P3_2XLARGE_ON_DEMAND}, p3.2xlarge]")] = None,
     spot_price: Annotated[Optional[float], typer.Option(help=f"$/h spot [default: {P3_2XLARGE_SPOT}]")] = None,
+    max_price: Annotated[Optional[float], typer.Option(
+        help="$/h a spot launch bids at most: spot priced above it is refused, as live [default: the job file's "
+             "spot.max_price, else the on-demand price]")] = None,
     nodes: Annotated[Optional[int], typer.Option(
         help="nodes of a gang: spot is there while a trace counts that many instances, and costs are the gang's "
              "[default: the job file's resources.nodes, else 1]")] = None,
@@ -67,7 +70,7 @@ def simulate(
                         "spotrun's controller hands a job the other jobs' tries (instead of each job alone)")] = False,
     bound: Annotated[bool, typer.Option(
         help="also run omniscient, the offline optimum that knows the whole trace, as the lower bound")] = True,
-    processes: Annotated[Optional[int], typer.Option(help="worker processes (default: one per core)")] = None,
+    processes: Annotated[Optional[int], typer.Option(min=1, help="worker processes (default: one per core)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
@@ -75,7 +78,7 @@ def simulate(
         names = _policies(policy, bound)
         numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
                            overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price,
-                           nodes=nodes)
+                           max_price=max_price, nodes=nodes)
         _check_options(every_hours=every_hours, **numbers)
         _check_sweep_options(observe, market_history_hours, fleet)
         job = _sim_job(numbers)
@@ -141,9 +144,9 @@ class SweepSettings:
 
 def _sim_job(numbers: dict[str, float]) -> SimJob:
     """The simulated job in seconds, priced for the whole gang."""
-    gang = int(numbers["nodes"])
+    gang, cap = int(numbers["nodes"]), numbers["max_price"]
     return SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR, numbers["overhead_hours"] * HOUR,
-                  gang * numbers["on_demand_price"], gang * numbers["spot_price"])
+                  gang * numbers["on_demand_price"], gang * numbers["spot_price"], None if cap is None else gang * cap)
 
 
 def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool) -> None:
@@ -180,6 +183,10 @@ def _print_report(
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
              f"{len(markets)} market(s), {settings.described()}")
     print_whole(console, summary_table(summaries, title, closed))
+    if not job.spot_within_max_price:
+        console.print(f"[yellow]spot (${numbers['spot_price']:g}/h) costs more than the max price "
+                      f"(${max_spot_price(numbers['on_demand_price'], numbers['max_price']):g}/h): every spot launch "
+                      "is refused, so every policy ran on on-demand[/]")
     console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + ")"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
@@ -190,26 +197,29 @@ def _json_number(value: float | None) -> float | None:
 
 
 PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.1,
-             "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT, "nodes": 1}
-JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}
+             "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT, "max_price": None, "nodes": 1}
+JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}  # those it must give
 
 
-def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float]:
-    """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job."""
+def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float | None]:
+    """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job; the max
+    price None where neither gives it (the on-demand price)."""
     if job_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
     from_file = job_numbers(job_file, time.time())
     in_file = asdict(from_file)
     numbers = {name: in_file[name] if value is None else value for name, value in given.items()}
     for name, value in numbers.items():
-        if value is None:
+        if value is None and name in JOB_FIELD_OF:
             option = "--" + name.replace("_", "-")
             raise ValueError(f"{job_file} gives no {JOB_FIELD_OF[name]}: add it there or pass {option}")
-    return numbers  # type: ignore[return-value]
+    return numbers
 
 
-def _check_options(*, overhead_hours: float, **positive: float) -> None:
+def _check_options(*, overhead_hours: float, max_price: float | None, **positive: float) -> None:
     """Refuse numbers no run could use, naming the option as the user typed it."""
+    if max_price is not None:
+        positive = {**positive, "max_price": max_price}
     for name, value in positive.items():
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value:g}")

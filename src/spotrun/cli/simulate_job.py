@@ -25,6 +25,7 @@ class JobNumbers:
     overhead_hours: float
     on_demand_price: float  # $/h of one node
     spot_price: float
+    max_price: float | None  # None: the on-demand price
     nodes: int
 
 
@@ -50,5 +51,6 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         overhead_hours=(DEFAULT_RESTART_OVERHEAD if overhead is None else overhead) / HOUR,
         on_demand_price=on_demand,
         spot_price=spot,
+        max_price=spec.spot.max_price,
         nodes=spec.resources.nodes,
     )

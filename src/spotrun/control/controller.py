@@ -25,7 +25,7 @@ from spotrun.control.placement import job_prices, market_attempts, placement_con
 from spotrun.control.states import TERMINAL, JobState
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import (
-    GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy,
+    GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
 )
 from spotrun.policy.default import backoff_delay
 from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
@@ -184,7 +184,7 @@ class Controller:
             instance_type=spec.resources.instance_type,
             price_per_hour=price,
             on_demand_price_per_hour=on_demand,
-            max_price=(spec.spot.max_price or on_demand) if decision.market == "spot" else None,
+            max_price=max_spot_price(on_demand, spec.spot.max_price) if decision.market == "spot" else None,
             client_token=client_token,
             token_hash=hash_token(attempt_token(controller_secret(session), client_token)),
             created_at=now,

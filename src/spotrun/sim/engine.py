@@ -25,7 +25,9 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from spotrun.policy import GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait
+from spotrun.policy import (
+    GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait, max_spot_price,
+)
 
 Observe = Literal["tick", "launches", "drain-first"]
 OBSERVE_MODES: tuple[Observe, ...] = get_args(Observe)
@@ -40,6 +42,7 @@ class SimJob:
     restart_overhead: float  # d
     on_demand_price: float = P3_2XLARGE_ON_DEMAND  # $/h
     spot_price: float = P3_2XLARGE_SPOT  # $/h
+    max_price: float | None = None  # $/h a spot launch bids at most; None: the on-demand price, as live
 
     def __post_init__(self) -> None:
         for name in ("compute_seconds", "deadline_seconds", "on_demand_price", "spot_price"):
@@ -47,6 +50,18 @@ class SimJob:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.restart_overhead < 0:
             raise ValueError(f"restart_overhead must be >= 0, got {self.restart_overhead}")
+        max_spot_price(self.on_demand_price, self.max_price)  # refuses a cap that is not positive
+
+    @property
+    def spot_within_max_price(self) -> bool:
+        """Whether a spot launch bidding the max price is taken at the spot price: prices are constant here, so
+        spot above the cap is refused for the whole run (the live provider's "price too low"), wherever it has
+        capacity."""
+        return self.spot_price <= max_spot_price(self.on_demand_price, self.max_price) * (1 + 1e-12)
+
+    def spot_it_can_have(self, available: np.ndarray) -> np.ndarray:
+        """The availability this job sees: the market's, or none where spot costs more than its max price."""
+        return available if self.spot_within_max_price else np.zeros_like(available, dtype=bool)
 
     def check_can_finish(self, step: float) -> None:
         """Refuse a deadline that on-demand from the start would miss: time moves in whole steps, so it must leave
@@ -102,7 +117,7 @@ def run_job(
     """
     run = JobRun(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id)
     if seen_before is not None:
-        run.record_history(np.asarray(seen_before, dtype=bool))
+        run.record_history(job.spot_it_can_have(np.asarray(seen_before, dtype=bool)))
     return run.go()
 
 
@@ -121,7 +136,9 @@ class JobRun:
             raise ValueError(f"availability must be (zones, steps) with {len(zones)} zones, got {available.shape}")
         if observe not in OBSERVE_MODES:
             raise ValueError(f"observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
-        self.policy, self.zones, self.available, self.step, self.job = policy, zones, available, step, job
+        self.policy, self.zones, self.step, self.job = policy, zones, step, job
+        self.available = job.spot_it_can_have(available)
+        self.refusal = "no_capacity" if job.spot_within_max_price else "price_too_low"
         self.tick_model = observe == "tick"
         self.drain_first = observe == "drain-first"
         self.job_id = job_id
@@ -235,7 +252,7 @@ class JobRun:
                     raise RuntimeError(f"{self.policy.name}: asked twice in one step for spot in {decision.zone}")
                 refused.add(decision.zone)
                 self.log.record(decision.zone, now, False)
-                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, "no_capacity"))
+                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, self.refusal))
                 continue
             self._start(now, decision)
             return True

@@ -68,7 +68,7 @@ def policy_for(name: str, market: Market, start: int, job: SimJob, started: floa
     run asks on)."""
     if name == OMNISCIENT:
         problem = Problem(
-            available=market.window(start, _deadline_steps(job, market)),
+            available=job.spot_it_can_have(market.window(start, _deadline_steps(job, market))),
             step=market.gap_seconds,
             compute=job.compute_seconds,
             deadline=job.deadline_seconds,
