@@ -49,6 +49,33 @@ def test_simulate_multi_zone_table(tmp_path):
     assert "omniscient" not in result.output and "gap closed" not in result.output  # no bound: no gap to measure
 
 
+def test_by_market_reports_each_market_on_its_own(tmp_path):
+    """Traces always up, never up and in between: the whole report averages them, --by-market shows each (spot all
+    the way in one, on-demand all the way in another) with its own gap closed, where there is a gap."""
+    write_trace(tmp_path / "up.json", [1] * 200)
+    write_trace(tmp_path / "down.json", [0] * 200)
+    write_trace(tmp_path / "mixed.json", (np.random.default_rng(4).random(200) < 0.5).astype(int).tolist())
+    common = ["simulate", "--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours", "8", "--processes", "1",
+              "--policy", "greedy", "--policy", "uniform_progress"]
+    report = json.loads(CliRunner().invoke(app, [*common, "--json", "--by-market"]).output)
+    assert "by_market" not in json.loads(CliRunner().invoke(app, [*common, "--json"]).output)
+    by_market = {m["market"]: {p["policy"]: p for p in m["policies"]} for m in report["by_market"]}
+    assert set(by_market) == {"up", "down", "mixed"}
+    assert by_market["up"]["greedy"]["mean"] < 0.35 < 1 < by_market["down"]["greedy"]["mean"]
+    overall = {p["policy"]: p for p in report["policies"]}
+    for policy in ("greedy", "uniform_progress", "omniscient"):
+        runs = [by_market[m][policy]["runs"] for m in by_market]
+        assert sum(runs) == overall[policy]["runs"]
+        means = [by_market[m][policy]["mean"] for m in by_market]
+        assert overall[policy]["mean"] == pytest.approx(sum(r * m for r, m in zip(runs, means)) / sum(runs))
+    mixed = by_market["mixed"]
+    assert mixed["omniscient"]["mean"] < mixed["uniform_progress"]["mean"] and mixed["omniscient"]["gap_closed"] == 1.0
+    assert by_market["down"]["greedy"]["gap_closed"] is None  # on-demand all the way for every policy: no gap
+    table = CliRunner().invoke(app, [*common, "--by-market"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "by market" in table.output and all(f"│ {m} " in table.output for m in by_market)
+
+
 def test_every_report_shows_the_omniscient_bound_unless_told_not_to(tmp_path):
     write_trace(tmp_path / "a.json", [1, 1, 0] * 100)
     common = ["simulate", "--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours", "8", "--processes", "1",

@@ -68,6 +68,8 @@ def simulate(
     fleet: Annotated[bool, typer.Option(
         "--fleet", help="run the jobs from every start offset of a market at once, sharing what each sees of spot, as "
                         "spotrun's controller hands a job the other jobs' tries (instead of each job alone)")] = False,
+    by_market: Annotated[bool, typer.Option(
+        "--by-market", help="also report each market (trace, or --multi-zone's one) on its own")] = False,
     bound: Annotated[bool, typer.Option(
         help="also run omniscient, the offline optimum that knows the whole trace, as the lower bound")] = True,
     processes: Annotated[Optional[int], typer.Option(min=1, help="worker processes (default: one per core)")] = None,
@@ -98,11 +100,15 @@ def simulate(
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1) from None
     summaries = summarize(records, names)
+    per_market = {label: summarize([r for r in records if r.market == label], names) for label, _ in markets}
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
     if as_json:
-        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed))
+        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed,
+                                per_market if by_market else None))
     else:
         _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job)
+        if by_market:
+            print_whole(console, by_market_table(per_market))
 
 
 @contextmanager
@@ -162,14 +168,22 @@ def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool)
 def _json_report(
     summaries: list[PolicySummary], numbers: dict[str, float], job_file: Path | None,
     markets: list[tuple[str, Market]], settings: SweepSettings, elapsed: float,
+    per_market: dict[str, list[PolicySummary]] | None = None,
 ) -> str:
-    closed = gaps_closed(summaries)
-    return json.dumps({
+    report = {
         "job": {**numbers, "file": str(job_file) if job_file else None},
         "markets": [label for label, _ in markets], **settings.as_json(),
         "seconds": round(elapsed, 2),
-        "policies": [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries],
-    }, indent=2, allow_nan=False)
+        "policies": _json_summaries(summaries),
+    }
+    if per_market is not None:
+        report["by_market"] = [{"market": label, "policies": _json_summaries(mine)} for label, mine in per_market.items()]
+    return json.dumps(report, indent=2, allow_nan=False)
+
+
+def _json_summaries(summaries: list[PolicySummary]) -> list[dict[str, object]]:
+    closed = gaps_closed(summaries)
+    return [{**s.as_dict(), "gap_closed": _json_number(closed.get(s.policy))} for s in summaries]
 
 
 def _print_report(
@@ -259,19 +273,41 @@ def load_markets(paths: list[Path], multi_zone: bool, nodes: int = 1) -> list[tu
     return [(name, Market.from_traces({name: t}, nodes)) for name, t in traces.items()]
 
 
+SUMMARY_COLUMNS = ("policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves")
+
+
 def summary_table(summaries: list[PolicySummary], title: str, closed: dict[str, float] | None = None) -> Table:
     """One row per policy; a "gap closed" column when uniform_progress and omniscient both ran (`closed`)."""
-    table = Table(title=title)
-    columns = ["policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves"]
-    for column in columns + (["gap closed"] if closed else []):
-        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
+    table = _table(title, SUMMARY_COLUMNS + (("gap closed",) if closed else ()))
     for s in summaries:
-        cells = [
-            s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}",
-            f"[red]{s.misses}[/]" if s.misses else "0", f"{s.preemptions:.1f}", f"{s.switches:.1f}", f"{s.moves:.1f}",
-        ]
-        if closed:
-            share = closed[s.policy]
-            cells.append("-" if math.isnan(share) else f"{share:.0%}")
-        table.add_row(*cells)
+        table.add_row(*_summary_cells(s, closed))
     return table
+
+
+def by_market_table(per_market: dict[str, list[PolicySummary]]) -> Table:
+    """Each market's rows, a section each, with its own gap closed where uniform_progress and omniscient ran."""
+    gaps = {label: gaps_closed(mine) for label, mine in per_market.items()}
+    table = _table("by market", ("market",) + SUMMARY_COLUMNS + (("gap closed",) if any(gaps.values()) else ()))
+    for label, mine in per_market.items():
+        for i, s in enumerate(mine):
+            table.add_row(label if i == 0 else "", *_summary_cells(s, gaps[label] or None),
+                          end_section=i == len(mine) - 1)
+    return table
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("market", "policy") else "right", no_wrap=True)
+    return table
+
+
+def _summary_cells(s: PolicySummary, closed: dict[str, float] | None) -> list[str]:
+    cells = [
+        s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}",
+        f"[red]{s.misses}[/]" if s.misses else "0", f"{s.preemptions:.1f}", f"{s.switches:.1f}", f"{s.moves:.1f}",
+    ]
+    if closed:
+        share = closed[s.policy]
+        cells.append("-" if math.isnan(share) else f"{share:.0%}")
+    return cells
