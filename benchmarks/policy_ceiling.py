@@ -20,7 +20,6 @@ process.
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
 import time
 from functools import lru_cache
@@ -32,12 +31,11 @@ from spotrun.policy.observations import SpotLog
 from spotrun.policy.run_ages import AGE_BUCKETS, RunHazards, age_counts
 from spotrun.sim.engine import SimJob
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import gap_closed, summarize, sweep
+from spotrun.sim.sweep import summarize, sweep
 from spotrun.traces import shared_traces_dir
+from variant_table import print_variant_table
 
 HOUR = 3600.0
-SETTINGS = [(52.0, 0.1), (52.0, 0.2), (70.0, 0.1), (70.0, 0.2)]
-REFERENCES = ["uniform_progress", "omniscient"]
 
 _fit_as_kept = deadline_aware.estimate_hazards
 _whole_traces: dict[str, SpotLog] = {}  # zone (= trace) name -> every step of its trace, once the ceiling is on
@@ -108,26 +106,11 @@ def main() -> None:
     began = time.perf_counter()
     print(f"{len(markets)} traces from {folder.name}; C = 48 h, starts every {args.every_hours:g} h. Gap closed by "
           "default between uniform_progress and omniscient:\n")
-    histories = {"": 0.0, ", market history": math.inf}
-    print("| D / d | uniform_progress | omniscient | "
-          + " | ".join(variant + seen for seen in histories for variant in VARIANTS) + " | misses |")
-    print("| --- " * (3 + len(VARIANTS) * len(histories)) + "| --- |")
-    columns: list[list[float]] = [[] for _ in range(len(VARIANTS) * len(histories))]
-    for deadline, overhead in SETTINGS:
-        job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
-        refs = {s.policy: s for s in summarize(sweep(markets, REFERENCES, job, every_seconds=every,
-                                                     processes=processes), REFERENCES)}
-        up, best = refs["uniform_progress"].mean, refs["omniscient"].mean
-        runs = [default_mean(markets, job, every, history, processes, variant)
-                for history in histories.values() for variant in VARIANTS]
-        cells = []
-        for column, (mean, _) in zip(columns, runs):
-            column.append(gap_closed(up, best, mean))
-            cells.append(f"{mean:.4f} ({column[-1]:.1%})")
-        misses = " / ".join(str(m) for m in [refs[r].misses for r in REFERENCES] + [m for _, m in runs])
-        print(f"| {deadline:g} h / {overhead:g} h | {up:.4f} | {best:.4f} | {' | '.join(cells)} | {misses} |")
-    means = " | ".join(f"{sum(c) / len(c):.1%}" for c in columns)
-    print(f"| mean gap closed | | | {means} | |")
+
+    def run_variant(job: SimJob, history: float, variant: str) -> tuple[float, int]:
+        return default_mean(markets, job, every, history, processes, variant)
+
+    print_variant_table(markets, list(VARIANTS), run_variant, every, processes)
     print(f"\n{time.perf_counter() - began:.0f} s.")
 
 

@@ -1,0 +1,121 @@
+"""Should the default policy ever give up on-demand to wait for spot? A diagnostic, not a policy.
+
+    .venv/bin/python benchmarks/release_rule.py --processes 2                       # 2022 traces, starts every 12 h
+    .venv/bin/python benchmarks/release_rule.py --processes 2 --every-hours 6
+    .venv/bin/python benchmarks/release_rule.py --processes 2 --every-hours 6 \\
+        --traces /work/shared/traces/preemption/4-node/aws-08-03-2023 --nodes 4
+
+Holding on-demand, the default policy may choose to idle: it gives the instance up and spends slack waiting for
+spot, which costs a restart if spot does not come. The chance it bets on is its fitted hazard of the gap closing at
+the gap's age, which for gaps of a day or more is the fitted form's floor. Three variants of the same policy code
+side by side, each without and with the market's history (all the trace before each start):
+- "as kept": the choice is the plan's;
+- "never": idling is not among the choices while on-demand is held (on-demand is left only for spot);
+- "within experience": idling is not a choice while on-demand is held and the gap going on has lasted longer than
+  every gap the job has seen end (the plan's hazard there is the form's extrapolation, not something seen).
+
+Prints a markdown table of mean normalized cost and the share of the uniform_progress → omniscient gap closed
+(docs/benchmarks.md, "Eighteenth round"). The variants are forked into the sweep's worker processes, so this needs
+the "fork" start method (Linux), else it runs in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from spotrun.cli.simulate import load_markets
+from spotrun.policy import deadline_aware
+from spotrun.policy.placement import PlacementContext
+from spotrun.sim.engine import SimJob
+from spotrun.sim.sweep import summarize, sweep
+from spotrun.traces import shared_traces_dir
+from variant_table import print_variant_table
+
+HOUR = 3600.0
+
+_values_as_kept = deadline_aware._option_values
+_choose_as_kept = deadline_aware.DeadlineAwarePolicy._choose
+_may_idle_on_demand = [True]  # set by the variant's _choose for the step, read by _option_values
+
+
+def _option_values_gated(table, hazards, steps_left, work_left, held, age, belief, drains_first=False):
+    values = _values_as_kept(table, hazards, steps_left, work_left, held, age, belief, drains_first)
+    if held == "on-demand" and not _may_idle_on_demand[0]:
+        values = {**values, "idle": math.inf}
+    return values
+
+
+def _never(ctx: PlacementContext) -> bool:
+    return False
+
+
+def _within_experience(ctx: PlacementContext) -> bool:
+    """Idling is allowed unless a zone's gap going on is older than every gap seen to end there."""
+    log = ctx.spot_log()
+    for zone in ctx.zones:
+        runs = log.zone(zone)
+        if runs.available is False and ctx.now - runs.since > max(runs.gaps, default=0.0):
+            return False
+    return True
+
+
+VARIANTS: dict[str, Callable[[PlacementContext], bool] | None] = {
+    "as kept": None, "never": _never, "within experience": _within_experience,
+}
+
+
+@contextmanager
+def variant_in_place(may_idle: Callable[[PlacementContext], bool] | None) -> Iterator[None]:
+    def choose(self, ctx, view, step, unit, steps_left):
+        _may_idle_on_demand[0] = may_idle(ctx)
+        return _choose_as_kept(self, ctx, view, step, unit, steps_left)
+
+    if may_idle is not None:
+        deadline_aware._option_values = _option_values_gated
+        deadline_aware.DeadlineAwarePolicy._choose = choose
+    try:
+        yield
+    finally:
+        deadline_aware._option_values = _values_as_kept
+        deadline_aware.DeadlineAwarePolicy._choose = _choose_as_kept
+
+
+def default_mean(markets, job: SimJob, every: float, history: float, processes: int | None, variant: str):
+    """default's mean normalized cost and misses with the variant in place."""
+    with variant_in_place(VARIANTS[variant]):
+        records = sweep(markets, ["default"], job, every_seconds=every, processes=processes, history_seconds=history)
+    summary = summarize(records, ["default"])[0]
+    return summary.mean, summary.misses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=Path, default=None, help="folder of traces (default: the 2022 1-node ones)")
+    parser.add_argument("--nodes", type=int, default=1, help="a gang: spot while a trace counts this many instances")
+    parser.add_argument("--processes", type=int, default=None)
+    parser.add_argument("--every-hours", type=float, default=12.0, help="hours between two start offsets (default 12)")
+    args = parser.parse_args()
+    processes = args.processes if multiprocessing.get_start_method() == "fork" else 1
+    folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
+    markets = load_markets([folder], multi_zone=False, nodes=args.nodes)
+    every = args.every_hours * HOUR
+    began = time.perf_counter()
+    print(f"{len(markets)} traces from {folder.name}, {args.nodes} node(s); C = 48 h, starts every "
+          f"{args.every_hours:g} h. Mean normalized cost of default (gap closed):\n")
+
+    def run_variant(job: SimJob, history: float, variant: str) -> tuple[float, int]:
+        return default_mean(markets, job, every, history, processes, variant)
+
+    print_variant_table(markets, list(VARIANTS), run_variant, every, processes, args.nodes)
+    print(f"\n{time.perf_counter() - began:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()
