@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/release_rule.py --processes 2 --every-hours 6
     .venv/bin/python benchmarks/release_rule.py --processes 2 --every-hours 6 \\
         --traces /work/shared/traces/preemption/4-node/aws-08-03-2023 --nodes 4
+    .venv/bin/python benchmarks/release_rule.py --processes 2 --releases 70 0.2   # each run's releases, one setting
 
 Holding on-demand, the default policy may choose to idle: it gives the instance up and spends slack waiting for
 spot, which costs a restart if spot does not come. The chance it bets on is its fitted hazard of the gap closing at
@@ -15,7 +16,9 @@ side by side, each without and with the market's history (all the trace before e
   every gap the job has seen end (the plan's hazard there is the form's extrapolation, not something seen).
 
 Prints a markdown table of mean normalized cost and the share of the uniform_progress → omniscient gap closed
-(docs/benchmarks.md, "Eighteenth round"). The variants are forked into the sweep's worker processes, so this needs
+(docs/benchmarks.md, "Eighteenth round"). With `--releases D d` it looks at one setting instead: where the policy as
+kept gave on-demand up (the trace, how old the gap was, how soon spot came back) and which runs "never" made cheaper
+or dearer. The variants are forked into the sweep's worker processes, so this needs
 the "fork" start method (Linux), else it runs in one process.
 """
 
@@ -25,7 +28,10 @@ import argparse
 import math
 import multiprocessing
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -33,8 +39,9 @@ from typing import Iterator
 from spotrun.cli.simulate import load_markets
 from spotrun.policy import deadline_aware
 from spotrun.policy.placement import PlacementContext
-from spotrun.sim.engine import SimJob
-from spotrun.sim.sweep import summarize, sweep
+from spotrun.policy import get_policy
+from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, run_job
+from spotrun.sim.sweep import SweepTask, history_before, summarize, sweep, sweep_tasks
 from spotrun.traces import shared_traces_dir
 from variant_table import print_variant_table
 
@@ -95,18 +102,78 @@ def default_mean(markets, job: SimJob, every: float, history: float, processes: 
     return summary.mean, summary.misses
 
 
+def _releases_of(task: SweepTask, job: SimJob, history: float) -> tuple[float, list[tuple[float, float, float]]]:
+    """default's cost in one run, and each time it gave on-demand up to idle: (hour of the run, age of the gap in
+    hours, counted on the whole trace, hours until spot came back)."""
+    market = task.market
+    result = run_job(get_policy("default"), market.zones, market.available[:, task.start :], market.gap_seconds, job,
+                     seen_before=history_before(task, history))
+    releases = []
+    for attempt in result.attempts:
+        if attempt.market == "on-demand" and attempt.end_reason == "released":
+            at = task.start + round(attempt.ended_at / market.gap_seconds)
+            up_before, up_after = market.available[0, :at].nonzero()[0], market.available[0, at:].nonzero()[0]
+            age = at - (up_before[-1] + 1) if len(up_before) else math.inf
+            back = up_after[0] if len(up_after) else math.inf
+            releases.append((attempt.ended_at / HOUR, age * market.gap_seconds / HOUR, back * market.gap_seconds / HOUR))
+    return result.cost / job.on_demand_cost, releases
+
+
+def print_releases(markets, job: SimJob, every: float, history: float, processes: int | None) -> None:
+    tasks = sweep_tasks(markets, job, every)
+    runs = {}
+    for variant in ("as kept", "never"):
+        with variant_in_place(VARIANTS[variant]):
+            if processes == 1:
+                runs[variant] = [_releases_of(task, job, history) for task in tasks]
+                continue
+            with ProcessPoolExecutor(processes) as pool:  # forked with the variant in place
+                runs[variant] = list(pool.map(_releases_of, tasks, repeat(job), repeat(history), chunksize=4))
+    released = [(task, kept, never[0]) for task, kept, never in zip(tasks, runs["as kept"], runs["never"]) if kept[1]]
+    print(f"{len(released)} of {len(tasks)} runs gave on-demand up to idle at least once; by trace: "
+          + ", ".join(f"{label} {n}" for label, n in Counter(task.label for task, _, _ in released).items()))
+    cheaper = sum(never < kept - 1e-9 for _, (kept, _), never in released)
+    dearer = sum(never > kept + 1e-9 for _, (kept, _), never in released)
+    print(f"never made {cheaper} of them cheaper and {dearer} dearer\n")
+    print("| gap's age at the release | releases | spot back within 2 h | within 6 h |\n| --- | --- | --- | --- |")
+    ages = [(age, back) for _, (_, releases), _ in released for _, age, back in releases]
+    for low, high in [(0, 6), (6, 12), (12, 24), (24, math.inf)]:
+        backs = [back for age, back in ages if low <= age < high]
+        if backs:
+            print(f"| {low}-{high} h | {len(backs)} | {sum(b <= 2 for b in backs) / len(backs):.0%} "
+                  f"| {sum(b <= 6 for b in backs) / len(backs):.0%} |")
+    print("\nthe runs where giving on-demand up paid most (never's cost - as kept's; releases as (hour, gap age, "
+          "spot back in), hours):")
+    for task, (kept, releases), never in sorted(released, key=lambda run: run[1][0] - run[2])[:5]:
+        shown = ", ".join(f"({hour:.1f}, {age:.1f}, {back:.1f})" for hour, age, back in releases)
+        print(f"- {task.label} from sample {task.start}: {never - kept:+.4f}; {shown}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=Path, default=None, help="folder of traces (default: the 2022 1-node ones)")
     parser.add_argument("--nodes", type=int, default=1, help="a gang: spot while a trace counts this many instances")
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--every-hours", type=float, default=12.0, help="hours between two start offsets (default 12)")
+    parser.add_argument("--releases", type=float, nargs=2, metavar=("D", "d"),
+                        help="instead of the table: each run's releases of on-demand at this deadline and overhead (h)")
+    parser.add_argument("--history-hours", type=float, default=math.inf,
+                        help="with --releases: hours of the trace before each start shown (default: all)")
     args = parser.parse_args()
     processes = args.processes if multiprocessing.get_start_method() == "fork" else 1
     folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
     markets = load_markets([folder], multi_zone=False, nodes=args.nodes)
     every = args.every_hours * HOUR
     began = time.perf_counter()
+    if args.releases:
+        deadline, overhead = args.releases
+        job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR, args.nodes * P3_2XLARGE_ON_DEMAND,
+                     args.nodes * P3_2XLARGE_SPOT)
+        print(f"{len(markets)} traces from {folder.name}, {args.nodes} node(s); C = 48 h, D = {deadline:g} h, "
+              f"d = {overhead:g} h, starts every {args.every_hours:g} h, history {args.history_hours:g} h\n")
+        print_releases(markets, job, every, args.history_hours * HOUR, processes)
+        print(f"\n{time.perf_counter() - began:.0f} s.")
+        return
     print(f"{len(markets)} traces from {folder.name}, {args.nodes} node(s); C = 48 h, starts every "
           f"{args.every_hours:g} h. Mean normalized cost of default (gap closed):\n")
 

@@ -11,7 +11,7 @@ import pytest
 from spotrun.policy import DeadlineAwarePolicy, PlacementContext, SpotLog, get_policy
 from spotrun.sim.engine import SimJob, run_job
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import SweepTask, _history, sweep
+from spotrun.sim.sweep import SweepTask, history_before, sweep
 
 HOUR = 3600.0
 STEP = 600.0
@@ -65,11 +65,11 @@ def test_a_history_of_the_wrong_shape_is_refused():
 def test_the_sweep_shows_the_hours_asked_for_and_never_the_future():
     market = Market(("z",), np.arange(40)[None, :] % 3 == 0, STEP)
     task = SweepTask("m", market, start=30)
-    assert _history(task, 0.0) is None
-    assert _history(task, 2 * HOUR).shape == (1, 12)
-    np.testing.assert_array_equal(_history(task, 2 * HOUR), market.available[:, 18:30])
-    assert _history(task, math.inf).shape == (1, 30)
-    assert _history(SweepTask("m", market, start=0), math.inf) is None
+    assert history_before(task, 0.0) is None
+    assert history_before(task, 2 * HOUR).shape == (1, 12)
+    np.testing.assert_array_equal(history_before(task, 2 * HOUR), market.available[:, 18:30])
+    assert history_before(task, math.inf).shape == (1, 30)
+    assert history_before(SweepTask("m", market, start=0), math.inf) is None
 
 
 def _fresh_spot_life(reason: str) -> float:

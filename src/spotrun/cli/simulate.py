@@ -21,7 +21,7 @@ from spotrun.cli.views import print_whole
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, sweep
+from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, summarize_by_market, sweep
 from spotrun.spec import SpecError
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
@@ -100,14 +100,13 @@ def simulate(
         errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
         raise typer.Exit(1) from None
     summaries = summarize(records, names)
-    per_market = {label: summarize([r for r in records if r.market == label], names) for label, _ in markets}
+    per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
     if as_json:
-        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed,
-                                per_market if by_market else None))
+        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, per_market))
     else:
         _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job)
-        if by_market:
+        if per_market is not None:
             print_whole(console, by_market_table(per_market))
 
 

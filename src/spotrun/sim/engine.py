@@ -59,6 +59,11 @@ class SimJob:
         capacity."""
         return self.spot_price <= max_spot_price(self.on_demand_price, self.max_price) * (1 + 1e-12)
 
+    @property
+    def spot_refusal(self) -> str:
+        """Why a spot launch where the trace has no spot is refused, as the live controller records it."""
+        return "no_capacity" if self.spot_within_max_price else "price_too_low"
+
     def spot_it_can_have(self, available: np.ndarray) -> np.ndarray:
         """The availability this job sees: the market's, or none where spot costs more than its max price."""
         return available if self.spot_within_max_price else np.zeros_like(available, dtype=bool)
@@ -117,7 +122,7 @@ def run_job(
     """
     run = JobRun(policy, zones, np.asarray(available, dtype=bool), step, job, observe, job_id)
     if seen_before is not None:
-        run.record_history(job.spot_it_can_have(np.asarray(seen_before, dtype=bool)))
+        run.record_history(np.asarray(seen_before, dtype=bool))
     return run.go()
 
 
@@ -138,7 +143,6 @@ class JobRun:
             raise ValueError(f"observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         self.policy, self.zones, self.step, self.job = policy, zones, step, job
         self.available = job.spot_it_can_have(available)
-        self.refusal = "no_capacity" if job.spot_within_max_price else "price_too_low"
         self.tick_model = observe == "tick"
         self.drain_first = observe == "drain-first"
         self.job_id = job_id
@@ -158,6 +162,7 @@ class JobRun:
     def record_history(self, seen_before: np.ndarray) -> None:
         if seen_before.ndim != 2 or seen_before.shape[0] != len(self.zones):
             raise ValueError(f"history must be (zones, steps) with {len(self.zones)} zones, got {seen_before.shape}")
+        seen_before = self.job.spot_it_can_have(seen_before)
         steps = seen_before.shape[1]
         for t in range(steps):
             for zone, up in zip(self.zones, seen_before[:, t].tolist()):
@@ -252,7 +257,7 @@ class JobRun:
                     raise RuntimeError(f"{self.policy.name}: asked twice in one step for spot in {decision.zone}")
                 refused.add(decision.zone)
                 self.log.record(decision.zone, now, False)
-                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, self.refusal))
+                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, self.job.spot_refusal))
                 continue
             self._start(now, decision)
             return True

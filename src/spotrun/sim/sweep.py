@@ -90,7 +90,7 @@ def run_one(
     """Every policy from the task's start; each sees the `history_seconds` of the trace before it (inf: all)."""
     records = []
     available = task.market.available[:, task.start :]
-    seen_before = _history(task, history_seconds)
+    seen_before = history_before(task, history_seconds)
     for name in policies:
         policy = policy_for(name, task.market, task.start, job)
         result = run_job(
@@ -100,7 +100,7 @@ def run_one(
     return records
 
 
-def _history(task: SweepTask, history_seconds: float) -> np.ndarray | None:
+def history_before(task: SweepTask, history_seconds: float) -> np.ndarray | None:
     if history_seconds <= 0 or task.start == 0:
         return None
     steps = task.start if math.isinf(history_seconds) else int(history_seconds // task.market.gap_seconds)
@@ -231,3 +231,11 @@ def summarize(records: Sequence[RunRecord], policies: Sequence[str]) -> list[Pol
             switches=float(np.mean([r.switches for r in mine])), moves=float(np.mean([r.moves for r in mine])),
         ))
     return summaries
+
+
+def summarize_by_market(records: Sequence[RunRecord], policies: Sequence[str]) -> dict[str, list[PolicySummary]]:
+    """`summarize` for each market on its own, in the order the records name them."""
+    by_market: dict[str, list[RunRecord]] = {}
+    for record in records:
+        by_market.setdefault(record.market, []).append(record)
+    return {market: summarize(mine, policies) for market, mine in by_market.items()}
