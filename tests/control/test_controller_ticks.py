@@ -356,6 +356,34 @@ def test_unknown_policy_is_refused_and_given_prices_replace_the_catalog(world):
     assert (attempt.price_per_hour, attempt.on_demand_price_per_hour) == (0.9, 3.06)
 
 
+@pytest.mark.parametrize(
+    ("spot", "refused"),
+    [
+        ("{use_spot: false, policy: uniform_progress}", "places the job on spot, but spot.use_spot is false"),
+        ("{use_spot: false, policy: greedy}", "places the job on spot, but spot.use_spot is false"),
+        ("{use_spot: false, policy: deadline_aware}", "places the job on spot, but spot.use_spot is false"),
+        ("{fallback: wait, policy: uniform_progress}", "runs the job on on-demand, but spot.fallback is 'wait'"),
+        ("{fallback: wait, policy: on_demand}", "runs the job on on-demand, but spot.fallback is 'wait'"),
+        ("{use_spot: false, policy: on_demand}", None),
+        ("{use_spot: false, deadline: 3h}", None),  # the default policy keeps to on-demand
+        ("{fallback: wait, deadline: 3h}", None),  # ... and to spot
+    ],
+)
+def test_a_policy_that_would_break_the_jobs_own_market_settings_is_refused_at_submit(world, spot, refused):
+    from spotrun.spec import SpecError
+
+    spec = parse_spec(f"run: 'true'\nspot: {spot}\nestimated_duration: 2h\n")
+    if refused is None:
+        assert jobs.submit(world.store, spec, 0.0, source="job.yaml") > 0
+        return
+    with pytest.raises(SpecError) as error:
+        jobs.submit(world.store, spec, 0.0, source="job.yaml")
+    [problem] = error.value.problems
+    assert problem.field == "spot.policy" and refused in problem.message
+    with world.store.session() as session:
+        assert session.query(Job).count() == 0  # nothing stored
+
+
 def test_the_sdks_reported_steps_become_the_policys_progress(world):
     job_id = world.submit(SPEC + "estimated_duration: 10h\n")
     instance = world.run_to_running(job_id)

@@ -168,7 +168,7 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     report = simulate_json("--trace", str(tmp_path), "--job", str(job))
     assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
                              "on_demand_price": 3.06, "spot_price": 0.9731, "max_price": None, "nodes": 1,
-                             "file": str(job)}
+                             "file": str(job), "live": {"policy": "default", "use_spot": True, "fallback": "on-demand"}}
     # an option given overrides the file; a job with prices of its own is priced at them
     priced = tmp_path / "priced.yaml"
     priced.write_text("run: x\nresources: {cloud: aws, instance_type: p9.mega, prices: {on_demand: 10, spot: 2.5}}\n"
@@ -176,6 +176,37 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     report = simulate_json("--trace", str(tmp_path), "--job", str(priced), "--deadline-hours", "28")
     assert (report["job"]["deadline_hours"], report["job"]["on_demand_price"], report["job"]["spot_price"]) == (28, 10, 2.5)
     assert report["job"]["overhead_hours"] == 0.1  # the live policy's assumption until it has measured one
+
+
+@pytest.mark.parametrize(
+    ("spot", "said"),
+    [
+        ("{deadline: 30h, use_spot: false}", "on on-demand only (spot.use_spot: false), at on_demand's cost"),
+        ("{deadline: 30h, fallback: wait}", "on spot only (spot.fallback: wait), waiting for spot without planning"),
+        ("{deadline: 30h, policy: uniform_progress}", "placed by policy 'uniform_progress'"),
+    ],
+)
+def test_simulate_says_how_the_job_file_is_placed_live(tmp_path, spot, said):
+    write_trace(tmp_path / "a.json", [1, 0, 1] * 100)
+    job = tmp_path / "job.yaml"
+    job.write_text(f"run: x\nresources: {{cloud: aws, instance_type: p3.2xlarge}}\nspot: {spot}\n"
+                   "estimated_duration: 24h\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job), "--processes", "1",
+                                      "--no-bound"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert said in " ".join(result.output.split())
+    live = simulate_json("--trace", str(tmp_path), "--job", str(job))["job"]["live"]
+    assert live["use_spot"] == ("use_spot: false" not in spot) and live["fallback"] == (
+        "wait" if "wait" in spot else "on-demand")
+
+
+def test_simulate_refuses_a_job_file_whose_policy_breaks_its_markets(tmp_path):
+    write_trace(tmp_path / "a.json", [1] * 100)
+    job = tmp_path / "job.yaml"
+    job.write_text("run: x\nspot: {deadline: 30h, use_spot: false, policy: greedy}\nestimated_duration: 24h\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "policy 'greedy' places the job on spot, but spot.use_spot is false" in " ".join(result.output.split())
 
 
 def test_simulate_refuses_spot_above_the_max_price(tmp_path):

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from spotrun.cli.simulate_job import job_numbers
+from spotrun.cli.simulate_job import JobNumbers, LivePlacement, job_numbers
 from spotrun.cli.views import print_whole
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
@@ -78,7 +78,8 @@ def simulate(
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
     try:
         names = _policies(policy, bound)
-        numbers = _numbers(job_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
+        from_file = job_numbers(job_file, time.time()) if job_file is not None else None
+        numbers = _numbers(job_file, from_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
                            overhead_hours=overhead_hours, on_demand_price=on_demand_price, spot_price=spot_price,
                            max_price=max_price, nodes=nodes)
         _check_options(every_hours=every_hours, **numbers)
@@ -102,10 +103,11 @@ def simulate(
     summaries = summarize(records, names)
     per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
+    live = from_file.placement if from_file is not None else None
     if as_json:
-        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, per_market))
+        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, per_market, live))
     else:
-        _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job)
+        _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job, live)
         if per_market is not None:
             print_whole(console, by_market_table(per_market))
 
@@ -167,10 +169,10 @@ def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool)
 def _json_report(
     summaries: list[PolicySummary], numbers: dict[str, float], job_file: Path | None,
     markets: list[tuple[str, Market]], settings: SweepSettings, elapsed: float,
-    per_market: dict[str, list[PolicySummary]] | None = None,
+    per_market: dict[str, list[PolicySummary]] | None = None, live: LivePlacement | None = None,
 ) -> str:
     report = {
-        "job": {**numbers, "file": str(job_file) if job_file else None},
+        "job": {**numbers, "file": str(job_file) if job_file else None, "live": asdict(live) if live else None},
         "markets": [label for label, _ in markets], **settings.as_json(),
         "seconds": round(elapsed, 2),
         "policies": _json_summaries(summaries),
@@ -188,6 +190,7 @@ def _json_summaries(summaries: list[PolicySummary]) -> list[dict[str, object]]:
 def _print_report(
     summaries: list[PolicySummary], numbers: dict[str, float], job_file: Path | None,
     markets: list[tuple[str, Market]], settings: SweepSettings, elapsed: float, runs: int, job: SimJob,
+    live: LivePlacement | None,
 ) -> None:
     closed = gaps_closed(summaries)
     gang = int(numbers["nodes"])
@@ -196,6 +199,8 @@ def _print_report(
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
              f"{len(markets)} market(s), {settings.described()}")
     print_whole(console, summary_table(summaries, title, closed))
+    if live is not None:
+        console.print(live.note())
     if not job.spot_within_max_price:
         console.print(f"[yellow]spot (${numbers['spot_price']:g}/h) costs more than the max price "
                       f"(${max_spot_price(numbers['on_demand_price'], numbers['max_price']):g}/h): every spot launch "
@@ -214,12 +219,11 @@ PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.
 JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}  # those it must give
 
 
-def _numbers(job_file: Path | None, **given: float | None) -> dict[str, float | None]:
+def _numbers(job_file: Path | None, from_file: JobNumbers | None, **given: float | None) -> dict[str, float | None]:
     """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job; the max
     price None where neither gives it (the on-demand price)."""
-    if job_file is None:
+    if job_file is None or from_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
-    from_file = job_numbers(job_file, time.time())
     in_file = asdict(from_file)
     numbers = {name: in_file[name] if value is None else value for name, value in given.items()}
     for name, value in numbers.items():

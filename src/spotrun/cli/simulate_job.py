@@ -16,9 +16,29 @@ HOUR = 3600.0
 
 
 @dataclass(frozen=True)
+class LivePlacement:
+    """How the live controller places the job file's job: its policy and the markets it allows."""
+
+    policy: str
+    use_spot: bool
+    fallback: str
+
+    def note(self) -> str:
+        """What a report of the simulated policies should say of the job's own placement."""
+        said = f"live, this job is placed by policy {self.policy!r}"
+        if not self.use_spot:
+            return (said + " on on-demand only (spot.use_spot: false), at on_demand's cost; the other rows show "
+                           "what spot would cost it")
+        if self.fallback == "wait":
+            return (said + " on spot only (spot.fallback: wait), waiting for spot without planning for the deadline; "
+                           "the rows here may use on-demand")
+        return said
+
+
+@dataclass(frozen=True)
 class JobNumbers:
-    """A job file's numbers for the simulator, named as `spotrun simulate`'s options; None where the file does not
-    say."""
+    """A job file's numbers for the simulator, named as `spotrun simulate`'s options (None where the file does not
+    say), and how the job is placed live."""
 
     compute_hours: float | None
     deadline_hours: float | None  # after the launch
@@ -27,6 +47,7 @@ class JobNumbers:
     spot_price: float
     max_price: float | None  # None: the on-demand price
     nodes: int
+    placement: LivePlacement
 
 
 def job_numbers(path: Path, now: float) -> JobNumbers:
@@ -53,4 +74,5 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         spot_price=spot,
         max_price=spec.spot.max_price,
         nodes=spec.resources.nodes,
+        placement=LivePlacement(spec.spot.policy, spec.spot.use_spot, spec.spot.fallback),
     )

@@ -14,7 +14,7 @@ from spotrun.control import records
 from spotrun.control.placement import job_prices, price_for
 from spotrun.control.states import JobState, is_terminal
 from spotrun.costs.catalog import UnknownPrice
-from spotrun.policy import policy_names
+from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, get_provider
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
@@ -65,6 +65,8 @@ def check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[floa
     if spec.spot.policy not in policy_names():
         known = ", ".join(policy_names())
         raise SpecError(source, [Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}")])
+    if (conflict := markets_conflict(spec.spot.policy, spec.spot.use_spot, spec.spot.fallback)) is not None:
+        raise SpecError(source, [Problem("spot.policy", f"{conflict}: change one of them (the default policy keeps both)")])
     try:
         job_prices(spec, "on-demand", "", prices)
     except UnknownPrice as unknown:

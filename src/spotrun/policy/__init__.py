@@ -20,6 +20,14 @@ _POLICIES = {
     "uniform_progress": UniformProgressPolicy,
 }
 _PLANNERS = frozenset({"deadline_aware", "uniform_progress"})  # they need the job's compute: see estimate_first
+# The markets each policy may take whatever the job's spot.use_spot and spot.fallback say (the default policy follows
+# them: no spot without use_spot, no on-demand with fallback "wait")
+_MARKETS_TAKEN = {
+    "deadline_aware": frozenset({"spot", "on-demand"}),
+    "greedy": frozenset({"spot", "on-demand"}),
+    "on_demand": frozenset({"on-demand"}),
+    "uniform_progress": frozenset({"spot", "on-demand"}),
+}
 
 
 def get_policy(name: str, **options: float) -> StepPolicy:
@@ -38,8 +46,19 @@ def policy_names() -> list[str]:
     return sorted(_POLICIES)
 
 
+def markets_conflict(name: str, use_spot: bool, fallback: str) -> str | None:
+    """Why policy `name` would break the job's own market settings (spot with use_spot false, on-demand with
+    fallback "wait"), or None when it keeps them."""
+    taken = _MARKETS_TAKEN.get(name, frozenset())
+    if not use_spot and "spot" in taken:
+        return f"policy {name!r} places the job on spot, but spot.use_spot is false (on-demand only)"
+    if fallback == "wait" and "on-demand" in taken:
+        return f"policy {name!r} runs the job on on-demand, but spot.fallback is 'wait' (never on-demand)"
+    return None
+
+
 __all__ = [
     "Decision", "DeadlineAwarePolicy", "DefaultPolicy", "GiveUp", "GreedyPolicy", "Keep", "Launch", "OnDemandPolicy",
     "PastAttempt", "Placement", "PlacementContext", "PlacementPolicy", "RunningDecision", "SpotLog", "StepPolicy",
-    "UniformProgressPolicy", "Wait", "get_policy", "max_spot_price", "place_by_deciding", "policy_names",
+    "UniformProgressPolicy", "Wait", "get_policy", "markets_conflict", "max_spot_price", "place_by_deciding", "policy_names",
 ]
