@@ -58,3 +58,28 @@ def test_digits_example_is_deterministic_across_a_preemption(tmp_path: Path) -> 
     # the training loop's own time, which the demo takes for the job's: every step's sleep, and no process start
     assert float(reference["train_seconds"]) >= EPOCHS * 23 * 0.01  # type: ignore[arg-type]
     assert float(result["train_seconds"]) > 0  # type: ignore[arg-type]
+
+
+def test_the_examples_saved_split_is_scikit_learns_split(tmp_path: Path, monkeypatch) -> None:
+    """Trainers load the split saved by the first one (no scikit-learn import at each restart): the same arrays,
+    dtypes included, as splitting scikit-learn's digits afresh."""
+    import importlib.util
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    spec = importlib.util.spec_from_file_location("digits_train", TRAIN)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    monkeypatch.setattr(example, "SPLIT_FILE", tmp_path / ".data" / "split.npz")
+    digits = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        (digits.data / 16.0).astype(np.float32), digits.target, test_size=0.2, random_state=0, stratify=digits.target
+    )
+    for load in ("saves it", "reads it back"):
+        loaded = [tensor.numpy() for tensor in example.load_data()]
+        for got, expected in zip(loaded, (x_train, y_train, x_test, y_test), strict=True):
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), load
+    assert sorted(p.name for p in (tmp_path / ".data").iterdir()) == ["split.npz"]  # no partial file left
