@@ -33,14 +33,20 @@ SPLIT_FILE = Path(__file__).resolve().parent / ".data" / "digits-split-v1.npz"
 def load_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The digits' pixels scaled to [0, 1] and their labels, 80% for training and 20% for test (stratified, fixed
     seed)."""
-    if not SPLIT_FILE.exists():
-        save_split(SPLIT_FILE)
-    with np.load(SPLIT_FILE) as split:
-        x_train, y_train, x_test, y_test = (torch.from_numpy(split[name]) for name in SPLIT_NAMES)
+    if SPLIT_FILE.exists():
+        with np.load(SPLIT_FILE) as saved:
+            split = tuple(saved[name] for name in SPLIT_NAMES)
+    else:
+        split = split_digits()
+        try:
+            save_split(SPLIT_FILE, split)
+        except OSError as problem:  # e.g. a read-only checkout: split again at the next start
+            print(f"could not save the split to {SPLIT_FILE}: {problem}", flush=True)
+    x_train, y_train, x_test, y_test = (torch.from_numpy(array) for array in split)
     return x_train, y_train, x_test, y_test
 
 
-def save_split(path: Path) -> None:
+def split_digits() -> tuple[np.ndarray, ...]:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -49,10 +55,14 @@ def save_split(path: Path) -> None:
     x_train, x_test, y_train, y_test = train_test_split(
         features, digits.target, test_size=0.2, random_state=0, stratify=digits.target
     )
+    return x_train, y_train, x_test, y_test
+
+
+def save_split(path: Path, split: tuple[np.ndarray, ...]) -> None:
     path.parent.mkdir(exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}")  # ranks starting together each write their own
     with open(partial, "wb") as out:
-        np.savez(out, **dict(zip(SPLIT_NAMES, (x_train, y_train, x_test, y_test))))
+        np.savez(out, **dict(zip(SPLIT_NAMES, split)))
     os.replace(partial, path)
 
 

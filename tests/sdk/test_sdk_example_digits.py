@@ -60,19 +60,25 @@ def test_digits_example_is_deterministic_across_a_preemption(tmp_path: Path) -> 
     assert float(result["train_seconds"]) > 0  # type: ignore[arg-type]
 
 
-def test_the_examples_saved_split_is_scikit_learns_split(tmp_path: Path, monkeypatch) -> None:
-    """Trainers load the split saved by the first one (no scikit-learn import at each restart): the same arrays,
-    dtypes included, as splitting scikit-learn's digits afresh."""
+def _example_module():
+    """examples/digits/train.py as a module of this process (its functions, not its training)."""
     import importlib.util
-
-    import numpy as np
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     spec = importlib.util.spec_from_file_location("digits_train", TRAIN)
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def test_the_examples_saved_split_is_scikit_learns_split(tmp_path: Path, monkeypatch) -> None:
+    """Trainers load the split saved by the first one (no scikit-learn import at each restart): the same arrays,
+    dtypes included, as splitting scikit-learn's digits afresh."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    example = _example_module()
     monkeypatch.setattr(example, "SPLIT_FILE", tmp_path / ".data" / "split.npz")
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
@@ -83,3 +89,13 @@ def test_the_examples_saved_split_is_scikit_learns_split(tmp_path: Path, monkeyp
         for got, expected in zip(loaded, (x_train, y_train, x_test, y_test), strict=True):
             assert got.dtype == expected.dtype and np.array_equal(got, expected), load
     assert sorted(p.name for p in (tmp_path / ".data").iterdir()) == ["split.npz"]  # no partial file left
+
+
+def test_the_example_trains_where_it_cannot_save_its_split(tmp_path: Path, monkeypatch, capsys) -> None:
+    example = _example_module()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(example, "SPLIT_FILE", blocked / ".data" / "split.npz")  # its folder cannot be made
+    x_train, y_train, x_test, y_test = example.load_data()
+    assert (len(x_train), len(x_test)) == (1437, 360)
+    assert "could not save the split to" in capsys.readouterr().out
