@@ -29,17 +29,15 @@ import math
 import multiprocessing
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
 from contextlib import contextmanager
+from itertools import repeat
 from pathlib import Path
-from typing import Iterator
 
 from spotrun.cli.simulate import load_markets
-from spotrun.policy import deadline_aware
+from spotrun.policy import deadline_aware, get_policy
 from spotrun.policy.placement import PlacementContext
-from spotrun.policy import get_policy
 from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, run_job
 from spotrun.sim.sweep import SweepTask, history_before, summarize, sweep, sweep_tasks
 from spotrun.traces import shared_traces_dir

@@ -222,7 +222,7 @@ JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.d
 def _numbers(job_file: Path | None, from_file: JobNumbers | None, **given: float | None) -> dict[str, float | None]:
     """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job; the max
     price None where neither gives it (the on-demand price)."""
-    if job_file is None or from_file is None:
+    if from_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
     in_file = asdict(from_file)
     numbers = {name: in_file[name] if value is None else value for name, value in given.items()}

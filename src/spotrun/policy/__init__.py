@@ -20,14 +20,6 @@ _POLICIES = {
     "uniform_progress": UniformProgressPolicy,
 }
 _PLANNERS = frozenset({"deadline_aware", "uniform_progress"})  # they need the job's compute: see estimate_first
-# The markets each policy may take whatever the job's spot.use_spot and spot.fallback say (the default policy follows
-# them: no spot without use_spot, no on-demand with fallback "wait")
-_MARKETS_TAKEN = {
-    "deadline_aware": frozenset({"spot", "on-demand"}),
-    "greedy": frozenset({"spot", "on-demand"}),
-    "on_demand": frozenset({"on-demand"}),
-    "uniform_progress": frozenset({"spot", "on-demand"}),
-}
 
 
 def get_policy(name: str, **options: float) -> StepPolicy:
@@ -49,7 +41,7 @@ def policy_names() -> list[str]:
 def markets_conflict(name: str, use_spot: bool, fallback: str) -> str | None:
     """Why policy `name` would break the job's own market settings (spot with use_spot false, on-demand with
     fallback "wait"), or None when it keeps them."""
-    taken = _MARKETS_TAKEN.get(name, frozenset())
+    taken = getattr(_POLICIES.get(name), "markets_regardless", frozenset())  # undeclared: it follows the job
     if not use_spot and "spot" in taken:
         return f"policy {name!r} places the job on spot, but spot.use_spot is false (on-demand only)"
     if fallback == "wait" and "on-demand" in taken:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from spotrun.policy.deadline import DEFAULT_STEP, deadline_view
 from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, place_by_deciding
@@ -12,6 +13,8 @@ from spotrun.policy.requests import no_zone, spot_has_capacity, want_nothing, wa
 @dataclass(frozen=True)
 class OnDemandPolicy:
     name: str = "on_demand"
+    # the markets it may choose whatever the job's spot.use_spot and spot.fallback say (`markets_conflict`)
+    markets_regardless: ClassVar[frozenset[str]] = frozenset({"on-demand"})
 
     def place(self, ctx: PlacementContext) -> Decision:
         return place_by_deciding(self, ctx)
@@ -26,6 +29,8 @@ class GreedyPolicy:
     on-demand and stay there, except that a spot instance already up keeps running until it is preempted."""
 
     name: str = "greedy"
+    # the markets it may choose whatever the job's spot.use_spot and spot.fallback say (`markets_conflict`)
+    markets_regardless: ClassVar[frozenset[str]] = frozenset({"spot", "on-demand"})
 
     def place(self, ctx: PlacementContext) -> Decision:
         return place_by_deciding(self, ctx)

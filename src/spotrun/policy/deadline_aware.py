@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from spotrun.policy.deadline import DeadlineView, deadline_view
 from spotrun.policy.markov import (
@@ -33,6 +34,8 @@ CHOICE_ORDER = ("idle", "spot", "on-demand")  # tie-break after "keep what is he
 @dataclass(frozen=True)
 class DeadlineAwarePolicy:
     name: str = "deadline_aware"
+    # the markets it may choose whatever the job's spot.use_spot and spot.fallback say (`markets_conflict`)
+    markets_regardless: ClassVar[frozenset[str]] = frozenset({"spot", "on-demand"})
     prior_mean_up: float = 2 * 3600.0  # seconds spot is assumed to last before anything is seen
     prior_mean_down: float = 3600.0  # seconds a gap is assumed to last
     prior_runs: float = 12.0  # weight of that prior, in runs (12: chosen leave-one-trace-out, docs/benchmarks.md)

@@ -11,6 +11,7 @@ Progress.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from spotrun.policy.deadline import can_plan
 from spotrun.policy.deadline_aware import DeadlineAwarePolicy
@@ -24,6 +25,8 @@ from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order, zones_without_bad_
 @dataclass(frozen=True)
 class DefaultPolicy:
     name: str = "default"
+    # follows the job's spot.use_spot and spot.fallback: no market it may choose regardless (`markets_conflict`)
+    markets_regardless: ClassVar[frozenset[str]] = frozenset()
     backoff_base: float = 5.0
     backoff_max: float = 300.0
     # With fallback "on-demand": after this many rounds in which no zone had spot capacity, use on-demand.

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from spotrun.policy.deadline import DeadlineView, deadline_view
 from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, place_by_deciding
@@ -21,6 +22,8 @@ from spotrun.policy.requests import no_zone, spot_has_capacity, want_nothing, wa
 @dataclass(frozen=True)
 class UniformProgressPolicy:
     name: str = "uniform_progress"
+    # the markets it may choose whatever the job's spot.use_spot and spot.fallback say (`markets_conflict`)
+    markets_regardless: ClassVar[frozenset[str]] = frozenset({"spot", "on-demand"})
     hysteresis_2d: bool = True
 
     def place(self, ctx: PlacementContext) -> Decision:
