@@ -7,7 +7,8 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -21,7 +22,7 @@ from spotrun.cli.views import print_whole
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import OMNISCIENT, PolicySummary, gaps_closed, summarize, summarize_by_market, sweep
+from spotrun.sim.sweep import OMNISCIENT, PolicySummary, RunRecord, gaps_closed, summarize, summarize_by_market, sweep
 from spotrun.spec import SpecError
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
@@ -40,7 +41,9 @@ def simulate(
     policy: Annotated[list[str], typer.Option(help="policy to run (repeatable), or 'all'")] = ["all"],  # noqa: B006
     job_file: Annotated[Optional[Path], typer.Option(
         "--job", help="a job file: C, D, d and the prices are its estimated_duration, spot.deadline (an absolute one "
-                      "counted from now), spot.restart_overhead and resources' prices; an option given overrides"),
+                      "counted from now), spot.restart_overhead and resources' prices; an option given overrides. "
+                      "Where its spot.use_spot / spot.fallback make its policy place it otherwise than the rows "
+                      "assume (spot, on-demand as fallback), a row runs it as set"),
     ] = None,
     compute_hours: Annotated[Optional[float], typer.Option(
         help="C: hours of compute the job needs [default: 48]")] = None,
@@ -86,12 +89,15 @@ def simulate(
         _check_sweep_options(observe, market_history_hours, fleet)
         job = _sim_job(numbers)
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone, int(numbers["nodes"]))
+        live = from_file.placement if from_file is not None else None
         began = time.perf_counter()
+        run_sweep = partial(sweep, markets, every_seconds=every_hours * HOUR, observe=observe, processes=processes,
+                            history_seconds=market_history_hours * HOUR, fleet=fleet)
         with sweep_progress(errors) as on_progress:
-            records = sweep(
-                markets, names, job, every_seconds=every_hours * HOUR, observe=observe, processes=processes,  # type: ignore[arg-type]
-                history_seconds=market_history_hours * HOUR, fleet=fleet, on_progress=on_progress,
-            )
+            records = run_sweep(names, job, on_progress=on_progress)
+        if live is not None and live.own_row is not None:
+            records += as_row(run_sweep([live.policy], replace(job, settings=live.settings)), live.own_row)
+            names = with_row(names, live.policy, live.own_row)
         elapsed = time.perf_counter() - began
     except SpecError as problem:
         errors.print("[red]invalid job file[/]")
@@ -103,7 +109,6 @@ def simulate(
     summaries = summarize(records, names)
     per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
-    live = from_file.placement if from_file is not None else None
     if as_json:
         typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, per_market, live))
     else:
@@ -149,6 +154,17 @@ class SweepSettings:
                 + (", jobs run at once and share what they see" if self.fleet else ""))
 
 
+def as_row(records: list[RunRecord], row: str) -> list[RunRecord]:
+    """The records, reported as the row named `row`."""
+    return [replace(record, policy=row) for record in records]
+
+
+def with_row(names: list[str], after: str, row: str) -> list[str]:
+    """The report's rows with `row` after the policy `after` (before the bound where that policy was not run)."""
+    at = names.index(after) + 1 if after in names else len([n for n in names if n != OMNISCIENT])
+    return [*names[:at], row, *names[at:]]
+
+
 def _sim_job(numbers: dict[str, float]) -> SimJob:
     """The simulated job in seconds, priced for the whole gang."""
     gang, cap = int(numbers["nodes"]), numbers["max_price"]
@@ -172,7 +188,8 @@ def _json_report(
     per_market: dict[str, list[PolicySummary]] | None = None, live: LivePlacement | None = None,
 ) -> str:
     report = {
-        "job": {**numbers, "file": str(job_file) if job_file else None, "live": asdict(live) if live else None},
+        "job": {**numbers, "file": str(job_file) if job_file else None,
+                "live": {**asdict(live), "row": live.own_row} if live else None},
         "markets": [label for label, _ in markets], **settings.as_json(),
         "seconds": round(elapsed, 2),
         "policies": _json_summaries(summaries),
@@ -207,7 +224,8 @@ def _print_report(
                       "is refused, so every policy ran on on-demand[/]")
     console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + ")"
-                  + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else ""))
+                  + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else "")
+                  + ("; '-' where a policy missed deadlines" if closed and any(s.misses for s in summaries) else ""))
 
 
 def _json_number(value: float | None) -> float | None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from spotrun.control.jobs import check_resources
 from spotrun.control.placement import job_prices
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.policy import markets_regardless
 from spotrun.policy.deadline import DEFAULT_RESTART_OVERHEAD
+from spotrun.sim.engine import SpotSettings
 from spotrun.spec import Problem, SpecError, load_spec
 
 HOUR = 3600.0
@@ -17,21 +20,37 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class LivePlacement:
-    """How the live controller places the job file's job: its policy and the markets it allows."""
+    """How the live controller places the job file's job: its policy and its spot settings."""
 
     policy: str
     use_spot: bool
-    fallback: str
+    fallback: Literal["on-demand", "wait"]
+    preemptions_before_fallback: int
+    fallback_window: float
+
+    @property
+    def settings(self) -> SpotSettings:
+        return SpotSettings(self.use_spot, self.fallback, self.preemptions_before_fallback, self.fallback_window)
+
+    @property
+    def own_row(self) -> str | None:
+        """The name of a row that runs the job's policy with the job's own spot settings, where they make it place
+        the job otherwise than the policy rows assume (spot, on-demand as the fallback); None where its row already
+        shows how the job is placed (a policy that chooses its markets itself refuses settings it would break)."""
+        if self.settings.as_assumed or markets_regardless(self.policy):
+            return None
+        return f"{self.policy} ({'use_spot: false' if not self.use_spot else 'fallback: wait'})"
 
     def note(self) -> str:
         """What a report of the simulated policies should say of the job's own placement."""
         said = f"live, this job is placed by policy {self.policy!r}"
+        shown = f": row '{self.own_row}'" if self.own_row else ""
         if not self.use_spot:
-            return (said + " on on-demand only (spot.use_spot: false), at on_demand's cost; the other rows show "
-                           "what spot would cost it")
+            return (said + " on on-demand only (spot.use_spot: false)" + (shown or ", at on_demand's cost")
+                    + "; the other rows show what spot would cost it")
         if self.fallback == "wait":
-            return (said + " on spot only (spot.fallback: wait), waiting for spot without planning for the deadline; "
-                           "the rows here may use on-demand")
+            return (said + " on spot only (spot.fallback: wait), waiting for spot without planning for the deadline"
+                    + shown + "; the other rows may use on-demand")
         return said
 
 
@@ -74,5 +93,8 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         spot_price=spot,
         max_price=spec.spot.max_price,
         nodes=spec.resources.nodes,
-        placement=LivePlacement(spec.spot.policy, spec.spot.use_spot, spec.spot.fallback),
+        placement=LivePlacement(
+            spec.spot.policy, spec.spot.use_spot, spec.spot.fallback, spec.spot.preemptions_before_fallback,
+            spec.spot.fallback_window,
+        ),
     )

@@ -38,10 +38,16 @@ def policy_names() -> list[str]:
     return sorted(_POLICIES)
 
 
+def markets_regardless(name: str) -> frozenset[str]:
+    """The markets policy `name` may choose whatever the job's spot.use_spot and spot.fallback say (none: it follows
+    them; so does a policy that does not declare any)."""
+    return getattr(_POLICIES.get(name), "markets_regardless", frozenset())
+
+
 def markets_conflict(name: str, use_spot: bool, fallback: str) -> str | None:
     """Why policy `name` would break the job's own market settings (spot with use_spot false, on-demand with
     fallback "wait"), or None when it keeps them."""
-    taken = getattr(_POLICIES.get(name), "markets_regardless", frozenset())  # undeclared: it follows the job
+    taken = markets_regardless(name)
     if not use_spot and "spot" in taken:
         return f"policy {name!r} places the job on spot, but spot.use_spot is false (on-demand only)"
     if fallback == "wait" and "on-demand" in taken:
@@ -52,5 +58,6 @@ def markets_conflict(name: str, use_spot: bool, fallback: str) -> str | None:
 __all__ = [
     "Decision", "DeadlineAwarePolicy", "DefaultPolicy", "GiveUp", "GreedyPolicy", "Keep", "Launch", "OnDemandPolicy",
     "PastAttempt", "Placement", "PlacementContext", "PlacementPolicy", "RunningDecision", "SpotLog", "StepPolicy",
-    "UniformProgressPolicy", "Wait", "get_policy", "markets_conflict", "max_spot_price", "place_by_deciding", "policy_names",
+    "UniformProgressPolicy", "Wait", "get_policy", "markets_conflict", "markets_regardless", "max_spot_price",
+    "place_by_deciding", "policy_names",
 ]

@@ -36,6 +36,23 @@ P3_2XLARGE_SPOT = 0.9731
 
 
 @dataclass(frozen=True)
+class SpotSettings:
+    """The job's spot settings a policy reads (a job file's spot.use_spot, fallback, preemptions_before_fallback and
+    fallback_window). The defaults are what the policy rows of a sweep assume: spot allowed, on-demand as fallback."""
+
+    use_spot: bool = True
+    fallback: Literal["on-demand", "wait"] = "on-demand"
+    preemptions_before_fallback: int = 3
+    fallback_window: float = 3600.0
+
+    @property
+    def as_assumed(self) -> bool:
+        """Whether a policy that follows the job's settings places it as the rows assume (spot, falling back to
+        on-demand); the fallback's trigger counts only for jobs placed without a deadline plan."""
+        return self.use_spot and self.fallback == "on-demand"
+
+
+@dataclass(frozen=True)
 class SimJob:
     compute_seconds: float  # C
     deadline_seconds: float  # D, after the start
@@ -43,6 +60,7 @@ class SimJob:
     on_demand_price: float = P3_2XLARGE_ON_DEMAND  # $/h
     spot_price: float = P3_2XLARGE_SPOT  # $/h
     max_price: float | None = None  # $/h a spot launch bids at most; None: the on-demand price, as live
+    settings: SpotSettings = SpotSettings()
 
     def __post_init__(self) -> None:
         for name in ("compute_seconds", "deadline_seconds", "on_demand_price", "spot_price"):
@@ -156,6 +174,7 @@ class JobRun:
         self.last_market: str | None = None
         self.last_zone: str | None = None
         self.history: tuple[PastAttempt, ...] = ()
+        self.capacity_rounds = 0  # waits since the job last started an instance, as the controller counts them
         self.spot_price = job.spot_price * step / 3600
         self.od_price = job.on_demand_price * step / 3600
 
@@ -241,6 +260,7 @@ class JobRun:
             if isinstance(decision, Wait):
                 if self.current is not None:
                     self._end(now, "released")
+                self.capacity_rounds += 1
                 return True
             if isinstance(decision, GiveUp):
                 self.result.gave_up = True
@@ -278,6 +298,7 @@ class JobRun:
             result.moves += 1
         self.last_market, self.last_zone = launch.market, launch.zone
         self.current = Placement(launch.zone, launch.market, now)
+        self.capacity_rounds = 0
         self.overhead_left = self.job.restart_overhead
         if launch.market == "spot":
             self.log.record(launch.zone, now, True)
@@ -310,11 +331,12 @@ class JobRun:
             job_id=self.job_id,
             now=now,
             zones=self.zones,
-            use_spot=True,
-            fallback="on-demand",
+            use_spot=self.job.settings.use_spot,
+            fallback=self.job.settings.fallback,
             submitted_at=self.origin,
-            preemptions_before_fallback=3,
-            fallback_window=3600.0,
+            preemptions_before_fallback=self.job.settings.preemptions_before_fallback,
+            fallback_window=self.job.settings.fallback_window,
+            capacity_rounds=self.capacity_rounds,
             history=self.history,
             deadline=self.origin + self.job.deadline_seconds,
             estimated_duration=self.job.compute_seconds,

@@ -210,11 +210,15 @@ def gap_closed(baseline: float, best: float, cost: float) -> float:
 
 
 def gaps_closed(summaries: Sequence[PolicySummary]) -> dict[str, float]:
-    """Each policy's share of the uniform_progress → omniscient gap, when both ran (the issue's yardstick)."""
+    """Each policy's share of the uniform_progress → omniscient gap, when both ran (the issue's yardstick); nan for
+    a policy that missed a deadline: the gap is between plans that keep them, and a miss can cost less than both."""
     means = {s.policy: s.mean for s in summaries}
     if UNIFORM_PROGRESS not in means or OMNISCIENT not in means:
         return {}
-    return {name: gap_closed(means[UNIFORM_PROGRESS], means[OMNISCIENT], mean) for name, mean in means.items()}
+    return {
+        s.policy: math.nan if s.misses else gap_closed(means[UNIFORM_PROGRESS], means[OMNISCIENT], s.mean)
+        for s in summaries
+    }
 
 
 def summarize(records: Sequence[RunRecord], policies: Sequence[str]) -> list[PolicySummary]:
