@@ -51,7 +51,7 @@ def one_decision(
     )
     view = deadline_aware.deadline_view(ctx)
     plan_step, unit = planner.plan_grid(ctx, view)
-    planned = deadline_aware.job_shape(ctx, view, plan_step, unit)
+    planned = deadline_aware.job_shape(ctx, view, plan_step, unit, planner.idle_charge)
     if planned.table_bytes > TOO_BIG:
         return {"skipped": planned.table_bytes / 2**30}
     began = time.perf_counter()

@@ -53,8 +53,8 @@ def main() -> None:
         return
     print(f"## Placement policies\n\n{len(single)} traces from {folder.name}; C = 48 h, starts every 6 h.\n")
     closure, closure_with_history, best = _single_zone_table(single, args.processes, history)
-    print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.0%} "
-          f"(with the market's history: {closure_with_history:.0%})\n")
+    print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.2%} "
+          f"(with the market's history: {closure_with_history:.2%})\n")
     _live_model_table(single, args.processes, history, best)
     for gpu in ("v100_1", "k80_1"):
         zones = sorted(folder.glob(f"*_{gpu}.json"))
@@ -107,8 +107,8 @@ def _closure_table(markets, processes, every_seconds: float, history: float) -> 
         misses = " / ".join(str(summary[name].misses) for name in names) + f" / {with_history.misses}"
         print(f"| {deadline:g} h / {overhead:g} h | {up:.4f} | {best:.4f} | {ours:.4f} | {closures[-1]:.1%} "
               f"| {with_history.mean:.4f} | {closures_with_history[-1]:.1%} | {misses} |")
-    print(f"\nmean gap closed: {sum(closures) / len(closures):.1%}; "
-          f"with the market's history: {sum(closures_with_history) / len(closures_with_history):.1%}")
+    print(f"\nmean gap closed: {sum(closures) / len(closures):.2%}; "
+          f"with the market's history: {sum(closures_with_history) / len(closures_with_history):.2%}")
 
 
 LIVE_VIEWS: dict[Observe, str] = {

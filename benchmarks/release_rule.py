@@ -24,24 +24,19 @@ the "fork" start method (Linux), else it runs in one process.
 
 from __future__ import annotations
 
-import argparse
 import math
-import multiprocessing
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from itertools import repeat
-from pathlib import Path
 
-from spotrun.cli.simulate import load_markets
 from spotrun.policy import deadline_aware, get_policy
 from spotrun.policy.placement import PlacementContext
 from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, run_job
 from spotrun.sim.sweep import SweepTask, history_before, summarize, sweep, sweep_tasks
-from spotrun.traces import shared_traces_dir
-from variant_table import print_variant_table
+from variant_table import diagnostic_markets, diagnostic_parser, print_variant_table
 
 HOUR = 3600.0
 
@@ -148,19 +143,13 @@ def print_releases(markets, job: SimJob, every: float, history: float, processes
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=None, help="folder of traces (default: the 2022 1-node ones)")
-    parser.add_argument("--nodes", type=int, default=1, help="a gang: spot while a trace counts this many instances")
-    parser.add_argument("--processes", type=int, default=None)
-    parser.add_argument("--every-hours", type=float, default=12.0, help="hours between two start offsets (default 12)")
+    parser = diagnostic_parser(__doc__.splitlines()[0], every_hours=12.0)
     parser.add_argument("--releases", type=float, nargs=2, metavar=("D", "d"),
                         help="instead of the table: each run's releases of on-demand at this deadline and overhead (h)")
     parser.add_argument("--history-hours", type=float, default=math.inf,
                         help="with --releases: hours of the trace before each start shown (default: all)")
     args = parser.parse_args()
-    processes = args.processes if multiprocessing.get_start_method() == "fork" else 1
-    folder = args.traces or shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022"
-    markets = load_markets([folder], multi_zone=False, nodes=args.nodes)
+    folder, markets, processes = diagnostic_markets(args)
     every = args.every_hours * HOUR
     began = time.perf_counter()
     if args.releases:

@@ -202,7 +202,7 @@ def brute_force(shape: JobShape, hazards: RunHazards):
             return math.inf
         if held == "spot" and not is_up[state]:
             held, age = None, 0  # preempted
-        choices = [(0.0, None, 0, 0)]
+        choices = [(shape.idle_cost, None, 0, 0)]
         od_age = age if held == "on-demand" else 0
         choices.append((shape.on_demand_cost, "on-demand", min(od_age + 1, ages), shape.works[od_age]))
         idle_then = sum(chance * value(k - 1, target, None, 0, work) for target, chance in moves[state])
@@ -225,8 +225,9 @@ def brute_force(shape: JobShape, hazards: RunHazards):
 NARROW = JobShape(steps=7, goal=10, works=(0, 1, 2), on_demand_cost=1.0, spot_cost=0.3)
 
 
-@pytest.mark.parametrize("shape", [TINY, NARROW, dataclasses.replace(NARROW, spot_lost_within_step=True)],
-                         ids=["tiny", "narrow band", "spot lost within a step"])
+@pytest.mark.parametrize("shape", [TINY, NARROW, dataclasses.replace(NARROW, spot_lost_within_step=True),
+                                   dataclasses.replace(TINY, idle_cost=0.25)],
+                         ids=["tiny", "narrow band", "spot lost within a step", "idling charged"])
 def test_value_table_matches_brute_force_on_a_tiny_job(shape):
     table = value_table(shape, HAZARDS)
     value = brute_force(shape, HAZARDS)

@@ -52,3 +52,20 @@ def variant_table() -> VariantTable:
         return costs
 
     return run
+
+
+@pytest.fixture
+def short_runs_around_a_long_gap() -> Callable[[int], list[int]]:
+    """A trace's samples: runs of spot of 1-6 steps and gaps of 1-12, with a gap of 50 h early on (a job holds
+    on-demand through it, and the plan may idle in it)."""
+
+    def runs(steps: int) -> list[int]:
+        rng, data, up = random.Random(0), [], True
+        while len(data) < steps:
+            data += [int(up)] * (rng.randint(1, 6) if up else rng.randint(1, 12))
+            up = not up
+            if 30 <= len(data) < 35:
+                data += [0] * 300
+        return data[:steps]
+
+    return runs

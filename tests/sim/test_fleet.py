@@ -133,7 +133,10 @@ def _write_trace(path, data) -> None:
 
 
 def test_simulate_runs_a_fleet(tmp_path):
-    _write_trace(tmp_path / "a.json", _runs_market(1, 300, seed=5).available[0].astype(int).tolist())
+    # runs of spot and gaps of 1-4 steps: what the other jobs saw moves a job's plan away from the prior's
+    lengths = np.random.default_rng(5).integers(1, 5, size=300)
+    churn = np.concatenate([np.full(n, i % 2 == 0) for i, n in enumerate(lengths)])[:300]
+    _write_trace(tmp_path / "a.json", churn.astype(int).tolist())
     common = ["simulate", "--trace", str(tmp_path), "--policy", "default", "--compute-hours", "6", "--deadline-hours",
               "8", "--every-hours", "4", "--observe", "launches", "--processes", "1", "--json"]
     alone, fleet = (json.loads(CliRunner().invoke(app, common + more).output) for more in ([], ["--fleet"]))

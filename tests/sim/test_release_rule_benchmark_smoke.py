@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import re
 import subprocess
 import sys
@@ -12,19 +11,7 @@ from pathlib import Path
 import pytest
 
 
-def short_runs_around_a_long_gap(steps: int) -> list[int]:
-    """Runs of spot of 1-6 steps and gaps of 1-12, with a gap of 50 h early on: the job holds on-demand through it,
-    and the plan may give it up to wait for spot."""
-    rng, data, up = random.Random(0), [], True
-    while len(data) < steps:
-        data += [int(up)] * (rng.randint(1, 6) if up else rng.randint(1, 12))
-        up = not up
-        if 30 <= len(data) < 35:
-            data += [0] * 300
-    return data[:steps]
-
-
-def test_release_rule_table_on_a_small_trace(tmp_path: Path, variant_table) -> None:
+def test_release_rule_table_on_a_small_trace(tmp_path: Path, variant_table, short_runs_around_a_long_gap) -> None:
     trace = {"metadata": {"gap_seconds": 600}, "data": short_runs_around_a_long_gap(560)}  # 93 h: one 70 h job
     (tmp_path / "zone-a_v100_1.json").write_text(json.dumps(trace))
     rows = variant_table("release_rule.py", tmp_path)
@@ -33,7 +20,7 @@ def test_release_rule_table_on_a_small_trace(tmp_path: Path, variant_table) -> N
     assert any(costs[0] != costs[1] for costs in rows), rows
 
 
-def test_releases_are_told_where_the_trace_had_no_spot(tmp_path: Path) -> None:
+def test_releases_are_told_where_the_trace_had_no_spot(tmp_path: Path, short_runs_around_a_long_gap) -> None:
     """--releases names each time the policy gave on-demand up: each lies in a gap of the trace, as old and as far
     from spot's return as the trace says."""
     data = short_runs_around_a_long_gap(560)

@@ -43,6 +43,10 @@ class JobShape:
     # as done that a loss halfway through leaves undone, and near the deadline that loss could not be made up:
     # spot is then taken only while a fresh on-demand start at the next step, the step's work lost, still finishes.
     spot_lost_within_step: bool = False
+    # What the plan charges itself for a step of idling (a share of an on-demand step; never billed): slack spent
+    # waiting for spot is worth more than a model that takes spot's hazards as known and fixed says (see
+    # `DeadlineAwarePolicy.idle_charge`).
+    idle_cost: float = 0.0
 
     @property
     def ages(self) -> int:
@@ -65,7 +69,7 @@ class JobShape:
     @classmethod
     @lru_cache(maxsize=1024)  # asked every step, with the same numbers all through a job's life
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
-           unit: float, spot_lost_within_step: bool = False) -> JobShape:
+           unit: float, spot_lost_within_step: bool = False, idle_charge: float = 0.0) -> JobShape:
         ages = max(1, math.ceil(overhead / step - 1e-9))
         # whole units only: when the unit does not divide the overhead, a step's work rounds down (deadline kept)
         works = tuple(
@@ -78,6 +82,7 @@ class JobShape:
             on_demand_cost=od_price * step / 3600,
             spot_cost=spot_price * step / 3600,
             spot_lost_within_step=spot_lost_within_step,
+            idle_cost=idle_charge * od_price * step / 3600,
         )
 
 
@@ -270,7 +275,7 @@ def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
     od, spot = shape.on_demand_cost, shape.spot_cost
     down = slice(up.stop, None)
     now = np.empty_like(after)
-    idle = after[:, 0]
+    idle = after[:, 0] + np.float32(shape.idle_cost) if shape.idle_cost else after[:, 0]
     od_start = od + _shifted_down(after[:, on_demand_row(1)], works[0])
     spot_start = _unless_unsafe(spot + _shifted_down(after[up, spot_row(1, ages)], works[0]), idle[up], shape)
     fresh = np.minimum(idle, od_start)  # best with nothing held (or a spot instance just preempted)
@@ -341,7 +346,7 @@ def option_values(
 
     od_age = age if held == "on-demand" else 0
     values = {
-        "idle": expected(0, 0),
+        "idle": shape.idle_cost + expected(0, 0),
         "on-demand": shape.on_demand_cost + expected(on_demand_row(min(od_age + 1, ages)), works[od_age]),
     }
     if is_up[state]:
