@@ -103,6 +103,14 @@ def test_deadline_aware_waits_with_slack_takes_spot_and_goes_on_demand_when_tigh
     assert isinstance(tight, Launch) and tight.market == "on-demand"
 
 
+def test_deadline_aware_waits_only_until_its_caller_asks_again():
+    """It plans in ten-minute steps, but a wait lasts only until the caller's next question (the controller asks
+    every minute): spot back after two minutes is taken then, not eight minutes later."""
+    for every in (60.0, STEP):
+        waited = DeadlineAwarePolicy().decide(ctx(now=HOUR, spot=False, step=every))
+        assert isinstance(waited, Wait) and waited.until == HOUR + every
+
+
 def test_deadline_aware_stops_taking_spot_that_keeps_dying_young():
     cycles = 30
     now = 2 * cycles * STEP

@@ -56,6 +56,30 @@ def test_no_policy_misses_a_deadline_that_on_demand_from_the_start_meets(name, o
         assert result.met_deadline, (name, observe, trial)
 
 
+def test_a_wait_is_kept_until_its_time_as_the_controller_keeps_it():
+    class WaitThreeSteps:
+        """Waits 3 steps at its first question, then runs on-demand; notes when it is asked."""
+
+        name = "wait three steps"
+
+        def __init__(self) -> None:
+            self.asked: list[float] = []
+
+        def decide(self, ctx):
+            self.asked.append(ctx.now)
+            if ctx.current is not None:
+                return Keep("running")
+            if len(self.asked) == 1:
+                return Wait(ctx.now + 3 * STEP, "waiting")
+            return Launch("z", "on-demand", "now")
+
+    policy = WaitThreeSteps()
+    job = SimJob(compute_seconds=2 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0)
+    result = run_job(policy, ("z",), np.ones((1, 20), bool), STEP, job)
+    assert policy.asked[:2] == [0.0, 3 * STEP]  # not asked at steps 1 and 2
+    assert result.finished_at == 5 * STEP and result.cost == pytest.approx(2 * OD_STEP)
+
+
 def test_the_launches_model_learns_no_capacity_by_trying():
     job = SimJob(compute_seconds=2 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0)
     available = np.array([[0, 0, 1, 1, 1] + [1] * 20], bool)

@@ -77,7 +77,7 @@ class DeadlineAwarePolicy:
             choice = "on-demand"
         if choice == "on-demand":
             return want_on_demand(ctx, why)
-        return want_nothing(ctx, step, why)
+        return want_nothing(ctx, view.step, why)  # asked again at the caller's pace, as the other policies are
 
     def plan_grid(self, ctx: PlacementContext, view: DeadlineView) -> tuple[float, float]:
         """The step the plan is made in and the unit work is counted in: the caller's step (at least

@@ -6,6 +6,8 @@ Each step t (of the traces' sample period):
 3. the policy is asked (`decide`). A Launch of spot where there is no capacity is answered "no capacity" (recorded
    as the live controller would) and the policy is asked again, at most once per zone and market per step;
 4. the instance held runs the step: billed whole; progress is the step minus what is left of its restart overhead.
+A policy that answers Wait(until) while the job holds nothing is not asked again before `until`, as the controller
+does not place a waiting job before it.
 
 What the policy sees of spot: ``observe="tick"`` (the paper's model) tells it every zone's availability in step t;
 ``observe="launches"`` tells it only what the live controller can learn: its own launches (success or "no
@@ -174,6 +176,7 @@ class JobRun:
         self.last_market: str | None = None
         self.last_zone: str | None = None
         self.history: tuple[PastAttempt, ...] = ()
+        self.not_before: float | None = None  # a Wait's time: not asked again before it while nothing is held
         self.capacity_rounds = 0  # waits since the job last started an instance, as the controller counts them
         self.spot_price = job.spot_price * step / 3600
         self.od_price = job.on_demand_price * step / 3600
@@ -219,6 +222,8 @@ class JobRun:
             self.result.finished_at = now - self.origin
             return False
         spot_now = self._observe(now, column)
+        if self.current is None and self.not_before is not None and now < self.not_before - 1e-6:
+            return True  # waiting, as the controller does until the time the policy gave
         if not self._ask(now, column, spot_now):
             return False
         self._run_step(now)
@@ -261,6 +266,7 @@ class JobRun:
                 if self.current is not None:
                     self._end(now, "released")
                 self.capacity_rounds += 1
+                self.not_before = decision.until
                 return True
             if isinstance(decision, GiveUp):
                 self.result.gave_up = True
