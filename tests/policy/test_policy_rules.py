@@ -186,3 +186,12 @@ def test_a_fresh_no_capacity_answer_from_the_controller_counts_as_known_now():
     assert isinstance(DeadlineAwarePolicy().decide(live), Wait)  # plenty of slack: wait rather than pay on-demand
     stale = ctx(now=2 * HOUR, spot=None, step=None, history=tried)
     assert stale.spot_known_now("z") is None
+
+
+@pytest.mark.parametrize(("every", "lasts"), [(None, 240.0), (60.0, 240.0), (600.0, 300.0), (3600.0, 1800.0)])
+def test_a_refusal_stays_news_for_half_a_question_and_at_least_four_minutes(every, lasts):
+    """Asked every minute, a policy that wants spot would otherwise try it again every minute where it was just
+    refused; asked less often, the answer stays news until a moment before the next question."""
+    tried = (PastAttempt("z", "spot", HOUR, None, HOUR, "no_capacity"),)
+    assert ctx(now=HOUR + lasts, spot=None, step=every, history=tried).spot_known_now("z") is False
+    assert ctx(now=HOUR + lasts + 1, spot=None, step=every, history=tried).spot_known_now("z") is None

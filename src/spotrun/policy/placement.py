@@ -47,6 +47,18 @@ class Placement:
     since: float  # when it started (the restart overhead is paid from here)
 
 
+# A spot answer (a launch refused for lack of capacity, spot seen running) stays news of "now" for at least this long:
+# asked every minute, a policy that wants spot tried it again every minute where it had just been refused, each try
+# a cloud API call and an attempt row that mostly heard the same answer (docs/benchmarks.md, "Twentieth round").
+SPOT_NEWS_LASTS = 240.0
+
+
+def spot_news_lasts(step: float | None) -> float:
+    """Seconds a spot answer stays news: half the caller's interval (it asks again a moment later), at least
+    SPOT_NEWS_LASTS."""
+    return max((step if step is not None else 60.0) / 2, SPOT_NEWS_LASTS)
+
+
 @dataclass(frozen=True)
 class PlacementContext:
     job_id: int
@@ -92,8 +104,7 @@ class PlacementContext:
             return known
         if self.current is not None and self.current.zone == zone and self.current.market == "spot":
             return True
-        # a "no capacity" answer stays news for half a step: the controller asks again a moment after it
-        return self.spot_log().seen_at(zone, self.now - (self.step if self.step is not None else 60.0) / 2)
+        return self.spot_log().seen_at(zone, self.now - spot_news_lasts(self.step))
 
 
 @dataclass(frozen=True)
