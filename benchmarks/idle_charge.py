@@ -31,7 +31,7 @@ import numpy as np
 
 from spotrun.policy import deadline_aware
 from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
-from spotrun.sim.sweep import RunRecord, summarize, sweep
+from spotrun.sim.sweep import RunRecord, gap_closed, summarize, sweep
 from variant_table import HOUR, REFERENCES, SETTINGS, diagnostic_markets, diagnostic_parser, print_variant_table
 
 _job_shape_as_kept = deadline_aware.job_shape
@@ -86,7 +86,7 @@ def leave_one_out(markets, charges: list[float], every: float, processes, nodes:
             runs = [run for run in setting["omniscient"] if run[0] in keep]
             up, best = (np.mean([setting[p][run] for run in runs]) for p in REFERENCES)
             ours = np.mean([setting[variant_name(chosen[run[0]])][run] for run in runs])
-            shares.append((up - ours) / (up - best))
+            shares.append(gap_closed(up, best, ours))
         return float(np.mean(shares))
 
     print("| held out | charge chosen on the others | gap closed on the others |")

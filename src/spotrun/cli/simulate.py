@@ -161,7 +161,7 @@ def as_row(records: list[RunRecord], row: str) -> list[RunRecord]:
 
 def with_row(names: list[str], after: str, row: str) -> list[str]:
     """The report's rows with `row` after the policy `after` (before the bound where that policy was not run)."""
-    at = names.index(after) + 1 if after in names else len([n for n in names if n != OMNISCIENT])
+    at = names.index(after) + 1 if after in names else names.index(OMNISCIENT) if OMNISCIENT in names else len(names)
     return [*names[:at], row, *names[at:]]
 
 
@@ -189,7 +189,7 @@ def _json_report(
 ) -> str:
     report = {
         "job": {**numbers, "file": str(job_file) if job_file else None,
-                "live": {**asdict(live), "row": live.own_row} if live else None},
+                "live": live.as_json() if live else None},
         "markets": [label for label, _ in markets], **settings.as_json(),
         "seconds": round(elapsed, 2),
         "policies": _json_summaries(summaries),

@@ -3,9 +3,8 @@ controller would plan it, so that `spotrun simulate --job FILE` compares the pol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 from spotrun.control.jobs import check_resources
 from spotrun.control.placement import job_prices
@@ -23,14 +22,7 @@ class LivePlacement:
     """How the live controller places the job file's job: its policy and its spot settings."""
 
     policy: str
-    use_spot: bool
-    fallback: Literal["on-demand", "wait"]
-    preemptions_before_fallback: int
-    fallback_window: float
-
-    @property
-    def settings(self) -> SpotSettings:
-        return SpotSettings(self.use_spot, self.fallback, self.preemptions_before_fallback, self.fallback_window)
+    settings: SpotSettings
 
     @property
     def own_row(self) -> str | None:
@@ -39,16 +31,19 @@ class LivePlacement:
         shows how the job is placed (a policy that chooses its markets itself refuses settings it would break)."""
         if self.settings.as_assumed or markets_regardless(self.policy):
             return None
-        return f"{self.policy} ({'use_spot: false' if not self.use_spot else 'fallback: wait'})"
+        return f"{self.policy} ({'use_spot: false' if not self.settings.use_spot else 'fallback: wait'})"
+
+    def as_json(self) -> dict[str, object]:
+        return {"policy": self.policy, **asdict(self.settings), "row": self.own_row}
 
     def note(self) -> str:
         """What a report of the simulated policies should say of the job's own placement."""
         said = f"live, this job is placed by policy {self.policy!r}"
         shown = f": row '{self.own_row}'" if self.own_row else ""
-        if not self.use_spot:
+        if not self.settings.use_spot:
             return (said + " on on-demand only (spot.use_spot: false)" + (shown or ", at on_demand's cost")
                     + "; the other rows show what spot would cost it")
-        if self.fallback == "wait":
+        if self.settings.fallback == "wait":
             return (said + " on spot only (spot.fallback: wait), waiting for spot without planning for the deadline"
                     + shown + "; the other rows may use on-demand")
         return said
@@ -93,8 +88,7 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         spot_price=spot,
         max_price=spec.spot.max_price,
         nodes=spec.resources.nodes,
-        placement=LivePlacement(
-            spec.spot.policy, spec.spot.use_spot, spec.spot.fallback, spec.spot.preemptions_before_fallback,
-            spec.spot.fallback_window,
-        ),
+        placement=LivePlacement(spec.spot.policy, SpotSettings(
+            spec.spot.use_spot, spec.spot.fallback, spec.spot.preemptions_before_fallback, spec.spot.fallback_window,
+        )),
     )

@@ -263,10 +263,11 @@ class JobRun:
                     raise RuntimeError(f"{self.policy.name}: Keep while the job holds no instance")
                 return True
             if isinstance(decision, Wait):
-                if self.current is not None:
+                if self.current is not None:  # the controller moves the job off it, and places it at its next question
                     self._end(now, "released")
-                self.capacity_rounds += 1
-                self.not_before = decision.until
+                else:  # as the controller counts a wait while placing, and does not place the job before its time
+                    self.capacity_rounds += 1
+                    self.not_before = decision.until
                 return True
             if isinstance(decision, GiveUp):
                 self.result.gave_up = True
