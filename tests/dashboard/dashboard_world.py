@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -64,6 +65,15 @@ class Dashboard:
     finished_job: int  # alice's, preempted twice, then succeeded on-demand
     running_job: int  # alice's
     bobs_job: int
+
+
+def log_in_to_job_page(page: Any, dashboard: Dashboard, user: str, job_id: int) -> None:
+    """Log `page` in as `user` through the login form, then go to the job's page."""
+    page.goto(f"{dashboard.url}/dashboard/login")
+    page.fill("#token", dashboard.tokens[user])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{dashboard.url}/dashboard/")
+    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dashboard_world import Dashboard, set_job_state
+from dashboard_world import Dashboard, log_in_to_job_page, set_job_state
 
 from spotrun.state import Job
 
@@ -46,11 +46,7 @@ def open_job_page(browser: Any, dashboard: Dashboard, user: str, job_id: int) ->
     posts: list[str] = []
     page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
     page.on("pageerror", lambda error: posts.append(f"page error: {error}"))
-    page.goto(f"{dashboard.url}/dashboard/login")
-    page.fill("#token", dashboard.tokens[user])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{dashboard.url}/dashboard/")
-    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    log_in_to_job_page(page, dashboard, user, job_id)
     return context, page, posts
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_world import ON_DEMAND_PRICE, Dashboard
+from dashboard_world import ON_DEMAND_PRICE, Dashboard, log_in_to_job_page
 
 from spotrun.control.tokens import hash_token
 from spotrun.state import Attempt, Job
@@ -41,11 +41,7 @@ def test_a_multi_node_job_shows_one_lane_per_node(dashboard: Dashboard, browser:
 
     job_id = seed_gang_job(dashboard, submitted_at=1_800_000_000.0)
     page = browser.new_context(viewport=VIEWPORT).new_page()
-    page.goto(f"{dashboard.url}/dashboard/login")
-    page.fill("#token", dashboard.tokens["alice"])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{dashboard.url}/dashboard/")
-    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+    log_in_to_job_page(page, dashboard, "alice", job_id)
 
     expect(page.locator("#status")).to_contain_text("Job ended (SUCCEEDED)")
     lanes = page.locator("#timeline .lane")

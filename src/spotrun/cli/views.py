@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from spotrun.server.views import AttemptView, JobRow, job_row
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend
 
-__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
+__all__ = ["JobRow", "RefusedTries", "attempts_table", "fold_refused_tries", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
 
 
 _STATE_STYLE = {
@@ -50,14 +52,79 @@ def status_table(rows: list[JobRow]) -> Table:
     return table
 
 
+@dataclass(frozen=True)
+class RefusedTries:
+    """Launch tries in a row, in the same market, that got no instance and cost nothing (refused, or a gang's node
+    given back when another was refused): a job that waits for spot through a long gap is refused hundreds of times,
+    and each try is an attempt."""
+
+    tries: tuple[AttemptView, ...]
+
+    @property
+    def numbers(self) -> str:
+        return f"{self.tries[0].number}–{self.tries[-1].number}"
+
+    @property
+    def zones(self) -> str:
+        return ", ".join(dict.fromkeys(a.zone for a in self.tries))
+
+    @property
+    def nodes(self) -> str:
+        return ", ".join(str(rank) for rank in dict.fromkeys(a.node_rank for a in self.tries))
+
+    @property
+    def ended(self) -> str:
+        return f"{clock_time(self.tries[0].ended_at)}–{clock_time(self.tries[-1].ended_at)}"
+
+    @property
+    def end(self) -> str:
+        reasons = Counter(a.end_reason for a in self.tries)
+        return ", ".join(f"{reason} ×{count}" for reason, count in reasons.items())
+
+
+def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | RefusedTries]:
+    """The attempts, with each run of two or more consecutive refused tries in one market (`RefusedTries`) as one
+    item."""
+    items: list[AttemptView | RefusedTries] = []
+    run: list[AttemptView] = []
+
+    def close_run() -> None:
+        items.extend(run if len(run) < 2 else [RefusedTries(tuple(run))])
+        run.clear()
+
+    for attempt in attempts:
+        if not _refused(attempt):
+            close_run()
+            items.append(attempt)
+            continue
+        if run and run[-1].market != attempt.market:
+            close_run()
+        run.append(attempt)
+    close_run()
+    return items
+
+
+def _refused(attempt: AttemptView) -> bool:
+    """A try that ended without an instance and cost nothing."""
+    return (attempt.started_at is None and attempt.ended_at is not None and attempt.end_reason is not None
+            and attempt.billed_seconds == 0)
+
+
 def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Table:
-    """One row per attempt; a multi-node job's rows also name their node, its address, and the node's cost."""
+    """One row per attempt, but one for each run of refused tries alike; a multi-node job's rows also name their
+    node, its address, and the node's cost."""
     multi_node = any(a.node_rank for a in attempts)
     table = Table(title=f"attempts of job {job_id}" + (" (one per node and instance)" if multi_node else ""))
     columns = ["#"] + (["node", "address"] if multi_node else []) + ["market", "zone", "instance", "started", "ended", "end", "billed s", "$/h", "cost"]
     for column in columns:
         table.add_column(column)
-    for a in attempts:
+    for a in fold_refused_tries(attempts):
+        if isinstance(a, RefusedTries):
+            last = a.tries[-1]
+            node = [a.nodes, "—"] if multi_node else []
+            table.add_row(a.numbers, *node, last.market, a.zones, "—", "—", a.ended, a.end, "0",
+                          f"{last.price_per_hour:.4f}", "$0.0000")
+            continue
         billed = a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0)
         node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(

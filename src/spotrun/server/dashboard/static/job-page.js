@@ -45,7 +45,61 @@ function renderBill(bill) {
   document.getElementById("cost-bar").style.width = `${(share * 100).toFixed(1)}%`;
 }
 
+// Runs of two or more consecutive tries in one market that got no instance and cost nothing (refused, or a gang's
+// node given back when another was refused) are one row: a job that waits for spot through a long gap is refused
+// hundreds of times, and each try is an attempt (as `spotrun status JOB` folds them).
+function refused(a) {
+  return a.started_at === null && a.ended_at !== null && a.end_reason !== null && a.billed_seconds === 0;
+}
+
+function foldRefusedTries(attempts) {
+  const items = [];
+  let run = [];
+  const closeRun = () => {
+    if (run.length >= 2) items.push({ tries: run });
+    else items.push(...run);
+    run = [];
+  };
+  for (const a of attempts) {
+    if (!refused(a)) {
+      closeRun();
+      items.push(a);
+      continue;
+    }
+    if (run.length && run[run.length - 1].market !== a.market) closeRun();
+    run.push(a);
+  }
+  closeRun();
+  return items;
+}
+
+function distinct(values) {
+  return [...new Set(values)].join(", ");
+}
+
+function refusedRow({ tries }) {
+  const first = tries[0], last = tries[tries.length - 1];
+  const reasons = new Map();
+  for (const a of tries) reasons.set(a.end_reason, (reasons.get(a.end_reason) ?? 0) + 1);
+  return el("tr", { className: "refused-tries", dataset: { attempt: `${first.number}-${last.number}`,
+                                                           market: last.market, tries: tries.length } },
+    el("td", {}, `${first.number}–${last.number}`),
+    el("td", { className: "num" }, distinct(tries.map((a) => a.node_rank ?? 0))),
+    el("td", {}, el("span", { className: `market-tag market-${last.market}` }, last.market)),
+    el("td", {}, distinct(tries.map((a) => a.zone))),
+    el("td", {}, last.instance_type),
+    el("td", {}, "—"),
+    el("td", {}, `${clockTime(first.ended_at)} – ${clockTime(last.ended_at)}`),
+    el("td", { className: "num" }, "—"),
+    el("td", { className: "end-reason end-refused" },
+      [...reasons].map(([reason, count]) => `${reason} ×${count}`).join(", ")),
+    el("td", { className: "num" }, "—"),
+    el("td", { className: "num" }, `${dollars(last.price_per_hour)} (on-demand ${dollars(last.on_demand_price_per_hour)})`),
+  );
+}
+
 function attemptRow(a) {
+  if (a.tries) return refusedRow(a);
   const ran = a.started_at === null ? "—" : duration((a.ended_at ?? Date.now() / 1000) - a.started_at);
   return el("tr", { dataset: { attempt: a.number, market: a.market, node: a.node_rank ?? 0 } },
     el("td", {}, a.number),
@@ -83,7 +137,7 @@ async function refresh() {
   actions.setEnded(ended);
   renderBill(detail.bill);
   renderTimeline(document.getElementById("timeline"), document.getElementById("timeline-axis"), attempts, end);
-  document.querySelector("#attempts tbody").replaceChildren(...attempts.map(attemptRow));
+  document.querySelector("#attempts tbody").replaceChildren(...foldRefusedTries(attempts).map(attemptRow));
   await logView.update(attempts, ended);
   await appendEvents();
   document.getElementById("job").hidden = false;

@@ -1,0 +1,56 @@
+"""A job refused spot many times in a row: the dashboard's attempts table shows those tries as one row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard_world import ON_DEMAND_PRICE, Dashboard, log_in_to_job_page
+
+from spotrun.control.tokens import hash_token
+from spotrun.state import Attempt, Job
+
+VIEWPORT = {"width": 1280, "height": 900}
+REFUSED = 5  # tries 2..6, between a preempted spot attempt and the on-demand one that finished
+
+
+def seed_refused_job(dashboard: Dashboard, submitted_at: float) -> int:
+    with dashboard.store.session() as session:
+        job = Job(name="waiter", owner="alice", spec={"name": "waiter", "run": "train"}, state="SUCCEEDED",
+                  created_at=submitted_at, updated_at=submitted_at + 3000, finished_at=submitted_at + 3000,
+                  preemptions=1)
+        session.add(job)
+        session.flush()
+
+        def attempt(number: int, market: str, zone: str, start: float, end: float, reason: str, placed: bool) -> Attempt:
+            return Attempt(
+                job_id=job.id, number=number, state="ended", provider="local", zone=zone, market=market,
+                instance_type="local.cpu", price_per_hour=0.12 if market == "spot" else ON_DEMAND_PRICE,
+                on_demand_price_per_hour=ON_DEMAND_PRICE, client_token=f"ct-wait-{number}",
+                token_hash=hash_token(f"agent-wait-{number}"), instance_id=f"li-wait-{number}" if placed else None,
+                created_at=submitted_at + start, started_at=submitted_at + start if placed else None,
+                ended_at=submitted_at + end, end_reason=reason, billed_seconds=end - start if placed else 0.0,
+            )
+
+        session.add(attempt(1, "spot", "local-a", 0, 600, "preempted", True))
+        for number in range(2, 2 + REFUSED):
+            at = 600 + 60 * number
+            session.add(attempt(number, "spot", ("local-a", "local-b")[number % 2], at, at, "no_capacity", False))
+        session.add(attempt(2 + REFUSED, "on-demand", "local-a", 1200, 3000, "succeeded", True))
+        return job.id
+
+
+def test_refused_tries_in_a_row_are_one_row_of_the_attempts_table(dashboard: Dashboard, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    job_id = seed_refused_job(dashboard, submitted_at=1_800_000_000.0)
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    log_in_to_job_page(page, dashboard, "alice", job_id)
+
+    expect(page.locator("#status")).to_contain_text("Job ended (SUCCEEDED)")
+    rows = page.locator("#attempts tbody tr")
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-attempt") for i in range(3)] == ["1", f"2-{1 + REFUSED}", str(2 + REFUSED)]
+    folded = rows.nth(1)
+    assert folded.get_attribute("data-tries") == str(REFUSED)
+    text = folded.inner_text()
+    assert f"2–{1 + REFUSED}" in text and f"no_capacity ×{REFUSED}" in text and "local-a, local-b" in text, text
