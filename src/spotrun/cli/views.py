@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -14,13 +11,15 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from spotrun.cli.clock import clock_time
+from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.control.states import is_terminal
-from spotrun.server.views import AttemptView, JobRow, job_row
+from spotrun.server.views import AttemptView, EventView, JobRow, job_row
 
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend
 
-__all__ = ["JobRow", "RefusedTries", "attempts_table", "fold_refused_tries", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
+__all__ = ["JobRow", "attempts_table", "clock_time", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
 
 
 _STATE_STYLE = {
@@ -52,64 +51,6 @@ def status_table(rows: list[JobRow]) -> Table:
     return table
 
 
-@dataclass(frozen=True)
-class RefusedTries:
-    """Launch tries in a row, in the same market, that got no instance and cost nothing (refused, or a gang's node
-    given back when another was refused): a job that waits for spot through a long gap is refused hundreds of times,
-    and each try is an attempt."""
-
-    tries: tuple[AttemptView, ...]
-
-    @property
-    def numbers(self) -> str:
-        return f"{self.tries[0].number}–{self.tries[-1].number}"
-
-    @property
-    def zones(self) -> str:
-        return ", ".join(dict.fromkeys(a.zone for a in self.tries))
-
-    @property
-    def nodes(self) -> str:
-        return ", ".join(str(rank) for rank in dict.fromkeys(a.node_rank for a in self.tries))
-
-    @property
-    def ended(self) -> str:
-        return f"{clock_time(self.tries[0].ended_at)}–{clock_time(self.tries[-1].ended_at)}"
-
-    @property
-    def end(self) -> str:
-        reasons = Counter(a.end_reason for a in self.tries)
-        return ", ".join(f"{reason} ×{count}" for reason, count in reasons.items())
-
-
-def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | RefusedTries]:
-    """The attempts, with each run of two or more consecutive refused tries in one market (`RefusedTries`) as one
-    item."""
-    items: list[AttemptView | RefusedTries] = []
-    run: list[AttemptView] = []
-
-    def close_run() -> None:
-        items.extend(run if len(run) < 2 else [RefusedTries(tuple(run))])
-        run.clear()
-
-    for attempt in attempts:
-        if not _refused(attempt):
-            close_run()
-            items.append(attempt)
-            continue
-        if run and run[-1].market != attempt.market:
-            close_run()
-        run.append(attempt)
-    close_run()
-    return items
-
-
-def _refused(attempt: AttemptView) -> bool:
-    """A try that ended without an instance and cost nothing."""
-    return (attempt.started_at is None and attempt.ended_at is not None and attempt.end_reason is not None
-            and attempt.billed_seconds == 0)
-
-
 def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Table:
     """One row per attempt, but one for each run of refused tries alike; a multi-node job's rows also name their
     node, its address, and the node's cost."""
@@ -138,17 +79,29 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
 def follow_events(backend: Backend, job_id: int, console: Console, poll: float = 0.3) -> str:
     """Print the job's events as they happen, under a live status line, until it ends; returns its final state."""
     last_event = 0
+    refusals = RefusalStreak()
     with Live(console=console, auto_refresh=False, transient=True) as live:
         while True:
             row = backend.rows(job_id)[0]  # read before the events: every event of a job that has ended is stored
-            events = backend.events(job_id, after=last_event)
-            for event in events:
-                live.console.print(f"[dim]{clock_time(event.at)}[/] {_event_text(event.kind, event.message)}")
+            for event in backend.events(job_id, after=last_event):
+                _print_events(live.console, refusals.take(event))
                 last_event = event.id
             if is_terminal(row.state):
+                _print_events(live.console, refusals.close())
                 return row.state
-            live.update(progress_line(row), refresh=True)
+            line = progress_line(row)
+            if (folded := refusals.status()) is not None:
+                line.append(f" · {folded}", style="yellow")
+            live.update(line, refresh=True)
             time.sleep(poll)
+
+
+def _print_events(console: Console, items: list[EventView | str]) -> None:
+    for item in items:
+        if isinstance(item, str):
+            console.print(f"[yellow]{item}[/]", highlight=False)
+        else:
+            console.print(f"[dim]{clock_time(item.at)}[/] {_event_text(item.kind, item.message)}")
 
 
 def attempts_summary(row: JobRow, tries: int) -> str:
@@ -178,10 +131,6 @@ def _event_text(kind: str, message: str) -> str:
     styles = {"preemption_notice": "bold magenta", "state": "bold", "launch_refused": "yellow", "chaos": "magenta"}
     style = styles.get(kind)
     return f"[{style}]{message}[/]" if style else message
-
-
-def clock_time(at: float | None) -> str:
-    return datetime.fromtimestamp(at).strftime("%H:%M:%S") if at else "—"
 
 
 def format_duration(seconds: float) -> str:
