@@ -70,6 +70,8 @@ def test_only_runs_of_two_or_more_unplaced_tries_in_one_market_fold():
 
     still_launching = attempt(3, reason=None, ended=False)
     assert fold_refused_tries([attempt(1), attempt(2), still_launching])[1] is still_launching
+    cancelled = [attempt(1, reason="cancelled"), attempt(2, reason="cancelled")]  # not refused: each its own row
+    assert fold_refused_tries(cancelled) == cancelled
 
     # a gang's refusal: one node refused, the others given back; each round folds with the next
     gang = [attempt(n, node=n % 3, reason="no_capacity" if n % 3 == 0 else "released") for n in range(6)]

@@ -23,9 +23,9 @@ _PLACING = re.compile(r"^(?:\w+ → )?(?:PROVISIONING|WAITING): ")  # a state ev
 
 @dataclass(frozen=True)
 class RefusedTries:
-    """Launch tries in a row, in the same market, that got no instance and cost nothing (refused, or a gang's node
-    given back when another was refused): a job that waits for spot through a long gap is refused hundreds of times,
-    and each try is an attempt."""
+    """Launch tries in a row, in the same market, that got no instance and cost nothing (refused, launching failed,
+    or a gang's node given back when another was refused): a job that waits for spot through a long gap is refused
+    hundreds of times, and each try is an attempt."""
 
     tries: tuple[AttemptView, ...]
 
@@ -74,8 +74,8 @@ def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | Refuse
 
 
 def _refused(attempt: AttemptView) -> bool:
-    """A try that ended without an instance and cost nothing."""
-    return (attempt.started_at is None and attempt.ended_at is not None and attempt.end_reason is not None
+    """A try that ended without an instance, for one of `UNPLACED_ENDS`, and cost nothing."""
+    return (attempt.started_at is None and attempt.ended_at is not None and attempt.end_reason in UNPLACED_ENDS
             and attempt.billed_seconds == 0)
 
 

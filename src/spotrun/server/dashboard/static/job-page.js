@@ -45,11 +45,13 @@ function renderBill(bill) {
   document.getElementById("cost-bar").style.width = `${(share * 100).toFixed(1)}%`;
 }
 
-// Runs of two or more consecutive tries in one market that got no instance and cost nothing (refused, or a gang's
-// node given back when another was refused) are one row: a job that waits for spot through a long gap is refused
-// hundreds of times, and each try is an attempt (as `spotrun status JOB` folds them).
+// Runs of two or more consecutive tries in one market that got no instance and cost nothing (refused, launching
+// failed, or a gang's node given back when another was refused) are one row: a job that waits for spot through a
+// long gap is refused hundreds of times, and each try is an attempt (as `spotrun status JOB` folds them).
+const UNPLACED_ENDS = new Set(["no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"]);
+
 function refused(a) {
-  return a.started_at === null && a.ended_at !== null && a.end_reason !== null && a.billed_seconds === 0;
+  return a.started_at === null && a.ended_at !== null && UNPLACED_ENDS.has(a.end_reason) && a.billed_seconds === 0;
 }
 
 function foldRefusedTries(attempts) {
