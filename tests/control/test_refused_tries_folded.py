@@ -125,24 +125,29 @@ def test_a_run_of_as_many_tries_as_are_shown_folds_nothing(world):
 
 
 class OneJobBackend:
-    """What `follow_events` reads: the job's row (ended) and its events."""
+    """What `follow_events` reads: the job's row and its events, in two polls: the first ends amid the refused
+    tries (the job still placing), the second brings the rest (the job has ended)."""
 
     def __init__(self, world, job_id: int) -> None:
-        self.world, self.job_id = world, job_id
+        self.world, self.job_id, self.polls = world, job_id, 0
 
     def rows(self, job_id: int):
         from spotrun.server.views import job_row
-        return [job_row(self.world.job(job_id), self.world.clock.now()).model_copy(update={"state": "SUCCEEDED"})]
+        self.polls += 1
+        row = job_row(self.world.job(job_id), self.world.clock.now())
+        return [row.model_copy(update={"state": "WAITING" if self.polls == 1 else "SUCCEEDED"})]
 
     def events(self, job_id: int, after: int) -> list[EventView]:
-        return [e for e in job_events(self.world, job_id) if e.id > after]
+        events = [e for e in job_events(self.world, job_id) if e.id > after]
+        return events[:30] if self.polls == 1 else events
 
 
 def test_follow_events_prints_the_folded_line(world):
     job_id = refused_for_a_while_then_placed(world)
     tries = len(world.attempts(job_id)) - 1
-    out = StringIO()
-    assert follow_events(OneJobBackend(world, job_id), job_id, Console(file=out, width=300), poll=0) == "SUCCEEDED"
+    out, backend = StringIO(), OneJobBackend(world, job_id)
+    assert follow_events(backend, job_id, Console(file=out, width=300), poll=0) == "SUCCEEDED"
+    assert backend.polls == 2
     text = out.getvalue()
     assert f"{tries - 3} more launch tries got no instance" in text
     assert text.count("no spot capacity in") == 3, text
