@@ -10,7 +10,7 @@ from rich.console import Console
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.cli.views import attempts_table, follow_events
 from spotrun.control import jobs as jobs_api
-from spotrun.server.views import AttemptView, EventView, attempt_views, event_views
+from spotrun.server.views import AttemptView, EventView, attempt_views, event_views, job_row
 
 # tests/control is on sys.path via conftest
 from world import SPEC  # noqa: E402
@@ -132,7 +132,6 @@ class OneJobBackend:
         self.world, self.job_id, self.polls = world, job_id, 0
 
     def rows(self, job_id: int):
-        from spotrun.server.views import job_row
         self.polls += 1
         row = job_row(self.world.job(job_id), self.world.clock.now())
         return [row.model_copy(update={"state": "WAITING" if self.polls == 1 else "SUCCEEDED"})]

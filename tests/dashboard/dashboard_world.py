@@ -67,6 +67,16 @@ class Dashboard:
     bobs_job: int
 
 
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def job_page(browser: Any, dashboard: Dashboard, user: str, job_id: int) -> Any:
+    """A new page, logged in as `user`, on the job's page."""
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    log_in_to_job_page(page, dashboard, user, job_id)
+    return page
+
+
 def log_in_to_job_page(page: Any, dashboard: Dashboard, user: str, job_id: int) -> None:
     """Log `page` in as `user` through the login form, then go to the job's page."""
     page.goto(f"{dashboard.url}/dashboard/login")

@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_world import PREEMPTED_HISTORY, Dashboard, set_job_state
+from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, set_job_state
 from PIL import Image
 
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import bill
 from spotrun.state import Store
 
-VIEWPORT = {"width": 1280, "height": 900}
 POLL_WAIT_MS = 8_000  # the pages poll every 3 s
 SPOT_GREEN, ON_DEMAND_BLUE, PREEMPTED_RED = (22, 163, 74), (37, 99, 235), (220, 38, 38)
 

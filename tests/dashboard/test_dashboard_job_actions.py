@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dashboard_world import Dashboard, log_in_to_job_page, set_job_state
+from dashboard_world import VIEWPORT, Dashboard, log_in_to_job_page, set_job_state
 
 from spotrun.state import Job
 
-VIEWPORT = {"width": 1280, "height": 900}
 POLL_WAIT_MS = 8_000  # the page polls every 3 s
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_world import ON_DEMAND_PRICE, Dashboard, log_in_to_job_page
+from dashboard_world import ON_DEMAND_PRICE, Dashboard, job_page
 
 from spotrun.control.tokens import hash_token
 from spotrun.state import Attempt, Job
 
-VIEWPORT = {"width": 1280, "height": 900}
 
 # (node, start, end, end reason): node 1 is preempted at 600 s and its replacement starts at 660 s.
 GANG_HISTORY = ((0, 0, 1800, "succeeded"), (1, 0, 600, "preempted"), (2, 0, 1800, "succeeded"),
@@ -40,8 +39,7 @@ def test_a_multi_node_job_shows_one_lane_per_node(dashboard: Dashboard, browser:
     from playwright.sync_api import expect
 
     job_id = seed_gang_job(dashboard, submitted_at=1_800_000_000.0)
-    page = browser.new_context(viewport=VIEWPORT).new_page()
-    log_in_to_job_page(page, dashboard, "alice", job_id)
+    page = job_page(browser, dashboard, "alice", job_id)
 
     expect(page.locator("#status")).to_contain_text("Job ended (SUCCEEDED)")
     lanes = page.locator("#timeline .lane")

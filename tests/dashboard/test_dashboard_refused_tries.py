@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_world import ON_DEMAND_PRICE, Dashboard, log_in_to_job_page
+from dashboard_world import ON_DEMAND_PRICE, Dashboard, job_page
 
 from spotrun.control.tokens import hash_token
 from spotrun.state import Attempt, Job
 
-VIEWPORT = {"width": 1280, "height": 900}
 REFUSED = 5  # tries 2..6, between a preempted spot attempt and the on-demand one that finished
 
 
@@ -43,8 +42,7 @@ def test_refused_tries_in_a_row_are_one_row_of_the_attempts_table(dashboard: Das
     from playwright.sync_api import expect
 
     job_id = seed_refused_job(dashboard, submitted_at=1_800_000_000.0)
-    page = browser.new_context(viewport=VIEWPORT).new_page()
-    log_in_to_job_page(page, dashboard, "alice", job_id)
+    page = job_page(browser, dashboard, "alice", job_id)
 
     expect(page.locator("#status")).to_contain_text("Job ended (SUCCEEDED)")
     rows = page.locator("#attempts tbody tr")

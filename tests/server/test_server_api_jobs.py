@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from server_world import TINY_JOB, Team, place_attempt
 
-from spotrun.state import Job
+from spotrun.control import records
+from spotrun.state import Attempt, Job
 
 
 def test_launched_job_is_owned_by_the_caller_and_listed(team: Team) -> None:
@@ -43,6 +44,18 @@ def test_events_after_an_id_are_only_the_newer_ones(team: Team) -> None:
     assert team.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=headers).status_code == 202
     newer = team.client.get(f"/api/v1/jobs/{job_id}/events", params={"after": first[-1]["id"]}, headers=headers).json()
     assert [e["kind"] for e in newer] == ["cancel_requested"]
+
+
+def test_events_carry_their_fields_as_data(team: Team) -> None:
+    """What `launch --follow` folds by (cli/refusals.py), through a team server too."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    with team.store.session() as session:
+        records.end_attempt(session, session.get(Attempt, attempt_id), reason="preempted", ended_at=1060.0,
+                            billed_seconds=60.0)
+    events = team.client.get(f"/api/v1/jobs/{job_id}/events", headers=team.as_user("alice")).json()
+    assert events[-1]["kind"] == "attempt_ended" and events[-1]["data"] == {
+        "reason": "preempted", "billed_seconds": 60.0, "market": "spot", "zone": "local-a"}
 
 
 def test_logs_by_attempt_and_offset_and_as_one_stream(team: Team) -> None:

@@ -5,20 +5,15 @@ line for the rest. The store and the API keep every try."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from spotrun.cli.clock import clock_time
-from spotrun.server.views import AttemptView, EventView
+from spotrun.server.views import UNPLACED_ENDS, AttemptView, EventView, clock_time
 
 __all__ = ["RefusalStreak", "RefusedTries", "fold_refused_tries"]
 
 SHOWN_IN_FULL = 3  # refused tries of a run whose events `--follow` prints; the rest are counted
-# how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
-UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"})
-_TRY_ENDED = re.compile(r"^attempt \d+ \((?P<market>[\w-]+), (?P<zone>\S+)\) ended: (?P<reason>\w+)$")
-_PLACING = re.compile(r"^(?:\w+ → )?(?:PROVISIONING|WAITING): ")  # a state event of the job being placed, or waiting
+PLACING_STATES = frozenset({"PROVISIONING", "WAITING"})  # the job being placed, or waiting to be
 
 
 @dataclass(frozen=True)
@@ -47,8 +42,7 @@ class RefusedTries:
 
     @property
     def end(self) -> str:
-        reasons = Counter(a.end_reason for a in self.tries)
-        return ", ".join(f"{reason} ×{count}" for reason, count in reasons.items())
+        return _counted(Counter(a.end_reason for a in self.tries))
 
 
 def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | RefusedTries]:
@@ -62,7 +56,7 @@ def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | Refuse
         run.clear()
 
     for attempt in attempts:
-        if not _refused(attempt):
+        if not attempt.no_instance:
             close_run()
             items.append(attempt)
             continue
@@ -71,12 +65,6 @@ def fold_refused_tries(attempts: list[AttemptView]) -> list[AttemptView | Refuse
         run.append(attempt)
     close_run()
     return items
-
-
-def _refused(attempt: AttemptView) -> bool:
-    """A try that ended without an instance, for one of `UNPLACED_ENDS`, and cost nothing."""
-    return (attempt.started_at is None and attempt.ended_at is not None and attempt.end_reason in UNPLACED_ENDS
-            and attempt.billed_seconds == 0)
 
 
 @dataclass
@@ -99,8 +87,9 @@ class RefusalStreak:
         if not self._folds(event):
             return [event]
         self.held.append(event)
-        if event.kind == "attempt_ended" and (ended := _TRY_ENDED.match(event.message)):
-            self.ends[(ended["market"], ended["zone"], ended["reason"])] += 1
+        if event.kind == "attempt_ended":
+            data = event.data or {}
+            self.ends[(data.get("market", "?"), data.get("zone", "?"), data["reason"])] += 1
         return []
 
     def close(self) -> list[EventView | str]:
@@ -109,18 +98,15 @@ class RefusalStreak:
         self.shown, self.held, self.ends = set(), [], Counter()
         if not ends:  # nothing but the job waiting: nothing to fold
             return list(held)
-        tries = sum(ends.values())
-        line = (f"{clock_time(held[0].at)}–{clock_time(held[-1].at)} {tries} more launch "
-                f"{'try' if tries == 1 else 'tries'} got no instance ({_where(ends)})")
+        line = (f"{clock_time(held[0].at)}–{clock_time(held[-1].at)} {_more_tries(sum(ends.values()))} got no "
+                f"instance ({_where(ends)})")
         last = held[-1]
-        return [line, last] if last.kind == "state" and "PROVISIONING: " in last.message else [line]
+        return [line, last] if _moved_to(last) == "PROVISIONING" else [line]
 
     def status(self) -> str | None:
         """For the live line while a run is being folded."""
         tries = sum(self.ends.values())
-        if not tries:
-            return None
-        return f"{tries} more launch {'try' if tries == 1 else 'tries'} without an instance since {clock_time(self.held[0].at)}"
+        return f"{_more_tries(tries)} without an instance since {clock_time(self.held[0].at)}" if tries else None
 
     def _folds(self, event: EventView) -> bool:
         if event.attempt_id is None:  # a state event: folded once the run has shown its tries
@@ -138,19 +124,31 @@ def _placing(event: EventView) -> bool:
     if event.kind == "launch_refused":
         return True
     if event.kind == "attempt_ended":
-        ended = _TRY_ENDED.match(event.message)
-        return ended is not None and ended["reason"] in UNPLACED_ENDS
-    return event.kind == "state" and _PLACING.match(event.message) is not None
+        return (event.data or {}).get("reason") in UNPLACED_ENDS
+    return _moved_to(event) in PLACING_STATES
+
+
+def _moved_to(event: EventView) -> str | None:
+    """The state a state event moved the job to (None for other events)."""
+    return (event.data or {}).get("to") if event.kind == "state" else None
+
+
+def _more_tries(count: int) -> str:
+    return f"{count} more launch {'try' if count == 1 else 'tries'}"
+
+
+def _counted(counts: Counter[str]) -> str:
+    """E.g. "no_capacity ×2, released ×4"."""
+    return ", ".join(f"{what} ×{count}" for what, count in counts.items())
 
 
 def _where(ends: Counter[tuple[str, str, str]]) -> str:
-    """E.g. "spot in m-a, m-b: no_capacity ×12"."""
+    """E.g. "spot in m-a, m-b: no_capacity ×12"; markets apart, separated by ";"."""
     parts = []
     for market in dict.fromkeys(m for m, _, _ in ends):
-        zones = ", ".join(dict.fromkeys(z for m, z, _ in ends if m == market))
-        reasons = Counter()
-        for (m, _, reason), count in ends.items():
-            if m == market:
-                reasons[reason] += count
-        parts.append(f"{market} in {zones}: " + ", ".join(f"{r} ×{n}" for r, n in reasons.items()))
+        mine = {(zone, reason): count for (m, zone, reason), count in ends.items() if m == market}
+        reasons: Counter[str] = Counter()
+        for (_, reason), count in mine.items():
+            reasons[reason] += count
+        parts.append(f"{market} in {', '.join(dict.fromkeys(z for z, _ in mine))}: {_counted(reasons)}")
     return "; ".join(parts)

@@ -11,10 +11,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from spotrun.cli.clock import clock_time
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.control.states import is_terminal
-from spotrun.server.views import AttemptView, EventView, JobRow, job_row
+from spotrun.server.views import AttemptView, EventView, JobRow, clock_time, job_row
 
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend

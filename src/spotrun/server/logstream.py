@@ -9,12 +9,12 @@ from __future__ import annotations
 import codecs
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import attempt_log_path
 from spotrun.control.states import is_terminal
+from spotrun.server.views import clock_time
 from spotrun.state import Attempt, Store
 
 
@@ -68,9 +68,7 @@ def attempt_header(attempt: Attempt, multi_node: bool = False) -> str:
     node = f" · node {attempt.node_rank}" if multi_node else ""
     return (
         f"──── attempt {attempt.number}{node} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
-        f"started {_clock_time(attempt.started_at)} ────\n"
+        f"started {clock_time(attempt.started_at)} ────\n"
     )
 
 
-def _clock_time(at: float | None) -> str:
-    return datetime.fromtimestamp(at).strftime("%H:%M:%S") if at else "—"

@@ -6,9 +6,10 @@ the store itself or asked a team server.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from spotrun.control import records
 from spotrun.control.progress import newest_checkpoint
@@ -37,6 +38,10 @@ class JobRow(BaseModel):
         return self.model_dump()
 
 
+# how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
+UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"})
+
+
 class AttemptView(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -63,6 +68,13 @@ class AttemptView(BaseModel):
     address: str | None = None
     takes_over_from: int | None = Field(default=None, description="a make-before-break move: the attempt number it replaces")
 
+    @computed_field(description="a try that ended without an instance (refused, launching failed, or a gang's node "
+                    "given back) and cost nothing: runs of them are shown as one row")  # type: ignore[prop-decorator]
+    @property
+    def no_instance(self) -> bool:
+        return (self.started_at is None and self.ended_at is not None and self.end_reason in UNPLACED_ENDS
+                and self.billed_seconds == 0)
+
 
 class EventView(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -72,6 +84,9 @@ class EventView(BaseModel):
     kind: str
     message: str
     attempt_id: int | None
+    data: dict[str, Any] | None = Field(
+        default=None, description='what the message says, as fields: e.g. a state move\'s "from" and "to", an ended '
+        'attempt\'s "reason", "market" and "zone"')
 
 
 class BillView(BaseModel):
@@ -135,6 +150,11 @@ def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt], held: bool) -> At
     standing_by = held and attempt.state == "running"  # launched and up, not yet taking over
     state = "standby" if standing_by else view.state
     return view.model_copy(update={"takes_over_from": predecessor.number, "state": state})
+
+
+def clock_time(at: float | None) -> str:
+    """A moment as the CLI and the log stream write it: the local wall-clock time."""
+    return datetime.fromtimestamp(at).strftime("%H:%M:%S") if at else "—"
 
 
 def event_views(events: list[Event]) -> list[EventView]:

@@ -45,15 +45,9 @@ function renderBill(bill) {
   document.getElementById("cost-bar").style.width = `${(share * 100).toFixed(1)}%`;
 }
 
-// Runs of two or more consecutive tries in one market that got no instance and cost nothing (refused, launching
-// failed, or a gang's node given back when another was refused) are one row: a job that waits for spot through a
-// long gap is refused hundreds of times, and each try is an attempt (as `spotrun status JOB` folds them).
-const UNPLACED_ENDS = new Set(["no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"]);
-
-function refused(a) {
-  return a.started_at === null && a.ended_at !== null && UNPLACED_ENDS.has(a.end_reason) && a.billed_seconds === 0;
-}
-
+// Runs of two or more consecutive tries in one market that got no instance (the API's `no_instance`) are one row:
+// a job that waits for spot through a long gap is refused hundreds of times, and each try is an attempt (as
+// `spotrun status JOB` folds them).
 function foldRefusedTries(attempts) {
   const items = [];
   let run = [];
@@ -63,7 +57,7 @@ function foldRefusedTries(attempts) {
     run = [];
   };
   for (const a of attempts) {
-    if (!refused(a)) {
+    if (!a.no_instance) {
       closeRun();
       items.push(a);
       continue;
