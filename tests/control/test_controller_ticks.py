@@ -20,6 +20,11 @@ from memory_cloud import Crash  # noqa: E402
 from world import DEADLINE_SPEC, SPEC, alive_for, prices  # noqa: E402
 
 
+def placement_context_of(world, job_id: int, spec, zones: list[str], now: float):
+    with world.store.session() as session:
+        return placement_context(session, session.get(Job, job_id), spec, zones, now)
+
+
 def test_a_job_runs_and_succeeds_and_is_billed(world):
     job_id = world.submit()
     world.tick()
@@ -389,18 +394,18 @@ def test_the_sdks_reported_steps_become_the_policys_progress(world):
     instance = world.run_to_running(job_id)
     post = world.agent(instance)
     spec = parse_spec(SPEC + "estimated_duration: 10h\n")
-    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress is None  # nothing said
+    assert placement_context_of(world, job_id, spec, ["m-a"], world.clock.now()).progress is None  # nothing said
     post("heartbeat", {"checkpoint_step": 30})
-    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress is None  # no total known
+    assert placement_context_of(world, job_id, spec, ["m-a"], world.clock.now()).progress is None  # no total known
     post("heartbeat", {"checkpoint_step": 30, "total_steps": 120})
     [attempt] = world.attempts(job_id)
     assert (attempt.checkpoint_step, attempt.total_steps) == (30, 120)
-    assert placement_context(world.job(job_id), spec, ["m-a"], world.clock.now()).progress == pytest.approx(2.5 * 3600)
+    assert placement_context_of(world, job_id, spec, ["m-a"], world.clock.now()).progress == pytest.approx(2.5 * 3600)
     row = job_row(world.job(job_id), world.clock.now())
     assert (row.checkpoint_step, row.total_steps) == (30, 120)
     assert "checkpoint step 30 of 120 (25%)" in progress_line(row).plain
     no_duration = parse_spec(SPEC)
-    assert placement_context(world.job(job_id), no_duration, ["m-a"], world.clock.now()).progress is None
+    assert placement_context_of(world, job_id, no_duration, ["m-a"], world.clock.now()).progress is None
 
 
 def report_steps(world, instance, steps, seconds_apart, total=1000):
@@ -417,7 +422,7 @@ def test_without_an_estimated_duration_the_step_rate_gives_the_policy_one(world)
     instance = world.run_to_running(job_id)
 
     def ctx():
-        return placement_context(world.job(job_id), spec, ["m-a"], world.clock.now())
+        return placement_context_of(world, job_id, spec, ["m-a"], world.clock.now())
 
     assert ctx().estimated_duration is None and ctx().progress is None  # nothing reported yet
     report_steps(world, instance, [0, 20, 40], 100)  # 40 steps in 200 s: too little time to plan with
@@ -437,7 +442,7 @@ def test_without_an_estimated_duration_the_step_rate_gives_the_policy_one(world)
     assert ctx().estimated_duration == pytest.approx(1000 / (120 / 500))
     assert ctx().progress == pytest.approx(120 / (120 / 500))
     given = parse_spec(spec_text + "estimated_duration: 3h\n")  # a duration the job names wins
-    assert placement_context(world.job(job_id), given, ["m-a"], world.clock.now()).estimated_duration == 3 * 3600
+    assert placement_context_of(world, job_id, given, ["m-a"], world.clock.now()).estimated_duration == 3 * 3600
 
 
 def test_the_restart_overhead_is_measured_from_when_each_attempt_trained_again(world):
@@ -445,7 +450,7 @@ def test_the_restart_overhead_is_measured_from_when_each_attempt_trained_again(w
     job_id = world.submit(spec_text)
 
     def overhead():
-        return placement_context(world.job(job_id), parse_spec(spec_text), ["m-a"], world.clock.now()).restart_overhead
+        return placement_context_of(world, job_id, parse_spec(spec_text), ["m-a"], world.clock.now()).restart_overhead
 
     launched = world.clock.now()
     world.tick()
@@ -466,7 +471,7 @@ def test_the_restart_overhead_is_measured_from_when_each_attempt_trained_again(w
     assert second_overhead > 300 and overhead() == pytest.approx(second_overhead, abs=2)  # the longer one
 
     named = parse_spec(spec_text.replace("deadline: 10h", "deadline: 10h, restart_overhead: 2m"))
-    assert placement_context(world.job(job_id), named, ["m-a"], world.clock.now()).restart_overhead == 120
+    assert placement_context_of(world, job_id, named, ["m-a"], world.clock.now()).restart_overhead == 120
 
 
 def test_the_default_policy_plans_a_deadline_job_from_its_step_rate(world, caplog):
@@ -476,7 +481,7 @@ def test_the_default_policy_plans_a_deadline_job_from_its_step_rate(world, caplo
     job_id = world.submit(spec_text)
     instance = world.run_to_running(job_id)
     report_steps(world, instance, [0, 100, 200, 300, 400], 100)  # 1 step/s, 1,000 steps: 1,000 s of compute
-    ctx = placement_context(world.job(job_id), parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
+    ctx = placement_context_of(world, job_id, parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
     assert DefaultPolicy._has_deadline(ctx) and ctx.estimated_duration == pytest.approx(1000)
     alive_for(world, instance, 200)  # the controller puts the running job to the deadline-aware policy
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
@@ -488,7 +493,7 @@ def test_a_planning_policy_runs_a_deadline_job_without_an_estimate_until_its_rat
     job_id = world.submit(spec_text)
     instance = world.run_to_running(job_id)  # no compute known: placed as the default policy places it, to be measured
     report_steps(world, instance, [0, 100, 200, 300, 400], 100)  # 1 step/s, 1,000 steps: 1,000 s of compute
-    ctx = placement_context(world.job(job_id), parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
+    ctx = placement_context_of(world, job_id, parse_spec(spec_text), ["m-a", "m-b"], world.clock.now())
     assert ctx.estimated_duration == pytest.approx(1000)
     planned = world.controller.policy(parse_spec(spec_text)).decide(ctx)
     assert "least expected cost" in planned.reason or "uniform progress" in planned.reason
@@ -526,7 +531,7 @@ def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
         with world.store.session() as session:
             job = session.get(Job, second)
             return placement_context(
-                job, spec, ["m-a", "m-b", "m-c"], world.clock.now(),
+                session, job, spec, ["m-a", "m-b", "m-c"], world.clock.now(),
                 market=world.controller.market_tries(session, job, spec, world.clock.now()),
             )
 
@@ -551,7 +556,7 @@ def test_jobs_without_a_deadline_avoid_the_zone_another_job_just_lost_spot_in(wo
 
     def first_zone_without_news(job_id):
         with world.store.session() as session:
-            ctx = placement_context(session.get(Job, job_id), spec, ["m-a", "m-b", "m-c"], world.clock.now())
+            ctx = placement_context(session, session.get(Job, job_id), spec, ["m-a", "m-b", "m-c"], world.clock.now())
         return DefaultPolicy().place(ctx).zone
 
     assert zone in {first_zone_without_news(job_id) for job_id in later}, "no job here would have tried Z first"

@@ -49,7 +49,7 @@ class World:
     def job(self, job_id: int) -> Job:
         with self.store.session() as session:
             job = session.get(Job, job_id)
-            _ = job.attempts
+            _ = job.attempts, job.placed_attempts  # read after the session ends
             return job
 
     def attempts(self, job_id: int) -> list[Attempt]:

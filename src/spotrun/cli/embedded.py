@@ -7,10 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spotrun.control import jobs as jobs_api
-from spotrun.costs.ledger import bill
 from spotrun.server.logstream import job_log_stream
 from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
-from spotrun.server.views import BillView, EventView, JobDetail, JobRow, event_views, job_detail, job_row
+from spotrun.server.views import EventView, JobDetail, JobRow, event_views, job_detail, job_row
 from spotrun.spec import load_spec
 from spotrun.state import Store
 
@@ -67,5 +66,4 @@ class EmbeddedBackend:
 
     def cost(self, job_id: int) -> JobCost:
         with self.store.session() as session:
-            job = jobs_api.get_job(session, job_id)
-            return JobCost(job_id=job_id, name=job.name, state=job.state, bill=BillView.of(bill(job.attempts, time.time())))
+            return JobCost.of(jobs_api.get_job(session, job_id), time.time())

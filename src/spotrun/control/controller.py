@@ -146,7 +146,7 @@ class Controller:
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
         provider = self.provider(spec.resources.cloud)
         zones = provider.zones(spec.resources.instance_type)
-        ctx = placement_context(job, spec, zones, now, market=self.market_tries(session, job, spec, now))
+        ctx = placement_context(session, job, spec, zones, now, market=self.market_tries(session, job, spec, now))
         decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
@@ -356,7 +356,7 @@ class Controller:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
         `reconsider_every`, at that attempt's prices."""
         return placement_context(
-            job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
+            session, job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
             market=self.market_tries(session, job, spec, now),
             current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
             step=self.settings.reconsider_every,

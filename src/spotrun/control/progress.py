@@ -73,11 +73,11 @@ def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float |
     The compute is the job's `estimated_duration`, else its total steps over the step rate measured so far. What is
     done is the newest checkpoint's steps over the run's total, times that compute; when that checkpoint named no
     total, the policy counts from the attempts' run time instead."""
-    newest = newest_checkpoint(job.attempts)
+    newest = newest_checkpoint(job.placed_attempts)
     total = newest[1] if newest is not None else None
     compute = spec.estimated_duration
     if compute is None and total:
-        rate = step_rate(job.attempts)
+        rate = step_rate(job.placed_attempts)
         compute = total / rate if rate is not None else None
     if compute is None or newest is None or not total:
         return compute, None

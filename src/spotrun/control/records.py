@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spotrun.control.states import JobState, check_transition, is_terminal
@@ -66,8 +66,8 @@ def ask_to_stop(session: Session, attempt: Attempt, reason: str, now: float) -> 
 
 
 def next_attempt_number(session: Session, job_id: int) -> int:
-    numbers = session.scalars(select(Attempt.number).where(Attempt.job_id == job_id)).all()
-    return max(numbers, default=0) + 1
+    newest = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
+    return (newest or 0) + 1
 
 
 def end_attempt(session: Session, attempt: Attempt, *, reason: str, ended_at: float, billed_seconds: float) -> None:

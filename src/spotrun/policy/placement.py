@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from spotrun.policy.observations import SpotLog
 
@@ -26,9 +26,9 @@ Market = Literal["spot", "on-demand"]
 _NOTHING_KNOWN: Mapping[str, bool] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class PastAttempt:
-    """One earlier try at running the job, as the controller recorded it."""
+class PastAttempt(NamedTuple):
+    """One earlier try at running the job, as the controller recorded it. A named tuple: a job that waited days for
+    spot has thousands of tries, and the controller builds them from rows at every placement."""
 
     zone: str
     market: Market

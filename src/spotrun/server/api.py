@@ -155,8 +155,7 @@ def _job_routes(store: Store) -> APIRouter:
     def cost(job_id: JobId, user: User) -> JobCost:
         """What the job cost, what it would have cost on-demand, and the saving."""
         with store.session() as session:
-            detail = job_detail(visible_job(session, job_id, user), time.time())
-        return JobCost(job_id=job_id, name=detail.job.name, state=detail.job.state, bill=detail.bill)
+            return JobCost.of(visible_job(session, job_id, user), time.time())
 
     return router
 

@@ -28,7 +28,9 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.store.session() as session:
             states = Counter(session.scalars(select(Job.state)))
-            attempts = list(session.scalars(select(Attempt).order_by(Attempt.job_id, Attempt.number)))
+            # refused tries (no instance) count for neither metric, and a long wait for spot makes thousands
+            placed = select(Attempt).where(Attempt.started_at.is_not(None))
+            attempts = list(session.scalars(placed.order_by(Attempt.job_id, Attempt.number)))
         yield _jobs_by_state(states)
         yield from _preemption_metrics(attempts)
         yield from _money_metrics(attempts, self.clock())

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from spotrun.costs.ledger import bill
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
 from spotrun.server.views import BillView, JobRow
+from spotrun.state import Job
 
 
 class LaunchRequest(BaseModel):
@@ -70,6 +72,10 @@ class JobCost(BaseModel):
     name: str
     state: str
     bill: BillView
+
+    @classmethod
+    def of(cls, job: Job, now: float) -> JobCost:
+        return cls(job_id=job.id, name=job.name, state=job.state, bill=BillView.of(bill(job.placed_attempts, now)))
 
 
 class Me(BaseModel):

@@ -116,10 +116,12 @@ class JobDetail(BaseModel):
 
 
 def job_row(job: Job, now: float) -> JobRow:
-    placed = [a for a in job.attempts if a.started_at is not None]
+    """From the attempts that got an instance: the others (refused tries, thousands for a job that waited long for
+    spot) cost nothing and report nothing."""
+    placed = job.placed_attempts
     running = [a for a in placed if a.ended_at is None]  # the oldest: a standby launched to replace it waits
     current = running[0] if running and not is_terminal(job.state) else None
-    newest = newest_checkpoint(job.attempts) or (None, None)
+    newest = newest_checkpoint(placed) or (None, None)
     return JobRow(
         id=job.id,
         name=job.name,
@@ -129,7 +131,7 @@ def job_row(job: Job, now: float) -> JobRow:
         market=current.market if current else None,
         zone=current.zone if current else None,
         elapsed=(job.finished_at or now) - job.created_at,
-        cost=bill(job.attempts, now).cost,
+        cost=bill(placed, now).cost,
         checkpoint_step=newest[0],
         failure_reason=job.failure_reason,
         total_steps=newest[1],
@@ -164,5 +166,5 @@ def event_views(events: list[Event]) -> list[EventView]:
 def job_detail(job: Job, now: float) -> JobDetail:
     return JobDetail(
         job=job_row(job, now), owner=job.owner, attempts=attempt_views(job.attempts),
-        bill=BillView.of(bill(job.attempts, now)),
+        bill=BillView.of(bill(job.placed_attempts, now)),
     )

@@ -52,6 +52,12 @@ class Job(Base):
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
     )
+    # The attempts that got an instance, for what is read often (the job's row, progress, bill): a job waiting for
+    # spot for days has thousands of refused tries, which cost nothing and report nothing.
+    placed_attempts: Mapped[list[Attempt]] = relationship(
+        primaryjoin="and_(Job.id == Attempt.job_id, Attempt.started_at.is_not(None))",
+        order_by="Attempt.number", viewonly=True,
+    )
 
 
 class Attempt(Base):
