@@ -65,6 +65,20 @@ def test_downgrade_to_base_then_upgrade_again(store: Store) -> None:
     assert schema_differences(store.engine) == []
 
 
+def test_the_store_knows_the_newest_revision_and_skips_alembic_only_at_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert store_module.SCHEMA_HEAD == head_revision()
+    upgrades: list[Engine] = []
+    monkeypatch.setattr("spotrun.state.migrations.upgrade_to_head", upgrades.append)
+    Store(store.url).dispose()
+    assert upgrades == [], "a store at the newest revision was migrated again"
+    with store.engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "-1")
+    Store(store.url).dispose()
+    assert len(upgrades) == 1, "a store one revision behind was not migrated"
+
+
 def test_processes_upgrading_at_once_all_succeed(database_url: str, tmp_path: Path) -> None:
     go_file = tmp_path / "go"
     workers = [start_upgrade_worker(database_url, tmp_path / f"ready-{n}", go_file) for n in range(3)]

@@ -8,12 +8,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from spotrun import config
 from spotrun.state.models import Event
+
+
+# The newest migration's revision (tests/state checks it is Alembic's head): a store already there is not migrated.
+SCHEMA_HEAD = "0009"
 
 
 class Store:
@@ -26,6 +30,8 @@ class Store:
 
     def upgrade(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe to run from several processes)."""
+        if schema_revision(self.engine) == SCHEMA_HEAD:
+            return  # nothing to do, and no need to load Alembic (~0.1 s of every CLI command)
         from spotrun.state.migrations import upgrade_to_head
 
         upgrade_to_head(self.engine)
@@ -45,6 +51,14 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The revision Alembic recorded in the database; None for a database never migrated."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def add_event(

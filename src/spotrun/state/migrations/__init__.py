@@ -11,9 +11,10 @@ the database is ``-x url=...``, else ``$SPOTRUN_DATABASE_URL``, else the default
     alembic -c src/spotrun/state/migrations/alembic.ini -x url=sqlite:///tmp/dev.db \\
         revision --autogenerate --rev-id 0002 -m "add prices"
 
-Then read and clean the generated file in versions/ (autogenerate is a draft) and run
-``pytest tests/state`` - it checks that the migrated schema equals the models on SQLite
-and PostgreSQL.
+Then read and clean the generated file in versions/ (autogenerate is a draft), set
+``SCHEMA_HEAD`` in ``spotrun/state/store.py`` to the new revision (a store already at it
+opens without loading Alembic) and run ``pytest tests/state`` - it checks that the migrated
+schema equals the models on SQLite and PostgreSQL, and that ``SCHEMA_HEAD`` is the head.
 """
 
 from __future__ import annotations
