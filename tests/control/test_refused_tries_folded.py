@@ -86,6 +86,22 @@ def job_events(world, job_id: int) -> list[EventView]:
         return event_views(jobs_api.job_events(session, job_id, after_id=0))
 
 
+def test_the_end_of_each_try_without_an_instance_and_only_it_is_marked_no_instance(world):
+    job_id = refused_for_a_while_then_placed(world)
+    attempts = attempt_views(world.attempts(job_id))
+    marked = [e for e in job_events(world, job_id) if e.no_instance]
+    assert len(marked) == sum(a.no_instance for a in attempts) == len(attempts) - 1
+    assert {e.kind for e in marked} == {"attempt_ended"}
+    agent = world.agent(world.attempts(job_id)[-1].instance_id)
+    agent("started", {})
+    world.tick(10)
+    agent("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick(5)
+    ended = [e for e in job_events(world, job_id) if e.kind == "attempt_ended"]
+    assert ended[-1].data["reason"] == "succeeded" and not ended[-1].no_instance
+    assert len([e for e in job_events(world, job_id) if e.no_instance]) == len(marked)
+
+
 def test_follow_prints_the_first_tries_of_a_refused_run_then_one_line_for_the_rest(world):
     job_id = refused_for_a_while_then_placed(world)
     events = job_events(world, job_id)

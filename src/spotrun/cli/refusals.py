@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from spotrun.server.views import UNPLACED_ENDS, AttemptView, EventView, clock_time
+from spotrun.server.views import AttemptView, EventView, clock_time
 
 __all__ = ["RefusalStreak", "RefusedTries", "fold_refused_tries"]
 
@@ -87,7 +87,7 @@ class RefusalStreak:
         if not self._folds(event):
             return [event]
         self.held.append(event)
-        if event.kind == "attempt_ended":
+        if event.no_instance:
             data = event.data or {}
             self.ends[(data.get("market", "?"), data.get("zone", "?"), data["reason"])] += 1
         return []
@@ -121,11 +121,7 @@ class RefusalStreak:
 
 def _placing(event: EventView) -> bool:
     """An event of a launch try that got no instance, or of the job moving between being placed and waiting."""
-    if event.kind == "launch_refused":
-        return True
-    if event.kind == "attempt_ended":
-        return (event.data or {}).get("reason") in UNPLACED_ENDS
-    return _moved_to(event) in PLACING_STATES
+    return event.kind == "launch_refused" or event.no_instance or _moved_to(event) in PLACING_STATES
 
 
 def _moved_to(event: EventView) -> str | None:

@@ -88,6 +88,13 @@ class EventView(BaseModel):
         default=None, description='what the message says, as fields: e.g. a state move\'s "from" and "to", an ended '
         'attempt\'s "reason", "market" and "zone"')
 
+    @computed_field(description="the end of a try that got no instance and cost nothing (an attempt_ended event whose "
+                    "attempt is `no_instance`): a run of them is folded for reading")  # type: ignore[prop-decorator]
+    @property
+    def no_instance(self) -> bool:
+        data = self.data or {}
+        return self.kind == "attempt_ended" and data.get("reason") in UNPLACED_ENDS and not data.get("billed_seconds")
+
 
 class BillView(BaseModel):
     spot_seconds: float

@@ -1,5 +1,6 @@
 import { NotFound, apiJson, poll, setUpPage } from "./api.js";
 import { TERMINAL_STATES, clockTime, dollars, duration, el, integer, percent, stateBadge } from "./format.js";
+import { EventList } from "./event-list.js";
 import { JobActions } from "./job-actions.js";
 import { LogView } from "./log-view.js";
 import { renderTimeline } from "./timeline.js";
@@ -7,7 +8,7 @@ import { renderTimeline } from "./timeline.js";
 const jobId = Number(location.pathname.match(/\/dashboard\/jobs\/(\d+)/)[1]);
 const logView = new LogView(document.getElementById("logs"), jobId);
 const actions = new JobActions(jobId, document.getElementById("actions"));
-let lastEventId = 0;
+const eventList = new EventList(document.getElementById("events"));
 
 function setText(id, text) {
   document.getElementById(id).textContent = text;
@@ -113,13 +114,7 @@ function attemptRow(a) {
 }
 
 async function appendEvents() {
-  const events = await apiJson(`/jobs/${jobId}/events?after=${lastEventId}`);
-  const list = document.getElementById("events");
-  for (const event of events) {
-    list.append(el("li", { dataset: { kind: event.kind } },
-      el("time", {}, clockTime(event.at)), " ", el("code", {}, event.kind), " ", event.message));
-    lastEventId = Math.max(lastEventId, event.id);
-  }
+  eventList.append(await apiJson(`/jobs/${jobId}/events?after=${eventList.lastId}`));
 }
 
 async function refresh() {
