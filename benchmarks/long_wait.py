@@ -3,6 +3,7 @@
     python benchmarks/long_wait.py                          # SQLite, 0 / 1,000 / 4,000 / 8,000 refused tries
     python benchmarks/long_wait.py --db postgresql          # a throwaway database on 127.0.0.1:5432
     python benchmarks/long_wait.py --tries 0 --tries 20000  # other sizes
+    python benchmarks/long_wait.py --market-tries 0 --market-tries 400000  # other jobs' tries in the market
 
 A job with `spot: {fallback: wait}` in a market without spot is refused at every try, and every try is an attempt row
 with its events (a job without a deadline retries every zone at least every `backoff_max`, 5 min: ~860 tries a day).
@@ -16,6 +17,10 @@ copy 15 min after the one before) until the job has the size's number of tries, 
 - `detail`: `spotrun status JOB`'s job with all its attempts, and the size of its JSON;
 - `events`: the job's events from the first.
 
+With `--market-tries N` it measures, instead, a placement of a job with a few tries of its own in a market where
+other jobs have N refused tries over the last 13 days (written in bulk): as the controller reads them (the newest
+`market_history_tries`, 20,000) and all of them.
+
 Prints a Markdown table. The store and the temporary home are removed at the end.
 """
 
@@ -27,10 +32,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from server_load import throwaway_database  # benchmarks/, beside this script
 from spotrun.cli.embedded import EmbeddedBackend
@@ -58,7 +64,9 @@ def median_ms(action: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(db: str, tries: int, repeats: int) -> dict[str, float]:
+@contextmanager
+def waiting_job(db: str) -> Iterator[tuple[Store, ManualClock, Controller, int]]:
+    """A fresh store with one job refused spot once in each zone by the real controller."""
     with tempfile.TemporaryDirectory(prefix="spotrun-wait-") as folder, throwaway_database(db, Path(folder)) as url:
         home = Path(folder)
         set_market(home / "local-cloud", TraceMarket(traces={}, start_epoch=time.time()))  # no spot in any zone
@@ -67,17 +75,49 @@ def measure(db: str, tries: int, repeats: int) -> dict[str, float]:
         settings = ControllerSettings(controller_url="http://unused")
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: LocalProvider(home / "local-cloud"))
         job_id = jobs.submit(store, parse_spec(JOB), clock.now())
-
-        def place_once() -> None:
-            clock.advance(settings.backoff_max + 1)
-            controller.drive(job_id)
-
         for _ in range(3):
-            place_once()
+            place_once(clock, controller, job_id)
+        try:
+            yield store, clock, controller, job_id
+        finally:
+            store.dispose()
+
+
+def place_once(clock: ManualClock, controller: Controller, job_id: int) -> None:
+    clock.advance(controller.settings.backoff_max + 1)
+    controller.drive(job_id)
+
+
+def measure_market(db: str, market_tries: int, repeats: int) -> dict[str, float]:
+    with waiting_job(db) as (store, clock, controller, job_id):
+        add_market_tries(store, market_tries, until=clock.now())
+        capped = median_ms(lambda: place_once(clock, controller, job_id), repeats)
+        controller.settings.market_history_tries = 10**12
+        return {"capped": capped, "all": median_ms(lambda: place_once(clock, controller, job_id), repeats)}
+
+
+def add_market_tries(store: Store, count: int, until: float) -> None:
+    """Another job with `count` tries refused spot, spread over the 13 days before `until`, written in bulk."""
+    other = jobs.submit(store, parse_spec(JOB), until - 13 * 86400)
+    start, spacing = until - 13 * 86400, 13 * 86400 / max(count, 1)
+    rows = [
+        dict(job_id=other, number=n + 1, state="ended", provider="local", zone=f"local-{'abc'[n % 3]}", market="spot",
+             instance_type="local.cpu", price_per_hour=0.95, on_demand_price_per_hour=3.06,
+             client_token=f"market-{other}-{n}", token_hash="-", created_at=start + n * spacing,
+             ended_at=start + n * spacing, end_reason="no_capacity", billed_seconds=0.0, log_bytes=0, node_rank=0)
+        for n in range(count)
+    ]
+    with store.session() as session:
+        for chunk in range(0, len(rows), 20_000):
+            session.execute(insert(Attempt), rows[chunk:chunk + 20_000])
+
+
+def measure(db: str, tries: int, repeats: int) -> dict[str, float]:
+    with waiting_job(db) as (store, clock, controller, job_id):
         clock.advance(copy_round(store, job_id, tries))
         backend = EmbeddedBackend(store)
         found = {
-            "placement": median_ms(place_once, repeats),
+            "placement": median_ms(lambda: place_once(clock, controller, job_id), repeats),
             "list": median_ms(backend.rows, repeats),
             "detail": median_ms(lambda: backend.detail(job_id), repeats),
             "events": median_ms(lambda: backend.events(job_id, 0), repeats),
@@ -86,7 +126,6 @@ def measure(db: str, tries: int, repeats: int) -> dict[str, float]:
         found["attempts"] = len(detail.attempts)
         found["events_count"] = len(backend.events(job_id, 0))
         found["detail_kb"] = len(detail.model_dump_json()) / 1024
-        store.dispose()
         return found
 
 
@@ -126,8 +165,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--tries", type=int, action="append", help="refused tries before measuring (repeatable)")
+    parser.add_argument("--market-tries", type=int, action="append", help="other jobs' tries in the market (repeatable)")
     parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
+    if args.market_tries:
+        print(f"{args.db}, median of {args.repeats}; {sys.executable}")
+        print("| other jobs' tries in the market | placement ms, reading the newest 20,000 | placement ms, reading all |")
+        print("| ---: | ---: | ---: |")
+        for count in args.market_tries:
+            m = measure_market(args.db, count, args.repeats)
+            print(f"| {count:,} | {m['capped']:.1f} | {m['all']:.1f} |", flush=True)
+        return
     sizes = args.tries or [0, 1000, 4000, 8000]
     print(f"{args.db}, median of {args.repeats}; {sys.executable}")
     print("| refused tries | attempts | events | placement ms | list ms | detail ms | detail JSON KB | events ms |")

@@ -547,6 +547,27 @@ def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
     assert ctx().market == ()
 
 
+def test_a_busy_market_reaches_a_policy_as_its_newest_tries_only(world):
+    """Many jobs refused spot for days write hundreds of thousands of tries; a placement reads at most
+    `market_history_tries` of them, the newest, still oldest first."""
+    waiting = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 30d, fallback: wait"))
+    for zone in world.cloud.capacity:
+        world.cloud.capacity[zone] = False
+    while len(world.attempts(waiting)) < 8:
+        world.tick(world.controller.settings.backoff_max + 1)
+    tries = world.attempts(waiting)
+    spec = parse_spec(SPEC)
+    later = world.submit()
+
+    def market(limit):
+        world.controller.settings.market_history_tries = limit
+        with world.store.session() as session:
+            return world.controller.market_tries(session, session.get(Job, later), spec, world.clock.now())
+
+    assert [(t.zone, t.created_at) for t in market(100)] == [(a.zone, a.created_at) for a in tries]
+    assert [(t.zone, t.created_at) for t in market(5)] == [(a.zone, a.created_at) for a in tries[-5:]]
+
+
 def test_jobs_without_a_deadline_avoid_the_zone_another_job_just_lost_spot_in(world):
     """Job A loses spot in zone Z; the next jobs place spot elsewhere, though some of them would have tried Z first."""
     first = world.submit()

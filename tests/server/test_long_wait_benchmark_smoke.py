@@ -10,15 +10,23 @@ from pathlib import Path
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "long_wait.py"
 
 
-def test_long_wait_table_on_small_sizes() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tries", "0", "--tries", "60", "--repeats", "2"],
-        capture_output=True, text=True, timeout=300,
-    )
+def table_rows(*args: str, columns: int) -> list[tuple[str, ...]]:
+    """The benchmark's table rows (the first `columns` cells of each) from a run with `args`."""
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = re.findall(r"^\| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", done.stdout, re.M)
-    assert [row[0] for row in rows] == ["0", "60"], done.stdout
-    (_, few, few_events, *_), (_, many, many_events, *_) = rows
+    cell = r" ([\d,.]+) \|"
+    return re.findall(r"^\|" + cell * columns, done.stdout, re.M)
+
+
+def test_long_wait_table_on_small_sizes() -> None:
+    rows = table_rows("--tries", "0", "--tries", "60", "--repeats", "2", columns=6)
+    assert [row[0] for row in rows] == ["0", "60"], rows
+    (_, few, *_), (_, many, many_events, *_) = rows
     # the copies reach the size asked for (whole rounds of tries), and each round brings its events
-    assert int(few) < 20 and 57 <= int(many.replace(",", "")) <= 63 + 2
+    assert int(few) < 20 and 57 <= int(many.replace(",", "")) <= 65
     assert int(many_events.replace(",", "")) > 2 * int(many.replace(",", ""))
+
+
+def test_market_table_on_small_sizes() -> None:
+    rows = table_rows("--market-tries", "0", "--market-tries", "300", "--repeats", "1", columns=3)
+    assert [row[0] for row in rows] == ["0", "300"], rows

@@ -56,6 +56,10 @@ class ControllerSettings:
     claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
     reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
     market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
+    # ... and at most this many of them, the newest: a job waiting for spot is refused ~860 times a day, and every
+    # placement reads the market's tries (~60 ms for 20,000 here; benchmarks/long_wait.py --market-tries). With ten
+    # such jobs in one market that is still two days of its history.
+    market_history_tries: int = 20_000
 
 
 class Controller:
@@ -165,7 +169,9 @@ class Controller:
 
     def market_tries(self, session, job: Job, spec: JobSpec, now: float) -> tuple[PastAttempt, ...]:
         """Other jobs' recent spot tries in the job's market, for its policy to learn from."""
-        return market_attempts(session, job, spec, now, self.settings.market_history)
+        return market_attempts(
+            session, job, spec, now, self.settings.market_history, limit=self.settings.market_history_tries
+        )
 
     def record_launch_intent(
         self, session, job: Job, spec: JobSpec, decision: Launch, now: float, node_rank: int = 0

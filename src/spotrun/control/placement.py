@@ -62,11 +62,13 @@ def job_tries(session: Session, job_id: int) -> tuple[PastAttempt, ...]:
     return tuple(map(PastAttempt._make, session.execute(query)))
 
 
-def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, window: float) -> tuple[PastAttempt, ...]:
-    """Other jobs' spot tries of the job's instance type with the same provider in the last `window` seconds, oldest
-    first: how long spot lasted and how often it was refused there, which a policy would otherwise have to learn
-    again for every job. Only the columns a policy reads are loaded (there may be thousands of rows); a job that
-    does not use spot reads nothing."""
+def market_attempts(
+    session: Session, job: Job, spec: JobSpec, now: float, window: float, limit: int | None = None,
+) -> tuple[PastAttempt, ...]:
+    """Other jobs' spot tries of the job's instance type with the same provider in the last `window` seconds (and,
+    with `limit`, only that many, the newest), oldest first: how long spot lasted and how often it was refused
+    there, which a policy would otherwise have to learn again for every job. Only the columns a policy reads are
+    loaded (there may be thousands of rows); a job that does not use spot reads nothing."""
     if window <= 0 or not spec.spot.use_spot:
         return ()
     resources = spec.resources
@@ -79,9 +81,10 @@ def market_attempts(session: Session, job: Job, spec: JobSpec, now: float, windo
             Attempt.market == "spot",
             Attempt.job_id != job.id,
         )
-        .order_by(Attempt.created_at)
+        .order_by(Attempt.created_at.desc(), Attempt.id.desc())
+        .limit(limit)
     )
-    return tuple(map(PastAttempt._make, session.execute(query)))
+    return tuple(map(PastAttempt._make, reversed(session.execute(query).all())))
 
 
 def price_for(
