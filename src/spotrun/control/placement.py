@@ -81,7 +81,7 @@ def market_attempts(
             Attempt.market == "spot",
             Attempt.job_id != job.id,
         )
-        .order_by(Attempt.created_at.desc(), Attempt.id.desc())
+        .order_by(Attempt.created_at.desc())  # the index's order: the newest `limit` are read, however many match
         .limit(limit)
     )
     return tuple(map(PastAttempt._make, reversed(session.execute(query).all())))
