@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.control.states import JobState
 from spotrun.policy import Keep, Launch, Wait
 from spotrun.server.views import attempt_views, job_row
@@ -214,6 +215,7 @@ def test_the_views_show_where_the_job_runs_and_which_attempt_stands_by(world, sc
     views = attempt_views(job.attempts)
     assert (views[1].state, views[1].takes_over_from) == ("standby", 1)
     assert views[0].takes_over_from is None and views[0].state == "running"
+    assert EmbeddedBackend(world.store).detail(job_id).attempts == views  # the detail reads them as rows
 
 
 
