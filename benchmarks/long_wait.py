@@ -15,7 +15,9 @@ copy 15 min after the one before) until the job has the size's number of tries, 
 - `placement`: one controller drive that places the job and is refused (each adds one try);
 - `list`: the rows of `spotrun status` (every job, here one);
 - `detail`: `spotrun status JOB`'s job with all its attempts, and the size of its JSON;
-- `events`: the job's events from the first.
+- `events`: the job's events from the first;
+- the page refresh's detail: what the dashboard's job page asks at each refresh once it holds the job's ended tries
+  without an instance (`GET /jobs/{id}?settled_below=N`), and the size of its JSON.
 
 With `--market-tries N` it measures, instead, a placement of a job with a few tries of its own in a market where
 other jobs have N refused tries over the last 13 days (written in bulk): as the controller reads them (the newest
@@ -36,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from server_load import throwaway_database  # benchmarks/, beside this script
 from spotrun.cli.embedded import EmbeddedBackend
@@ -44,8 +46,9 @@ from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.providers.local import LocalProvider, TraceMarket, set_market
+from spotrun.server.views import JobDetail, job_detail
 from spotrun.spec import parse_spec
-from spotrun.state import Attempt, Event, Store
+from spotrun.state import Attempt, Event, Job, Store
 
 JOB = """
 name: long-wait
@@ -121,12 +124,22 @@ def measure(db: str, tries: int, repeats: int) -> dict[str, float]:
             "list": median_ms(backend.rows, repeats),
             "detail": median_ms(lambda: backend.detail(job_id), repeats),
             "events": median_ms(lambda: backend.events(job_id, 0), repeats),
+            "refresh": median_ms(lambda: settled_detail(store, job_id), repeats),
         }
         detail = backend.detail(job_id)
         found["attempts"] = len(detail.attempts)
         found["events_count"] = len(backend.events(job_id, 0))
         found["detail_kb"] = len(detail.model_dump_json()) / 1024
+        found["refresh_kb"] = len(settled_detail(store, job_id).model_dump_json()) / 1024
         return found
+
+
+def settled_detail(store: Store, job_id: int) -> JobDetail:
+    """The detail as the dashboard's job page asks for it once it holds the job's ended tries without an instance."""
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        newest = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
+        return job_detail(session, job, time.time(), settled_below=newest)
 
 
 def copy_round(store: Store, job_id: int, tries: int) -> float:
@@ -178,12 +191,14 @@ def main() -> None:
         return
     sizes = args.tries or [0, 1000, 4000, 8000]
     print(f"{args.db}, median of {args.repeats}; {sys.executable}")
-    print("| refused tries | attempts | events | placement ms | list ms | detail ms | detail JSON KB | events ms |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| refused tries | attempts | events | placement ms | list ms | detail ms | detail JSON KB | events ms "
+          "| page refresh's detail ms | its JSON KB |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size in sizes:
         m = measure(args.db, size, args.repeats)
         print(f"| {size:,} | {m['attempts']:,} | {m['events_count']:,} | {m['placement']:.1f} | {m['list']:.1f} | "
-              f"{m['detail']:.1f} | {m['detail_kb']:,.0f} | {m['events']:.1f} |", flush=True)
+              f"{m['detail']:.1f} | {m['detail_kb']:,.0f} | {m['events']:.1f} | {m['refresh']:.1f} | "
+              f"{m['refresh_kb']:,.1f} |", flush=True)
 
 
 if __name__ == "__main__":

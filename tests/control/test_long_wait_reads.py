@@ -12,7 +12,8 @@ from sqlalchemy import event
 
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.server.metrics import store_registry
-from spotrun.state import Attempt
+from spotrun.server.views import job_detail
+from spotrun.state import Attempt, Job
 
 # tests/control is on sys.path via conftest
 from world import SPEC  # noqa: E402
@@ -87,3 +88,12 @@ def test_the_job_list_its_cost_and_the_metrics_read_only_the_attempts_that_got_a
     assert cost.bill.spot_seconds > 0 and cost.bill.on_demand_seconds == 0
     assert "spotrun_preemptions_total 1.0" in metrics
     assert len(world.attempts(job_id)) >= 60  # the refused tries are all still stored
+
+
+def test_a_detail_without_the_settled_tries_does_not_read_them(world):
+    job_id = refused_for_long(world, placed_first=True)
+    newest = len(world.attempts(job_id))
+    with attempt_rows_loaded() as loaded, world.store.session() as session:
+        detail = job_detail(session, session.get(Job, job_id), world.clock.now(), settled_below=newest)
+    assert [a.number for a in detail.attempts] == [1, newest], "the placed attempt and the newest try"
+    assert len(loaded) <= 3, f"{len(loaded)} attempt rows loaded whole"

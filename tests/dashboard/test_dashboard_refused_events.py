@@ -93,3 +93,21 @@ def test_a_run_of_refused_tries_is_one_line_of_the_events_that_grows_in_place(da
     assert "attempt 13: spot instance li-events-13" in texts[line + 2], texts
     assert len(texts) == line + 3, texts
     assert sum("launch_refused" in text for text in texts) == 3
+
+
+def test_the_page_keeps_the_settled_tries_and_asks_only_for_the_rest(dashboard: Dashboard, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    job_id = add_job(dashboard)
+    state = add_tries(dashboard, job_id, range(1, 9), "PENDING")
+    page = job_page(browser, dashboard, "alice", job_id)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if f"/api/v1/jobs/{job_id}?" in request.url else None)
+    folded = page.locator("#attempts tbody tr.refused-tries")
+    expect(folded).to_have_attribute("data-tries", "8")
+
+    add_tries(dashboard, job_id, range(9, 14), state, placed_last=True)
+    expect(page.locator("#attempts tbody tr[data-attempt='13']")).to_have_count(1)
+    expect(folded).to_have_attribute("data-tries", "12")  # the kept tries and the ones read since, in order
+    assert folded.get_attribute("data-attempt") == "1-12"
+    assert any(url.endswith("settled_below=8") for url in asked), asked  # tries 1-7 were not sent again

@@ -58,6 +58,37 @@ def test_events_carry_their_fields_as_data(team: Team) -> None:
         "reason": "preempted", "billed_seconds": 60.0, "market": "spot", "zone": "local-a"}
 
 
+def test_a_client_that_keeps_the_settled_tries_is_sent_only_the_rest(team: Team) -> None:
+    """A job that waited long for spot: tries 2-5 refused (settled once ended), 6 still launching, 7 running."""
+    job_id = team.launch("alice")
+    first = place_attempt(team.store, job_id, "agent-1", number=1, at=1000.0)
+    with team.store.session() as session:
+        records.end_attempt(session, session.get(Attempt, first), reason="preempted", ended_at=1100.0,
+                            billed_seconds=100.0)
+        for number in range(2, 7):
+            session.add(Attempt(
+                job_id=job_id, number=number, state="ended" if number < 6 else "launching", provider="local",
+                zone="local-b", market="spot", instance_type="local.cpu", price_per_hour=0.1,
+                on_demand_price_per_hour=0.4, client_token=f"ct-wait-{number}", token_hash="-",
+                created_at=1100.0 + number, ended_at=1100.0 + number if number < 6 else None,
+                end_reason="no_capacity" if number < 6 else None,
+            ))
+    place_attempt(team.store, job_id, "agent-7", number=7, at=1200.0)
+
+    def numbers(**params: int) -> list[int]:
+        answer = team.client.get(f"/api/v1/jobs/{job_id}", params=params, headers=team.as_user("alice"))
+        assert answer.status_code == 200, answer.text
+        return [a["number"] for a in answer.json()["attempts"]]
+
+    whole = team.client.get(f"/api/v1/jobs/{job_id}", headers=team.as_user("alice")).json()
+    assert [a["number"] for a in whole["attempts"] if a["no_instance"]] == [2, 3, 4, 5]
+    assert numbers() == numbers(settled_below=0) == [1, 2, 3, 4, 5, 6, 7]
+    assert numbers(settled_below=5) == [1, 5, 6, 7]  # the placed one and the open try are always sent
+    assert numbers(settled_below=100) == [1, 6, 7]
+    refused = team.client.get(f"/api/v1/jobs/{job_id}", params={"settled_below": -1}, headers=team.as_user("alice"))
+    assert refused.status_code == 422 and "settled_below" in refused.text
+
+
 def test_logs_by_attempt_and_offset_and_as_one_stream(team: Team) -> None:
     job_id = team.launch("alice")
     attempt_id = place_attempt(team.store, job_id, "agent-token")

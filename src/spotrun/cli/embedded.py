@@ -42,7 +42,7 @@ class EmbeddedBackend:
 
     def detail(self, job_id: int) -> JobDetail:
         with self.store.session() as session:
-            return job_detail(jobs_api.get_job(session, job_id), time.time())
+            return job_detail(session, jobs_api.get_job(session, job_id), time.time())
 
     def events(self, job_id: int, after: int) -> list[EventView]:
         with self.store.session() as session:

@@ -79,9 +79,14 @@ def _job_routes(store: Store) -> APIRouter:
             ]
 
     @router.get("/jobs/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
-    def get_job(job_id: JobId, user: User) -> JobDetail:
+    def get_job(
+        job_id: JobId, user: User,
+        settled_below: Annotated[int, Query(
+            ge=0, le=2**31 - 1, description="leave out the attempts numbered below it that got no instance "
+            "(`no_instance`): they never change once ended, so a client that keeps them asks only for the rest")] = 0,
+    ) -> JobDetail:
         with store.session() as session:
-            return job_detail(visible_job(session, job_id, user), time.time())
+            return job_detail(session, visible_job(session, job_id, user), time.time(), settled_below=settled_below)
 
     @router.get("/jobs/{job_id}/events", response_model=list[EventView], responses=NOT_FOUND)
     def events(

@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
+from sqlalchemy import and_, not_, select
+from sqlalchemy.orm import Session
 
 from spotrun.control import records
 from spotrun.control.progress import newest_checkpoint
@@ -40,6 +42,11 @@ class JobRow(BaseModel):
 
 # how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
 UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"})
+# `AttemptView.no_instance`, as SQL
+_TRY_WITHOUT_INSTANCE = and_(
+    Attempt.started_at.is_(None), Attempt.ended_at.is_not(None), Attempt.end_reason.in_(sorted(UNPLACED_ENDS)),
+    Attempt.billed_seconds == 0,
+)
 
 
 class AttemptView(BaseModel):
@@ -170,8 +177,17 @@ def event_views(events: list[Event]) -> list[EventView]:
     return [EventView.model_validate(event) for event in events]
 
 
-def job_detail(job: Job, now: float) -> JobDetail:
+def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0) -> JobDetail:
+    """The job, its attempts and its bill; with `settled_below`, without the tries numbered below it that got no
+    instance: they never change once ended, and a job that waited days for spot has thousands, so a reader that
+    keeps them asks only for the rest."""
+    if settled_below:
+        settled = and_(Attempt.number < settled_below, _TRY_WITHOUT_INSTANCE)
+        query = select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number)
+        attempts = list(session.scalars(query))
+    else:
+        attempts = job.attempts
     return JobDetail(
-        job=job_row(job, now), owner=job.owner, attempts=attempt_views(job.attempts),
+        job=job_row(job, now), owner=job.owner, attempts=attempt_views(attempts),
         bill=BillView.of(bill(job.placed_attempts, now)),
     )

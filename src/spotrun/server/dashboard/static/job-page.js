@@ -117,8 +117,23 @@ async function appendEvents() {
   eventList.append(await apiJson(`/jobs/${jobId}/events?after=${eventList.lastId}`));
 }
 
+// Ended tries that got no instance never change: the page keeps them and asks only for the other attempts (a job
+// that waited days for spot has thousands of tries). It keeps those below the oldest try still without an instance
+// and not ended (which may yet end as one of them), and below the newest attempt.
+let settledTries = [];
+let settledBelow = 0;
+
+async function readAttempts() {
+  const detail = await apiJson(`/jobs/${jobId}?settled_below=${settledBelow}`);
+  const attempts = [...settledTries, ...detail.attempts].sort((a, b) => a.number - b.number);
+  const open = attempts.filter((a) => a.started_at === null && a.ended_at === null).map((a) => a.number);
+  settledBelow = Math.min(attempts.length ? attempts[attempts.length - 1].number : 0, ...open);
+  settledTries = attempts.filter((a) => a.no_instance && a.number < settledBelow);
+  return { ...detail, attempts };
+}
+
 async function refresh() {
-  const detail = await apiJson(`/jobs/${jobId}`);
+  const detail = await readAttempts();
   const ended = TERMINAL_STATES.has(detail.job.state);
   const attempts = detail.attempts;
   const end = ended && attempts.length
