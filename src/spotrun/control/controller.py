@@ -57,8 +57,8 @@ class ControllerSettings:
     reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
     market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
     # ... and at most this many of them, the newest: a job waiting for spot is refused ~860 times a day, and every
-    # placement reads the market's tries (~60 ms for 20,000 here; benchmarks/long_wait.py --market-tries). With ten
-    # such jobs in one market that is still two days of its history.
+    # placement reads the market's tries (a placement with 20,000: ~140 ms here, with 400,000: 2 s; benchmarks/
+    # long_wait.py --market-tries). With ten such jobs in one market that is still two days of its history.
     market_history_tries: int = 20_000
 
 
