@@ -119,12 +119,7 @@ def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str 
         session.add(job)
         session.flush()
         placed = [_placed_attempt(job.id, plan, submitted_at) for plan in PREEMPTED_HISTORY]
-        unplaced = Attempt(
-            job_id=job.id, state="ended", provider="local", zone="local-a", market="spot", instance_type="local.cpu",
-            price_per_hour=0.12, on_demand_price_per_hour=ON_DEMAND_PRICE, client_token=f"ct-{job.id}-nocap",
-            token_hash=hash_token(f"agent-{job.id}-nocap"), created_at=submitted_at + NO_CAPACITY_AT,
-            ended_at=submitted_at + NO_CAPACITY_AT, end_reason="no_capacity",
-        )
+        unplaced = refused_try(job.id, 0, "local-a", submitted_at + NO_CAPACITY_AT)  # numbered below
         for number, attempt in enumerate([placed[0], unplaced, *placed[1:]], start=1):
             attempt.number = number
             session.add(attempt)
@@ -132,6 +127,16 @@ def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str 
     for number, plan in zip((1, 3, 4), PREEMPTED_HISTORY, strict=True):
         append_chunk(attempt_log_path(job_id, number), 0, plan.log.encode())
     return job_id
+
+
+def refused_try(job_id: int, number: int, zone: str, at: float) -> Attempt:
+    """A spot launch try refused for capacity at `at`, as the controller records it: no instance, nothing billed."""
+    return Attempt(
+        job_id=job_id, number=number, state="ended", provider="local", zone=zone, market="spot",
+        instance_type="local.cpu", price_per_hour=0.12, on_demand_price_per_hour=ON_DEMAND_PRICE,
+        client_token=f"ct-{job_id}-refused-{number}-{at}", token_hash=hash_token(f"agent-{job_id}-refused-{at}"),
+        created_at=at, ended_at=at, end_reason="no_capacity", billed_seconds=0.0,
+    )
 
 
 def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> Attempt:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_world import ON_DEMAND_PRICE, Dashboard, job_page
+from dashboard_world import Dashboard, job_page, refused_try
 
-from spotrun.control.tokens import hash_token
-from spotrun.state import Attempt, Job, add_event
+from spotrun.state import Job, add_event
 
 ZONES = ("local-a", "local-b")
 SUBMITTED = 1_800_000_000.0
@@ -34,13 +33,10 @@ def add_try(dashboard: Dashboard, job_id: int, number: int, at: float, state_bef
     """One launch try with the events the controller writes for it; the job's state after it."""
     zone = ZONES[number % 2]
     with dashboard.store.session() as session:
-        attempt = Attempt(
-            job_id=job_id, number=number, state="running" if placed else "ended", provider="local", zone=zone,
-            market="spot", instance_type="local.cpu", price_per_hour=0.12, on_demand_price_per_hour=ON_DEMAND_PRICE,
-            client_token=f"ct-events-{number}", token_hash=hash_token(f"agent-events-{number}"),
-            instance_id=f"li-events-{number}" if placed else None, created_at=at, started_at=at if placed else None,
-            ended_at=None if placed else at, end_reason=None if placed else "no_capacity",
-        )
+        attempt = refused_try(job_id, number, zone, at)
+        if placed:
+            attempt.state, attempt.instance_id, attempt.started_at = "running", f"li-events-{number}", at
+            attempt.ended_at = attempt.end_reason = None
         session.add(attempt)
         session.flush()
         state_event(session, job_id, at, state_before, "PROVISIONING", f"attempt {number}: spot in {zone} (spot)")

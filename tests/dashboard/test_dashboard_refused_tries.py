@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard_world import ON_DEMAND_PRICE, Dashboard, job_page
+from dashboard_world import ON_DEMAND_PRICE, Dashboard, job_page, refused_try
 
 from spotrun.control.tokens import hash_token
 from spotrun.state import Attempt, Job
@@ -20,21 +20,20 @@ def seed_refused_job(dashboard: Dashboard, submitted_at: float) -> int:
         session.add(job)
         session.flush()
 
-        def attempt(number: int, market: str, zone: str, start: float, end: float, reason: str, placed: bool) -> Attempt:
+        def placed(number: int, market: str, start: float, end: float, reason: str) -> Attempt:
             return Attempt(
-                job_id=job.id, number=number, state="ended", provider="local", zone=zone, market=market,
+                job_id=job.id, number=number, state="ended", provider="local", zone="local-a", market=market,
                 instance_type="local.cpu", price_per_hour=0.12 if market == "spot" else ON_DEMAND_PRICE,
                 on_demand_price_per_hour=ON_DEMAND_PRICE, client_token=f"ct-wait-{number}",
-                token_hash=hash_token(f"agent-wait-{number}"), instance_id=f"li-wait-{number}" if placed else None,
-                created_at=submitted_at + start, started_at=submitted_at + start if placed else None,
-                ended_at=submitted_at + end, end_reason=reason, billed_seconds=end - start if placed else 0.0,
+                token_hash=hash_token(f"agent-wait-{number}"), instance_id=f"li-wait-{number}",
+                created_at=submitted_at + start, started_at=submitted_at + start, ended_at=submitted_at + end,
+                end_reason=reason, billed_seconds=end - start,
             )
 
-        session.add(attempt(1, "spot", "local-a", 0, 600, "preempted", True))
+        session.add(placed(1, "spot", 0, 600, "preempted"))
         for number in range(2, 2 + REFUSED):
-            at = 600 + 60 * number
-            session.add(attempt(number, "spot", ("local-a", "local-b")[number % 2], at, at, "no_capacity", False))
-        session.add(attempt(2 + REFUSED, "on-demand", "local-a", 1200, 3000, "succeeded", True))
+            session.add(refused_try(job.id, number, ("local-a", "local-b")[number % 2], submitted_at + 600 + 60 * number))
+        session.add(placed(2 + REFUSED, "on-demand", 1200, 3000, "succeeded"))
         return job.id
 
 

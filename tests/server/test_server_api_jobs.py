@@ -46,16 +46,31 @@ def test_events_after_an_id_are_only_the_newer_ones(team: Team) -> None:
     assert [e["kind"] for e in newer] == ["cancel_requested"]
 
 
-def test_events_carry_their_fields_as_data(team: Team) -> None:
-    """What `launch --follow` folds by (cli/refusals.py), through a team server too."""
+def placed_then_ended(team: Team, reason: str, seconds: float) -> tuple[dict, dict]:
+    """Alice's job with one attempt that got an instance at t=1000 and ended `seconds` later for `reason`: the
+    attempt and its end's event, as the API shows them."""
     job_id = team.launch("alice")
     attempt_id = place_attempt(team.store, job_id, "agent-token", at=1000.0)
     with team.store.session() as session:
-        records.end_attempt(session, session.get(Attempt, attempt_id), reason="preempted", ended_at=1060.0,
-                            billed_seconds=60.0)
-    events = team.client.get(f"/api/v1/jobs/{job_id}/events", headers=team.as_user("alice")).json()
-    assert events[-1]["kind"] == "attempt_ended" and events[-1]["data"] == {
-        "reason": "preempted", "billed_seconds": 60.0, "market": "spot", "zone": "local-a"}
+        records.end_attempt(session, session.get(Attempt, attempt_id), reason=reason, ended_at=1000.0 + seconds,
+                            billed_seconds=seconds)
+    headers = team.as_user("alice")
+    [attempt] = team.client.get(f"/api/v1/jobs/{job_id}", headers=headers).json()["attempts"]
+    return attempt, team.client.get(f"/api/v1/jobs/{job_id}/events", headers=headers).json()[-1]
+
+
+def test_events_carry_their_fields_as_data(team: Team) -> None:
+    """What `launch --follow` folds by (cli/refusals.py), through a team server too."""
+    _, ended = placed_then_ended(team, "preempted", 60.0)
+    assert ended["kind"] == "attempt_ended" and ended["data"] == {
+        "reason": "preempted", "billed_seconds": 60.0, "market": "spot", "zone": "local-a", "placed": True}
+
+
+def test_a_node_given_back_at_once_had_an_instance_in_its_attempt_and_in_its_event(team: Team) -> None:
+    """Released in the tick it was launched, billed 0 s: still not a try without an instance."""
+    attempt, ended = placed_then_ended(team, "released", 0.0)
+    assert ended["kind"] == "attempt_ended" and ended["data"]["reason"] == "released"
+    assert attempt["no_instance"] is False and ended["no_instance"] is False
 
 
 def test_a_client_that_keeps_the_settled_tries_is_sent_only_the_rest(team: Team) -> None:

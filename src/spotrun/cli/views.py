@@ -18,7 +18,7 @@ from spotrun.server.views import AttemptView, EventView, JobRow, clock_time, job
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend
 
-__all__ = ["JobRow", "attempts_table", "clock_time", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
+__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
 
 
 _STATE_STYLE = {

@@ -83,5 +83,6 @@ def end_attempt(session: Session, attempt: Attempt, *, reason: str, ended_at: fl
         attempt_id=attempt.id,
         message=f"attempt {attempt.number} ({attempt.market}, {attempt.zone}) ended: {reason}"
         + (f", billed {attempt.billed_seconds:.0f} s" if attempt.started_at is not None else ""),
-        data={"reason": reason, "billed_seconds": attempt.billed_seconds, "market": attempt.market, "zone": attempt.zone},
+        data={"reason": reason, "billed_seconds": attempt.billed_seconds, "market": attempt.market, "zone": attempt.zone,
+              "placed": attempt.started_at is not None},
     )

@@ -70,5 +70,3 @@ def attempt_header(attempt: Attempt, multi_node: bool = False) -> str:
         f"──── attempt {attempt.number}{node} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
         f"started {clock_time(attempt.started_at)} ────\n"
     )
-
-

@@ -42,7 +42,15 @@ class JobRow(BaseModel):
 
 # how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
 UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"})
-# `AttemptView.no_instance`, as SQL
+
+
+def ended_without_instance(placed: bool, end_reason: str | None, billed_seconds: float | None) -> bool:
+    """A try that ended without an instance (refused, launching failed, or a gang's node given back) and cost
+    nothing: what `no_instance` says of an attempt and of its end's event."""
+    return not placed and end_reason in UNPLACED_ENDS and not billed_seconds
+
+
+# `ended_without_instance` of an ended attempt, as SQL
 _TRY_WITHOUT_INSTANCE = and_(
     Attempt.started_at.is_(None), Attempt.ended_at.is_not(None), Attempt.end_reason.in_(sorted(UNPLACED_ENDS)),
     Attempt.billed_seconds == 0,
@@ -79,8 +87,8 @@ class AttemptView(BaseModel):
                     "given back) and cost nothing: runs of them are shown as one row")  # type: ignore[prop-decorator]
     @property
     def no_instance(self) -> bool:
-        return (self.started_at is None and self.ended_at is not None and self.end_reason in UNPLACED_ENDS
-                and self.billed_seconds == 0)
+        return self.ended_at is not None and ended_without_instance(
+            self.started_at is not None, self.end_reason, self.billed_seconds)
 
 
 class EventView(BaseModel):
@@ -93,14 +101,16 @@ class EventView(BaseModel):
     attempt_id: int | None
     data: dict[str, Any] | None = Field(
         default=None, description='what the message says, as fields: e.g. a state move\'s "from" and "to", an ended '
-        'attempt\'s "reason", "market" and "zone"')
+        'attempt\'s "reason", "market", "zone" and whether it was "placed" (got an instance)')
 
     @computed_field(description="the end of a try that got no instance and cost nothing (an attempt_ended event whose "
-                    "attempt is `no_instance`): a run of them is folded for reading")  # type: ignore[prop-decorator]
+                    "attempt is `no_instance`; its data says whether it was `placed`): a run of them is folded for "
+                    "reading")  # type: ignore[prop-decorator]
     @property
     def no_instance(self) -> bool:
         data = self.data or {}
-        return self.kind == "attempt_ended" and data.get("reason") in UNPLACED_ENDS and not data.get("billed_seconds")
+        return self.kind == "attempt_ended" and ended_without_instance(
+            data.get("placed", False), data.get("reason"), data.get("billed_seconds"))
 
 
 class BillView(BaseModel):
@@ -181,13 +191,9 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
     """The job, its attempts and its bill; with `settled_below`, without the tries numbered below it that got no
     instance: they never change once ended, and a job that waited days for spot has thousands, so a reader that
     keeps them asks only for the rest."""
-    if settled_below:
-        settled = and_(Attempt.number < settled_below, _TRY_WITHOUT_INSTANCE)
-        query = select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number)
-        attempts = list(session.scalars(query))
-    else:
-        attempts = job.attempts
+    settled = and_(Attempt.number < settled_below, _TRY_WITHOUT_INSTANCE)
+    attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number))
     return JobDetail(
-        job=job_row(job, now), owner=job.owner, attempts=attempt_views(attempts),
+        job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts)),
         bill=BillView.of(bill(job.placed_attempts, now)),
     )

@@ -28,6 +28,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from spotrun.state.migrations.lock import migration_connection
+from spotrun.state.store import schema_revision
 
 __all__ = ["SchemaTooNew", "alembic_config", "current_revision", "head_revision", "upgrade_to_head"]
 
@@ -58,8 +59,7 @@ def upgrade_to_head(engine: Engine) -> None:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; None for a database never migrated."""
-    with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+    return schema_revision(engine)
 
 
 def head_revision() -> str | None:
