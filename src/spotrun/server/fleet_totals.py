@@ -1,0 +1,92 @@
+"""Totals over every job in the store, summed by the database: what /metrics reports at each scrape.
+
+A team server keeps every attempt it ever made, so these read no rows into Python: a store of 50,000 finished jobs
+took 3.9 s a scrape when the attempts were loaded and summed here (docs/benchmarks.md, "Metrics").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Select, case, func, literal, select
+from sqlalchemy.orm import Session
+
+from spotrun.costs.ledger import JobBill
+from spotrun.state import Attempt, Job
+
+# Refused tries (no instance) count for none of these: they cost nothing, and a long wait for spot makes thousands.
+PLACED = Attempt.started_at.is_not(None)
+
+
+@dataclass(frozen=True)
+class Recoveries:
+    """Recoveries after preemptions: how many, their seconds summed, and how many took at most each bound."""
+
+    count: int
+    seconds: float
+    at_most: dict[float, int]
+
+
+def jobs_by_state(session: Session) -> Counter[str]:
+    return Counter(dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).tuples().all()))
+
+
+def preemptions(session: Session) -> int:
+    return session.scalar(select(func.count()).where(PLACED, Attempt.end_reason == "preempted")) or 0
+
+
+def recoveries(session: Session, bounds: tuple[float, ...]) -> Recoveries:
+    """For each preemption followed, in the job's placed attempts by number, by an attempt whose agent started: the
+    seconds from the preemption (its notice, else its end) to that agent start. Of several preemptions before one
+    agent start (a replacement preempted before its agent ran), the newest is the one recovered from."""
+    seconds = _recovery_seconds().subquery()
+    at_most = [func.coalesce(func.sum(case((seconds.c.seconds <= bound, 1), else_=0)), 0) for bound in bounds]
+    count, total, *counts = session.execute(
+        select(func.count(), func.coalesce(func.sum(seconds.c.seconds), 0.0), *at_most)
+    ).one()
+    return Recoveries(count=count, seconds=float(total), at_most=dict(zip(bounds, map(int, counts), strict=True)))
+
+
+def _recovery_seconds() -> Select:
+    """One row per recovery, its seconds. Of a job's placed attempts by number, only those preempted or whose agent
+    started matter: an agent start recovers from the one before it among those, if that one was preempted."""
+    preempted = Attempt.end_reason == "preempted"
+    in_order = {"partition_by": Attempt.job_id, "order_by": Attempt.number}
+    marks = select(
+        Attempt.agent_started_at,
+        func.lag(Attempt.end_reason).over(**in_order).label("before"),
+        func.lag(func.coalesce(Attempt.notice_at, Attempt.ended_at)).over(**in_order).label("preempted_at"),
+    ).where(PLACED, preempted | Attempt.agent_started_at.is_not(None)).subquery()
+    waited = marks.c.agent_started_at - marks.c.preempted_at
+    return select(case((waited < 0, 0.0), else_=waited).label("seconds")).where(
+        marks.c.agent_started_at.is_not(None), marks.c.before == "preempted", marks.c.preempted_at.is_not(None),
+    )
+
+
+def fleet_bill(session: Session, now: float) -> JobBill:
+    """Every placed attempt's bill summed (`ledger.bill`'s arithmetic): billed seconds once ended, so far if not."""
+    held = _held_seconds(now)
+    on_spot = Attempt.market == "spot"
+    spot, on_demand, cost, baseline = session.execute(
+        select(
+            func.sum(case((on_spot, held), else_=0.0)),
+            func.sum(case((on_spot, 0.0), else_=held)),
+            func.sum(held * Attempt.price_per_hour),
+            func.sum(held * Attempt.on_demand_price_per_hour),
+        ).where(PLACED)
+    ).one()
+    return JobBill(
+        spot_seconds=float(spot or 0.0), on_demand_seconds=float(on_demand or 0.0),
+        cost=float(cost or 0.0) / 3600, on_demand_cost=float(baseline or 0.0) / 3600,
+    )
+
+
+def _held_seconds(now: float) -> ColumnElement[float]:
+    """`ledger.held_seconds` in SQL, for placed attempts."""
+    running_for = literal(now) - Attempt.started_at
+    return case(
+        (Attempt.ended_at.is_not(None), Attempt.billed_seconds),
+        (running_for > 0, running_for),
+        else_=0.0,
+    )

@@ -1,0 +1,108 @@
+"""The store-wide totals /metrics reports are summed by the database; they must equal what the ledger and a walk over
+every job's placed attempts give, on SQLite and on PostgreSQL, whatever the attempts' histories."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import insert, select
+
+from spotrun.costs.ledger import bill
+from spotrun.server import fleet_totals
+from spotrun.state import Attempt, Job, Store
+
+BOUNDS = (5.0, 30.0, 120.0)
+NOW = 50_000.0
+END_REASONS = ("preempted", "preempted", "succeeded", "failed", "lost", "cancelled", "released", None)
+
+
+def walked_recoveries(attempts: list[Attempt]) -> list[float]:
+    """The definition, as a walk: each job's placed attempts by number; an agent start recovers from the newest
+    preemption not yet recovered from (its notice, else its end)."""
+    recovered: list[float] = []
+    preempted_at: float | None = None
+    job_id = None
+    for attempt in sorted(attempts, key=lambda a: (a.job_id, a.number)):
+        if attempt.job_id != job_id:
+            preempted_at, job_id = None, attempt.job_id
+        if preempted_at is not None and attempt.agent_started_at is not None:
+            recovered.append(max(attempt.agent_started_at - preempted_at, 0.0))
+            preempted_at = None
+        if attempt.end_reason == "preempted":
+            preempted_at = attempt.notice_at or attempt.ended_at
+    return recovered
+
+
+def random_history(rng: random.Random, job_id: int) -> list[dict]:
+    """A job's attempts: refused tries, instances whose agent never started, preemptions with and without notice,
+    replacements preempted before their agent ran, some still running, agents started before the preemption they
+    recover from (a make-before-break move)."""
+    rows, at = [], 1_000.0 * job_id
+    for number in range(1, rng.randint(1, 9)):
+        at += rng.uniform(1, 300)
+        placed = rng.random() < 0.8
+        reason = rng.choice(END_REASONS) if placed else "no_capacity"
+        ended = None if reason is None else at + rng.uniform(0, 2_000)
+        rows.append(dict(
+            job_id=job_id, number=number, state="ended" if ended else "running", provider="local", zone="local-a",
+            market=rng.choice(("spot", "on-demand")), instance_type="local.cpu",
+            price_per_hour=rng.choice((0.3, 1.2)), on_demand_price_per_hour=3.06,
+            client_token=f"t-{job_id}-{number}", token_hash="-", created_at=at,
+            started_at=at if placed else None,
+            agent_started_at=at + rng.uniform(-600, 200) if placed and rng.random() < 0.7 else None,
+            notice_at=ended - rng.uniform(0, 120) if reason == "preempted" and rng.random() < 0.6 else None,
+            ended_at=ended, end_reason=reason,
+            billed_seconds=(ended - at) if placed and ended else 0.0, log_bytes=0, node_rank=0,
+        ))
+        at = ended or at
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_totals_equal_the_ledger_and_a_walk_over_every_job(store: Store, seed: int) -> None:
+    rng = random.Random(seed)
+    with store.session() as session:
+        session.execute(insert(Job), [
+            dict(id=j, name=f"j{j}", owner="alice", spec={}, state=rng.choice(("RUNNING", "SUCCEEDED", "PENDING")),
+                 created_at=0.0, updated_at=0.0) for j in range(1, 41)
+        ])
+        session.execute(insert(Attempt), [row for j in range(1, 41) for row in random_history(rng, j)])
+    with store.session() as session:
+        placed = list(session.scalars(select(Attempt).where(Attempt.started_at.is_not(None))))
+        states = list(session.scalars(select(Job.state)))
+        recoveries = fleet_totals.recoveries(session, BOUNDS)
+        totals = fleet_totals.fleet_bill(session, NOW)
+        preemptions = fleet_totals.preemptions(session)
+        by_state = fleet_totals.jobs_by_state(session)
+    walked, ledger = walked_recoveries(placed), bill(placed, NOW)
+
+    assert len(walked) > 10 and sum(a.ended_at is None for a in placed) > 0  # the histories hold what is compared
+    assert recoveries.count == len(walked)
+    assert recoveries.seconds == pytest.approx(sum(walked))
+    assert recoveries.at_most == {bound: sum(s <= bound for s in walked) for bound in BOUNDS}
+    assert preemptions == sum(a.end_reason == "preempted" for a in placed)
+    assert by_state == {state: states.count(state) for state in set(states)}
+    for field in ("spot_seconds", "on_demand_seconds", "cost", "on_demand_cost"):
+        assert getattr(totals, field) == pytest.approx(getattr(ledger, field)), field
+
+
+def test_the_newest_of_two_preemptions_before_an_agent_start_is_the_one_recovered_from(store: Store) -> None:
+    def attempt(number: int, agent: float | None, reason: str | None, ended: float | None) -> dict:
+        return dict(job_id=1, number=number, state="ended", provider="local", zone="a", market="spot",
+                    instance_type="x", price_per_hour=1.0, on_demand_price_per_hour=3.0, client_token=f"t{number}",
+                    token_hash="-", created_at=0.0, started_at=number * 100.0, agent_started_at=agent,
+                    ended_at=ended, end_reason=reason, billed_seconds=0.0, log_bytes=0, node_rank=0)
+
+    with store.session() as session:
+        session.execute(insert(Job), [dict(id=1, name="j", owner="a", spec={}, state="RUNNING", created_at=0.0,
+                                           updated_at=0.0)])
+        session.execute(insert(Attempt), [
+            attempt(1, 105.0, "preempted", 190.0),  # ran, preempted
+            attempt(2, None, "preempted", 260.0),  # replacement preempted before its agent started
+            attempt(3, None, "no_capacity", 270.0) | {"started_at": None},  # a refused try between: not placed
+            attempt(4, 400.0, None, None),
+        ])
+    with store.session() as session:
+        recoveries = fleet_totals.recoveries(session, BOUNDS)
+    assert (recoveries.count, recoveries.seconds) == (1, 140.0)
