@@ -34,10 +34,13 @@ class EmbeddedBackend:
         ensure_running(self.store)
         return Launched(id=job_id, name=spec.name or "job", owner="local")
 
-    def rows(self, job_id: int | None = None) -> list[JobRow]:
+    def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
         now = time.time()
         with self.store.session() as session:
-            found = [jobs_api.get_job(session, job_id)] if job_id is not None else jobs_api.list_jobs(session)
+            if job_id is not None:
+                found = [jobs_api.get_job(session, job_id)]
+            else:
+                found = jobs_api.list_jobs(session, ended=ended, limit=limit)
             return [job_row(job, now) for job in found]
 
     def detail(self, job_id: int) -> JobDetail:

@@ -18,6 +18,7 @@ from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.simulate import simulate
 from spotrun.cli.views import attempts_summary, attempts_table, follow_events, print_whole, status_table
 from spotrun.control import jobs as jobs_api
@@ -86,18 +87,25 @@ def _follow(backend: Backend, job_id: int) -> None:
 
 
 @app.command()
-def status(job_id: Annotated[Optional[int], typer.Argument()] = None, as_json: AsJson = False) -> None:
-    """The jobs (or one job and its attempts)."""
+def status(
+    job_id: Annotated[Optional[int], typer.Argument()] = None,
+    every: Annotated[bool, typer.Option("--all", help=f"every job, not only those not ended and the newest "
+                                                      f"{RECENT_ENDED} ended")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """The jobs not ended and the newest ended ones (or one job and its attempts)."""
     backend = current_backend()
     try:
         detail = backend.detail(job_id) if job_id is not None else None
-        rows = [detail.job] if detail is not None else backend.rows()
+        listed = JobList([detail.job], False) if detail is not None else listed_jobs(backend, every)
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if as_json:
-        typer.echo(json.dumps([row.to_json() for row in rows], indent=2))
+        typer.echo(json.dumps([row.to_json() for row in listed.rows], indent=2))
         return
-    print_whole(console, status_table(rows))
+    print_whole(console, status_table(listed.rows))
+    if listed.older_ended_left_out:
+        console.print("[dim]older ended jobs left out: spotrun status --all[/dim]")
     if detail is not None:
         print_whole(console, attempts_table(detail.attempts, detail.job.id, time.time()))
 

@@ -35,10 +35,11 @@ class RemoteBackend:
             raise SpecError(invalid.source, [Problem(p.field, p.message, p.line) for p in invalid.problems])
         return Launched.model_validate(self._ok(response).json())
 
-    def rows(self, job_id: int | None = None) -> list[JobRow]:
+    def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
         if job_id is not None:
             return [self.detail(job_id).job]
-        return [JobRow.model_validate(row) for row in self._ok(self._send("GET", "/jobs")).json()]
+        selection = {name: value for name, value in (("ended", ended), ("limit", limit)) if value is not None}
+        return [JobRow.model_validate(row) for row in self._ok(self._send("GET", "/jobs", params=selection)).json()]
 
     def detail(self, job_id: int) -> JobDetail:
         return JobDetail.model_validate(self._job_json("GET", job_id, ""))

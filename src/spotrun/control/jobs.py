@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 from spotrun import config
 from spotrun.control import records
 from spotrun.control.placement import job_prices, price_for
-from spotrun.control.states import JobState, is_terminal
+from spotrun.control.states import TERMINAL, JobState, is_terminal
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, get_provider
@@ -175,9 +175,24 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
-def list_jobs(session: Session) -> list[Job]:
+def list_jobs(
+    session: Session, *, owner: str | None = None, ended: bool | None = None, before: int | None = None,
+    limit: int | None = None,
+) -> list[Job]:
+    """Jobs oldest first: an owner's (None: everyone's), ended or not (None: both), numbered below `before`, and of
+    those the newest `limit` (None: all). A store keeps every job, so lists that are read often ask for a few."""
+    query = select(Job)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    if ended is not None:  # states listed either way, so that the state's index serves both
+        query = query.where(Job.state.in_(sorted(s for s in JobState if (s in TERMINAL) == ended)))
+    if before is not None:
+        query = query.where(Job.id < before)
     # what a job's row reads, in one extra query, not one per job: listing 1,000 jobs was dominated by those round trips
-    return list(session.scalars(select(Job).options(selectinload(Job.placed_attempts)).order_by(Job.id)))
+    query = query.options(selectinload(Job.placed_attempts))
+    if limit is None:
+        return list(session.scalars(query.order_by(Job.id)))
+    return list(reversed(session.scalars(query.order_by(Job.id.desc()).limit(limit)).all()))
 
 
 def job_events(session: Session, job_id: int, after_id: int = 0) -> list[Event]:

@@ -15,7 +15,7 @@ from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import attempt_log_path
 from spotrun.providers import ProviderError
 from spotrun.server import users as users_api
-from spotrun.server.auth import admin_dependency, may_see, principal_dependency, require_self_or_admin, visible_job
+from spotrun.server.auth import admin_dependency, owner_seen, principal_dependency, require_self_or_admin, visible_job
 from spotrun.server.logstream import job_log_stream, read_log
 from spotrun.server.schemas import (
     CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
@@ -27,6 +27,7 @@ from spotrun.spec import Problem, SpecError, parse_spec
 from spotrun.state import Store
 
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
+MAX_LISTED = 1000  # jobs a list asks for at most, with `limit`; older ones are paged with `before`
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
 UserName = Annotated[str, PathParam(min_length=1, max_length=200, description="the user's name")]
 # Letters and digits only: a whole token (`spr_<prefix>_<secret>`) is refused, so none is put in a URL and its log.
@@ -69,13 +70,19 @@ def _job_routes(store: Store) -> APIRouter:
         return Launched(id=job_id, name=spec.name or "job", owner=user.name)
 
     @router.get("/jobs", response_model=list[OwnedJobRow])
-    def list_jobs(user: User) -> list[OwnedJobRow]:
-        """The caller's jobs (an admin's: everyone's), oldest first."""
+    def list_jobs(
+        user: User,
+        ended: Annotated[bool | None, Query(description="only the jobs that have ended (true) or not (false)")] = None,
+        before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only the jobs numbered below it")] = None,
+        limit: Annotated[int | None, Query(ge=1, le=MAX_LISTED, description="only the newest this many")] = None,
+    ) -> list[OwnedJobRow]:
+        """The caller's jobs (an admin's: everyone's), oldest first; of those selected, the newest `limit`. A store
+        keeps every job: `spotrun status` and the dashboard ask for the jobs not ended and the newest ended ones."""
         now = time.time()
         with store.session() as session:
             return [
                 OwnedJobRow(**job_row(job, now).to_json(), owner=job.owner)
-                for job in jobs_api.list_jobs(session) if may_see(user, job)
+                for job in jobs_api.list_jobs(session, owner=owner_seen(user), ended=ended, before=before, limit=limit)
             ]
 
     @router.get("/jobs/{job_id}", response_model=JobDetail, responses=NOT_FOUND)

@@ -56,8 +56,14 @@ def require_self_or_admin(principal: Principal, user_name: str) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "only an admin may act for another user")
 
 
+def owner_seen(principal: Principal) -> str | None:
+    """Whose jobs the principal sees: its own, or everyone's (None) for an admin."""
+    return None if principal.is_admin else principal.name
+
+
 def may_see(principal: Principal, job: Job) -> bool:
-    return principal.is_admin or job.owner == principal.name
+    owner = owner_seen(principal)
+    return owner is None or job.owner == owner
 
 
 def visible_job(session: Session, job_id: int, principal: Principal) -> Job:

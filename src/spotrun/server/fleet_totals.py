@@ -1,7 +1,8 @@
 """Totals over every job in the store, summed by the database: what /metrics reports at each scrape.
 
 A team server keeps every attempt it ever made, so these read no rows into Python: a store of 50,000 finished jobs
-took 3.9 s a scrape when the attempts were loaded and summed here (docs/benchmarks.md, "Metrics").
+took ~4 s a scrape when the attempts were loaded and summed here (docs/benchmarks.md, "A store that keeps
+every job").
 """
 
 from __future__ import annotations

@@ -18,16 +18,35 @@ function jobRow(job) {
   );
 }
 
+// A store keeps every job: the page lists those not ended and the newest ended ones, more on request.
+const ENDED_PAGE = 50;
+let endedWanted = ENDED_PAGE;
+
 async function refresh() {
-  const jobs = await apiJson("/jobs");
-  jobs.reverse();  // newest first
+  const unended = await apiJson("/jobs?ended=false");
+  // asked after the others: a job that ends in between is in both and kept as the newer answer says
+  const ended = await apiJson(`/jobs?ended=true&limit=${endedWanted + 1}`);  // one more: are older ones left out?
+  const olderLeftOut = ended.length > endedWanted;
+  const byId = new Map([...unended, ...ended.slice(olderLeftOut ? 1 : 0)].map((job) => [job.id, job]));
+  const jobs = [...byId.values()].sort((a, b) => b.id - a.id);  // newest first
   document.querySelector("#jobs tbody").replaceChildren(...jobs.map(jobRow));
   document.getElementById("empty").hidden = jobs.length > 0;
-  document.getElementById("status").textContent = `${jobs.length} job(s) · updated ${clockTime(Date.now() / 1000)}`;
+  document.getElementById("more").hidden = !olderLeftOut;
+  const leftOut = olderLeftOut ? " · older ended jobs left out" : "";
+  document.getElementById("status").textContent =
+    `${jobs.length} job(s)${leftOut} · updated ${clockTime(Date.now() / 1000)}`;
+}
+
+function showMoreEnded() {
+  endedWanted += ENDED_PAGE;
+  refresh().catch(showError);
 }
 
 function showError(error) {
   document.getElementById("status").textContent = `Could not refresh: ${error.message}`;
 }
 
-if (setUpPage()) poll(refresh, showError);
+if (setUpPage()) {
+  document.getElementById("more").addEventListener("click", showMoreEnded);
+  poll(refresh, showError);
+}

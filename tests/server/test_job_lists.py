@@ -1,0 +1,103 @@
+"""A store keeps every job it ran: lists ask for the jobs not ended and the newest ended ones, by the API's `ended`,
+`limit` and `before`, and only the caller's jobs are read (an admin's: everyone's). `spotrun status` lists those
+(`--all`: every job), in embedded and remote mode alike."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from server_world import Team
+from sqlalchemy import insert
+from typer.testing import CliRunner
+
+from spotrun.cli.embedded import EmbeddedBackend
+from spotrun.cli.job_list import listed_jobs
+from spotrun.cli.main import app
+from spotrun.cli.remote import RemoteBackend
+from spotrun.state import Job, Store
+
+ENDED_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def add_jobs(store: Store, owners_and_states: list[tuple[str, str]]) -> list[int]:
+    with store.session() as session:
+        first = (session.query(Job).count() or 0) + 1
+        ids = list(range(first, first + len(owners_and_states)))
+        session.execute(insert(Job), [
+            dict(id=job_id, name=f"job-{job_id}", owner=owner, spec={}, state=state, created_at=0.0, updated_at=0.0)
+            for job_id, (owner, state) in zip(ids, owners_and_states, strict=True)
+        ])
+    return ids
+
+
+def listed(team: Team, user: str, query: str = "") -> list[int]:
+    response = team.client.get(f"/api/v1/jobs{query}", headers=team.as_user(user))
+    assert response.status_code == 200, response.text
+    return [row["id"] for row in response.json()]
+
+
+def test_the_api_lists_the_callers_jobs_by_ended_newest_and_before(team: Team) -> None:
+    # alice: 1 RUNNING, 3 SUCCEEDED, 5 FAILED, 7 WAITING; bob: 2, 4, 6, 8, all ended and newer than most of alice's
+    add_jobs(team.store, [("alice", "RUNNING"), ("bob", "SUCCEEDED"), ("alice", "SUCCEEDED"), ("bob", "FAILED"),
+                          ("alice", "FAILED"), ("bob", "CANCELLED"), ("alice", "WAITING"), ("bob", "SUCCEEDED")])
+    assert listed(team, "alice") == [1, 3, 5, 7]
+    assert listed(team, "alice", "?ended=false") == [1, 7]
+    assert listed(team, "alice", "?ended=true") == [3, 5]
+    assert listed(team, "alice", "?limit=3") == [3, 5, 7]  # bob's newer jobs do not take her places
+    assert listed(team, "alice", "?ended=true&limit=1") == [5]
+    assert listed(team, "alice", "?before=5&limit=1") == [3]
+    assert listed(team, "root", "?ended=true&limit=3") == [5, 6, 8]
+    assert listed(team, "root", "?ended=false") == [1, 7]
+
+
+@pytest.mark.parametrize("query", ["?limit=0", "?limit=1001", "?limit=x", "?before=0", "?ended=perhaps"])
+def test_a_bad_selection_is_refused_and_names_the_parameter(team: Team, query: str) -> None:
+    add_jobs(team.store, [("alice", "RUNNING")])
+    response = team.client.get(f"/api/v1/jobs{query}", headers=team.as_user("alice"))
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", query[1:].split("=")[0]]
+    assert listed(team, "alice") == [1]
+
+
+@pytest.fixture(params=["embedded", "remote"])
+def backend(request: pytest.FixtureRequest, team: Team):
+    if request.param == "embedded":
+        return EmbeddedBackend(team.store)
+    # the app in this process, through the test client's transport
+    return RemoteBackend("http://testserver", team.tokens["root"], transport=team.client._transport)
+
+
+def test_status_lists_the_jobs_not_ended_and_the_newest_ended(team: Team, backend) -> None:
+    states = [ENDED_STATES[n % 3] for n in range(25)]
+    states[3] = states[17] = "RUNNING"
+    ids = add_jobs(team.store, [("alice", state) for state in states])
+
+    shown = listed_jobs(backend, recent_ended=20)
+    ended = [i for i, state in zip(ids, states) if state in ENDED_STATES]
+    assert [row.id for row in shown.rows] == sorted([4, 18, *ended[-20:]])
+    assert shown.older_ended_left_out
+
+    assert [row.id for row in listed_jobs(backend, every=True).rows] == ids
+    assert not listed_jobs(backend, recent_ended=23).older_ended_left_out  # exactly the 23 ended ones
+
+
+def test_spotrun_status_says_when_older_ended_jobs_are_left_out(
+    tmp_path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPOTRUN_SERVER", raising=False)
+    store = EmbeddedBackend().store
+    add_jobs(store, [("local", "SUCCEEDED")] * 21 + [("local", "RUNNING")])
+    runner = CliRunner()
+
+    table = runner.invoke(app, ["status"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "older ended jobs left out: spotrun status --all" in table.output
+    assert "job-1 " not in table.output and "job-2 " in table.output and "job-22 " in table.output
+
+    rows = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+    assert [row["id"] for row in rows] == list(range(2, 23))
+    every = json.loads(runner.invoke(app, ["status", "--all", "--json"]).stdout)
+    assert [row["id"] for row in every] == list(range(1, 23))
+    assert "left out" not in runner.invoke(app, ["status", "--all"]).output
