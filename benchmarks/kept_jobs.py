@@ -13,7 +13,9 @@ finished (for the newest `RUNNING` jobs, still runs). Then it times, median of `
   `PYTHONPATH=<its checkout>/src`);
 - `all`: `GET /api/v1/jobs`, every job (an admin's token; `spotrun status --all`), through the app in this process;
 - `status`: what `spotrun status` and the dashboard's list ask: `GET /api/v1/jobs?ended=false` and
-  `?ended=true&limit=21` (code older than those parameters ignores them and sends every job twice).
+  `?ended=true&limit=21` (code older than those parameters ignores them and sends every job twice);
+- `tick`: what a controller worker reads at every tick to know its jobs (`Controller._live_job_ids`: renew its
+  claims, claim free jobs not ended, list those it holds), the 20 running jobs already claimed.
 
 The store and the temporary folder are removed at the end.
 """
@@ -32,6 +34,7 @@ from sqlalchemy import insert, text
 
 from long_wait import median_ms  # benchmarks/, beside this script
 from server_load import throwaway_database
+from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.server.app import create_app
 from spotrun.server.metrics import StoreCollector
 from spotrun.server.users import add_user
@@ -96,6 +99,9 @@ def measure(db: str, jobs: int, repeats: int) -> dict:
             collector = StoreCollector(store, clock=lambda: NOW)
             scraped = {}
             scrape_ms = median_ms(lambda: scraped.update(text=render(collector)), repeats)
+            worker = Controller(store, ControllerSettings(controller_url="http://unused"), worker_id="bench-worker")
+            worker._live_job_ids()  # claims the running jobs, as the worker's first tick does
+            tick_ms = median_ms(worker._live_job_ids, repeats)
             token = add_user(store, "admin", NOW, admin=True).token
             with TestClient(create_app(store), headers={"Authorization": f"Bearer {token}"}) as client:
                 every_ms = median_ms(lambda: listed(client, {}), repeats)
@@ -105,7 +111,7 @@ def measure(db: str, jobs: int, repeats: int) -> dict:
         finally:
             store.dispose()
     return {"attempts": attempts, "ms": scrape_ms, "text": scraped["text"], "all_ms": every_ms,
-            "status_ms": status_ms, "status_rows": status_rows}
+            "status_ms": status_ms, "status_rows": status_rows, "tick_ms": tick_ms}
 
 
 def listed(client: TestClient, selection: dict[str, str]) -> list:
@@ -132,15 +138,15 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.db}, median of {args.repeats}; spotrun from {Path(sys.modules['spotrun'].__file__).parent}")
     print("| jobs | attempts | scrape ms | preemptions | recoveries | recovery s | dollars spent | dollars saved "
-          "| all jobs ms | status's lists ms | status's rows |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| all jobs ms | status's lists ms | status's rows | tick's live jobs ms |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for jobs in args.jobs or [1_000, 10_000, 50_000]:
         m = measure(args.db, jobs, args.repeats)
         text = m["text"]
         print(f"| {jobs:,} | {m['attempts']:,} | {m['ms']:.1f} | {reported(text, 'spotrun_preemptions_total'):,.0f} | "
               f"{reported(text, 'spotrun_recoveries_total'):,.0f} | {reported(text, 'spotrun_recovery_seconds_sum'):,.0f} | "
               f"{reported(text, 'spotrun_dollars_spent_total'):,.2f} | {reported(text, 'spotrun_dollars_saved_total'):,.2f} | "
-              f"{m['all_ms']:.1f} | {m['status_ms']:.1f} | {m['status_rows']:,} |", flush=True)
+              f"{m['all_ms']:.1f} | {m['status_ms']:.1f} | {m['status_rows']:,} | {m['tick_ms']:.2f} |", flush=True)
 
 if __name__ == "__main__":
     main()

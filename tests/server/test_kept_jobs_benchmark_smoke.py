@@ -17,7 +17,7 @@ def test_kept_jobs_table_on_a_small_store() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     [row] = re.findall(r"^\| 60 \|(.*)\|$", done.stdout, re.M)
     cells = [cell.strip().replace(",", "") for cell in row.split("|")]
-    attempts, _, preemptions, recoveries, seconds, *_, status_rows = cells
+    attempts, _, preemptions, recoveries, seconds, *_, status_rows, _tick = cells
     # 5 attempts a job, 2 of them preempted; recovered in 185 s (from the notice) and 90 s (from the end)
     assert (int(attempts), int(preemptions), int(recoveries), int(seconds)) == (300, 120, 120, 60 * 275)
     assert int(status_rows) == 20 + 21  # the newest 20 jobs still run

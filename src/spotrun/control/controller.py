@@ -22,7 +22,7 @@ from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
-from spotrun.control.states import TERMINAL, JobState
+from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
@@ -489,18 +489,16 @@ class Controller:
                     provider.terminate(info.instance_id)
 
     def _live_job_ids(self) -> list[int]:
-        ended = [s.value for s in TERMINAL]
+        live = state_names(LIVE)
         with self.store.session() as session:
             if self.worker_id:
-                return claims.claim_jobs(session, self.worker_id, self.clock.now(), self.settings.claim_ttl, ended_states=ended)
-            return list(
-                session.scalars(select(Job.id).where(Job.state.not_in([s.value for s in TERMINAL])).order_by(Job.id))
-            )
+                return claims.claim_jobs(session, self.worker_id, self.clock.now(), self.settings.claim_ttl, live_states=live)
+            return list(session.scalars(select(Job.id).where(Job.state.in_(live)).order_by(Job.id)))
 
     def _renew_claims(self) -> float:
         now = self.clock.now()
         with self.store.session() as session:
-            claims.renew(session, self.worker_id, now, self.settings.claim_ttl, ended_states=[s.value for s in TERMINAL])
+            claims.renew(session, self.worker_id, now, self.settings.claim_ttl, live_states=state_names(LIVE))
         return now
 
     def release_claims(self) -> None:

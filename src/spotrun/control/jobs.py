@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 from spotrun import config
 from spotrun.control import records
 from spotrun.control.placement import job_prices, price_for
-from spotrun.control.states import TERMINAL, JobState, is_terminal
+from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_names
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, get_provider
@@ -184,8 +184,8 @@ def list_jobs(
     query = select(Job)
     if owner is not None:
         query = query.where(Job.owner == owner)
-    if ended is not None:  # states listed either way, so that the state's index serves both
-        query = query.where(Job.state.in_(sorted(s for s in JobState if (s in TERMINAL) == ended)))
+    if ended is not None:
+        query = query.where(Job.state.in_(state_names(TERMINAL if ended else LIVE)))
     if before is not None:
         query = query.where(Job.id < before)
     # what a job's row reads, in one extra query, not one per job: listing 1,000 jobs was dominated by those round trips

@@ -17,6 +17,14 @@ class JobState(StrEnum):
 
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# The states of jobs not ended. Queries name them (`state IN (...)`), which the state's index serves: a store keeps
+# every job, and `NOT IN` the ended states read every ended job at each controller tick (docs/benchmarks.md).
+LIVE = frozenset(JobState) - TERMINAL
+
+
+def state_names(states: frozenset[JobState]) -> list[str]:
+    """The states' names, sorted: the same SQL (and statement cache entry) at every call."""
+    return sorted(state.value for state in states)
 
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.PROVISIONING, JobState.WAITING, JobState.FAILED, JobState.CANCELLED}),

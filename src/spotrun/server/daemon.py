@@ -23,7 +23,7 @@ import uvicorn
 
 from spotrun import config
 from spotrun.control.controller import Controller, ControllerSettings
-from spotrun.control.states import TERMINAL
+from spotrun.control.states import LIVE, state_names
 from spotrun.server.agent_api import create_agent_app
 from spotrun.state import Job, Setting, Store, claims, lease
 
@@ -130,7 +130,7 @@ class Daemon:
 
     def _has_live_jobs(self) -> bool:
         with self.store.session() as session:
-            return session.query(Job.id).filter(Job.state.not_in([s.value for s in TERMINAL])).first() is not None
+            return session.query(Job.id).filter(Job.state.in_(state_names(LIVE))).first() is not None
 
 
 def holder_is_dead(holder: str) -> bool:

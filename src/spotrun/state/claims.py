@@ -17,15 +17,15 @@ from spotrun.state.models import Job
 
 
 def claim_jobs(
-    session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str], batch: int = 100
+    session: Session, worker: str, now: float, ttl: float, *, live_states: Collection[str], batch: int = 100
 ) -> list[int]:
     """Renew this worker's claims, take up to `batch` unclaimed or expired live jobs, return the ids it holds."""
     expires = now + ttl
-    renew(session, worker, now, ttl, ended_states=ended_states)
+    renew(session, worker, now, ttl, live_states=live_states)
     free = (
         select(Job.id)
         .where(
-            Job.state.not_in(ended_states),
+            Job.state.in_(live_states),
             or_(Job.claimed_by.is_(None), Job.claim_expires_at < now),
         )
         .order_by(Job.id)
@@ -36,24 +36,24 @@ def claim_jobs(
         update(Job).where(Job.id.in_(free.scalar_subquery())).values(claimed_by=worker, claim_expires_at=expires),
         execution_options={"synchronize_session": False},
     )
-    return held_jobs(session, worker, now, ended_states=ended_states)
+    return held_jobs(session, worker, now, live_states=live_states)
 
 
-def renew(session: Session, worker: str, now: float, ttl: float, *, ended_states: Collection[str]) -> None:
+def renew(session: Session, worker: str, now: float, ttl: float, *, live_states: Collection[str]) -> None:
     """Extend every claim `worker` still holds (one that another worker took over is no longer its own)."""
     session.execute(
         update(Job)
-        .where(Job.claimed_by == worker, Job.state.not_in(ended_states))
+        .where(Job.claimed_by == worker, Job.state.in_(live_states))
         .values(claim_expires_at=now + ttl),
         execution_options={"synchronize_session": False},
     )
 
 
-def held_jobs(session: Session, worker: str, now: float, *, ended_states: Collection[str]) -> list[int]:
+def held_jobs(session: Session, worker: str, now: float, *, live_states: Collection[str]) -> list[int]:
     return list(
         session.scalars(
             select(Job.id)
-            .where(Job.claimed_by == worker, Job.claim_expires_at >= now, Job.state.not_in(ended_states))
+            .where(Job.claimed_by == worker, Job.claim_expires_at >= now, Job.state.in_(live_states))
             .order_by(Job.id)
         )
     )
