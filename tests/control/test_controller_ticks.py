@@ -17,7 +17,7 @@ from spotrun.state import Job
 
 # tests/control is on sys.path via conftest
 from memory_cloud import Crash  # noqa: E402
-from world import DEADLINE_SPEC, SPEC, alive_for, prices  # noqa: E402
+from world import DEADLINE_SPEC, SPEC, alive_for  # noqa: E402
 
 
 def placement_context_of(world, job_id: int, spec, zones: list[str], now: float):

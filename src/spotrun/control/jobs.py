@@ -10,7 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from spotrun import config
-from spotrun.control import records
 from spotrun.control.placement import job_prices, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_names
 from spotrun.costs.catalog import UnknownPrice
