@@ -101,3 +101,19 @@ def test_spotrun_status_says_when_older_ended_jobs_are_left_out(
     every = json.loads(runner.invoke(app, ["status", "--all", "--json"]).stdout)
     assert [row["id"] for row in every] == list(range(1, 23))
     assert "left out" not in runner.invoke(app, ["status", "--all"]).output
+
+
+class ServerWithoutSelection:
+    """A server older than `ended` and `limit`: it sends every job whatever the request asks."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def rows(self, job_id=None, *, ended=None, limit=None):
+        return self.backend.rows(job_id)
+
+
+def test_status_lists_every_job_from_a_server_that_ignores_the_selection(team: Team) -> None:
+    ids = add_jobs(team.store, [("alice", "SUCCEEDED")] * 25 + [("alice", "RUNNING")])
+    shown = listed_jobs(ServerWithoutSelection(EmbeddedBackend(team.store)))
+    assert [row.id for row in shown.rows] == ids and not shown.older_ended_left_out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotrun.cli.backend import Backend
+from spotrun.control.states import is_terminal
 from spotrun.server.views import JobRow
 
 RECENT_ENDED = 20
@@ -21,6 +22,8 @@ def listed_jobs(backend: Backend, every: bool = False, recent_ended: int = RECEN
     if every:
         return JobList(backend.rows(), older_ended_left_out=False)
     unended = backend.rows(ended=False)
+    if any(is_terminal(row.state) for row in unended):  # a server older than the selection sent every job
+        return JobList(unended, older_ended_left_out=False)
     # read after the others: a job that ends in between is in both lists and kept as the newer read says
     ended = backend.rows(ended=True, limit=recent_ended + 1)  # one more tells whether older ones are left out
     shown = ended[-recent_ended:] if recent_ended else []
