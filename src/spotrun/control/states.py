@@ -26,6 +26,7 @@ def state_names(states: frozenset[JobState]) -> list[str]:
     """The states' names, sorted: the same SQL (and statement cache entry) at every call."""
     return sorted(state.value for state in states)
 
+
 _ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.PROVISIONING, JobState.WAITING, JobState.FAILED, JobState.CANCELLED}),
     JobState.PROVISIONING: frozenset(

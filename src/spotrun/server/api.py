@@ -89,7 +89,7 @@ def _job_routes(store: Store) -> APIRouter:
     def get_job(
         job_id: JobId, user: User,
         settled_below: Annotated[int, Query(
-            ge=0, le=2**31 - 1, description="leave out the attempts numbered below it that got no instance "
+            ge=0, le=MAX_ID, description="leave out the attempts numbered below it that got no instance "
             "(`no_instance`): they never change once ended, so a client that keeps them asks only for the rest")] = 0,
     ) -> JobDetail:
         with store.session() as session:
