@@ -42,8 +42,8 @@ def test_no_capacity_moves_to_the_next_zone_then_waits_with_backoff():
     waited = DefaultPolicy(backoff_base=5, backoff_max=40, empty_rounds_before_fallback=99).place(ctx(history))
     assert isinstance(waited, Wait) and waited.until == 10_000.0 + 5
     # after waiting, a new round starts in the same order
-    again = policy.place(ctx(history, capacity_rounds=1))
-    assert isinstance(again, Launch) and again.zone == tried[0]
+    again = policy.place(ctx(history, capacity_rounds=1, waited_until=9_500.0))
+    assert isinstance(again, Launch) and (again.zone, again.market) == (tried[0], "spot")
     later = DefaultPolicy(backoff_base=5, backoff_max=40, empty_rounds_before_fallback=99).place(
         ctx(history * 4, capacity_rounds=3)
     )
@@ -193,3 +193,65 @@ def test_each_return_to_spot_that_ended_on_on_demand_again_doubles_the_hold():
     many = returned * 10
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 - 100, more=many)), Keep)
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 + 100, more=many)), Launch)  # capped
+
+
+def test_a_round_is_the_jobs_tries_since_its_latest_wait_ended():
+    policy = DefaultPolicy(empty_rounds_before_fallback=99)
+    earlier = [miss(z, t=9_000.0) for z in ZONES]  # the whole first round, before the wait that ended at 9,500
+    first = policy.place(ctx(earlier, capacity_rounds=1, waited_until=9_500.0))
+    assert isinstance(first, Launch) and first.market == "spot" and first.reason == "spot"
+    this_round = [*earlier, miss(first.zone, t=9_600.0)]
+    second = policy.place(ctx(this_round, capacity_rounds=1, waited_until=9_500.0))
+    assert isinstance(second, Launch) and second.zone != first.zone and "after 1 without" in second.reason
+    everything = [*this_round, miss(second.zone, t=9_650.0)]
+    everything += [miss(z, t=9_700.0) for z in ZONES if z not in (first.zone, second.zone)]
+    assert isinstance(policy.place(ctx(everything, capacity_rounds=1, waited_until=9_500.0)), Wait)
+
+
+def other_refused(zone, t, reason="no_capacity"):
+    return PastAttempt(zone, "spot", t - 1, None, t, reason)
+
+
+def test_a_zone_another_job_was_refused_in_within_this_jobs_wait_is_not_asked_again():
+    """Ten jobs waiting in one market would otherwise each ask every zone every backoff_max: ten times the cloud API
+    calls and the stored tries, for answers another job just had."""
+    policy = DefaultPolicy(backoff_base=5, backoff_max=300, empty_rounds_before_fallback=99)
+    now, delay = 10_000.0, 300.0  # after 6 waits the delay is at its cap
+    first = policy.place(ctx(capacity_rounds=6, waited_until=now, now=now))
+    assert isinstance(first, Launch)
+    market = (other_refused(first.zone, now - delay + 1),)
+    skipped = policy.place(ctx(capacity_rounds=6, waited_until=now, now=now, market=market))
+    assert isinstance(skipped, Launch) and skipped.market == "spot" and skipped.zone != first.zone
+    stale = tuple(other_refused(z, now - delay - 1) for z in ZONES)  # before this job's wait began: ask again
+    assert policy.place(ctx(capacity_rounds=6, waited_until=now, now=now, market=stale)).market == "spot"
+    everywhere = tuple(other_refused(z, now - 10) for z in ZONES)
+    waited = policy.place(ctx(capacity_rounds=6, waited_until=now, now=now, market=everywhere))
+    assert isinstance(waited, Wait) and waited.until == now + delay
+    assert "3 refused to another job in the last 300 s" in waited.reason
+    # a job that has just begun waits 5 s: only as fresh a refusal stops it asking
+    fresh = policy.place(ctx(now=now, market=everywhere))
+    assert isinstance(fresh, Launch) and fresh.market == "spot"
+
+
+def test_only_the_latest_capacity_refusal_of_a_zone_stops_a_try_there():
+    """Every other zone was just refused to another job; what news of the last one still lets this job try it."""
+    policy = DefaultPolicy(empty_rounds_before_fallback=99)
+    now = 10_000.0
+    own = policy.place(ctx(capacity_rounds=6, waited_until=now, now=now)).zone
+    elsewhere = [other_refused(z, now - 10) for z in ZONES if z != own]
+
+    def tries_own_zone(*news):
+        decision = policy.place(ctx(capacity_rounds=6, waited_until=now, now=now, market=(*elsewhere, *news)))
+        assert isinstance(decision, (Launch, Wait))
+        return isinstance(decision, Launch) and (decision.zone, decision.market) == (own, "spot")
+
+    assert tries_own_zone()
+    assert not tries_own_zone(other_refused(own, now - 10))
+    assert tries_own_zone(other_refused(own, now - 10, "price_too_low"))  # this job may bid more
+    assert tries_own_zone(ran(own, "preempted", ended=now - 10))  # no try was made there
+    got_spot_after = PastAttempt(own, "spot", now - 5, now - 5, None, None)
+    assert tries_own_zone(other_refused(own, now - 10), got_spot_after)
+    ended_after = PastAttempt(own, "spot", now - 500, now - 500, now - 5, "succeeded")
+    assert tries_own_zone(other_refused(own, now - 10), ended_after)
+    preempted_after = PastAttempt(own, "spot", now - 500, now - 500, now - 5, "preempted")
+    assert not tries_own_zone(other_refused(own, now - 10), preempted_after)  # it had spot before the refusal

@@ -56,9 +56,10 @@ class ControllerSettings:
     claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
     reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
     market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
-    # ... and at most this many of them, the newest: a job waiting for spot is refused ~860 times a day, and every
+    # ... and at most this many of them, the newest: a job waiting for spot is refused ~800 times a day, and every
     # placement reads the market's tries (a placement with 20,000: ~140 ms here, with 400,000: 2 s; benchmarks/
-    # long_wait.py --market-tries). With ten such jobs in one market that is still two days of its history.
+    # long_wait.py --market-tries). Jobs waiting together are refused about as often as one (they share what their
+    # tries found), so that is about three weeks of the market (benchmarks/waiting_jobs.py).
     market_history_tries: int = 20_000
 
 
@@ -198,7 +199,6 @@ class Controller:
         )
         session.add(attempt)
         session.flush()
-        job.not_before = None
         return attempt
 
     # ---- launching ----------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ def placement_context(
         preemptions_before_fallback=spec.spot.preemptions_before_fallback,
         fallback_window=spec.spot.fallback_window,
         capacity_rounds=job.capacity_rounds,
+        waited_until=job.not_before,
         history=job_tries(session, job.id),
         market=market,
         deadline=spec.deadline_at(job.created_at),

@@ -19,7 +19,7 @@ from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
     Decision, GiveUp, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
 )
-from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order, zones_without_bad_news
+from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order, zones_refused_to_others, zones_without_bad_news
 
 
 @dataclass(frozen=True)
@@ -88,19 +88,24 @@ class DefaultPolicy:
 
     def _place_spot(self, ctx: PlacementContext) -> Decision:
         """One round tries every zone once, in the order the latest news gives (which may change within the round:
-        a zone is skipped because it was tried, not because of where it stands); then wait, or fall back."""
+        a zone is skipped because it was tried, not because of where it stands); then wait, or fall back. A zone
+        where another job was refused spot within the wait this job would take is skipped too: that try already told,
+        so jobs waiting in one market ask the cloud about as often as one job would."""
         order = zone_order(ctx, self.zone_news_lasts)
-        misses = trailing_capacity_misses(ctx.history)
-        tried_this_round = len(misses) - ctx.capacity_rounds * len(order)
-        if tried_this_round < len(order):
-            tried = {miss.zone for miss in misses[: max(tried_this_round, 0)]}
-            zone = next(z for z in order if z not in tried)
-            reason = "spot" if tried_this_round <= 0 else f"spot, next zone after {tried_this_round} without capacity"
-            return Launch(zone, "spot", reason)
+        delay = backoff_delay(ctx.capacity_rounds, self.backoff_base, self.backoff_max)
+        tried = {miss.zone for miss in this_rounds_misses(ctx)}
+        told = zones_refused_to_others(ctx, since=ctx.now - delay)
+        left = [zone for zone in order if zone not in tried and zone not in told]
+        if left:
+            reason = "spot" if not tried else f"spot, next zone after {len(tried)} without capacity"
+            return Launch(left[0], "spot", reason)
         if ctx.fallback == "on-demand" and ctx.capacity_rounds + 1 >= self.empty_rounds_before_fallback:
             return Launch(self._on_demand_zone(ctx), "on-demand", "no spot capacity in any zone: on-demand")
-        delay = backoff_delay(ctx.capacity_rounds, self.backoff_base, self.backoff_max)
-        return Wait(ctx.now + delay, f"no spot capacity in any of {len(order)} zones: waiting {delay:.0f} s")
+        others = len(told - tried)
+        refused_elsewhere = f" ({others} refused to another job in the last {delay:.0f} s)" if others else ""
+        return Wait(
+            ctx.now + delay, f"no spot capacity in any of {len(order)} zones{refused_elsewhere}: waiting {delay:.0f} s"
+        )
 
     def _on_demand_zone(self, ctx: PlacementContext) -> str:
         return zone_order(ctx, self.zone_news_lasts)[0]
@@ -128,6 +133,15 @@ def trailing_capacity_misses(history: tuple[PastAttempt, ...]) -> list[PastAttem
             break
         misses.append(attempt)
     return misses
+
+
+def this_rounds_misses(ctx: PlacementContext) -> list[PastAttempt]:
+    """The job's tries refused for lack of spot since its latest wait ended (all since it last ran, if it has not
+    waited since)."""
+    misses = trailing_capacity_misses(ctx.history)
+    if ctx.waited_until is None:
+        return misses
+    return [miss for miss in misses if miss.created_at >= ctx.waited_until]
 
 
 def returns_to_spot(history: tuple[PastAttempt, ...]) -> int:

@@ -70,6 +70,7 @@ class PlacementContext:
     preemptions_before_fallback: int
     fallback_window: float
     capacity_rounds: int = 0  # how many times the job already waited because no zone had capacity
+    waited_until: float | None = None  # when its latest wait ended (None: never waited): its tries since are this round's
     history: tuple[PastAttempt, ...] = field(default_factory=tuple)
     # Other jobs' spot tries of the same instance type, oldest first: what the market has shown lately
     market: tuple[PastAttempt, ...] = field(default_factory=tuple)

@@ -52,6 +52,28 @@ def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int,
     return news
 
 
+def zones_refused_to_others(ctx: PlacementContext, since: float) -> set[str]:
+    """The zones whose latest news from other jobs' spot tries is a launch refused for lack of capacity at or after
+    `since`. A refusal for the price is not counted (a job may bid more), nor a preemption (no try was made)."""
+    latest: dict[str, tuple[float, bool]] = {}  # zone -> (when, refused); at the same instant spot seen wins
+    for attempt in ctx.market:
+        for news in _capacity_news(attempt, ctx.now):
+            latest[attempt.zone] = max(latest.get(attempt.zone, news), news, key=lambda n: (n[0], not n[1]))
+    return {zone for zone, (at, refused) in latest.items() if refused and at >= since}
+
+
+def _capacity_news(attempt: PastAttempt, now: float) -> list[tuple[float, bool]]:
+    if attempt.market != "spot":
+        return []
+    if attempt.end_reason == "no_capacity":
+        return [(attempt.ended_at if attempt.ended_at is not None else attempt.created_at, True)]
+    if attempt.started_at is None:
+        return []
+    if attempt.ended_at is None:  # still running: spot is there now
+        return [(max(now, attempt.started_at), False)]
+    return [(attempt.started_at if attempt.end_reason == "preempted" else attempt.ended_at, False)]
+
+
 def last_zone_with_instance(history: tuple[PastAttempt, ...]) -> str | None:
     for attempt in reversed(history):
         if attempt.started_at is not None:

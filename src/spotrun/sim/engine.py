@@ -344,6 +344,8 @@ class JobRun:
             preemptions_before_fallback=self.job.settings.preemptions_before_fallback,
             fallback_window=self.job.settings.fallback_window,
             capacity_rounds=self.capacity_rounds,
+            # the wait may end up to the step's rounding before its time (`advance`): this step's tries are the new round's
+            waited_until=None if self.not_before is None else min(self.not_before, now),
             history=self.history,
             deadline=self.origin + self.job.deadline_seconds,
             estimated_duration=self.job.compute_seconds,

@@ -47,12 +47,12 @@ def replay(
 ) -> ReplayResult:
     """Run the job until it finishes or `horizon` simulated seconds pass."""
     result = ReplayResult(finished_at=None)
-    now, done, capacity_rounds = 0.0, 0.0, 0
+    now, done, capacity_rounds, waited_until = 0.0, 0.0, 0, None
     while now < horizon:
-        decision = policy.place(_context(job, result, now, capacity_rounds))
+        decision = policy.place(_context(job, result, now, capacity_rounds, waited_until))
         if isinstance(decision, Wait):
             capacity_rounds += 1
-            now = decision.until
+            now = waited_until = decision.until
             continue
         if not isinstance(decision, Launch):
             return result
@@ -85,7 +85,9 @@ def _run(
     return now, done, "horizon"
 
 
-def _context(job: ReplayJob, result: ReplayResult, now: float, capacity_rounds: int) -> PlacementContext:
+def _context(
+    job: ReplayJob, result: ReplayResult, now: float, capacity_rounds: int, waited_until: float | None
+) -> PlacementContext:
     return PlacementContext(
         job_id=job.job_id,
         now=now,
@@ -96,5 +98,6 @@ def _context(job: ReplayJob, result: ReplayResult, now: float, capacity_rounds: 
         preemptions_before_fallback=job.preemptions_before_fallback,
         fallback_window=job.fallback_window,
         capacity_rounds=capacity_rounds,
+        waited_until=waited_until,
         history=tuple(result.attempts),
     )

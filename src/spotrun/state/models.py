@@ -37,7 +37,8 @@ class Job(Base):
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # Absolute time after which the controller may try to place the job again (backoff).
+    # Absolute time after which the controller may try to place the job again (backoff). Kept once the wait is
+    # over: the tries made since are the current round of them (`PlacementContext.waited_until`).
     not_before: Mapped[float | None] = mapped_column(Float, nullable=True)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     restarts_on_error: Mapped[int] = mapped_column(Integer, default=0)
