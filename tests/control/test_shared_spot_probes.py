@@ -15,7 +15,7 @@ from spotrun.state import Attempt
 from world import SPEC  # noqa: E402
 
 WAITING = SPEC.replace("max_wait: 2h", "max_wait: 30d, fallback: wait")
-TICK, MEASURED = 20.0, 1800.0
+TICK, MEASURED = 30.0, 1800.0
 
 
 def spot_tries(world) -> list[tuple[str, float, str | None]]:
