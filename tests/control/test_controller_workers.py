@@ -123,3 +123,33 @@ def test_a_long_tick_renews_its_claims_and_drives_every_job(store, tmp_path, mon
     assert len(cloud.instances) == 5, "jobs after the first 30 s of the tick were skipped: their claims had expired"
     with store.session() as session:
         assert {job.claimed_by for job in session.query(Job)} == {"w1"}
+
+
+def test_a_drive_that_outlasts_its_claim_keeps_it_and_no_other_worker_takes_the_job_meanwhile(
+    store, tmp_path, monkeypatch
+):
+    """A launch that takes three claim lives (a slow cloud call): renewing only between drives let the claim lapse
+    half-way and the other worker drove the job too."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    cloud = MemoryCloud(WallClock())
+    launching, launch = threading.Event(), cloud.launch
+
+    def slow_launch(request):
+        launching.set()
+        time.sleep(1.5)
+        return launch(request)
+
+    monkeypatch.setattr(cloud, "launch", slow_launch)
+    job_id = jobs.submit(store, parse_spec(SPEC), time.time())
+    log: list = []
+    first, second = worker(store, cloud, "w1", log, 0.5), worker(store, cloud, "w2", log, 0.5)
+    ticked = threading.Event()
+    thread = threading.Thread(target=lambda: (first.tick(), ticked.set()))
+    thread.start()
+    assert launching.wait(30), "the first worker never launched"
+    while not ticked.is_set():
+        second.tick()
+        time.sleep(0.05)
+    thread.join()
+    assert [name for driven, name, *_ in log if driven == job_id] == ["w1"], "the second worker drove it too"
+    assert len(cloud.instances) == 1

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from spotrun.control import records
 from spotrun.control.boot import agent_config, user_data
+from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move
@@ -92,15 +93,14 @@ class Controller:
     # ---- the loop body -------------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        renewed_at = self.clock.now()
-        for job_id in self._live_job_ids():
-            if self.worker_id and self.clock.now() - renewed_at > self.settings.claim_ttl / 3:
-                # a long tick (many jobs, slow cloud calls) must not outlive its own claims half-way
-                renewed_at = self._renew_claims()
-            try:
-                self.drive(job_id)
-            except Exception:  # one broken job must not stop the others; the next tick retries it
-                log.exception("job %s: tick failed", job_id)
+        ttl, renew = self.settings.claim_ttl, self._renew_claims if self.worker_id else None
+        with ClaimKeeper(renew, self.clock.now, every=ttl / 3, give_up_after=10 * ttl) as keeper:
+            for job_id in self._live_job_ids():
+                keeper.drive_started()
+                try:
+                    self.drive(job_id)
+                except Exception:  # one broken job must not stop the others; the next tick retries it
+                    log.exception("job %s: tick failed", job_id)
         self._ticks += 1
         if self._ticks % self.settings.sweep_every_ticks == 1:
             self.sweep_orphans()
