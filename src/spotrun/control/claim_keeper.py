@@ -22,7 +22,7 @@ log = logging.getLogger("spotrun.controller")
 
 class ClaimKeeper:
     def __init__(
-        self, renew: Callable[[], object] | None, now: Callable[[], float], every: float, give_up_after: float
+        self, renew: Callable[[], None] | None, now: Callable[[], float], every: float, give_up_after: float
     ) -> None:
         """`renew` None: nothing to keep (a controller that is not one of several workers). `now`: the controller's
         clock, which the claims' times are in; `every` and `give_up_after` are seconds of it and of real time."""

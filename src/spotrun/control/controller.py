@@ -495,11 +495,11 @@ class Controller:
                 return claims.claim_jobs(session, self.worker_id, self.clock.now(), self.settings.claim_ttl, live_states=live)
             return list(session.scalars(select(Job.id).where(Job.state.in_(live)).order_by(Job.id)))
 
-    def _renew_claims(self) -> float:
-        now = self.clock.now()
+    def _renew_claims(self) -> None:
         with self.store.session() as session:
-            claims.renew(session, self.worker_id, now, self.settings.claim_ttl, live_states=state_names(LIVE))
-        return now
+            claims.renew(
+                session, self.worker_id, self.clock.now(), self.settings.claim_ttl, live_states=state_names(LIVE)
+            )
 
     def release_claims(self) -> None:
         if self.worker_id:

@@ -56,22 +56,27 @@ def zones_refused_to_others(ctx: PlacementContext, since: float) -> set[str]:
     """The zones whose latest news from other jobs' spot tries is a launch refused for lack of capacity at or after
     `since`. A refusal for the price is not counted (a job may bid more), nor a preemption (no try was made)."""
     latest: dict[str, tuple[float, bool]] = {}  # zone -> (when, refused); at the same instant spot seen wins
-    for attempt in ctx.market:
-        for news in _capacity_news(attempt, ctx.now):
-            latest[attempt.zone] = max(latest.get(attempt.zone, news), news, key=lambda n: (n[0], not n[1]))
+    for attempt in ctx.market:  # one pass without allocations: the market may hold 20,000 tries
+        news = _capacity_news(attempt, ctx.now)
+        if news is None:
+            continue
+        seen = latest.get(attempt.zone)
+        if seen is None or news[0] > seen[0] or (news[0] == seen[0] and not news[1]):
+            latest[attempt.zone] = news
     return {zone for zone, (at, refused) in latest.items() if refused and at >= since}
 
 
-def _capacity_news(attempt: PastAttempt, now: float) -> list[tuple[float, bool]]:
+def _capacity_news(attempt: PastAttempt, now: float) -> tuple[float, bool] | None:
+    """(when, refused) of what the try says of spot capacity, None if nothing."""
     if attempt.market != "spot":
-        return []
+        return None
     if attempt.end_reason == "no_capacity":
-        return [(attempt.ended_at if attempt.ended_at is not None else attempt.created_at, True)]
+        return (attempt.ended_at if attempt.ended_at is not None else attempt.created_at, True)
     if attempt.started_at is None:
-        return []
+        return None
     if attempt.ended_at is None:  # still running: spot is there now
-        return [(max(now, attempt.started_at), False)]
-    return [(attempt.started_at if attempt.end_reason == "preempted" else attempt.ended_at, False)]
+        return (max(now, attempt.started_at), False)
+    return (attempt.started_at if attempt.end_reason == "preempted" else attempt.ended_at, False)
 
 
 def last_zone_with_instance(history: tuple[PastAttempt, ...]) -> str | None:
