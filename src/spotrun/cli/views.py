@@ -127,7 +127,10 @@ def progress_line(row: JobRow) -> Text:
 
 
 def _event_text(kind: str, message: str) -> str:
-    styles = {"preemption_notice": "bold magenta", "state": "bold", "launch_refused": "yellow", "chaos": "magenta"}
+    styles = {
+        "preemption_notice": "bold magenta", "state": "bold", "launch_refused": "yellow", "chaos": "magenta",
+        "woken": "green",
+    }
     style = styles.get(kind)
     return f"[{style}]{message}[/]" if style else message
 

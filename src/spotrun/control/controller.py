@@ -23,6 +23,7 @@ from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
+from spotrun.control.spot_news import wake_jobs_waiting_for_spot
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import (
@@ -159,6 +160,7 @@ class Controller:
             return None
         if isinstance(decision, Wait):
             job.not_before = decision.until
+            job.waits_for_spot = spec.spot.use_spot
             job.capacity_rounds += 1
             records.transition(session, job, JobState.WAITING, now, decision.reason)
             return None
@@ -257,6 +259,8 @@ class Controller:
             attempt.started_at = info.launched_at or now
             attempt.state = "running"
             attempt.job.capacity_rounds = 0
+            if attempt.market == "spot":
+                wake_jobs_waiting_for_spot(session, attempt, now, self._prices)
             add_event(
                 session,
                 at=now,
@@ -281,6 +285,7 @@ class Controller:
                 job = attempt.job
                 delay = backoff_delay(job.capacity_rounds, self.settings.backoff_base, self.settings.backoff_max)
                 job.not_before = now + delay
+                job.waits_for_spot = False
                 job.capacity_rounds += 1
                 records.transition(session, job, JobState.WAITING, now, f"{refusal}; retrying in {delay:.0f} s")
 

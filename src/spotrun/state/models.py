@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, false, text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -49,6 +51,9 @@ class Job(Base):
     # Which controller worker drives the job, until when (see spotrun.state.claims).
     claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
     claim_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The wait until `not_before` is the policy's wait for spot, not a backoff after a quota or launch error: another
+    # job of its market getting spot ends it early (spotrun.control.spot_news).
+    waits_for_spot: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
