@@ -1,11 +1,12 @@
-"""Spot seen in a market wakes the jobs waiting there for it: a job that gets spot ends the waits of the jobs its
-instance could have been, and only theirs, instead of leaving them to find out when their waits are over."""
+"""Spot seen in a market wakes the jobs waiting there for it: a job that gets spot, or whose spot instance ends
+without being taken back, ends the waits of the jobs its instance could have been, and only theirs, instead of
+leaving them to find out when their waits are over."""
 
 from __future__ import annotations
 
 import pytest
 
-from spotrun.control.spot_news import wake_jobs_waiting_for_spot
+from spotrun.control.spot_news import spot_ended, wake_jobs_waiting_for_spot
 from spotrun.control.states import JobState
 from spotrun.providers import QuotaExceeded
 from spotrun.state import Attempt, Event, Job
@@ -22,10 +23,13 @@ def events(world, job_id: int, kind: str) -> list[Event]:
         return list(session.query(Event).filter(Event.job_id == job_id, Event.kind == kind).order_by(Event.id))
 
 
-def wait_long(world, job_ids: list[int]) -> None:
-    """Tick until every job waits for spot with at least a minute of its wait left."""
+def wait_long(world, job_ids: list[int], beating: str | None = None) -> None:
+    """Tick until every job waits for spot with more than three ticks of its wait left (the agent of the instance
+    `beating`, if any, beating meanwhile)."""
     for _ in range(200):
-        if all(world.job(i).state == JobState.WAITING and world.job(i).not_before - world.clock.now() > 60 for i in job_ids):
+        if beating is not None:
+            world.agent(beating)("heartbeat", {})
+        if all(world.job(i).state == JobState.WAITING and world.job(i).not_before - world.clock.now() > 3 * TICK for i in job_ids):
             return
         world.tick(TICK)
     raise AssertionError("the jobs never settled into long waits")
@@ -87,9 +91,9 @@ def waiting_job(world, text: str, until: float, *, for_spot: bool = True) -> int
     return job_id
 
 
-def spot_started(job_id: int, zone: str = "m-a", price: float = 1.0, instance_type: str = "local.cpu") -> Attempt:
-    return Attempt(job_id=job_id, provider="local", zone=zone, market="spot", instance_type=instance_type,
-                   price_per_hour=price)
+def spot_attempt(job_id: int, **fields) -> Attempt:
+    return Attempt(**{"job_id": job_id, "provider": "local", "zone": "m-a", "market": "spot",
+                      "instance_type": "local.cpu", "price_per_hour": 1.0, **fields})
 
 
 @pytest.mark.parametrize(
@@ -107,7 +111,8 @@ def test_only_jobs_the_started_instance_could_have_been_are_woken(world, spec, w
     now = world.clock.now()
     job_id = waiting_job(world, spec, until=now + 300)
     with world.store.session() as session:
-        assert wake_jobs_waiting_for_spot(session, spot_started(job_id + 1000), now, prices) == ([job_id] if woken else [])
+        found = wake_jobs_waiting_for_spot(session, spot_attempt(job_id + 1000), now, "news", prices)
+    assert found == ([job_id] if woken else [])
     assert world.job(job_id).not_before == (now if woken else now + 300)
 
 
@@ -120,7 +125,7 @@ def test_jobs_not_waiting_for_spot_or_whose_wait_is_over_are_left_alone(world):
     with world.store.session() as session:
         session.get(Job, ended).state = JobState.CANCELLED.value
     with world.store.session() as session:
-        assert wake_jobs_waiting_for_spot(session, spot_started(itself), now, prices) == []
+        assert wake_jobs_waiting_for_spot(session, spot_attempt(itself), now, "news", prices) == []
     assert [world.job(i).not_before for i in (backing_off, wait_over, itself, ended)] == [now + 300, now - 5, now + 300, now + 300]
 
 
@@ -141,3 +146,36 @@ def test_a_gang_waiting_for_spot_is_woken_too_and_places_its_nodes(world):
     world.tick(TICK)
     launched = [a for a in world.attempts(gang) if a.instance_id is not None]
     assert sorted(a.node_rank for a in launched) == [0, 1, 2] and {a.zone for a in launched} == {"m-c"}
+
+
+def test_a_spot_instance_that_ends_without_being_taken_back_wakes_the_jobs_waiting_for_its_capacity(world):
+    first = world.submit(WAITING)
+    instance = world.run_to_running(first)
+    zone = world.attempts(first)[-1].zone
+    for each in world.cloud.capacity:  # the market is full: the next job waits
+        world.cloud.capacity[each] = False
+    waiting = world.submit(WAITING)
+    wait_long(world, [waiting], beating=instance)
+    world.agent(instance)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.cloud.capacity[zone] = True  # the instance's capacity is free again
+    world.tick(1.0)
+    assert world.job(first).state == JobState.SUCCEEDED
+    [woken] = events(world, waiting, "woken")
+    assert f"job {first}'s spot instance in {zone} ended (succeeded)" in woken.message
+    world.tick(1.0)
+    assert world.attempts(waiting)[-1].zone == zone and world.attempts(waiting)[-1].instance_id is not None
+
+
+@pytest.mark.parametrize(
+    ("end", "reclaimed", "woken"),
+    [("succeeded", False, True), ("cancelled", False, True), ("migrated", False, True), ("preempted", False, False),
+     ("lost", False, False), ("failed", True, False)],
+)
+def test_only_an_instance_not_taken_back_frees_its_capacity(world, end, reclaimed, woken):
+    now = world.clock.now()
+    job_id = waiting_job(world, WAITING, until=now + 300)
+    ended = spot_attempt(job_id + 1000, started_at=now - 600, end_reason=end)
+    with world.store.session() as session:
+        assert spot_ended(session, ended, reclaimed, now, prices) == ([job_id] if woken else [])
+        never_ran = spot_attempt(job_id + 1000, started_at=None, end_reason="no_capacity")
+        assert spot_ended(session, never_ran, False, now, prices) == []

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from spotrun.control import records
+from spotrun.control import records, spot_news
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -23,7 +23,6 @@ from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
-from spotrun.control.spot_news import wake_jobs_waiting_for_spot
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import (
@@ -259,8 +258,7 @@ class Controller:
             attempt.started_at = info.launched_at or now
             attempt.state = "running"
             attempt.job.capacity_rounds = 0
-            if attempt.market == "spot":
-                wake_jobs_waiting_for_spot(session, attempt, now, self._prices)
+            spot_news.spot_started(session, attempt, now, self._prices)
             add_event(
                 session,
                 at=now,
@@ -423,6 +421,7 @@ class Controller:
                 self._record_instance_gone(session, attempt, ended_at, info)
             billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
             records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
+            spot_news.spot_ended(session, attempt, bool(info and info.reclaimed), now, self._prices)
             after(session, attempt, now)
 
     def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:

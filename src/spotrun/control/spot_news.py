@@ -1,9 +1,11 @@
 """Spot seen in a market wakes the jobs waiting there for it.
 
 A job whose policy waits for spot (no capacity anywhere, `fallback: wait`, or a deadline-aware policy idling) asks
-again only when its wait is over, up to `backoff_max` later. When another job of its market gets a spot instance,
-that is news it would otherwise learn only then: its wait is ended now, and its next placement reads the start in
-the market's history. Waits after a quota or launch error are backoffs, not waits for spot: they are left alone.
+again only when its wait is over, up to `backoff_max` later. Two things another job of its market learns are news it
+would otherwise hear only then: an attempt got a spot instance (spot is there), and a spot instance that was not
+taken back ended (it ran to its end, failed, was cancelled or moved: its capacity is free again). Either ends the
+waits of the jobs that instance could have been, and their next placement reads it in the market's history. Waits
+after a quota or launch error are backoffs, not waits for spot: they are left alone.
 """
 
 from __future__ import annotations
@@ -19,36 +21,58 @@ from spotrun.policy.zones import max_spot_price
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job, add_event
 
+# How a spot instance may end without freeing its capacity for others: taken back (with or without a notice seen).
+_NOT_FREED = frozenset({"preempted", "lost"})
+
+
+def spot_started(session: Session, attempt: Attempt, now: float, prices: Callable[..., tuple[float, float]]) -> list[int]:
+    """`attempt` just got its instance: if spot, wake the jobs waiting for it (their ids)."""
+    if attempt.market != "spot":
+        return []
+    return wake_jobs_waiting_for_spot(
+        session, attempt, now, f"spot started in {attempt.zone} for job {attempt.job_id}", prices
+    )
+
+
+def spot_ended(
+    session: Session, attempt: Attempt, reclaimed: bool, now: float, prices: Callable[..., tuple[float, float]]
+) -> list[int]:
+    """`attempt`'s instance was just terminated: if it was spot and not taken back, wake the jobs waiting for it."""
+    if attempt.market != "spot" or attempt.started_at is None or reclaimed or attempt.end_reason in _NOT_FREED:
+        return []
+    news = f"job {attempt.job_id}'s spot instance in {attempt.zone} ended ({attempt.end_reason}): its capacity is free"
+    return wake_jobs_waiting_for_spot(session, attempt, now, news, prices)
+
 
 def wake_jobs_waiting_for_spot(
-    session: Session, started: Attempt, now: float, prices: Callable[..., tuple[float, float]] = price_for
+    session: Session, seen: Attempt, now: float, news: str, prices: Callable[..., tuple[float, float]] = price_for
 ) -> list[int]:
-    """End the waits of the other jobs waiting for spot that `started` (a spot attempt that just got its instance)
-    could have been: same cloud and instance type, its zone among theirs, its price within their cap. Their ids."""
+    """End the waits of the other jobs waiting for spot that `seen`'s instance could have been: same cloud and
+    instance type, its zone among theirs, its price within their cap. Each gets a `woken` event saying `news`. Their
+    ids."""
     waiting = session.scalars(
         select(Job).where(
             Job.state.in_(state_names(LIVE)), Job.waits_for_spot.is_(True), Job.not_before > now,
-            Job.id != started.job_id,
+            Job.id != seen.job_id,
         )
     ).all()
     woken = []
     for job in waiting:
-        if could_have_been_theirs(JobSpec.model_validate(job.spec), started, prices):
+        if could_have_been_theirs(JobSpec.model_validate(job.spec), seen, prices):
             job.not_before = now
             add_event(
-                session, at=now, kind="woken", job_id=job.id,
-                message=f"spot started in {started.zone} for job {started.job_id}: trying again now",
-                data={"zone": started.zone, "job": started.job_id},
+                session, at=now, kind="woken", job_id=job.id, message=f"{news}: trying again now",
+                data={"zone": seen.zone, "job": seen.job_id},
             )
             woken.append(job.id)
     return woken
 
 
-def could_have_been_theirs(spec: JobSpec, started: Attempt, prices: Callable[..., tuple[float, float]]) -> bool:
+def could_have_been_theirs(spec: JobSpec, seen: Attempt, prices: Callable[..., tuple[float, float]]) -> bool:
     resources, spot = spec.resources, spec.spot
-    if not spot.use_spot or (resources.cloud, resources.instance_type) != (started.provider, started.instance_type):
+    if not spot.use_spot or (resources.cloud, resources.instance_type) != (seen.provider, seen.instance_type):
         return False
-    if spot.zones is not None and started.zone not in spot.zones:
+    if spot.zones is not None and seen.zone not in spot.zones:
         return False
-    _, on_demand = job_prices(spec, "spot", started.zone, prices)
-    return started.price_per_hour <= max_spot_price(on_demand, spot.max_price)
+    _, on_demand = job_prices(spec, "spot", seen.zone, prices)
+    return seen.price_per_hour <= max_spot_price(on_demand, spot.max_price)
