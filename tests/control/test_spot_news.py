@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotrun.control.spot_news import spot_ended, wake_jobs_waiting_for_spot
+from spotrun.control.spot_news import spot_ended, spot_started, wake_jobs_waiting_for_spot
 from spotrun.control.states import JobState
 from spotrun.providers import QuotaExceeded
 from spotrun.state import Attempt, Event, Job
@@ -111,7 +111,7 @@ def test_only_jobs_the_started_instance_could_have_been_are_woken(world, spec, w
     now = world.clock.now()
     job_id = waiting_job(world, spec, until=now + 300)
     with world.store.session() as session:
-        found = wake_jobs_waiting_for_spot(session, spot_attempt(job_id + 1000), now, "news", prices)
+        found = wake_jobs_waiting_for_spot(session, spot_attempt(job_id + 1000), now, "news", 2, prices)
     assert found == ([job_id] if woken else [])
     assert world.job(job_id).not_before == (now if woken else now + 300)
 
@@ -125,7 +125,7 @@ def test_jobs_not_waiting_for_spot_or_whose_wait_is_over_are_left_alone(world):
     with world.store.session() as session:
         session.get(Job, ended).state = JobState.CANCELLED.value
     with world.store.session() as session:
-        assert wake_jobs_waiting_for_spot(session, spot_attempt(itself), now, "news", prices) == []
+        assert wake_jobs_waiting_for_spot(session, spot_attempt(itself), now, "news", 2, prices) == []
     assert [world.job(i).not_before for i in (backing_off, wait_over, itself, ended)] == [now + 300, now - 5, now + 300, now + 300]
 
 
@@ -179,3 +179,45 @@ def test_only_an_instance_not_taken_back_frees_its_capacity(world, end, reclaime
         assert spot_ended(session, ended, reclaimed, now, prices) == ([job_id] if woken else [])
         never_ran = spot_attempt(job_id + 1000, started_at=None, end_reason="no_capacity")
         assert spot_ended(session, never_ran, False, now, prices) == []
+
+
+def test_news_wakes_the_jobs_waiting_longest_a_few_at_a_time(world):
+    now = world.clock.now()
+    waiting = []
+    for _ in range(4):
+        world.clock.advance(60)
+        waiting.append(waiting_job(world, WAITING, until=now + 3600))
+    now = world.clock.now()
+    with world.store.session() as session:
+        assert spot_started(session, spot_attempt(9999), now, prices) == waiting[:2]
+        assert spot_ended(session, spot_attempt(9999, started_at=now - 60, end_reason="succeeded"), False, now, prices) == [
+            waiting[2]
+        ]
+
+
+def test_a_zone_with_room_for_one_more_costs_a_few_refused_tries_not_one_per_waiting_job(world, monkeypatch):
+    for zone in world.cloud.capacity:
+        world.cloud.capacity[zone] = False
+    waiting = [world.submit(WAITING) for _ in range(6)]
+    wait_long(world, waiting)
+    room = {"m-b": 2}  # the newcomer's instance and one more
+    launch = world.cloud.launch
+
+    def launch_while_room(request):
+        info = launch(request)
+        if request.market == "spot" and request.zone in room:
+            room[request.zone] -= 1
+            world.cloud.capacity[request.zone] = room[request.zone] > 0
+        return info
+
+    monkeypatch.setattr(world.cloud, "launch", launch_while_room)
+    world.cloud.capacity["m-b"] = True
+    returned = world.clock.now()
+    newcomer = world.submit(WAITING)
+    for _ in range(5):
+        world.tick(TICK)
+    got = [i for i in waiting if any(a.instance_id for a in world.attempts(i))]
+    assert len(got) == 1 and world.attempts(newcomer)[-1].instance_id is not None
+    refused_since = [a for i in waiting for a in world.attempts(i) if a.created_at > returned and a.instance_id is None]
+    assert 1 <= len(refused_since) <= 3, f"{len(refused_since)} refused tries for one instance's room"
+    assert sum(bool(events(world, i, "woken")) for i in waiting) <= 4

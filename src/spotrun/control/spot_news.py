@@ -4,8 +4,13 @@ A job whose policy waits for spot (no capacity anywhere, `fallback: wait`, or a 
 again only when its wait is over, up to `backoff_max` later. Two things another job of its market learns are news it
 would otherwise hear only then: an attempt got a spot instance (spot is there), and a spot instance that was not
 taken back ended (it ran to its end, failed, was cancelled or moved: its capacity is free again). Either ends the
-waits of the jobs that instance could have been, and their next placement reads it in the market's history. Waits
+waits of jobs that instance could have been, and their next placement reads it in the market's history. Waits
 after a quota or launch error are backoffs, not waits for spot: they are left alone.
+
+Not every waiting job is woken at once: thirty jobs sent to one freed instance's capacity would be twenty-nine refused
+launch calls in one tick, against a cloud's rate limits. A freed instance wakes the job waiting longest, a start the
+two waiting longest; each of them that gets spot wakes the next ones in turn, so a zone with room for many fills in
+a few ticks (1, 2, 4, 8 ... jobs), and one with room for one costs at most two refused tries.
 """
 
 from __future__ import annotations
@@ -23,15 +28,16 @@ from spotrun.state import Attempt, Job, add_event
 
 # How a spot instance may end without freeing its capacity for others: taken back (with or without a notice seen).
 _NOT_FREED = frozenset({"preempted", "lost"})
+WOKEN_BY_A_START = 2
+WOKEN_BY_A_FREED_INSTANCE = 1
 
 
 def spot_started(session: Session, attempt: Attempt, now: float, prices: Callable[..., tuple[float, float]]) -> list[int]:
     """`attempt` just got its instance: if spot, wake the jobs waiting for it (their ids)."""
     if attempt.market != "spot":
         return []
-    return wake_jobs_waiting_for_spot(
-        session, attempt, now, f"spot started in {attempt.zone} for job {attempt.job_id}", prices
-    )
+    news = f"spot started in {attempt.zone} for job {attempt.job_id}"
+    return wake_jobs_waiting_for_spot(session, attempt, now, news, WOKEN_BY_A_START, prices)
 
 
 def spot_ended(
@@ -41,23 +47,28 @@ def spot_ended(
     if attempt.market != "spot" or attempt.started_at is None or reclaimed or attempt.end_reason in _NOT_FREED:
         return []
     news = f"job {attempt.job_id}'s spot instance in {attempt.zone} ended ({attempt.end_reason}): its capacity is free"
-    return wake_jobs_waiting_for_spot(session, attempt, now, news, prices)
+    return wake_jobs_waiting_for_spot(session, attempt, now, news, WOKEN_BY_A_FREED_INSTANCE, prices)
 
 
 def wake_jobs_waiting_for_spot(
-    session: Session, seen: Attempt, now: float, news: str, prices: Callable[..., tuple[float, float]] = price_for
+    session: Session, seen: Attempt, now: float, news: str, limit: int,
+    prices: Callable[..., tuple[float, float]] = price_for,
 ) -> list[int]:
-    """End the waits of the other jobs waiting for spot that `seen`'s instance could have been: same cloud and
-    instance type, its zone among theirs, its price within their cap. Each gets a `woken` event saying `news`. Their
-    ids."""
+    """End the waits of up to `limit` other jobs waiting for spot that `seen`'s instance could have been (same cloud
+    and instance type, its zone among theirs, its price within their cap), the earliest submitted first. Each gets a
+    `woken` event saying `news`. Their ids."""
     waiting = session.scalars(
-        select(Job).where(
+        select(Job)
+        .where(
             Job.state.in_(state_names(LIVE)), Job.waits_for_spot.is_(True), Job.not_before > now,
             Job.id != seen.job_id,
         )
+        .order_by(Job.created_at, Job.id)
     ).all()
-    woken = []
+    woken: list[int] = []
     for job in waiting:
+        if len(woken) == limit:
+            break
         if could_have_been_theirs(JobSpec.model_validate(job.spec), seen, prices):
             job.not_before = now
             add_event(
