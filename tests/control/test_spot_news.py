@@ -168,8 +168,8 @@ def test_a_spot_instance_that_ends_without_being_taken_back_wakes_the_jobs_waiti
 
 @pytest.mark.parametrize(
     ("end", "reclaimed", "woken"),
-    [("succeeded", False, True), ("cancelled", False, True), ("migrated", False, True), ("preempted", False, False),
-     ("lost", False, False), ("failed", True, False)],
+    [("succeeded", False, True), ("cancelled", False, True), ("migrated", False, True), ("released", False, True),
+     ("preempted", False, False), ("lost", False, False), ("failed", True, False)],
 )
 def test_only_an_instance_not_taken_back_frees_its_capacity(world, end, reclaimed, woken):
     now = world.clock.now()

@@ -52,7 +52,7 @@ class Job(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
     claim_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The wait until `not_before` is the policy's wait for spot, not a backoff after a quota or launch error: another
-    # job of its market getting spot ends it early (spotrun.control.spot_news).
+    # job of its market getting spot, or freeing a spot instance, ends it early (spotrun.control.spot_news).
     waits_for_spot: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     attempts: Mapped[list[Attempt]] = relationship(

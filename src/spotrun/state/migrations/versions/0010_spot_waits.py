@@ -1,5 +1,5 @@
 """Whether a job waits because its policy waits for spot (as opposed to a backoff after a quota or launch error):
-such a job is woken when another job of its market gets spot.
+such a job is woken when another job of its market gets spot or frees a spot instance.
 
 Revision ID: 0010
 Revises: 0009
