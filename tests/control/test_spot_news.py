@@ -221,3 +221,19 @@ def test_a_zone_with_room_for_one_more_costs_a_few_refused_tries_not_one_per_wai
     refused_since = [a for i in waiting for a in world.attempts(i) if a.created_at > returned and a.instance_id is None]
     assert 1 <= len(refused_since) <= 3, f"{len(refused_since)} refused tries for one instance's room"
     assert sum(bool(events(world, i, "woken")) for i in waiting) <= 4
+
+
+@pytest.mark.parametrize(("news_zone", "woken"), [("m-a", True), ("m-b", False)])
+def test_a_gang_waiting_to_replace_lost_nodes_is_woken_only_by_news_of_its_survivors_zone(world, news_zone, woken):
+    from gang_world import GANG
+
+    now = world.clock.now()
+    gang = waiting_job(world, GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback: wait}"),
+                       until=now + 300)
+    with world.store.session() as session:  # node 0 survives in m-a; nodes 1 and 2 were lost
+        session.add(Attempt(job_id=gang, number=1, state="running", provider="local", zone="m-a", market="spot",
+                            instance_type="local.cpu", price_per_hour=1.0, on_demand_price_per_hour=3.0, client_token="t-1", token_hash="h",
+                            instance_id="mi-survivor", created_at=now - 600, started_at=now - 600, node_rank=0))
+    with world.store.session() as session:
+        found = spot_started(session, spot_attempt(gang + 1000, zone=news_zone), now, prices)
+    assert found == ([gang] if woken else [])

@@ -69,7 +69,9 @@ def wake_jobs_waiting_for_spot(
     for job in waiting:
         if len(woken) == limit:
             break
-        if could_have_been_theirs(JobSpec.model_validate(job.spec), seen, prices):
+        if could_have_been_theirs(JobSpec.model_validate(job.spec), seen, prices) and in_their_gangs_zone(
+            session, job, seen.zone
+        ):
             job.not_before = now
             add_event(
                 session, at=now, kind="woken", job_id=job.id, message=f"{news}: trying again now",
@@ -77,6 +79,17 @@ def wake_jobs_waiting_for_spot(
             )
             woken.append(job.id)
     return woken
+
+
+def in_their_gangs_zone(session: Session, job: Job, zone: str) -> bool:
+    """A gang that lost some nodes replaces them in its survivors' zone only: news of another zone is not for it."""
+    if JobSpec.model_validate(job.spec).resources.nodes == 1:
+        return True
+    survivors = select(Attempt.zone).where(
+        Attempt.job_id == job.id, Attempt.ended_at.is_(None), Attempt.instance_id.is_not(None)
+    )
+    held = session.scalar(survivors.limit(1))
+    return held is None or held == zone
 
 
 def could_have_been_theirs(spec: JobSpec, seen: Attempt, prices: Callable[..., tuple[float, float]]) -> bool:
