@@ -8,8 +8,8 @@ waits of jobs that instance could have been, and their next placement reads it i
 after a quota or launch error are backoffs, not waits for spot: they are left alone.
 
 Not every waiting job is woken at once: thirty jobs sent to one freed instance's capacity would be twenty-nine refused
-launch calls in one tick, against a cloud's rate limits. A freed instance wakes the job waiting longest, a start the
-two waiting longest; each of them that gets spot wakes the next ones in turn, so a zone with room for many fills in
+launch calls in one tick, against a cloud's rate limits. A freed instance wakes the job submitted earliest, a start
+the two submitted earliest; each of them that gets spot wakes the next ones in turn, so a zone with room for many fills in
 a few ticks (1, 2, 4, 8 ... jobs), and one with room for one costs at most two refused tries.
 """
 
