@@ -181,7 +181,7 @@ def test_only_an_instance_not_taken_back_frees_its_capacity(world, end, reclaime
         assert spot_ended(session, never_ran, False, now, prices) == []
 
 
-def test_news_wakes_the_jobs_waiting_longest_a_few_at_a_time(world):
+def test_news_wakes_the_earliest_submitted_jobs_a_few_at_a_time(world):
     now = world.clock.now()
     waiting = []
     for _ in range(4):
