@@ -159,7 +159,7 @@ class Controller:
             return None
         if isinstance(decision, Wait):
             job.not_before = decision.until
-            job.waits_for_spot = spec.spot.use_spot
+            job.waits_for_spot = True
             job.capacity_rounds += 1
             records.transition(session, job, JobState.WAITING, now, decision.reason)
             return None

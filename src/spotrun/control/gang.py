@@ -320,7 +320,7 @@ class GangDriver:
             return True
         if isinstance(decision, Wait):
             job.not_before = decision.until
-            job.waits_for_spot = spec.spot.use_spot
+            job.waits_for_spot = True
             if not survivors:
                 job.capacity_rounds += 1
                 records.transition(session, job, JobState.WAITING, now, decision.reason)

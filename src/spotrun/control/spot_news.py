@@ -20,6 +20,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from spotrun.control.gang_records import open_attempts_by_rank, split_standbys
 from spotrun.control.placement import job_prices, price_for
 from spotrun.control.states import LIVE, state_names
 from spotrun.policy.zones import max_spot_price
@@ -69,9 +70,8 @@ def wake_jobs_waiting_for_spot(
     for job in waiting:
         if len(woken) == limit:
             break
-        if could_have_been_theirs(JobSpec.model_validate(job.spec), seen, prices) and in_their_gangs_zone(
-            session, job, seen.zone
-        ):
+        spec = JobSpec.model_validate(job.spec)
+        if could_have_been_theirs(spec, seen, prices) and in_their_gangs_zone(session, job.id, spec, seen.zone):
             job.not_before = now
             add_event(
                 session, at=now, kind="woken", job_id=job.id, message=f"{news}: trying again now",
@@ -81,15 +81,13 @@ def wake_jobs_waiting_for_spot(
     return woken
 
 
-def in_their_gangs_zone(session: Session, job: Job, zone: str) -> bool:
-    """A gang that lost some nodes replaces them in its survivors' zone only: news of another zone is not for it."""
-    if JobSpec.model_validate(job.spec).resources.nodes == 1:
+def in_their_gangs_zone(session: Session, job_id: int, spec: JobSpec, zone: str) -> bool:
+    """A gang that lost some nodes replaces them in its survivors' zone only (`GangDriver._place_missing`): news of
+    another zone is not for it."""
+    if spec.resources.nodes == 1:
         return True
-    survivors = select(Attempt.zone).where(
-        Attempt.job_id == job.id, Attempt.ended_at.is_(None), Attempt.instance_id.is_not(None)
-    )
-    held = session.scalar(survivors.limit(1))
-    return held is None or held == zone
+    survivors, _ = split_standbys(open_attempts_by_rank(session, job_id))
+    return not survivors or survivors[0].zone == zone
 
 
 def could_have_been_theirs(spec: JobSpec, seen: Attempt, prices: Callable[..., tuple[float, float]]) -> bool:
