@@ -52,6 +52,7 @@ def placement_context(
         market=market,
         deadline=spec.deadline_at(job.created_at),
         estimated_duration=compute,
+        nodes=spec.resources.nodes,
         **running,
     )
 

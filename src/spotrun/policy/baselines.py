@@ -40,7 +40,7 @@ class GreedyPolicy:
             return refusal
         view = deadline_view(ctx)
         step = view.step if view is not None else (ctx.step or DEFAULT_STEP)
-        if view is not None and not view.finished and view.steps_needed(1) >= view.time_left:
+        if view is not None and view.steps_needed(1) >= view.time_left:
             if ctx.current is not None and ctx.current.market == "spot" and view.overhead_left < 1e-3:
                 return want_spot(ctx, "deadline near: keep the spot instance until it is preempted")  # type: ignore[return-value]
             return want_on_demand(ctx, "deadline near: on-demand to finish in time")

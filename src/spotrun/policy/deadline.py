@@ -29,11 +29,13 @@ class DeadlineView:
 
     @property
     def work_left(self) -> float:
-        return max(self.compute - self.done, 0.0)
-
-    @property
-    def finished(self) -> bool:
-        return self.work_left <= EPSILON
+        """Compute still to do. A job asked about still needs an instance to end, so once the estimate is used up
+        (it was too short, or the trainer reported its last step but did not exit) it is not "done": it is taken
+        to need as much again as it has overrun the estimate by, and at least one more step."""
+        left = self.compute - self.done
+        if left > EPSILON:
+            return left
+        return max(self.done - self.compute, 0.0) + self.step
 
     @property
     def time_left(self) -> float:
@@ -80,12 +82,27 @@ def deadline_view(ctx: PlacementContext, default_overhead: float = DEFAULT_RESTA
 
 
 def progress_from_history(ctx: PlacementContext, overhead: float) -> float:
-    """Compute done, estimated as the time instances ran minus one restart overhead each (no progress reports)."""
-    ran = sum(
-        max((a.ended_at if a.ended_at is not None else ctx.now) - a.started_at - overhead, 0.0)
+    """Compute done when the trainer reports none: the time during which all of the job's nodes had instances up
+    for longer than a restart overhead. Counted over time, not summed per try: a gang's nodes run side by side, and
+    a move's new instance starts while the old one still runs. The instance held counts through its try when the
+    history holds it (the controller's), else on its own (a caller whose history holds ended tries only)."""
+    spans = [
+        (a.started_at + overhead, a.ended_at if a.ended_at is not None else ctx.now)
         for a in ctx.history
         if a.started_at is not None
-    )
-    if ctx.current is not None:
-        ran += max(ctx.now - ctx.current.since - overhead, 0.0)
-    return ran
+    ]
+    holds_an_open_try = any(a.started_at is not None and a.ended_at is None for a in ctx.history)
+    if ctx.current is not None and not holds_an_open_try:
+        spans.append((ctx.current.since + overhead, ctx.now))
+    return time_covered(spans, at_least=ctx.nodes)
+
+
+def time_covered(spans: list[tuple[float, float]], at_least: int = 1) -> float:
+    """Seconds during which at least `at_least` of the (start, end) spans overlap."""
+    edges = sorted([(start, 1) for start, end in spans if end > start] + [(end, -1) for start, end in spans if end > start])
+    covered, depth, since = 0.0, 0, 0.0
+    for at, change in edges:
+        if depth >= at_least:
+            covered += at - since
+        depth, since = depth + change, at
+    return covered

@@ -22,7 +22,7 @@ from spotrun.policy.markov import (
     JobShape, ValueTable, chain_moves, chain_state, option_values, state_belief, value_table,
 )
 from spotrun.policy.observations import SpotLog, ZoneRuns
-from spotrun.policy.placement import Decision, Keep, PlacementContext, RunningDecision, Wait, place_by_deciding
+from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, place_by_deciding
 from spotrun.policy.requests import no_zone, want_nothing, want_on_demand, want_spot
 from spotrun.policy.run_ages import RunHazards, current_age, estimate_hazards
 from spotrun.policy.zones import longest_lived_zone
@@ -64,8 +64,6 @@ class DeadlineAwarePolicy:
         if view is None:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
         step, unit = self.plan_grid(ctx, view)
-        if view.finished:
-            return Keep("work done") if ctx.current is not None else Wait(ctx.now + step, "work done")
         steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
         if steps_left <= 0:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")

@@ -76,6 +76,7 @@ class PlacementContext:
     market: tuple[PastAttempt, ...] = field(default_factory=tuple)
     deadline: float | None = None  # absolute, same clock as `now`
     estimated_duration: float | None = None  # seconds of compute the whole job needs
+    nodes: int = 1  # instances the job runs on at once (a gang's size): it progresses only while all of them run
     # ---- the running-job view (decide) ----
     current: Placement | None = None
     progress: float | None = None  # seconds of compute done so far (None: unknown, counted from history)

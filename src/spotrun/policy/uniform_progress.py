@@ -43,8 +43,6 @@ class UniformProgressPolicy:
         return want_nothing(ctx, view.step, "uniform progress: ahead of the line, waiting for spot")
 
     def market(self, ctx: PlacementContext, view: DeadlineView) -> str | None:
-        if view.finished:
-            return None
         has_spot = spot_has_capacity(ctx)
         held = ctx.current.market if ctx.current is not None else None
         request = "spot" if has_spot else None
