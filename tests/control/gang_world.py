@@ -36,6 +36,15 @@ def open_by_rank(world: World) -> dict:
     return {a.node_rank: a for a in nodes}
 
 
+def running_gang(world: World, spec: str = GANG) -> dict:
+    """Submit the gang and let every node report in, so that its first generation runs; its nodes by rank."""
+    world.submit(spec)
+    world.tick()
+    report_in(world)
+    world.tick()
+    return open_by_rank(world)
+
+
 def standing_by(world: World) -> dict:
     """The held standbys of a move under way, by rank."""
     _, standbys = split_standbys([a for a in world.attempts(1) if a.ended_at is None])

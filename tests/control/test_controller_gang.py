@@ -3,7 +3,7 @@ give-back, generations started, stopped and counted."""
 
 from __future__ import annotations
 
-from gang_world import GANG, generations, open_by_rank, report_in  # noqa: E402  (tests/control is on sys.path)
+from gang_world import GANG, generations, open_by_rank, report_in, running_gang  # noqa: E402  (tests/control is on sys.path)
 from memory_cloud import MemoryCloud  # noqa: E402
 from spotrun.providers import NoCapacity
 from world import World  # noqa: E402
@@ -93,11 +93,7 @@ def test_generations_start_with_node_0_as_master_and_a_failure_restarts_every_ra
 
 def test_a_preempted_node_alone_is_replaced_in_the_survivors_zone(store, tmp_path) -> None:
     world = World(store, tmp_path)
-    world.submit(GANG)
-    world.tick()
-    report_in(world)
-    world.tick()
-    nodes = open_by_rank(world)
+    nodes = running_gang(world)
     world.cloud.reclaim(nodes[0].instance_id)
     world.tick()
     job = world.job(1)
@@ -132,11 +128,7 @@ def test_a_node_whose_agent_keeps_failing_fails_the_job_after_max_restarts(store
 
 def test_a_node_whose_heartbeats_stop_is_lost_and_replaced_without_counting(store, tmp_path) -> None:
     world = World(store, tmp_path)
-    world.submit(GANG)
-    world.tick()
-    report_in(world)
-    world.tick()
-    nodes = open_by_rank(world)
+    nodes = running_gang(world)
     for _ in range(4):  # nodes 0 and 2 keep beating; node 1 (its instance still "running") has gone silent
         world.tick(10)
         for rank in (0, 2):
@@ -150,3 +142,16 @@ def test_a_node_whose_heartbeats_stop_is_lost_and_replaced_without_counting(stor
     job = world.job(1)
     assert generations(world)[0].end_reason == "interrupted" and job.restarts_on_error == 0 and job.preemptions == 0
     assert open_by_rank(world)[1].id != nodes[1].id
+
+
+def test_a_gang_whose_nodes_are_all_taken_back_at_once_is_placed_on_spot_again(store, tmp_path) -> None:
+    # one reclaim of three nodes is one preemption of the job for its fallback (preemptions_before_fallback: 3),
+    # though the job's count shows every node's
+    world = World(store, tmp_path)
+    for node in running_gang(world).values():
+        world.cloud.reclaim(node.instance_id)
+    world.tick()
+    world.tick()
+    assert world.job(1).preemptions == 3
+    replaced = open_by_rank(world)
+    assert sorted(replaced) == [0, 1, 2] and {a.market for a in replaced.values()} == {"spot"}

@@ -77,7 +77,7 @@ def test_with_fallback_wait_it_never_goes_on_demand():
 
 
 def test_k_preemptions_in_the_window_fall_back_to_on_demand():
-    two = [ran("z-a", "preempted"), ran("z-b", "preempted")]
+    two = [ran("z-a", "preempted", ended=8_000.0), ran("z-b", "preempted", ended=8_500.0)]
     assert DefaultPolicy().place(ctx(two)).market == "spot"
     three = [*two, ran("z-c", "preempted")]
     decision = DefaultPolicy().place(ctx(three))
@@ -190,7 +190,7 @@ def test_each_return_to_spot_that_ended_on_on_demand_again_doubles_the_hold():
     returned = [PastAttempt("z-b", "on-demand", 1_000.0, 1_000.0, 5_000.0, "migrated")]
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 3_700, more=returned)), Keep)
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 7_300, more=returned)), Launch)
-    many = returned * 10
+    many = [PastAttempt("z-b", "on-demand", t, t, t + 300, "migrated") for t in range(1_000, 5_000, 400)]
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 - 100, more=many)), Keep)
     assert isinstance(DefaultPolicy().decide(fell_back(now=10_000.0 + 16 * 3_600 + 100, more=many)), Launch)  # capped
 

@@ -99,7 +99,7 @@ def progress_from_history(ctx: PlacementContext, overhead: float) -> float:
 
 def time_covered(spans: list[tuple[float, float]], at_least: int = 1) -> float:
     """Seconds during which at least `at_least` of the (start, end) spans overlap."""
-    edges = sorted([(start, 1) for start, end in spans if end > start] + [(end, -1) for start, end in spans if end > start])
+    edges = sorted(edge for start, end in spans if end > start for edge in ((start, 1), (end, -1)))
     covered, depth, since = 0.0, 0, 0.0
     for at, change in edges:
         if depth >= at_least:

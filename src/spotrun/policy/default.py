@@ -10,6 +10,8 @@ Progress.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -145,11 +147,27 @@ def this_rounds_misses(ctx: PlacementContext) -> list[PastAttempt]:
 
 
 def returns_to_spot(history: tuple[PastAttempt, ...]) -> int:
-    """How often the job left an on-demand instance for spot (each such move ends the on-demand attempt "migrated")."""
-    return sum(1 for a in history if a.market == "on-demand" and a.end_reason == "migrated")
+    """How often the job left on-demand for spot (each such move ends the on-demand attempts "migrated")."""
+    return count_events(a for a in history if a.market == "on-demand" and a.end_reason == "migrated")
 
 
 def recent_preemptions(history: tuple[PastAttempt, ...], now: float, window: float) -> int:
-    return sum(
-        1 for a in history if a.end_reason == "preempted" and a.ended_at is not None and a.ended_at >= now - window
+    """How often spot was taken from the job in the last `window` seconds."""
+    return count_events(
+        a for a in history if a.end_reason == "preempted" and a.ended_at is not None and a.ended_at >= now - window
     )
+
+
+def count_events(ended: Iterable[PastAttempt]) -> int:
+    """How many times the job lived through such ends: a gang's nodes end together (and a zone's reclaim may take them
+    a minute apart), so a try launched before the latest event's first end belongs to that event; a try launched
+    after it (a replacement, the next attempt) ends in an event of its own."""
+    events, first_end = 0, None
+    for attempt, end in sorted(((a, _end(a)) for a in ended), key=lambda pair: pair[1]):
+        if first_end is None or attempt.created_at >= first_end:
+            events, first_end = events + 1, end
+    return events
+
+
+def _end(attempt: PastAttempt) -> float:
+    return attempt.ended_at if attempt.ended_at is not None else math.inf  # still ending: it ends now or later
