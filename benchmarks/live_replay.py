@@ -1,0 +1,320 @@
+"""The real controller on a spot trace beside the simulator on the same trace: does a deadline job placed live cost
+what the simulator says it costs?
+
+    python benchmarks/live_replay.py                                   # every 1-node trace, one start each
+    python benchmarks/live_replay.py --policy uniform_progress --no-progress
+    python benchmarks/live_replay.py --compute-hours 4 --deadline-hours 6 --trace FILE --start-hours 12
+
+For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under the
+real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone has
+spot capacity as the trace says; a spot instance running where the trace goes to 0 is taken back without notice.
+Each instance's trainer is played over the agent API: it reports in, trains one step a second once the restart
+overhead has passed since its launch (for a standby, since the job's previous instance let it go), reports its
+steps as a checkpoint at every tick (with the run's total steps; `--no-progress`: no reports, so the policy counts
+progress from the instances' times), saves and stops when asked, and exits once its steps are done. The bill is the
+ledger's: each instance's seconds at its price. The simulator runs the same job on the same trace from the same
+start in its "launches" view (the policy sees spot only through its launches, its instance and preemptions, as the
+controller does). Prints a Markdown table: cost over the on-demand cost, live and simulated, hours to finish,
+preemptions and launches per run, and the means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from spotrun.control import jobs
+from spotrun.control.clock import ManualClock
+from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.costs.ledger import bill
+from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity
+from spotrun.server.agent_api import create_agent_app
+from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, run_job
+from spotrun.sim.market import Market
+from spotrun.sim.sweep import policy_for
+from spotrun.spec import parse_spec
+from spotrun.state import Job, Store
+from spotrun.traces import Trace, list_traces, load_trace, shared_traces_dir
+
+HOUR = 3600.0
+STEP_SECONDS = 1.0  # the trainer's step: one a second, so steps are seconds of compute
+
+
+class TraceCloud:
+    """A cloud whose spot capacity per zone is a trace's, on the controller's clock from `origin` on."""
+
+    name = "trace"
+
+    def __init__(self, clock: ManualClock, traces: dict[str, Trace], origin: float) -> None:
+        self.clock, self.traces, self.origin = clock, traces, origin
+        self.instances: dict[str, InstanceInfo] = {}
+        self.user_data: dict[str, dict] = {}
+        self._ids = itertools.count(1)
+
+    def spot_up(self, zone: str) -> bool:
+        return self.traces[zone].available(self.clock.now() - self.origin)
+
+    def zones(self, instance_type: str) -> list[str]:
+        return list(self.traces)
+
+    def launch(self, request: LaunchRequest) -> InstanceInfo:
+        existing = self.find_by_token(request.client_token)
+        if existing is not None:
+            return existing
+        if request.market == "spot" and not self.spot_up(request.zone):
+            raise NoCapacity(f"the trace has no spot in {request.zone} now")
+        info = InstanceInfo(
+            instance_id=f"ti-{next(self._ids)}", zone=request.zone, market=request.market,
+            instance_type=request.instance_type, state="running", launched_at=self.clock.now(),
+            client_token=request.client_token,
+        )
+        self.instances[info.instance_id] = info
+        self.user_data[info.instance_id] = request.user_data
+        return info
+
+    def find_by_token(self, client_token: str) -> InstanceInfo | None:
+        return next((i for i in self.instances.values() if i.client_token == client_token), None)
+
+    def describe(self, instance_id: str) -> InstanceInfo:
+        return self.instances[instance_id]
+
+    def terminate(self, instance_id: str) -> None:
+        info = self.instances[instance_id]
+        if info.state != "terminated":
+            self.instances[instance_id] = replace(info, state="terminated", terminated_at=self.clock.now())
+
+    def list_instances(self) -> list[InstanceInfo]:
+        return list(self.instances.values())
+
+    def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
+        info = self.instances[instance_id]
+        self.instances[instance_id] = replace(info, state="terminated", reclaimed=True, terminated_at=self.clock.now())
+
+    def take_back_spot(self) -> None:
+        """The trace's market moves on: spot instances where it has no spot now are taken back."""
+        for info in list(self.instances.values()):
+            if info.state == "running" and info.market == "spot" and not self.spot_up(info.zone):
+                self.preempt(info.instance_id)
+
+    def running(self) -> list[InstanceInfo]:
+        return [i for i in self.instances.values() if i.state == "running"]
+
+
+@dataclass
+class Trainer:
+    """One instance's trainer, as its agent tells the controller about it."""
+
+    post: object  # (path, body) -> reply
+    launched_at: float
+    reported_in: bool = False
+    training_from: float | None = None  # when it began training (its restart overhead passed, and not held)
+    resumed_at_step: int = 0
+    done: bool = False
+
+    def steps(self, now: float, total: int) -> int:
+        if self.training_from is None:
+            return self.resumed_at_step
+        return min(self.resumed_at_step + int(max(now - self.training_from, 0.0) / STEP_SECONDS), total)
+
+
+class Trainers:
+    """Every instance's trainer, and the job's newest checkpoint (what the next trainer resumes from)."""
+
+    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, overhead: float, report: bool) -> None:
+        self.api, self.cloud, self.total, self.overhead, self.report = api, cloud, total, overhead, report
+        self.by_instance: dict[str, Trainer] = {}
+        self.saved = 0
+
+    def beat(self, now: float) -> None:
+        for info in self.cloud.running():
+            trainer = self.by_instance.get(info.instance_id)
+            if trainer is None:
+                trainer = self.by_instance[info.instance_id] = Trainer(self._agent(info.instance_id), info.launched_at)
+            if not trainer.done:
+                self._beat(trainer, now)
+
+    def _beat(self, trainer: Trainer, now: float) -> None:
+        if not trainer.reported_in:
+            trainer.post("started", {"address": "127.0.0.1"})
+            trainer.reported_in = True
+        steps = trainer.steps(now, self.total)
+        training = trainer.training_from is not None
+        body = {"checkpoint_step": steps, "total_steps": self.total} if self.report and training else {}
+        reply = trainer.post("heartbeat", body)
+        if training:
+            self.saved = max(self.saved, steps)
+        if reply.get("stop"):
+            trainer.post("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+            trainer.done = True
+        elif steps >= self.total:
+            trainer.post("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+            trainer.done = True
+        elif trainer.training_from is None and not reply.get("hold"):
+            # booted, set up and restored by its overhead after launch; a standby restores once let go
+            trainer.training_from, trainer.resumed_at_step = max(trainer.launched_at + self.overhead, now), self.saved
+
+    def _agent(self, instance_id: str):
+        config = json.loads(self.cloud.user_data[instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])
+        headers = {"Authorization": f"Bearer {config['token']}"}
+        base = f"/agent/v1/attempts/{config['attempt_id']}"
+
+        def post(path: str, body: dict) -> dict:
+            response = self.api.post(f"{base}/{path}", json=body, headers=headers)
+            response.raise_for_status()
+            return response.json()
+
+        return post
+
+
+@dataclass(frozen=True)
+class Setting:
+    compute: float
+    deadline: float
+    overhead: float
+    policy: str
+    tick: float
+    report: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    cost: float  # over the on-demand cost of the compute
+    finished_hours: float | None
+    preemptions: int
+    launches: int
+
+
+def job_text(setting: Setting) -> str:
+    return f"""
+name: replay
+run: "true"
+resources: {{cloud: local, instance_type: local.cpu, prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}}}
+spot: {{deadline: {setting.deadline:.0f}s, restart_overhead: {setting.overhead:.0f}s, policy: {setting.policy}}}
+estimated_duration: {setting.compute:.0f}s
+"""
+
+
+def run_live(trace: Trace, zone: str, start: int, setting: Setting, folder: Path) -> Outcome:
+    """The job under the real controller from sample `start` of the trace, until it ends or the deadline is 2 h past."""
+    os.environ["SPOTRUN_HOME"] = str(folder / "home")
+    store = Store(f"sqlite:///{folder / 'state.db'}")
+    try:
+        clock = ManualClock(1.7e9)
+        cloud = TraceCloud(clock, {zone: trace}, origin=clock.now() - start * trace.gap_seconds)
+        settings = ControllerSettings(
+            controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
+        )
+        controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
+        trainers = Trainers(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS),
+                            setting.overhead, setting.report)
+        submitted = clock.now()
+        job_id = jobs.submit(store, parse_spec(job_text(setting)), submitted)
+        while clock.now() < submitted + setting.deadline + 2 * HOUR:
+            clock.advance(setting.tick)
+            cloud.take_back_spot()
+            trainers.beat(clock.now())
+            controller.tick()
+            if job_state(store, job_id) in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                break
+        return outcome(store, job_id, clock.now(), submitted, setting)
+    finally:
+        store.dispose()
+
+
+def job_state(store: Store, job_id: int) -> str:
+    with store.session() as session:
+        return session.get(Job, job_id).state
+
+
+def outcome(store: Store, job_id: int, now: float, submitted: float, setting: Setting) -> Outcome:
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        placed = list(job.placed_attempts)
+        cost = bill(placed, now).cost
+        finished = job.finished_at if job.state == "SUCCEEDED" else None
+        return Outcome(
+            cost=cost / (P3_2XLARGE_ON_DEMAND * setting.compute / HOUR),
+            finished_hours=None if finished is None else (finished - submitted) / HOUR,
+            preemptions=job.preemptions,
+            launches=len(placed),
+        )
+
+
+def run_simulated(trace: Trace, zone: str, start: int, setting: Setting) -> Outcome:
+    market = Market.from_traces({zone: trace})
+    job = SimJob(setting.compute, setting.deadline, setting.overhead)
+    policy = policy_for(setting.policy, market, start, job)
+    result = run_job(policy, market.zones, market.available[:, start:], market.gap_seconds, job, observe="launches")
+    return Outcome(
+        cost=result.cost / job.on_demand_cost,
+        finished_hours=None if result.finished_at is None else result.finished_at / HOUR,
+        preemptions=result.preemptions,
+        launches=result.launches,
+    )
+
+
+def table(rows: list[tuple[str, int, Outcome, Outcome]], setting: Setting) -> str:
+    lines = [
+        f"C = {setting.compute / HOUR:g} h, D = {setting.deadline / HOUR:g} h, d = {setting.overhead / HOUR:g} h, "
+        f"policy {setting.policy}, ticks of {setting.tick:g} s, progress {'reported' if setting.report else 'not reported'}",
+        "",
+        "| trace | start, h | cost live / sim | finished h, live / sim | preemptions live / sim | launches live / sim |",
+        "| --- | ---: | --- | --- | --- | --- |",
+    ]
+    for name, start_hours, live, sim in rows:
+        lines.append(
+            f"| {name} | {start_hours:g} | {live.cost:.3f} / {sim.cost:.3f} | {_hours(live)} / {_hours(sim)} | "
+            f"{live.preemptions} / {sim.preemptions} | {live.launches} / {sim.launches} |"
+        )
+    if rows:
+        mean_live = sum(r[2].cost for r in rows) / len(rows)
+        mean_sim = sum(r[3].cost for r in rows) / len(rows)
+        missed = sum(1 for r in rows if r[2].finished_hours is None or r[2].finished_hours > setting.deadline / HOUR + 1e-9)
+        lines += ["", f"mean cost: live {mean_live:.4f}, simulated {mean_sim:.4f} (live / sim {mean_live / mean_sim:.3f}); "
+                      f"live deadlines missed: {missed} of {len(rows)}"]
+    return "\n".join(lines)
+
+
+def _hours(result: Outcome) -> str:
+    return "-" if result.finished_hours is None else f"{result.finished_hours:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", action="append", type=Path, help="trace files (default: every 1-node trace)")
+    parser.add_argument("--start-hours", type=float, action="append", help="start offsets (default: 0)")
+    parser.add_argument("--compute-hours", type=float, default=48.0)
+    parser.add_argument("--deadline-hours", type=float, default=52.0)
+    parser.add_argument("--overhead-hours", type=float, default=0.1)
+    parser.add_argument("--policy", default="default")
+    parser.add_argument("--tick", type=float, default=60.0, help="seconds between the controller's ticks")
+    parser.add_argument("--no-progress", action="store_true", help="the trainers report no checkpoints")
+    args = parser.parse_args(argv)
+    setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
+                      args.tick, not args.no_progress)
+    paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
+    rows = []
+    began = time.perf_counter()
+    for path in paths:
+        trace = load_trace(path)
+        for start_hours in args.start_hours or [0.0]:
+            start = round(start_hours * HOUR / trace.gap_seconds)
+            with tempfile.TemporaryDirectory(prefix="spotrun-replay-") as folder:
+                live = run_live(trace, path.stem, start, setting, Path(folder))
+            rows.append((path.stem, start_hours, live, run_simulated(trace, path.stem, start, setting)))
+    print(table(rows, setting))
+    print(f"\n{time.perf_counter() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

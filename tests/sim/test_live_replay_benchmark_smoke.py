@@ -1,0 +1,49 @@
+"""The live replay runs the real controller on a trace beside the simulator, and both bill the same run alike."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "live_replay.py"
+ROW = re.compile(
+    r"^\| (\S+) \| ([\d.]+) \| ([\d.]+) / ([\d.]+) \| ([\d.-]+) / ([\d.-]+) \| (\d+) / (\d+) \| (\d+) / (\d+) \|$",
+    re.MULTILINE,
+)
+
+
+def replay(tmp_path: Path, name: str, data: list[int], *options: str) -> tuple[str, ...]:
+    trace = tmp_path / f"{name}.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--trace", str(trace), "--compute-hours", "2", "--deadline-hours", "3", *options],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = ROW.findall(done.stdout)
+    return row
+
+
+def test_with_spot_all_along_live_and_simulated_cost_the_spot_run(tmp_path: Path) -> None:
+    # 2 h of compute and a 0.1 h restart on spot at 0.9731 / 3.06 of the on-demand price: ~0.334 of on-demand
+    _, _, live, sim, live_hours, _, live_preempted, _, live_launches, _ = replay(tmp_path, "always", [1] * 40)
+    assert 0.32 < float(live) < 0.35 and 0.32 < float(sim) < 0.35 and abs(float(live) - float(sim)) < 0.02
+    assert float(live_hours) < 2.3 and (live_preempted, live_launches) == ("0", "1")
+
+
+def test_without_progress_reports_the_try_a_job_runs_on_is_counted_once(tmp_path: Path) -> None:
+    # uniform_progress read the job as done at half its estimate (its running try counted twice) and stopped it
+    _, _, live, _, _, _, live_preempted, _, live_launches, _ = replay(
+        tmp_path, "always", [1] * 40, "--no-progress", "--policy", "uniform_progress"
+    )
+    assert (live_preempted, live_launches) == ("0", "1") and float(live) < 0.35
+
+
+def test_a_job_preempted_live_still_meets_its_deadline_without_progress_reports(tmp_path: Path) -> None:
+    data = [1] * 7 + [0] * 3 + [1] * 30
+    _, _, live, _, live_hours, _, live_preempted, _, _, _ = replay(tmp_path, "gappy", data, "--no-progress")
+    assert int(live_preempted) >= 1 and float(live_hours) <= 3.0
+    assert 0.32 < float(live) < 1.2
