@@ -2,20 +2,21 @@
 what the simulator says it costs?
 
     python benchmarks/live_replay.py                                   # every 1-node trace, one start each
-    python benchmarks/live_replay.py --policy uniform_progress --no-progress
+    python benchmarks/live_replay.py --policy uniform_progress --progress none
     python benchmarks/live_replay.py --compute-hours 4 --deadline-hours 6 --trace FILE --start-hours 12
+    python benchmarks/live_replay.py --zones-together        # both zones of each GPU type as one market
 
-For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under the
-real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone has
-spot capacity as the trace says; a spot instance running where the trace goes to 0 is taken back without notice.
+For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under
+the real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone
+has spot capacity as the trace says; a spot instance running where the trace goes to 0 is taken back without notice.
 Each instance's trainer is played over the agent API: it reports in, trains one step a second once the restart
-overhead has passed since its launch (for a standby, since the job's previous instance let it go), reports its
-steps as a checkpoint at every tick (with the run's total steps; `--no-progress`: no reports, so the policy counts
-progress from the instances' times), saves and stops when asked, and exits once its steps are done. The bill is the
-ledger's: each instance's seconds at its price. The simulator runs the same job on the same trace from the same
-start in its "launches" view (the policy sees spot only through its launches, its instance and preemptions, as the
-controller does). Prints a Markdown table: cost over the on-demand cost, live and simulated, hours to finish,
-preemptions and launches per run, and the means.
+overhead has passed since its launch (for a standby, since the job's previous instance let it go), reports its steps
+as a checkpoint at every tick (with the run's total steps; `--progress steps`: without them, so the policy counts
+the steps at the measured rate; `--progress none`: no reports, so it counts the instances' times), saves and stops
+when asked, and exits once its steps are done. The bill is the ledger's: each instance's seconds at its price. The
+simulator runs the same job on the same trace from the same start in its "launches" view (the policy sees spot only
+through its launches, its instance and preemptions, as the controller does). Prints a Markdown table: cost over the
+on-demand cost, live and simulated, hours to finish, preemptions and launches per run, and the means.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ class Trainer:
 class Trainers:
     """Every instance's trainer, and the job's newest checkpoint (what the next trainer resumes from)."""
 
-    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, overhead: float, report: bool) -> None:
-        self.api, self.cloud, self.total, self.overhead, self.report = api, cloud, total, overhead, report
+    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, overhead: float, progress: str) -> None:
+        self.api, self.cloud, self.total, self.overhead, self.progress = api, cloud, total, overhead, progress
         self.by_instance: dict[str, Trainer] = {}
         self.saved = 0
 
@@ -148,7 +149,9 @@ class Trainers:
             trainer.reported_in = True
         steps = trainer.steps(now, self.total)
         training = trainer.training_from is not None
-        body = {"checkpoint_step": steps, "total_steps": self.total} if self.report and training else {}
+        body = {}
+        if training and steps > 0 and self.progress != "none":  # the newest checkpoint, once there is one
+            body = {"checkpoint_step": steps, "total_steps": self.total if self.progress == "total" else None}
         reply = trainer.post("heartbeat", body)
         if training:
             self.saved = max(self.saved, steps)
@@ -182,7 +185,8 @@ class Setting:
     overhead: float
     policy: str
     tick: float
-    report: bool
+    progress: str  # what the trainers report: "total" (steps and total steps), "steps", "none"
+    overhead_named: bool = True  # False: the job file names no restart overhead, the controller measures it
 
 
 @dataclass(frozen=True)
@@ -194,28 +198,31 @@ class Outcome:
 
 
 def job_text(setting: Setting) -> str:
+    overhead = f"restart_overhead: {setting.overhead:.0f}s, " if setting.overhead_named else ""
     return f"""
 name: replay
 run: "true"
 resources: {{cloud: local, instance_type: local.cpu, prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}}}
-spot: {{deadline: {setting.deadline:.0f}s, restart_overhead: {setting.overhead:.0f}s, policy: {setting.policy}}}
+spot: {{deadline: {setting.deadline:.0f}s, {overhead}policy: {setting.policy}}}
 estimated_duration: {setting.compute:.0f}s
 """
 
 
-def run_live(trace: Trace, zone: str, start: int, setting: Setting, folder: Path) -> Outcome:
-    """The job under the real controller from sample `start` of the trace, until it ends or the deadline is 2 h past."""
+def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Path) -> Outcome:
+    """The job under the real controller from sample `start` of the zones' traces, until it ends or the deadline is
+    2 h past."""
     os.environ["SPOTRUN_HOME"] = str(folder / "home")
     store = Store(f"sqlite:///{folder / 'state.db'}")
     try:
         clock = ManualClock(1.7e9)
-        cloud = TraceCloud(clock, {zone: trace}, origin=clock.now() - start * trace.gap_seconds)
+        gap = next(iter(traces.values())).gap_seconds
+        cloud = TraceCloud(clock, traces, origin=clock.now() - start * gap)
         settings = ControllerSettings(
             controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
         )
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
         trainers = Trainers(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS),
-                            setting.overhead, setting.report)
+                            setting.overhead, setting.progress)
         submitted = clock.now()
         job_id = jobs.submit(store, parse_spec(job_text(setting)), submitted)
         while clock.now() < submitted + setting.deadline + 2 * HOUR:
@@ -249,8 +256,8 @@ def outcome(store: Store, job_id: int, now: float, submitted: float, setting: Se
         )
 
 
-def run_simulated(trace: Trace, zone: str, start: int, setting: Setting) -> Outcome:
-    market = Market.from_traces({zone: trace})
+def run_simulated(traces: dict[str, Trace], start: int, setting: Setting) -> Outcome:
+    market = Market.from_traces(traces)
     job = SimJob(setting.compute, setting.deadline, setting.overhead)
     policy = policy_for(setting.policy, market, start, job)
     result = run_job(policy, market.zones, market.available[:, start:], market.gap_seconds, job, observe="launches")
@@ -265,7 +272,8 @@ def run_simulated(trace: Trace, zone: str, start: int, setting: Setting) -> Outc
 def table(rows: list[tuple[str, int, Outcome, Outcome]], setting: Setting) -> str:
     lines = [
         f"C = {setting.compute / HOUR:g} h, D = {setting.deadline / HOUR:g} h, d = {setting.overhead / HOUR:g} h, "
-        f"policy {setting.policy}, ticks of {setting.tick:g} s, progress {'reported' if setting.report else 'not reported'}",
+        f"policy {setting.policy}, ticks of {setting.tick:g} s, progress reported: {setting.progress}, restart overhead "
+        f"{'named' if setting.overhead_named else 'measured'}",
         "",
         "| trace | start, h | cost live / sim | finished h, live / sim | preemptions live / sim | launches live / sim |",
         "| --- | ---: | --- | --- | --- | --- |",
@@ -288,6 +296,17 @@ def _hours(result: Outcome) -> str:
     return "-" if result.finished_hours is None else f"{result.finished_hours:.1f}"
 
 
+def markets(paths: list[Path], zones_together: bool) -> dict[str, dict[str, Trace]]:
+    """The markets to run in, by name: each trace alone (its zone named after the file), or with `zones_together`
+    the traces of one instance type (named `<zone>_<type>`) as the zones of one market."""
+    found: dict[str, dict[str, Trace]] = {}
+    for path in paths:
+        zone, _, kind = path.stem.partition("_")
+        name = kind if zones_together and kind else path.stem
+        found.setdefault(name, {})[path.stem if not zones_together else zone] = load_trace(path)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", type=Path, help="trace files (default: every 1-node trace)")
@@ -297,20 +316,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-hours", type=float, default=0.1)
     parser.add_argument("--policy", default="default")
     parser.add_argument("--tick", type=float, default=60.0, help="seconds between the controller's ticks")
-    parser.add_argument("--no-progress", action="store_true", help="the trainers report no checkpoints")
+    parser.add_argument("--zones-together", action="store_true",
+                        help="the traces of one instance type (<zone>_<type>.json) as the zones of one market")
+    parser.add_argument("--measure-overhead", action="store_true",
+                        help="the job file names no restart overhead: the controller measures it from the reports")
+    parser.add_argument("--progress", choices=("total", "steps", "none"), default="total",
+                        help="what the trainers report: their steps and the total, their steps, nothing")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
-                      args.tick, not args.no_progress)
+                      args.tick, args.progress, not args.measure_overhead)
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()
-    for path in paths:
-        trace = load_trace(path)
+    for name, traces in markets(paths, args.zones_together).items():
         for start_hours in args.start_hours or [0.0]:
-            start = round(start_hours * HOUR / trace.gap_seconds)
+            start = round(start_hours * HOUR / next(iter(traces.values())).gap_seconds)
             with tempfile.TemporaryDirectory(prefix="spotrun-replay-") as folder:
-                live = run_live(trace, path.stem, start, setting, Path(folder))
-            rows.append((path.stem, start_hours, live, run_simulated(trace, path.stem, start, setting)))
+                live = run_live(traces, start, setting, Path(folder))
+            rows.append((name, start_hours, live, run_simulated(traces, start, setting)))
     print(table(rows, setting))
     print(f"\n{time.perf_counter() - began:.0f} s")
     return 0

@@ -436,11 +436,12 @@ def test_without_an_estimated_duration_the_step_rate_gives_the_policy_one(world)
     assert resumed != instance
     world.agent(resumed)("started", {"address": "127.0.0.1"})
     world.tick()
-    report_steps(world, resumed, [80, 120], 100)  # the new attempt, twice as fast: 40 steps in 100 s
-    # the rate counts each attempt from its own first report: (80 + 40) steps in (400 + 100) s; the gap between the
-    # attempts and the new attempt's start are the restarts the policy counts itself
+    report_steps(world, resumed, [80, 120, 160], 100)  # the new attempt, twice as fast: 40 steps in 100 s
+    # the rate counts each attempt from the first checkpoint it wrote (not the step 80 it restored and reported
+    # while restoring it): (80 + 40) steps in (400 + 100) s; the gap between the attempts and the new attempt's
+    # start are the restarts the policy counts itself
     assert ctx().estimated_duration == pytest.approx(1000 / (120 / 500))
-    assert ctx().progress == pytest.approx(120 / (120 / 500))
+    assert ctx().progress == pytest.approx(160 / (120 / 500))
     given = parse_spec(spec_text + "estimated_duration: 3h\n")  # a duration the job names wins
     assert placement_context_of(world, job_id, given, ["m-a"], world.clock.now()).estimated_duration == 3 * 3600
 

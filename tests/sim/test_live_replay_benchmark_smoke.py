@@ -37,13 +37,13 @@ def test_with_spot_all_along_live_and_simulated_cost_the_spot_run(tmp_path: Path
 def test_without_progress_reports_the_try_a_job_runs_on_is_counted_once(tmp_path: Path) -> None:
     # uniform_progress read the job as done at half its estimate (its running try counted twice) and stopped it
     _, _, live, _, _, _, live_preempted, _, live_launches, _ = replay(
-        tmp_path, "always", [1] * 40, "--no-progress", "--policy", "uniform_progress"
+        tmp_path, "always", [1] * 40, "--progress", "none", "--policy", "uniform_progress"
     )
     assert (live_preempted, live_launches) == ("0", "1") and float(live) < 0.35
 
 
 def test_a_job_preempted_live_still_meets_its_deadline_without_progress_reports(tmp_path: Path) -> None:
     data = [1] * 7 + [0] * 3 + [1] * 30
-    _, _, live, _, live_hours, _, live_preempted, _, _, _ = replay(tmp_path, "gappy", data, "--no-progress")
+    _, _, live, _, live_hours, _, live_preempted, _, _, _ = replay(tmp_path, "gappy", data, "--progress", "none")
     assert int(live_preempted) >= 1 and float(live_hours) <= 3.0
     assert 0.32 < float(live) < 1.2

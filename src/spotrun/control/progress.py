@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
 
@@ -13,14 +16,28 @@ from spotrun.state import Attempt, Job
 MIN_RATE_SECONDS = 300.0
 
 
-def record_checkpoint(attempt: Attempt, steps_done: int, total_steps: int | None, now: float) -> None:
+def record_checkpoint(
+    attempt: Attempt, steps_done: int, total_steps: int | None, now: float, restored: int | None = None
+) -> None:
     """Store a heartbeat's newest checkpoint on its attempt, noting when the attempt's first one and each new one
-    were first reported (the step rate's clock)."""
-    if attempt.first_checkpoint_step is None:
+    were first reported (the step rate's clock). `restored`: the newest step the job's ended attempts reported. The
+    agent reports the checkpoint it restored from the moment it starts, before the trainer has restored it and
+    trained on: that one is not the attempt's first, or its boot and restore would count as training time (a step
+    rate too low) and as no restart overhead at all."""
+    if attempt.first_checkpoint_step is None and (restored is None or steps_done > restored):
         attempt.first_checkpoint_step, attempt.first_checkpoint_at = steps_done, now
     if steps_done != attempt.checkpoint_step or attempt.checkpoint_at is None:
         attempt.checkpoint_at = now
     attempt.checkpoint_step, attempt.total_steps = steps_done, total_steps
+
+
+def restored_step(session: Session, attempt: Attempt) -> int | None:
+    """The newest checkpoint step the job's ended attempts reported: what `attempt` may have restored."""
+    return session.scalar(
+        select(func.max(Attempt.checkpoint_step)).where(
+            Attempt.job_id == attempt.job_id, Attempt.id != attempt.id, Attempt.ended_at.is_not(None)
+        )
+    )
 
 
 def newest_checkpoint(attempts: Iterable[Attempt]) -> tuple[int, int | None] | None:
@@ -72,13 +89,16 @@ def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float |
 
     The compute is the job's `estimated_duration`, else its total steps over the step rate measured so far. What is
     done is the newest checkpoint's steps over the run's total, times that compute; when that checkpoint named no
-    total, the policy counts from the attempts' run time instead."""
+    total, its steps over the step rate, once that is known (work lost since a checkpoint is not counted either
+    way); else the policy counts from the attempts' run time."""
     newest = newest_checkpoint(job.placed_attempts)
     total = newest[1] if newest is not None else None
     compute = spec.estimated_duration
+    rate = step_rate(job.placed_attempts) if newest is not None else None
     if compute is None and total:
-        rate = step_rate(job.placed_attempts)
         compute = total / rate if rate is not None else None
-    if compute is None or newest is None or not total:
+    if compute is None or newest is None:
         return compute, None
-    return compute, compute * min(newest[0] / total, 1.0)
+    if total:
+        return compute, compute * min(newest[0] / total, 1.0)
+    return compute, newest[0] / rate if rate is not None else None

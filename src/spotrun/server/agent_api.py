@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from spotrun.control import gang, records
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
-from spotrun.control.progress import record_checkpoint
+from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.tokens import token_matches
 from spotrun.state import Attempt, Store, add_event
 
@@ -85,7 +85,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             attempt = session.get(Attempt, attempt_id)
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
-                record_checkpoint(attempt, body.checkpoint_step, body.total_steps, attempt.last_heartbeat_at)
+                restored = restored_step(session, attempt) if attempt.first_checkpoint_step is None else None
+                record_checkpoint(attempt, body.checkpoint_step, body.total_steps, attempt.last_heartbeat_at, restored)
             stop = attempt.notice_source if attempt.state == "draining" else None
             # a standby's agent holds until the attempt it takes over from has ended (spotrun.control.moves)
             reply = {"ok": True, "stop": stop, "hold": records.is_held(session, attempt)}
