@@ -47,3 +47,17 @@ def test_a_job_preempted_live_still_meets_its_deadline_without_progress_reports(
     _, _, live, _, live_hours, _, live_preempted, _, _, _ = replay(tmp_path, "gappy", data, "--progress", "none")
     assert int(live_preempted) >= 1 and float(live_hours) <= 3.0
     assert 0.32 < float(live) < 1.2
+
+
+def test_zones_together_move_a_job_to_the_zone_that_still_has_spot(tmp_path: Path) -> None:
+    for zone, data in (("za", [1] * 6 + [0] * 34), ("zb", [1] * 40)):
+        (tmp_path / f"{zone}_gpu.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": data}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--trace", str(tmp_path / "za_gpu.json"), "--trace", str(tmp_path / "zb_gpu.json"),
+         "--zones-together", "--compute-hours", "2", "--deadline-hours", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [(market, _, live, _, live_hours, _, live_preempted, _, _, _)] = ROW.findall(done.stdout)
+    # whichever zone it starts in, it ends on zb's spot: at most one preemption, never on-demand for long
+    assert market == "gpu" and int(live_preempted) <= 1 and float(live) < 0.4 and float(live_hours) <= 3.0
