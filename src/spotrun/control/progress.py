@@ -94,7 +94,8 @@ def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float |
     newest = newest_checkpoint(job.placed_attempts)
     total = newest[1] if newest is not None else None
     compute = spec.estimated_duration
-    rate = step_rate(job.placed_attempts) if newest is not None else None
+    needs_rate = newest is not None and (compute is None or not total)
+    rate = step_rate(job.placed_attempts) if needs_rate else None
     if compute is None and total:
         compute = total / rate if rate is not None else None
     if compute is None or newest is None:
