@@ -22,13 +22,11 @@ on-demand cost, live and simulated, hours to finish, preemptions and launches pe
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
 import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -37,7 +35,7 @@ from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.costs.ledger import bill
-from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity
+from spotrun.providers import InstanceInfo, LaunchRequest
 from spotrun.server.agent_api import create_agent_app
 from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, run_job
 from spotrun.sim.market import Market
@@ -46,68 +44,34 @@ from spotrun.spec import parse_spec
 from spotrun.state import Job, Store
 from spotrun.traces import Trace, list_traces, load_trace, shared_traces_dir
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "control"))
+from memory_cloud import MemoryCloud  # noqa: E402  (the controller tests' in-memory cloud)
+from world import agent_poster  # noqa: E402  (their agent, speaking the agent API)
+
 HOUR = 3600.0
 STEP_SECONDS = 1.0  # the trainer's step: one a second, so steps are seconds of compute
 
 
-class TraceCloud:
-    """A cloud whose spot capacity per zone is a trace's, on the controller's clock from `origin` on."""
-
-    name = "trace"
+class TraceCloud(MemoryCloud):
+    """The tests' in-memory cloud, with each zone's spot capacity a trace's, on the controller's clock from `origin`
+    on."""
 
     def __init__(self, clock: ManualClock, traces: dict[str, Trace], origin: float) -> None:
-        self.clock, self.traces, self.origin = clock, traces, origin
-        self.instances: dict[str, InstanceInfo] = {}
-        self.user_data: dict[str, dict] = {}
-        self._ids = itertools.count(1)
+        super().__init__(clock, zones=tuple(traces))
+        self.traces, self.origin = traces, origin
 
     def spot_up(self, zone: str) -> bool:
         return self.traces[zone].available(self.clock.now() - self.origin)
 
-    def zones(self, instance_type: str) -> list[str]:
-        return list(self.traces)
-
     def launch(self, request: LaunchRequest) -> InstanceInfo:
-        existing = self.find_by_token(request.client_token)
-        if existing is not None:
-            return existing
-        if request.market == "spot" and not self.spot_up(request.zone):
-            raise NoCapacity(f"the trace has no spot in {request.zone} now")
-        info = InstanceInfo(
-            instance_id=f"ti-{next(self._ids)}", zone=request.zone, market=request.market,
-            instance_type=request.instance_type, state="running", launched_at=self.clock.now(),
-            client_token=request.client_token,
-        )
-        self.instances[info.instance_id] = info
-        self.user_data[info.instance_id] = request.user_data
-        return info
-
-    def find_by_token(self, client_token: str) -> InstanceInfo | None:
-        return next((i for i in self.instances.values() if i.client_token == client_token), None)
-
-    def describe(self, instance_id: str) -> InstanceInfo:
-        return self.instances[instance_id]
-
-    def terminate(self, instance_id: str) -> None:
-        info = self.instances[instance_id]
-        if info.state != "terminated":
-            self.instances[instance_id] = replace(info, state="terminated", terminated_at=self.clock.now())
-
-    def list_instances(self) -> list[InstanceInfo]:
-        return list(self.instances.values())
-
-    def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
-        info = self.instances[instance_id]
-        self.instances[instance_id] = replace(info, state="terminated", reclaimed=True, terminated_at=self.clock.now())
+        self.capacity[request.zone] = self.spot_up(request.zone)
+        return super().launch(request)
 
     def take_back_spot(self) -> None:
         """The trace's market moves on: spot instances where it has no spot now are taken back."""
-        for info in list(self.instances.values()):
-            if info.state == "running" and info.market == "spot" and not self.spot_up(info.zone):
-                self.preempt(info.instance_id)
-
-    def running(self) -> list[InstanceInfo]:
-        return [i for i in self.instances.values() if i.state == "running"]
+        for info in self.running():
+            if info.market == "spot" and not self.spot_up(info.zone):
+                self.reclaim(info.instance_id)
 
 
 @dataclass
@@ -139,7 +103,8 @@ class Trainers:
         for info in self.cloud.running():
             trainer = self.by_instance.get(info.instance_id)
             if trainer is None:
-                trainer = self.by_instance[info.instance_id] = Trainer(self._agent(info.instance_id), info.launched_at)
+                post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
+                trainer = self.by_instance[info.instance_id] = Trainer(post, info.launched_at)
             if not trainer.done:
                 self._beat(trainer, now)
 
@@ -164,18 +129,6 @@ class Trainers:
         elif trainer.training_from is None and not reply.get("hold"):
             # booted, set up and restored by its overhead after launch; a standby restores once let go
             trainer.training_from, trainer.resumed_at_step = max(trainer.launched_at + self.overhead, now), self.saved
-
-    def _agent(self, instance_id: str):
-        config = json.loads(self.cloud.user_data[instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])
-        headers = {"Authorization": f"Bearer {config['token']}"}
-        base = f"/agent/v1/attempts/{config['attempt_id']}"
-
-        def post(path: str, body: dict) -> dict:
-            response = self.api.post(f"{base}/{path}", json=body, headers=headers)
-            response.raise_for_status()
-            return response.json()
-
-        return post
 
 
 @dataclass(frozen=True)

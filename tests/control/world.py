@@ -56,16 +56,7 @@ class World:
         return self.job(job_id).attempts
 
     def agent(self, instance_id: str):
-        config = json.loads(self.cloud.user_data[instance_id]["env"]["SPOTRUN_AGENT_CONFIG"])
-        headers = {"Authorization": f"Bearer {config['token']}"}
-        base = f"/agent/v1/attempts/{config['attempt_id']}"
-
-        def post(path: str, body: dict | None = None):
-            response = self.api.post(f"{base}/{path}", json=body or {}, headers=headers)
-            assert response.status_code == 200, response.text
-            return response.json()
-
-        return post
+        return agent_poster(self.api, self.cloud.user_data[instance_id])
 
     def spot_lost_after(self, job_id: int, seconds: float) -> str:
         """Run the job's first attempt, let the cloud take it back `seconds` later; the zone it ran in."""
@@ -84,6 +75,20 @@ class World:
         self.tick()
         assert self.job(job_id).state == "RUNNING"
         return instance
+
+
+def agent_poster(api: TestClient, user_data: dict):
+    """What the agent of the instance launched with `user_data` posts to the agent API: post(path, body) -> reply."""
+    config = json.loads(user_data["env"]["SPOTRUN_AGENT_CONFIG"])
+    headers = {"Authorization": f"Bearer {config['token']}"}
+    base = f"/agent/v1/attempts/{config['attempt_id']}"
+
+    def post(path: str, body: dict | None = None):
+        response = api.post(f"{base}/{path}", json=body or {}, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    return post
 
 
 class ScriptedPolicy:

@@ -71,6 +71,9 @@ class PlacementContext:
     fallback_window: float
     capacity_rounds: int = 0  # how many times the job already waited because no zone had capacity
     waited_until: float | None = None  # when its latest wait ended (None: never waited): its tries since are this round's
+    # The job's own tries, in order: the controller's include the open ones (the instance held, a gang's every node);
+    # the simulator's hold ended tries only and give `progress`. What is counted from them counts over time or by
+    # event (`deadline.progress_from_history`, `default.count_events`), so both read alike.
     history: tuple[PastAttempt, ...] = field(default_factory=tuple)
     # Other jobs' spot tries of the same instance type, oldest first: what the market has shown lately
     market: tuple[PastAttempt, ...] = field(default_factory=tuple)
