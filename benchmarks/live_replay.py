@@ -5,15 +5,18 @@ what the simulator says it costs?
     python benchmarks/live_replay.py --policy uniform_progress --progress none
     python benchmarks/live_replay.py --compute-hours 4 --deadline-hours 6 --trace FILE --start-hours 12
     python benchmarks/live_replay.py --zones-together        # both zones of each GPU type as one market
+    python benchmarks/live_replay.py --save-every 300 --notice 120   # the SDK's default saves, AWS's notice
 
 For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under
 the real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone
-has spot capacity as the trace says; a spot instance running where the trace goes to 0 is taken back without notice.
+has spot capacity as the trace says; a spot instance running where the trace goes to 0 is taken back without notice
+(with `--notice N`: its agent is told N seconds before, and the zone takes no new spot instance in those N seconds).
 Each instance's trainer is played over the agent API: it reports in, trains one step a second once the restart
-overhead has passed since its launch (for a standby, since the job's previous instance let it go), reports its steps
-as a checkpoint at every tick (with the run's total steps; `--progress steps`: without them, so the policy counts
-the steps at the measured rate; `--progress none`: no reports, so it counts the instances' times), saves and stops
-when asked, and exits once its steps are done. The bill is the ledger's: each instance's seconds at its price. The
+overhead has passed since its launch (for a standby, since the job's previous instance let it go), saves a
+checkpoint at every tick (`--save-every`) and reports the newest (with the run's total steps; `--progress steps`:
+without them, so the policy counts the steps at the measured rate; `--progress none`: no reports, so it counts the
+instances' times), saves and stops when asked or told of a preemption, and exits once its steps are done. A
+preemption without notice loses the steps since its last save. The bill is the ledger's: each instance's seconds at its price. The
 simulator runs the same job on the same trace from the same start in its "launches" view (the policy sees spot only
 through its launches, its instance and preemptions, as the controller does). Prints a Markdown table: cost over the
 on-demand cost, live and simulated, hours to finish, preemptions and launches per run, and the means.
@@ -56,15 +59,19 @@ class TraceCloud(MemoryCloud):
     """The tests' in-memory cloud, with each zone's spot capacity a trace's, on the controller's clock from `origin`
     on."""
 
-    def __init__(self, clock: ManualClock, traces: dict[str, Trace], origin: float) -> None:
+    def __init__(self, clock: ManualClock, traces: dict[str, Trace], origin: float, notice: float = 0.0) -> None:
         super().__init__(clock, zones=tuple(traces))
-        self.traces, self.origin = traces, origin
+        self.traces, self.origin, self.notice = traces, origin, notice
 
-    def spot_up(self, zone: str) -> bool:
-        return self.traces[zone].available(self.clock.now() - self.origin)
+    def spot_up(self, zone: str, ahead: float = 0.0) -> bool:
+        return self.traces[zone].available(self.clock.now() + ahead - self.origin)
+
+    def spot_leaving(self, zone: str) -> bool:
+        """Whether the zone's spot goes within the notice: its instances are told, and it takes no new ones."""
+        return self.notice > 0 and self.spot_up(zone) and not self.spot_up(zone, ahead=self.notice)
 
     def launch(self, request: LaunchRequest) -> InstanceInfo:
-        self.capacity[request.zone] = self.spot_up(request.zone)
+        self.capacity[request.zone] = self.spot_up(request.zone) and not self.spot_leaving(request.zone)
         return super().launch(request)
 
     def take_back_spot(self) -> None:
@@ -83,6 +90,8 @@ class Trainer:
     reported_in: bool = False
     training_from: float | None = None  # when it began training (its restart overhead passed, and not held)
     resumed_at_step: int = 0
+    saved_step: int = 0  # its newest checkpoint
+    saved_at: float = 0.0
     done: bool = False
 
     def steps(self, now: float, total: int) -> int:
@@ -94,8 +103,10 @@ class Trainer:
 class Trainers:
     """Every instance's trainer, and the job's newest checkpoint (what the next trainer resumes from)."""
 
-    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, overhead: float, progress: str) -> None:
-        self.api, self.cloud, self.total, self.overhead, self.progress = api, cloud, total, overhead, progress
+    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
+        self.api, self.cloud, self.total = api, cloud, total
+        self.overhead, self.progress = setting.overhead, setting.progress
+        self.save_every = setting.save_every or setting.tick
         self.by_instance: dict[str, Trainer] = {}
         self.saved = 0
 
@@ -106,29 +117,47 @@ class Trainers:
                 post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
                 trainer = self.by_instance[info.instance_id] = Trainer(post, info.launched_at)
             if not trainer.done:
-                self._beat(trainer, now)
+                self._beat(trainer, now, info.market == "spot" and self.cloud.spot_leaving(info.zone))
 
-    def _beat(self, trainer: Trainer, now: float) -> None:
+    def _beat(self, trainer: Trainer, now: float, noticed: bool) -> None:
         if not trainer.reported_in:
             trainer.post("started", {"address": "127.0.0.1"})
             trainer.reported_in = True
+        if noticed:  # the agent passes the notice on, the trainer saves, the agent reports it and exits
+            trainer.post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+            self._stop(trainer, now, "preempted")
+            return
         steps = trainer.steps(now, self.total)
-        training = trainer.training_from is not None
-        body = {}
-        if training and steps > 0 and self.progress != "none":  # the newest checkpoint, once there is one
-            body = {"checkpoint_step": steps, "total_steps": self.total if self.progress == "total" else None}
-        reply = trainer.post("heartbeat", body)
-        if training:
-            self.saved = max(self.saved, steps)
+        if trainer.training_from is not None and (steps >= self.total or now - trainer.saved_at >= self.save_every):
+            self._save(trainer, steps, now)
+        reply = trainer.post("heartbeat", self._report(trainer))
         if reply.get("stop"):
-            trainer.post("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
-            trainer.done = True
-        elif steps >= self.total:
+            self._stop(trainer, now, "preempted")
+        elif trainer.saved_step >= self.total:
             trainer.post("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
             trainer.done = True
         elif trainer.training_from is None and not reply.get("hold"):
             # booted, set up and restored by its overhead after launch; a standby restores once let go
-            trainer.training_from, trainer.resumed_at_step = max(trainer.launched_at + self.overhead, now), self.saved
+            trainer.training_from = trainer.saved_at = max(trainer.launched_at + self.overhead, now)
+            trainer.resumed_at_step = trainer.saved_step = self.saved
+
+    def _save(self, trainer: Trainer, steps: int, now: float) -> None:
+        trainer.saved_step, trainer.saved_at = steps, now
+        self.saved = max(self.saved, steps)
+
+    def _report(self, trainer: Trainer) -> dict:
+        """The heartbeat's body: the trainer's newest checkpoint, once there is one, as far as it reports."""
+        if self.progress == "none" or trainer.training_from is None or trainer.saved_step <= 0:
+            return {}
+        return {"checkpoint_step": trainer.saved_step, "total_steps": self.total if self.progress == "total" else None}
+
+    def _stop(self, trainer: Trainer, now: float, outcome: str) -> None:
+        """Save (when training), report that checkpoint, exit."""
+        if trainer.training_from is not None:
+            self._save(trainer, trainer.steps(now, self.total), now)
+            trainer.post("heartbeat", self._report(trainer))
+        trainer.post("exit", {"outcome": outcome, "exit_code": 75, "checkpoint_synced": True})
+        trainer.done = True
 
 
 @dataclass(frozen=True)
@@ -140,6 +169,8 @@ class Setting:
     tick: float
     progress: str  # what the trainers report: "total" (steps and total steps), "steps", "none"
     overhead_named: bool = True  # False: the job file names no restart overhead, the controller measures it
+    save_every: float | None = None  # seconds between the trainer's checkpoints (None: every tick)
+    notice: float = 0.0  # seconds of notice before spot is taken back (0: none)
 
 
 @dataclass(frozen=True)
@@ -169,13 +200,13 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
     try:
         clock = ManualClock(1.7e9)
         gap = next(iter(traces.values())).gap_seconds
-        cloud = TraceCloud(clock, traces, origin=clock.now() - start * gap)
+        cloud = TraceCloud(clock, traces, origin=clock.now() - start * gap, notice=setting.notice)
         settings = ControllerSettings(
             controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
         )
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
         trainers = Trainers(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS),
-                            setting.overhead, setting.progress)
+                            setting)
         submitted = clock.now()
         job_id = jobs.submit(store, parse_spec(job_text(setting)), submitted)
         while clock.now() < submitted + setting.deadline + 2 * HOUR:
@@ -226,7 +257,8 @@ def table(rows: list[tuple[str, int, Outcome, Outcome]], setting: Setting) -> st
     lines = [
         f"C = {setting.compute / HOUR:g} h, D = {setting.deadline / HOUR:g} h, d = {setting.overhead / HOUR:g} h, "
         f"policy {setting.policy}, ticks of {setting.tick:g} s, progress reported: {setting.progress}, restart overhead "
-        f"{'named' if setting.overhead_named else 'measured'}",
+        f"{'named' if setting.overhead_named else 'measured'}, a checkpoint every "
+        f"{setting.save_every or setting.tick:g} s, {setting.notice:g} s of notice",
         "",
         "| trace | start, h | cost live / sim | finished h, live / sim | preemptions live / sim | launches live / sim |",
         "| --- | ---: | --- | --- | --- | --- |",
@@ -275,9 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job file names no restart overhead: the controller measures it from the reports")
     parser.add_argument("--progress", choices=("total", "steps", "none"), default="total",
                         help="what the trainers report: their steps and the total, their steps, nothing")
+    parser.add_argument("--save-every", type=float, help="seconds between the trainer's checkpoints (default: a tick)")
+    parser.add_argument("--notice", type=float, default=0.0,
+                        help="seconds of notice before spot is taken back (default 0: none)")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
-                      args.tick, args.progress, not args.measure_overhead)
+                      args.tick, args.progress, not args.measure_overhead, args.save_every, args.notice)
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()

@@ -54,6 +54,15 @@ def test_a_move_that_starts_the_new_instance_first_is_not_counted_twice():
     )
 
 
+def test_a_try_counts_until_its_work_is_known_to_have_gone_on_not_until_its_end_was_noticed():
+    # preempted without a word at 2 h 50 min (its last heartbeat); the controller noticed at 3 h
+    noticed_late = PastAttempt("z", "spot", 0.0, 0.0, 3 * HOUR, "preempted", worked_until=2 * HOUR + 3000)
+    assert progress_from_history(ctx(4 * HOUR, [noticed_late]), D) == pytest.approx(2 * HOUR + 3000 - D)
+    assert progress_from_history(ctx(4 * HOUR, [noticed_late._replace(worked_until=None)]), D) == pytest.approx(
+        3 * HOUR - D
+    )
+
+
 def test_a_gang_progresses_only_while_all_its_nodes_run():
     # three nodes from t = 0; node 2 lost at 1 h, replaced at 1.5 h: no progress from 1 h until its overhead is over
     history = [ran(0.0), ran(0.0), ran(0.0, HOUR, reason="preempted"), ran(1.5 * HOUR)]

@@ -61,3 +61,14 @@ def test_zones_together_move_a_job_to_the_zone_that_still_has_spot(tmp_path: Pat
     [(market, _, live, _, live_hours, _, live_preempted, _, _, _)] = ROW.findall(done.stdout)
     # whichever zone it starts in, it ends on zb's spot: at most one preemption, never on-demand for long
     assert market == "gpu" and int(live_preempted) <= 1 and float(live) < 0.4 and float(live_hours) <= 3.0
+
+
+def test_a_notice_lets_the_trainer_save_what_a_preemption_without_one_loses(tmp_path: Path) -> None:
+    # spot goes at 70 min for half an hour; the trainer saves every 45 min (at 51 min): without notice the 19 min
+    # since are lost, with 2 min of notice it saves them: greedy then meets the deadline on spot alone
+    data = [1] * 7 + [0] * 3 + [1] * 30
+    quiet = replay(tmp_path, "gappy", data, "--save-every", "2700", "--policy", "greedy")
+    told = replay(tmp_path, "gappy", data, "--save-every", "2700", "--policy", "greedy", "--notice", "120")
+    assert quiet[6] == told[6] == "1"  # one preemption each
+    assert float(told[4]) < float(quiet[4])
+    assert float(told[2]) < 0.4 < float(quiet[2])  # on-demand at the end only without notice

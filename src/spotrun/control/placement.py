@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
 from spotrun.control.progress import compute_and_progress, restart_overhead
@@ -15,9 +15,26 @@ from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
 
 
+# How much work a trainer that reports no checkpoints is taken to lose when its instance goes without a word: the
+# SDK's default interval between saves (`spotrun.sdk.checkpointer.DEFAULT_EVERY_SECONDS`), as nothing tells when it
+# saved last. Taken as kept, those minutes made such jobs miss their deadlines (docs/benchmarks.md).
+UNREPORTED_SAVE_INTERVAL = 300.0
+
+# Until when an ended try's work is taken as kept: to its end where its agent reported the end (a finish, a stop or a
+# save at a preemption notice); else to its last heartbeat (the instance may have died any time after it, and the
+# controller notices only later: the next poll, a heartbeat timeout), less a save interval. What the trainer reports
+# of its checkpoints, when it does, is read instead (`progress.py`).
+_WORKED_UNTIL = case(
+    (Attempt.ended_at.is_(None), None),
+    (Attempt.reported_outcome.is_not(None), Attempt.ended_at),
+    (Attempt.last_heartbeat_at < Attempt.ended_at, Attempt.last_heartbeat_at - UNREPORTED_SAVE_INTERVAL),
+    else_=Attempt.ended_at - UNREPORTED_SAVE_INTERVAL,
+)
+
 # what a policy reads of a try, in PastAttempt's order
 _PAST_COLUMNS = (
-    Attempt.zone, Attempt.market, Attempt.created_at, Attempt.started_at, Attempt.ended_at, Attempt.end_reason
+    Attempt.zone, Attempt.market, Attempt.created_at, Attempt.started_at, Attempt.ended_at, Attempt.end_reason,
+    _WORKED_UNTIL,
 )
 
 
@@ -27,13 +44,13 @@ def placement_context(
 ) -> PlacementContext:
     """What the policy sees; `market` adds other jobs' tries in the same market (`market_attempts`), `running` the
     running-job view (current placement, step, prices)."""
-    compute, progress = compute_and_progress(job, spec)
-    running.setdefault("progress", progress)
     if spec.spot.deadline is not None:  # only deadline plans weigh what a restart costs
         overhead = spec.spot.restart_overhead
         running.setdefault(
             "restart_overhead", overhead if overhead is not None else restart_overhead(job.placed_attempts)
         )
+    compute, progress = compute_and_progress(job, spec, running.get("restart_overhead"))
+    running.setdefault("progress", progress)
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

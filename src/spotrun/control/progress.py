@@ -84,22 +84,56 @@ def restart_overhead(attempts: Iterable[Attempt]) -> float | None:
     return max(samples, default=None)
 
 
-def compute_and_progress(job: Job, spec: JobSpec) -> tuple[float | None, float | None]:
+def compute_and_progress(
+    job: Job, spec: JobSpec, overhead: float | None = None
+) -> tuple[float | None, float | None]:
     """(seconds of compute the whole run needs, seconds of it done), each None when not known.
 
     The compute is the job's `estimated_duration`, else its total steps over the step rate measured so far. What is
     done is the newest checkpoint's steps over the run's total, times that compute; when that checkpoint named no
-    total, its steps over the step rate, once that is known (work lost since a checkpoint is not counted either
-    way); else the policy counts from the attempts' run time."""
-    newest = newest_checkpoint(job.placed_attempts)
-    total = newest[1] if newest is not None else None
+    total, its steps over the step rate, once that is known; else the policy counts from the attempts' run time.
+    The steps trained since that checkpoint count too, for a single-node job, once no preemption is likely to take
+    them (`unsaved_steps`; `overhead`: the job's restart overhead, when known)."""
+    attempts = job.placed_attempts
+    newest = newest_checkpoint(attempts)
+    if newest is None:
+        return spec.estimated_duration, None
+    total = newest[1]
+    # A gang's ranks restart from the checkpoint whenever one node goes, while its agents beat on: not counted there
+    counts_unsaved = spec.resources.nodes == 1 and saves_before_preemptions(attempts)
+    rate = step_rate(attempts) if spec.estimated_duration is None or not total or counts_unsaved else None
     compute = spec.estimated_duration
-    needs_rate = newest is not None and (compute is None or not total)
-    rate = step_rate(job.placed_attempts) if needs_rate else None
     if compute is None and total:
         compute = total / rate if rate is not None else None
-    if compute is None or newest is None:
-        return compute, None
+    if compute is None:
+        return None, None
+    steps = newest[0] + (unsaved_steps(attempts, rate, overhead) if counts_unsaved else 0.0)
     if total:
-        return compute, compute * min(newest[0] / total, 1.0)
-    return compute, newest[0] / rate if rate is not None else None
+        return compute, compute * min(steps / total, 1.0)
+    return compute, steps / rate if rate is not None else None
+
+
+def saves_before_preemptions(attempts: list[Attempt]) -> bool:
+    """Whether the job's trainer has saved before each of its instances was taken back, as far as it has been
+    (once at least): every preempted try's agent reported the stop, as it does after the trainer saved at the
+    cloud's notice. A try taken without notice, or lost, ended unheard."""
+    ended_badly = [a for a in attempts if a.end_reason in ("preempted", "lost")]
+    return bool(ended_badly) and all(a.reported_outcome is not None for a in ended_badly)
+
+
+def unsaved_steps(attempts: list[Attempt], rate: float | None, overhead: float | None = None) -> float:
+    """Steps the job's trainer trained since its newest checkpoint, at the measured rate: since that checkpoint was
+    reported by the instance that runs (before its first: since its launch and a restart `overhead`, when known),
+    for as long as its heartbeats say it ran. A trainer that saves seldom otherwise reads as standing still between
+    saves, its slack draining, and the policy keeps it off spot."""
+    running = [a for a in attempts if a.ended_at is None]
+    if rate is None or not running:
+        return 0.0
+    reporter = max(running, key=lambda a: a.checkpoint_step or -1)
+    if reporter.first_checkpoint_step is not None and reporter.checkpoint_at is not None:
+        since = reporter.checkpoint_at
+    elif overhead is not None:  # still on what it restored: trained from its restart overhead on
+        since = reporter.created_at + overhead
+    else:
+        return 0.0
+    return max((reporter.last_heartbeat_at or since) - since, 0.0) * rate

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from spotrun.policy.placement import PlacementContext
+from spotrun.policy.placement import PastAttempt, PlacementContext
 
 DEFAULT_RESTART_OVERHEAD = 360.0  # seconds; the paper's 0.1 h, used when the controller cannot tell
 DEFAULT_STEP = 60.0  # seconds between two questions when the caller does not say
@@ -86,15 +86,17 @@ def progress_from_history(ctx: PlacementContext, overhead: float) -> float:
     for longer than a restart overhead. Counted over time, not summed per try: a gang's nodes run side by side, and
     a move's new instance starts while the old one still runs. The instance held counts through its try when the
     history holds it (the controller's), else on its own (a caller whose history holds ended tries only)."""
-    spans = [
-        (a.started_at + overhead, a.ended_at if a.ended_at is not None else ctx.now)
-        for a in ctx.history
-        if a.started_at is not None
-    ]
+    spans = [(a.started_at + overhead, _worked_until(a, ctx.now)) for a in ctx.history if a.started_at is not None]
     holds_an_open_try = any(a.started_at is not None and a.ended_at is None for a in ctx.history)
     if ctx.current is not None and not holds_an_open_try:
         spans.append((ctx.current.since + overhead, ctx.now))
     return time_covered(spans, at_least=ctx.nodes)
+
+
+def _worked_until(attempt: PastAttempt, now: float) -> float:
+    if attempt.worked_until is not None:
+        return attempt.worked_until
+    return attempt.ended_at if attempt.ended_at is not None else now
 
 
 def time_covered(spans: list[tuple[float, float]], at_least: int = 1) -> float:

@@ -36,6 +36,10 @@ class PastAttempt(NamedTuple):
     started_at: float | None  # None: never got an instance
     ended_at: float | None
     end_reason: str | None  # succeeded | failed | preempted | cancelled | lost | no_capacity | ...
+    # Until when its work is taken as kept (None: until `ended_at`, or now while it runs). The controller notices a
+    # try gone some time after its instance died; where the agent did not report the end, its last heartbeat was the
+    # last sign of life, and a trainer loses what it did since its last save (see `spotrun.control.placement`).
+    worked_until: float | None = None
 
 
 @dataclass(frozen=True)
