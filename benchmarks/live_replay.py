@@ -6,6 +6,7 @@ what the simulator says it costs?
     python benchmarks/live_replay.py --compute-hours 4 --deadline-hours 6 --trace FILE --start-hours 12
     python benchmarks/live_replay.py --zones-together        # both zones of each GPU type as one market
     python benchmarks/live_replay.py --save-every 300 --notice 120   # the SDK's default saves, AWS's notice
+    python benchmarks/live_replay.py --nodes 2                       # a multi-node job, its nodes in one zone
 
 For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under
 the real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone
@@ -16,7 +17,9 @@ overhead has passed since its launch (for a standby, since the job's previous in
 checkpoint at every tick (`--save-every`) and reports the newest (with the run's total steps; `--progress steps`:
 without them, so the policy counts the steps at the measured rate; `--progress none`: no reports, so it counts the
 instances' times), saves and stops when asked or told of a preemption, and exits once its steps are done. A
-preemption without notice loses the steps since its last save. The bill is the ledger's: each instance's seconds at its price. The
+preemption without notice loses the steps since its last save. With `--nodes N` the job is a gang of N nodes in the
+trace's zone, each played as its agent (reports in, follows its generation's orders); their ranks train together
+while a generation runs with every member up (`GangTrainers`). The bill is the ledger's: each instance's seconds at its price. The
 simulator runs the same job on the same trace from the same start in its "launches" view (the policy sees spot only
 through its launches, its instance and preemptions, as the controller does). Prints a Markdown table: cost over the
 on-demand cost, live and simulated, hours to finish, preemptions and launches per run, and the means.
@@ -160,6 +163,98 @@ class Trainers:
         trainer.done = True
 
 
+class GangTrainers:
+    """A multi-node job's nodes, each played as its agent, and the one training run their ranks make together: it
+    trains while a generation runs with every member up (from the restart overhead after the generation began),
+    saves every `save_every` and when the generation is stopped in order (a move, a notice), and loses what it did
+    since its last save when a member goes without notice. Node 0 reports the checkpoints."""
+
+    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
+        self.api, self.cloud, self.total = api, cloud, total
+        self.overhead, self.progress = setting.overhead, setting.progress
+        self.save_every = setting.save_every or setting.tick
+        self.posts: dict[str, object] = {}
+        self.rank_of: dict[str, int] = {}
+        self.exited: set[tuple[str, int]] = set()  # (instance, generation) whose command has exited
+        self.gone: set[str] = set()  # instances whose attempt ended (told of a preemption)
+        self.generation, self.members = 0, set()
+        self.training_from: float | None = None
+        self.resumed_at_step = self.saved = 0
+        self.saved_at = 0.0
+
+    def steps(self, now: float) -> int:
+        if self.training_from is None:
+            return self.saved
+        return min(self.resumed_at_step + int(max(now - self.training_from, 0.0) / STEP_SECONDS), self.total)
+
+    def beat(self, now: float) -> None:
+        nodes = [info for info in self.cloud.running() if info.instance_id not in self.gone]
+        for info in nodes:
+            if info.instance_id not in self.posts:
+                self.posts[info.instance_id] = post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
+                post("started", {"address": f"10.0.0.{len(self.posts)}", "port": 29500})
+        if self.training_from is not None and not self.members <= {info.instance_id for info in nodes}:
+            self.training_from = None  # a member went without notice: the ranks fail, unsaved steps are lost
+        noticed = [i.instance_id for i in nodes if i.market == "spot" and self.cloud.spot_leaving(i.zone)]
+        if self.members & set(noticed):  # the ranks save together, then stop
+            self._stop_training(now, save=True)
+        for instance in noticed:  # a member, or a standby of a move, which runs no rank
+            post = self.posts[instance]
+            post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+            if instance in self.members:
+                self._command_exited(instance, 75)
+            post("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+            self.gone.add(instance)
+        steps = self.steps(now)
+        if self.training_from is not None and (steps >= self.total or now - self.saved_at >= self.save_every):
+            self._save(steps, now)
+        for info in nodes:
+            if info.instance_id not in self.gone:
+                self._follow(info.instance_id, now)
+
+    def _follow(self, instance: str, now: float) -> None:
+        body = {}
+        if self.rank_of.get(instance) == 0 and self.progress != "none" and self.saved > 0:
+            body = {"checkpoint_step": self.saved, "total_steps": self.total if self.progress == "total" else None}
+        reply = self.posts[instance]("heartbeat", body)
+        order = reply.get("gang")
+        if reply.get("stop"):  # its node is moved: the generation stops in order, the agent ends the attempt
+            if instance in self.members:
+                self._stop_training(now, save=True)
+                self._command_exited(instance, 75)
+            self.posts[instance]("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+            self.gone.add(instance)
+            return
+        if order is None:
+            return
+        self.rank_of[instance] = order["node_rank"]
+        number = order["generation"]
+        if order["state"] == "running" and number > self.generation:  # a new generation: every rank restores
+            self.generation, self.members = number, set()
+            self.training_from, self.resumed_at_step = now + self.overhead, self.saved
+            self.saved_at = self.training_from
+        if number == self.generation and order["state"] == "running":
+            self.members.add(instance)
+            if self.saved >= self.total:
+                self._command_exited(instance, 0)
+        elif number == self.generation:  # stopping or ended: save in order if every rank is still there
+            self._stop_training(now, save=order["state"] == "stopping")
+            self._command_exited(instance, 75)
+
+    def _stop_training(self, now: float, save: bool) -> None:
+        if self.training_from is not None and save:
+            self._save(self.steps(now), now)
+        self.training_from = None
+
+    def _save(self, steps: int, now: float) -> None:
+        self.saved, self.saved_at = max(self.saved, steps), now
+
+    def _command_exited(self, instance: str, code: int) -> None:
+        if (instance, self.generation) not in self.exited and self.generation > 0:
+            self.exited.add((instance, self.generation))
+            self.posts[instance]("generation_exit", {"generation": self.generation, "exit_code": code})
+
+
 @dataclass(frozen=True)
 class Setting:
     compute: float
@@ -170,6 +265,7 @@ class Setting:
     progress: str  # what the trainers report: "total" (steps and total steps), "steps", "none"
     overhead_named: bool = True  # False: the job file names no restart overhead, the controller measures it
     save_every: float | None = None  # seconds between the trainer's checkpoints (None: every tick)
+    nodes: int = 1  # > 1: a multi-node job, every node in the trace's zone
     notice: float = 0.0  # seconds of notice before spot is taken back (0: none)
 
 
@@ -186,7 +282,7 @@ def job_text(setting: Setting) -> str:
     return f"""
 name: replay
 run: "true"
-resources: {{cloud: local, instance_type: local.cpu, prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}}}
+resources: {{cloud: local, instance_type: local.cpu, nodes: {setting.nodes}, prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}}}
 spot: {{deadline: {setting.deadline:.0f}s, {overhead}policy: {setting.policy}}}
 estimated_duration: {setting.compute:.0f}s
 """
@@ -205,8 +301,8 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
             controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
         )
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
-        trainers = Trainers(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS),
-                            setting)
+        play = GangTrainers if setting.nodes > 1 else Trainers
+        trainers = play(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS), setting)
         submitted = clock.now()
         job_id = jobs.submit(store, parse_spec(job_text(setting)), submitted)
         while clock.now() < submitted + setting.deadline + 2 * HOUR:
@@ -233,7 +329,7 @@ def outcome(store: Store, job_id: int, now: float, submitted: float, setting: Se
         cost = bill(placed, now).cost
         finished = job.finished_at if job.state == "SUCCEEDED" else None
         return Outcome(
-            cost=cost / (P3_2XLARGE_ON_DEMAND * setting.compute / HOUR),
+            cost=cost / (P3_2XLARGE_ON_DEMAND * setting.compute / HOUR * setting.nodes),
             finished_hours=None if finished is None else (finished - submitted) / HOUR,
             preemptions=job.preemptions,
             launches=len(placed),
@@ -308,11 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", choices=("total", "steps", "none"), default="total",
                         help="what the trainers report: their steps and the total, their steps, nothing")
     parser.add_argument("--save-every", type=float, help="seconds between the trainer's checkpoints (default: a tick)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes of the job, all in the trace's zone (default 1)")
     parser.add_argument("--notice", type=float, default=0.0,
                         help="seconds of notice before spot is taken back (default 0: none)")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
-                      args.tick, args.progress, not args.measure_overhead, args.save_every, args.notice)
+                      args.tick, args.progress, not args.measure_overhead, args.save_every, args.nodes, args.notice)
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()

@@ -72,3 +72,14 @@ def test_a_notice_lets_the_trainer_save_what_a_preemption_without_one_loses(tmp_
     assert quiet[6] == told[6] == "1"  # one preemption each
     assert float(told[4]) < float(quiet[4])
     assert float(told[2]) < 0.4 < float(quiet[2])  # on-demand at the end only without notice
+
+
+def test_a_gang_runs_its_generations_through_a_preemption_and_meets_its_deadline(tmp_path: Path) -> None:
+    # three nodes in the trace's zone: one launch each while spot holds, and each billed as the one-node job is
+    _, _, live, sim, _, _, preempted, _, launches, _ = replay(tmp_path, "always", [1] * 40, "--nodes", "3")
+    assert (preempted, launches) == ("0", "3") and abs(float(live) - float(sim)) < 0.02
+    # spot goes at 70 min for half an hour, with notice: the nodes save, the gang is placed again and finishes
+    _, _, live, _, hours, _, preempted, _, launches, _ = replay(
+        tmp_path, "gappy", [1] * 7 + [0] * 3 + [1] * 30, "--nodes", "3", "--notice", "120"
+    )
+    assert preempted == "3" and int(launches) >= 6 and float(hours) <= 3.0 and float(live) < 1.0
