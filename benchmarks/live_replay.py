@@ -84,23 +84,55 @@ class TraceCloud(MemoryCloud):
                 self.reclaim(info.instance_id)
 
 
-@dataclass
-class Trainer:
-    """One instance's trainer, as its agent tells the controller about it."""
+RESUME_ME = {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}  # saved, stopped: place me again
 
-    post: object  # (path, body) -> reply
-    launched_at: float
-    reported_in: bool = False
-    training_from: float | None = None  # when it began training (its restart overhead passed, and not held)
+
+@dataclass
+class Training:
+    """One training run's clock: from when and which step it trains (None: not training), and its newest save."""
+
+    training_from: float | None = None
     resumed_at_step: int = 0
-    saved_step: int = 0  # its newest checkpoint
+    saved_step: int = 0
     saved_at: float = 0.0
-    done: bool = False
 
     def steps(self, now: float, total: int) -> int:
         if self.training_from is None:
             return self.resumed_at_step
         return min(self.resumed_at_step + int(max(now - self.training_from, 0.0) / STEP_SECONDS), total)
+
+    def resume(self, at: float, step: int) -> None:
+        """Train from `at` on (booted, set up and restored by then), from checkpoint `step`."""
+        self.training_from = self.saved_at = at
+        self.resumed_at_step = self.saved_step = step
+
+    def save_if_due(self, now: float, total: int, every: float) -> None:
+        steps = self.steps(now, total)
+        if self.training_from is not None and (steps >= total or now - self.saved_at >= every):
+            self.saved_step, self.saved_at = steps, now
+
+    def stop(self, now: float, total: int, save: bool) -> None:
+        """Stop training: after a save (an orderly stop), or losing the steps since the last one."""
+        if self.training_from is not None and save:
+            self.saved_step, self.saved_at = self.steps(now, total), now
+        self.training_from = None
+
+
+def report(step: int, total: int, progress: str) -> dict:
+    """A heartbeat's body: the newest checkpoint, once there is one, as far as the trainer reports."""
+    if progress == "none" or step <= 0:
+        return {}
+    return {"checkpoint_step": step, "total_steps": total if progress == "total" else None}
+
+
+@dataclass
+class Trainer(Training):
+    """One instance's trainer, as its agent tells the controller about it."""
+
+    post: object = None  # (path, body) -> reply
+    launched_at: float = 0.0
+    reported_in: bool = False
+    done: bool = False
 
 
 class Trainers:
@@ -118,9 +150,10 @@ class Trainers:
             trainer = self.by_instance.get(info.instance_id)
             if trainer is None:
                 post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
-                trainer = self.by_instance[info.instance_id] = Trainer(post, info.launched_at)
+                trainer = self.by_instance[info.instance_id] = Trainer(post=post, launched_at=info.launched_at)
             if not trainer.done:
                 self._beat(trainer, now, info.market == "spot" and self.cloud.spot_leaving(info.zone))
+            self.saved = max(self.saved, trainer.saved_step)
 
     def _beat(self, trainer: Trainer, now: float, noticed: bool) -> None:
         if not trainer.reported_in:
@@ -128,38 +161,28 @@ class Trainers:
             trainer.reported_in = True
         if noticed:  # the agent passes the notice on, the trainer saves, the agent reports it and exits
             trainer.post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
-            self._stop(trainer, now, "preempted")
+            self._stop(trainer, now)
             return
-        steps = trainer.steps(now, self.total)
-        if trainer.training_from is not None and (steps >= self.total or now - trainer.saved_at >= self.save_every):
-            self._save(trainer, steps, now)
+        trainer.save_if_due(now, self.total, self.save_every)
         reply = trainer.post("heartbeat", self._report(trainer))
         if reply.get("stop"):
-            self._stop(trainer, now, "preempted")
+            self._stop(trainer, now)
         elif trainer.saved_step >= self.total:
             trainer.post("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
             trainer.done = True
         elif trainer.training_from is None and not reply.get("hold"):
             # booted, set up and restored by its overhead after launch; a standby restores once let go
-            trainer.training_from = trainer.saved_at = max(trainer.launched_at + self.overhead, now)
-            trainer.resumed_at_step = trainer.saved_step = self.saved
-
-    def _save(self, trainer: Trainer, steps: int, now: float) -> None:
-        trainer.saved_step, trainer.saved_at = steps, now
-        self.saved = max(self.saved, steps)
+            trainer.resume(max(trainer.launched_at + self.overhead, now), self.saved)
 
     def _report(self, trainer: Trainer) -> dict:
-        """The heartbeat's body: the trainer's newest checkpoint, once there is one, as far as it reports."""
-        if self.progress == "none" or trainer.training_from is None or trainer.saved_step <= 0:
-            return {}
-        return {"checkpoint_step": trainer.saved_step, "total_steps": self.total if self.progress == "total" else None}
+        return report(trainer.saved_step if trainer.training_from is not None else 0, self.total, self.progress)
 
-    def _stop(self, trainer: Trainer, now: float, outcome: str) -> None:
-        """Save (when training), report that checkpoint, exit."""
+    def _stop(self, trainer: Trainer, now: float) -> None:
+        """Save (when training), report that checkpoint, exit "resume me"."""
         if trainer.training_from is not None:
-            self._save(trainer, trainer.steps(now, self.total), now)
-            trainer.post("heartbeat", self._report(trainer))
-        trainer.post("exit", {"outcome": outcome, "exit_code": 75, "checkpoint_synced": True})
+            trainer.stop(now, self.total, save=True)
+            trainer.post("heartbeat", report(trainer.saved_step, self.total, self.progress))
+        trainer.post("exit", RESUME_ME)
         trainer.done = True
 
 
@@ -176,16 +199,9 @@ class GangTrainers:
         self.posts: dict[str, object] = {}
         self.rank_of: dict[str, int] = {}
         self.exited: set[tuple[str, int]] = set()  # (instance, generation) whose command has exited
-        self.gone: set[str] = set()  # instances whose attempt ended (told of a preemption)
+        self.gone: set[str] = set()  # instances whose attempt ended (told of a preemption, or asked to stop)
         self.generation, self.members = 0, set()
-        self.training_from: float | None = None
-        self.resumed_at_step = self.saved = 0
-        self.saved_at = 0.0
-
-    def steps(self, now: float) -> int:
-        if self.training_from is None:
-            return self.saved
-        return min(self.resumed_at_step + int(max(now - self.training_from, 0.0) / STEP_SECONDS), self.total)
+        self.run = Training()
 
     def beat(self, now: float) -> None:
         nodes = [info for info in self.cloud.running() if info.instance_id not in self.gone]
@@ -193,61 +209,47 @@ class GangTrainers:
             if info.instance_id not in self.posts:
                 self.posts[info.instance_id] = post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
                 post("started", {"address": f"10.0.0.{len(self.posts)}", "port": 29500})
-        if self.training_from is not None and not self.members <= {info.instance_id for info in nodes}:
-            self.training_from = None  # a member went without notice: the ranks fail, unsaved steps are lost
-        noticed = [i.instance_id for i in nodes if i.market == "spot" and self.cloud.spot_leaving(i.zone)]
-        if self.members & set(noticed):  # the ranks save together, then stop
-            self._stop_training(now, save=True)
-        for instance in noticed:  # a member, or a standby of a move, which runs no rank
-            post = self.posts[instance]
-            post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
-            if instance in self.members:
-                self._command_exited(instance, 75)
-            post("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
-            self.gone.add(instance)
-        steps = self.steps(now)
-        if self.training_from is not None and (steps >= self.total or now - self.saved_at >= self.save_every):
-            self._save(steps, now)
+        if not self.members <= {info.instance_id for info in nodes}:
+            self.run.stop(now, self.total, save=False)  # a member went without notice: the ranks fail
+        for info in nodes:
+            if info.market == "spot" and self.cloud.spot_leaving(info.zone):
+                self.posts[info.instance_id]("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+                self._end_attempt(info.instance_id, now)
+        self.run.save_if_due(now, self.total, self.save_every)
         for info in nodes:
             if info.instance_id not in self.gone:
                 self._follow(info.instance_id, now)
 
     def _follow(self, instance: str, now: float) -> None:
-        body = {}
-        if self.rank_of.get(instance) == 0 and self.progress != "none" and self.saved > 0:
-            body = {"checkpoint_step": self.saved, "total_steps": self.total if self.progress == "total" else None}
-        reply = self.posts[instance]("heartbeat", body)
-        order = reply.get("gang")
-        if reply.get("stop"):  # its node is moved: the generation stops in order, the agent ends the attempt
-            if instance in self.members:
-                self._stop_training(now, save=True)
-                self._command_exited(instance, 75)
-            self.posts[instance]("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
-            self.gone.add(instance)
+        step = self.run.saved_step if self.rank_of.get(instance) == 0 else 0
+        reply = self.posts[instance]("heartbeat", report(step, self.total, self.progress))
+        if reply.get("stop"):  # its node is moved: the generation stops in order
+            self._end_attempt(instance, now)
             return
+        order = reply.get("gang")
         if order is None:
             return
         self.rank_of[instance] = order["node_rank"]
         number = order["generation"]
         if order["state"] == "running" and number > self.generation:  # a new generation: every rank restores
             self.generation, self.members = number, set()
-            self.training_from, self.resumed_at_step = now + self.overhead, self.saved
-            self.saved_at = self.training_from
+            self.run.resume(now + self.overhead, self.run.saved_step)
         if number == self.generation and order["state"] == "running":
             self.members.add(instance)
-            if self.saved >= self.total:
+            if self.run.saved_step >= self.total:
                 self._command_exited(instance, 0)
         elif number == self.generation:  # stopping or ended: save in order if every rank is still there
-            self._stop_training(now, save=order["state"] == "stopping")
+            self.run.stop(now, self.total, save=order["state"] == "stopping")
             self._command_exited(instance, 75)
 
-    def _stop_training(self, now: float, save: bool) -> None:
-        if self.training_from is not None and save:
-            self._save(self.steps(now), now)
-        self.training_from = None
-
-    def _save(self, steps: int, now: float) -> None:
-        self.saved, self.saved_at = max(self.saved, steps), now
+    def _end_attempt(self, instance: str, now: float) -> None:
+        """The node's agent ends its attempt "resume me", its rank (a member's; a standby runs none) having saved
+        with the others first."""
+        if instance in self.members:
+            self.run.stop(now, self.total, save=True)
+            self._command_exited(instance, 75)
+        self.posts[instance]("exit", RESUME_ME)
+        self.gone.add(instance)
 
     def _command_exited(self, instance: str, code: int) -> None:
         if (instance, self.generation) not in self.exited and self.generation > 0:

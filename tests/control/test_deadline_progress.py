@@ -44,14 +44,20 @@ def test_uniform_progress_keeps_a_job_running_past_half_its_estimate(world):
     assert not [kind for kind, _ in events(world, job_id) if kind == "move_requested"]
 
 
-def progress_now(world, job_id, spec_text):
+def context_now(world, job_id, spec_text):
+    """What the job's policy sees now, placing it in zone m-a."""
     from spotrun.control.placement import placement_context
     from spotrun.spec import parse_spec
     from spotrun.state import Job
 
     with world.store.session() as session:
         job = session.get(Job, job_id)
-        return placement_context(session, job, parse_spec(spec_text), ["m-a"], world.clock.now()).progress
+        return placement_context(session, job, parse_spec(spec_text), ["m-a"], world.clock.now())
+
+
+def progress_now(world, job_id, spec_text):
+    """The work done that the trainer's reports give (None: none reported)."""
+    return context_now(world, job_id, spec_text).progress
 
 
 def test_steps_reported_without_a_total_count_at_the_measured_rate(world):
@@ -149,15 +155,9 @@ def test_a_lost_try_counts_until_its_last_heartbeat_less_a_save_interval_not_its
 
 def placed_progress(world, job_id, spec_text):
     """What the deadline policy counts as done from the job's tries alone (no reports)."""
-    from spotrun.control.placement import placement_context
     from spotrun.policy.deadline import progress_from_history
-    from spotrun.spec import parse_spec
-    from spotrun.state import Job
 
-    with world.store.session() as session:
-        job = session.get(Job, job_id)
-        ctx = placement_context(session, job, parse_spec(spec_text), ["m-a"], world.clock.now())
-    return progress_from_history(ctx, 60.0)
+    return progress_from_history(context_now(world, job_id, spec_text), 60.0)
 
 
 def run_then_preempt(world, job_id, with_notice):
