@@ -45,8 +45,8 @@ _choose_as_kept = deadline_aware.DeadlineAwarePolicy._choose
 _may_idle_on_demand = [True]  # set by the variant's _choose for the step, read by _option_values
 
 
-def _option_values_gated(table, hazards, steps_left, work_left, held, age, belief, drains_first=False):
-    values = _values_as_kept(table, hazards, steps_left, work_left, held, age, belief, drains_first)
+def _option_values_gated(table, hazards, steps_left, start, held, belief, drains_first=False):
+    values = _values_as_kept(table, hazards, steps_left, start, held, belief, drains_first)
     if held == "on-demand" and not _may_idle_on_demand[0]:
         values = {**values, "idle": math.inf}
     return values
@@ -73,9 +73,9 @@ VARIANTS: dict[str, Callable[[PlacementContext], bool] | None] = {
 
 @contextmanager
 def variant_in_place(may_idle: Callable[[PlacementContext], bool] | None) -> Iterator[None]:
-    def choose(self, ctx, view, step, unit, steps_left):
+    def choose(self, ctx, view, step, unit):
         _may_idle_on_demand[0] = may_idle(ctx)
-        return _choose_as_kept(self, ctx, view, step, unit, steps_left)
+        return _choose_as_kept(self, ctx, view, step, unit)
 
     if may_idle is not None:
         deadline_aware._option_values = _option_values_gated

@@ -10,7 +10,7 @@ import pytest
 from spotrun.policy import DeadlineAwarePolicy, Keep, Launch, Placement, PlacementContext, SpotLog
 from spotrun.policy import deadline_aware, markov
 from spotrun.policy.markov import (
-    JobShape, chain_moves, chain_state, on_demand_row, option_values, spot_row, state_belief, transition_matrix,
+    JobShape, StepStart, chain_moves, chain_state, on_demand_row, option_values, spot_row, state_belief, transition_matrix,
     value_table,
 )
 from spotrun.policy.run_ages import (
@@ -291,8 +291,9 @@ def test_option_values_prefer_spot_that_has_lasted():
     hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
     shape = JobShape(steps=60, goal=40 * 5, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32)
     table = value_table(shape, hazards)
-    fresh = option_values(table, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 1))
-    old = option_values(table, hazards, 55, 40 * 5, "on-demand", 1, chain_state(hazards, True, 40))
+    start = StepStart.on_grid(40 * 5, age=1)
+    fresh = option_values(table, hazards, 55, start, "on-demand", chain_state(hazards, True, 1))
+    old = option_values(table, hazards, 55, start, "on-demand", chain_state(hazards, True, 40))
     assert old["spot"] < fresh["spot"]
     assert old["spot"] - old["on-demand"] < fresh["spot"] - fresh["on-demand"]
 
@@ -396,10 +397,13 @@ def test_the_controllers_one_minute_questions_are_answered_from_a_plan_in_ten_mi
     every_minute = DeadlineAwarePolicy().decide(live_context(70, 48, step=60.0))
     every_ten_minutes = DeadlineAwarePolicy().decide(live_context(70, 48, step=STEP))
     minute_plan, ten_minute_plan = tables_built
-    assert minute_plan.steps == ten_minute_plan.steps == 70 * 6 and minute_plan.table_bytes < 100 << 20
-    # the same plan, but asked every minute spot may go between two of its steps
+    assert ten_minute_plan.steps == 70 * 6 and minute_plan.table_bytes < 100 << 20
+    # the same plan, but asked every minute spot may go between two of its steps, and its first step may have begun
+    # before the job was submitted: one step more of time and of work (five 2-minute units)
     assert minute_plan.spot_lost_within_step and not ten_minute_plan.spot_lost_within_step
-    assert dataclasses.replace(minute_plan, spot_lost_within_step=False) == ten_minute_plan
+    assert minute_plan == dataclasses.replace(
+        ten_minute_plan, steps=70 * 6 + 1, goal=ten_minute_plan.goal + 5, spot_lost_within_step=True,
+    )
     assert type(every_minute) is type(every_ten_minutes)
 
 
@@ -408,8 +412,9 @@ def test_a_long_job_counts_work_in_whole_steps_before_it_plans_in_coarser_ones(t
     policy.decide(live_context(336, 200, step=60.0))  # work in 2-minute units: a 1.7 GB table
     policy.decide(live_context(700, 300, step=60.0))  # 7.8 GB, and 1.6 GB in whole ten-minute steps
     two_weeks, a_month = tables_built
-    assert two_weeks.steps == 336 * 6 and two_weeks.works == (0, 1)  # the 6-minute overhead costs a whole step
-    assert a_month.steps == 700 * 3 and a_month.works == (0, 1)
+    # (one step more than the deadline's: asked every minute, `step_start`)
+    assert two_weeks.steps == 336 * 6 + 1 and two_weeks.works == (0, 1)  # the 6-minute overhead costs a whole step
+    assert a_month.steps == 700 * 3 + 1 and a_month.works == (0, 1)
     assert max(two_weeks.table_bytes, a_month.table_bytes) <= policy.max_table_bytes
 
 

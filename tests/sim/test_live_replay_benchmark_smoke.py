@@ -34,6 +34,16 @@ def test_with_spot_all_along_live_and_simulated_cost_the_spot_run(tmp_path: Path
     assert float(live_hours) < 2.3 and (live_preempted, live_launches) == ("0", "1")
 
 
+def test_a_job_with_half_an_hour_of_slack_takes_the_spot_that_is_there(tmp_path: Path) -> None:
+    # asked a minute after the plan's step began, the policy counted only the whole steps left: 9 of the 30 minutes
+    # of slack were gone, it started on on-demand, moved to spot, and 4 minutes later back (1.116 of on-demand)
+    _, _, live, sim, live_hours, _, _, _, live_launches, _ = replay(
+        tmp_path, "always", [1] * 40, "--deadline-hours", "2.5"
+    )
+    assert live_launches == "1" and float(live) < 0.35 and abs(float(live) - float(sim)) < 0.02
+    assert float(live_hours) <= 2.5
+
+
 def test_without_progress_reports_the_try_a_job_runs_on_is_counted_once(tmp_path: Path) -> None:
     # uniform_progress read the job as done at half its estimate (its running try counted twice) and stopped it
     _, _, live, _, _, _, live_preempted, _, live_launches, _ = replay(

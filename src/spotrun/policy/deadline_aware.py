@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from spotrun.policy.deadline import DeadlineView, deadline_view
 from spotrun.policy.markov import (
-    JobShape, ValueTable, chain_moves, chain_state, option_values, state_belief, value_table,
+    JobShape, StepStart, ValueTable, chain_moves, chain_state, option_values, state_belief, value_table,
 )
 from spotrun.policy.observations import SpotLog, ZoneRuns
 from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, place_by_deciding
@@ -63,11 +63,10 @@ class DeadlineAwarePolicy:
         view = deadline_view(ctx)
         if view is None:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
-        step, unit = self.plan_grid(ctx, view)
-        steps_left = int(math.floor((view.deadline - view.now) / step + 1e-9))
-        if steps_left <= 0:
+        if view.deadline <= view.now:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")
-        choice, why, likeliest = self._choose(ctx, view, step, unit, steps_left)
+        step, unit = self.plan_grid(ctx, view)
+        choice, why, likeliest = self._choose(ctx, view, step, unit)
         if choice == "spot":
             answer = want_spot(ctx, why, pick=_zone_picker(likeliest))
             if answer is not None:
@@ -94,23 +93,19 @@ class DeadlineAwarePolicy:
         return step, unit
 
     def _choose(
-        self, ctx: PlacementContext, view: DeadlineView, step: float, unit: float, steps_left: int,
+        self, ctx: PlacementContext, view: DeadlineView, step: float, unit: float,
     ) -> tuple[str, str, str | None]:
         """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
         shape = job_shape(ctx, view, step, unit, self.idle_charge)
+        steps_left, start = step_start(ctx, view, shape, step, unit)
         log = ctx.spot_log()
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
         )
         held = ctx.current.market if ctx.current is not None else None
-        age = 0
-        if ctx.current is not None:
-            age = min(max(round((ctx.now - ctx.current.since) / step), 1), shape.ages)
-        work_left = min(math.ceil(view.work_left / unit - 1e-9), shape.goal)
         belief, likeliest = _availability_belief(ctx, log, hazards, step)
         values = _option_values(
-            value_table(shape, hazards), hazards, min(steps_left, shape.steps), work_left, held, age, belief,
-            ctx.moves_drain_first,
+            value_table(shape, hazards), hazards, steps_left, start, held, belief, ctx.moves_drain_first,
         )
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):
@@ -174,19 +169,19 @@ def _zone_belief(runs: ZoneRuns, hazards: RunHazards, now: float, step: float) -
 
 
 def _option_values(
-    table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int,
+    table: ValueTable, hazards: RunHazards, steps_left: int, start: StepStart, held: str | None,
     belief: Belief, drains_first: bool = False,
 ) -> dict[str, float]:
     """`option_values` in a known state; over a belief, each choice's cost averaged, "spot" being a try of spot.
     A refused try leaves the better of idling and on-demand, with the instance held still held unless a move
     gives it up first (`drains_first`: then on-demand is a fresh start)."""
     if len(belief) == 1:
-        return option_values(table, hazards, steps_left, work_left, held, age, belief[0][0])
+        return option_values(table, hazards, steps_left, start, held, belief[0][0])
     mixed = dict.fromkeys(CHOICE_ORDER, 0.0)
     for state, chance in belief:
-        values = option_values(table, hazards, steps_left, work_left, held, age, state)
+        values = option_values(table, hazards, steps_left, start, held, state)
         after = values if not (drains_first and held) else option_values(
-            table, hazards, steps_left, work_left, None, 0, state,
+            table, hazards, steps_left, start, None, state,
         )
         refused = min(after["idle"], after["on-demand"])
         for choice in CHOICE_ORDER:
@@ -198,12 +193,48 @@ def job_shape(
     ctx: PlacementContext, view: DeadlineView, step: float, unit: float, idle_charge: float = 0.0,
 ) -> JobShape:
     """The job as the DP sees it, planned in `step` with work counted in `unit`, each idle step charged
-    `idle_charge` of an on-demand step."""
+    `idle_charge` of an on-demand step. Asked between two of the plan's steps, the plan may have one step more than
+    the deadline holds whole, and the job that much more work (`step_start`): the table has room for both."""
+    between_steps = view.step < step - 1e-9
+    room = step if between_steps else 0.0
     return JobShape.of(
-        step, view.compute, view.deadline - view.started, planned_overhead(view),
+        step, view.compute + room, view.deadline - view.started + room, planned_overhead(view),
         ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
-        spot_lost_within_step=view.step < step - 1e-9, idle_charge=idle_charge,
+        spot_lost_within_step=between_steps, idle_charge=idle_charge,
     )
+
+
+def step_start(
+    ctx: PlacementContext, view: DeadlineView, shape: JobShape, step: float, unit: float,
+) -> tuple[int, StepStart]:
+    """The whole steps the plan has from now, and where the job stands for the first (`StepStart`).
+
+    The plan's steps start now. Counting only the whole steps before the deadline would throw away what is left over
+    after them, up to a step, and find it again at a later question: asked every minute, the slack the plan saw
+    jumped by up to ten minutes from one question to the next, and a move was undone minutes after it was made
+    (docs/benchmarks.md, "Asked between the plan's steps"). Instead the plan has one step more, and the job that
+    much more work: a plan that finishes the one by the end of its steps, at no more than a step's work a step, has
+    finished the other by the deadline. The instance held counts the restart overhead it still has to pay as work, and
+    counts as past it.
+    """
+    left = asked_time_left(view)
+    steps_left = max(min(math.ceil(left / step - 1e-9), shape.steps), 1)
+    work_left = view.work_left + max(steps_left * step - left, 0.0)
+    kept, kept_age = work_left, 0
+    if ctx.current is not None:
+        kept_age = shape.ages
+        kept += max(ctx.current.since + planned_overhead(view) - view.now, 0.0)
+    return steps_left, StepStart(min(work_left / unit, shape.goal), min(kept / unit, shape.goal), kept_age)
+
+
+def asked_time_left(view: DeadlineView) -> float:
+    """The time to the caller's last question before the deadline (it asks every `view.step`): it acts only when it
+    asks, so work the plan counted on after that question would be done after the deadline (a job on the simulator's
+    ticks finishes at the end of a tick: planned to the deadline itself, it finished in the tick the deadline falls
+    in, late)."""
+    left = view.deadline - view.now
+    over = math.fmod(left, view.step)
+    return left - over if view.step - over > 1e-6 else left
 
 
 def planned_overhead(view: DeadlineView) -> float:

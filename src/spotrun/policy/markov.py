@@ -328,30 +328,66 @@ def state_belief(hazards: RunHazards, seen: int | None, steps: int) -> tuple[tup
     return tuple((state, float(chance)) for state, chance in enumerate(belief) if chance > 1e-9)
 
 
+@dataclass(frozen=True)
+class StepStart:
+    """Where the job stands for the plan's first step, in progress units (`deadline_aware.step_start`): the work
+    left (for idling or a new instance) and, for the instance held, that work plus the restart overhead it still has
+    to pay, at `kept_age` steps old. On the simulator's ticks the two are the same. Work between two of the table's
+    columns is read between them (`option_values`)."""
+
+    work_left: float
+    kept: float
+    kept_age: int = 1
+
+    @classmethod
+    def on_grid(cls, work_left: float, age: int = 1) -> StepStart:
+        return cls(work_left, work_left, age)
+
+
 def option_values(
-    table: ValueTable, hazards: RunHazards, steps_left: int, work_left: int, held: str | None, age: int, state: int,
+    table: ValueTable, hazards: RunHazards, steps_left: int, start: StepStart, held: str | None, state: int,
 ) -> dict[str, float]:
-    """Expected cost of each choice for this step: "idle", "on-demand", "spot" (only when spot is up)."""
+    """Expected cost of each choice for this step: "idle", "on-demand", "spot" (only when spot is up).
+
+    Work left between two columns (seconds of progress, a leftover of time carried as work, a restart's overhead
+    still to pay) is valued between theirs, in proportion: rounded up to the next unit, the choice it falls on would
+    be charged up to a unit it does not owe. The value is infinite unless the column with more work left is finite,
+    so the deadline is kept as with rounding up."""
     shape = table.shape
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
     layer = table.values[steps_left - 1]
 
-    def expected(row: int, work: int) -> float:
-        column = table.column(steps_left - 1, work_left - work)
+    def at_column(work_left: int, row: int) -> float:
+        column = table.column(steps_left - 1, work_left)
         if column is None:
             return math.inf
         return sum(chance * float(layer[target, row, column]) for target, chance in moves[state])
 
-    od_age = age if held == "on-demand" else 0
+    def expected(work_left: float, row: int, work: int) -> float:
+        left = work_left - work
+        whole = round(left)
+        if abs(left - whole) < 1e-9:
+            return at_column(whole, row)
+        below = math.floor(left)
+        share = left - below  # > 0: an infinite value above makes this one infinite
+        return (1.0 - share) * at_column(below, row) + share * at_column(below + 1, row)
+
+    def started(market: str) -> tuple[float, int]:
+        """Work left at the step's start and the instance's age when the step runs on `market`."""
+        return (start.kept, start.kept_age) if held == market else (start.work_left, 0)
+
+    od_work, od_age = started("on-demand")
     values = {
-        "idle": shape.idle_cost + expected(0, 0),
-        "on-demand": shape.on_demand_cost + expected(on_demand_row(min(od_age + 1, ages)), works[od_age]),
+        "idle": shape.idle_cost + expected(start.work_left, 0, 0),
+        "on-demand": shape.on_demand_cost + expected(od_work, on_demand_row(min(od_age + 1, ages)), works[od_age]),
     }
     if is_up[state]:
-        spot_age = age if held == "spot" else 0
-        values["spot"] = shape.spot_cost + expected(spot_row(min(spot_age + 1, ages), ages), works[spot_age])
+        spot_work, spot_age = started("spot")
+        values["spot"] = shape.spot_cost + expected(
+            spot_work, spot_row(min(spot_age + 1, ages), ages), works[spot_age]
+        )
         if shape.spot_lost_within_step and math.isinf(values["idle"]):
             values["spot"] = math.inf
     return values

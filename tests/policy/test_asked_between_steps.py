@@ -1,0 +1,126 @@
+"""The deadline-aware plan is made in ten-minute steps, but the controller asks it every minute: whatever minute it is
+asked at, the plan must see the job's true slack, no time thrown away, and keep the deadline
+(`deadline_aware.step_start`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from spotrun.policy import DeadlineAwarePolicy, Keep, Placement, PlacementContext
+from spotrun.policy.deadline import deadline_view
+from spotrun.policy.deadline_aware import asked_time_left, job_shape, step_start
+from spotrun.policy.markov import StepStart
+from spotrun.sim.engine import SimJob, run_job
+
+HOUR = 3600.0
+STEP = 600.0
+UNIT = 120.0  # the plan's progress unit for a 6-minute restart overhead: gcd(600, 360)
+OVERHEAD = 360.0
+
+
+def asked(now: float, progress: float, held: Placement | None, *, deadline: float = 10 * HOUR,
+          step: float = 60.0) -> PlacementContext:
+    """A 9 h job submitted at 0, due at `deadline`, with `progress` seconds done, asked at `now` every `step`."""
+    return PlacementContext(
+        job_id=1, now=now, zones=("z",), use_spot=True, fallback="on-demand", submitted_at=0.0,
+        preemptions_before_fallback=3, fallback_window=HOUR, deadline=deadline, estimated_duration=9 * HOUR,
+        current=held, progress=progress, step=step, restart_overhead=OVERHEAD,
+    )
+
+
+def start_of(ctx: PlacementContext) -> tuple[int, StepStart, tuple[int, ...]]:
+    view = deadline_view(ctx)
+    shape = job_shape(ctx, view, STEP, UNIT)
+    steps_left, start = step_start(ctx, view, shape, STEP, UNIT)
+    return steps_left, start, shape.works
+
+
+def test_on_the_grid_every_choice_starts_from_the_work_left():
+    # the simulator on ten-minute traces, asked at the plan's own step: the work left, as before
+    ctx = asked(2 * HOUR, HOUR, Placement("z", "on-demand", HOUR), step=STEP)
+    steps_left, start, _ = start_of(ctx)
+    assert steps_left == 8 * 6
+    assert start == StepStart.on_grid(8 * HOUR / UNIT, age=1)  # ages count up to the overhead: one step
+
+
+@pytest.mark.parametrize("minute", range(10))
+def test_the_plan_sees_the_true_slack_at_every_minute_of_a_step(minute):
+    # on on-demand since 1 h, working since: asked `minute` minutes after 2 h; the plan's steps start now, and the
+    # part of a step left over before the deadline is carried as work
+    now = 2 * HOUR + minute * 60.0
+    work_left = 8 * HOUR - minute * 60.0
+    steps_left, start, _ = start_of(asked(now, 9 * HOUR - work_left, Placement("z", "on-demand", HOUR)))
+    assert steps_left == 8 * 6
+    assert steps_left * STEP - start.work_left * UNIT == pytest.approx(10 * HOUR - now - work_left)  # the slack
+    assert start.kept == start.work_left and start.kept_age == 1
+
+
+@pytest.mark.parametrize("minute", [1, 3, 5])
+def test_an_instance_held_counts_the_restart_overhead_it_still_has_to_pay(minute):
+    # on spot since two minutes ago: 4 minutes of its 6-minute restart to go, which a step of it does not make
+    now = 2 * HOUR + minute * 60.0
+    _, start, works = start_of(asked(now, HOUR, Placement("z", "spot", now - 120.0)))
+    assert start.kept - start.work_left == pytest.approx(240.0 / UNIT)
+    assert works[start.kept_age] * UNIT == STEP  # and from then on, it works the whole step
+
+
+def test_no_time_is_thrown_away_between_the_plans_steps():
+    # on on-demand with 51 min 40 s of work left and 59 min to the deadline: it finishes with 7 minutes to spare,
+    # but counting only the 5 whole steps left (50 min) it could not, and said so
+    now = 10 * HOUR - 59 * 60.0
+    ctx = asked(now, 9 * HOUR - 3100.0, Placement("z", "on-demand", HOUR))
+    decision = DeadlineAwarePolicy().decide(ctx)
+    assert isinstance(decision, Keep) and "least expected cost" in decision.reason
+    too_much = dataclasses.replace(ctx, progress=9 * HOUR - 3600.0)  # an hour of work in 59 minutes
+    assert "no plan keeps the deadline" in DeadlineAwarePolicy().decide(too_much).reason
+
+
+def test_time_left_counts_to_the_callers_last_question_before_the_deadline():
+    # due 30 s after a minute's question: what the caller does after it comes after the deadline
+    view = deadline_view(asked(HOUR, 0.0, None, deadline=5 * HOUR + 30.0))
+    assert asked_time_left(view) == 4 * HOUR
+    # due 8 minutes into a ten-minute tick of the simulator: whole ticks, as counted before
+    view = deadline_view(asked(HOUR, 0.0, None, deadline=3.3 * HOUR, step=STEP))
+    assert asked_time_left(view) == pytest.approx(13 * STEP)
+    assert asked_time_left(deadline_view(asked(HOUR, 0.0, None, step=STEP))) == 9 * HOUR
+
+
+@pytest.mark.parametrize("tick", [60.0, 300.0, STEP])
+def test_deadline_kept_when_it_falls_between_two_questions(tick):
+    # spot that lures the job on and goes for good, or blinks every other tick, and a deadline that falls within a
+    # tick: counted to the deadline instead of to the last question before it, the plan finished in the tick that
+    # straddles it (on ten-minute ticks 5 of these 24 runs missed)
+    steps = round(12 * HOUR / tick)
+    markets = {"blinking": np.arange(steps) % 2 == 0}
+    for hours in (1, 2, 3, 4, 5):
+        markets[f"lure {hours} h"] = np.arange(steps) < round(hours * HOUR / tick)
+    missed = []
+    for name, available in markets.items():
+        for share in (0.1, 0.4, 0.7, 0.9):
+            job = SimJob(compute_seconds=6 * HOUR, deadline_seconds=7 * HOUR + share * tick, restart_overhead=OVERHEAD)
+            result = run_job(DeadlineAwarePolicy(), ("z",), available[None, :], tick, job)
+            if not result.met_deadline:
+                missed.append((name, share, result.finished_at))
+    assert missed == []
+
+
+def test_work_between_two_columns_of_the_table_is_valued_between_them():
+    from spotrun.policy.markov import JobShape, chain_state, option_values, value_table
+    from spotrun.policy.run_ages import BASE_GRID, RunHazards, bucket_hazards
+
+    hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
+    table = value_table(JobShape(steps=12, goal=50, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32), hazards)
+    up = chain_state(hazards, True, 1)
+
+    def values(work_left: float) -> dict[str, float]:
+        return option_values(table, hazards, 10, StepStart.on_grid(work_left), "on-demand", up)
+
+    low, high, between = values(41), values(42), values(41.25)
+    assert low["on-demand"] < high["on-demand"]  # rounded up, 41.25 units would cost what 42 do
+    for choice in ("idle", "on-demand", "spot"):
+        assert between[choice] == pytest.approx(0.75 * low[choice] + 0.25 * high[choice])
+    # where the column with more work is a sure miss, so is the work between: the deadline is kept
+    assert values(42)["idle"] < float("inf") and values(42.5)["idle"] == values(43)["idle"] == float("inf")
