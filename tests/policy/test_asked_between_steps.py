@@ -12,7 +12,8 @@ import pytest
 from spotrun.policy import DeadlineAwarePolicy, Keep, Placement, PlacementContext
 from spotrun.policy.deadline import deadline_view
 from spotrun.policy.deadline_aware import asked_time_left, job_shape, step_start
-from spotrun.policy.markov import StepStart
+from spotrun.policy.markov import JobShape, StepStart, chain_state, option_values, value_table
+from spotrun.policy.run_ages import BASE_GRID, RunHazards, bucket_hazards
 from spotrun.sim.engine import SimJob, run_job
 
 HOUR = 3600.0
@@ -108,9 +109,6 @@ def test_deadline_kept_when_it_falls_between_two_questions(tick):
 
 
 def test_work_between_two_columns_of_the_table_is_valued_between_them():
-    from spotrun.policy.markov import JobShape, chain_state, option_values, value_table
-    from spotrun.policy.run_ages import BASE_GRID, RunHazards, bucket_hazards
-
     hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
     table = value_table(JobShape(steps=12, goal=50, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32), hazards)
     up = chain_state(hazards, True, 1)
