@@ -19,10 +19,11 @@ without them, so the policy counts the steps at the measured rate; `--progress n
 instances' times), saves and stops when asked or told of a preemption, and exits once its steps are done. A
 preemption without notice loses the steps since its last save. With `--nodes N` the job is a gang of N nodes in the
 trace's zone, each played as its agent (reports in, follows its generation's orders); their ranks train together
-while a generation runs with every member up (`GangTrainers`). The bill is the ledger's: each instance's seconds at its price. The
-simulator runs the same job on the same trace from the same start in its "launches" view (the policy sees spot only
-through its launches, its instance and preemptions, as the controller does). Prints a Markdown table: cost over the
-on-demand cost, live and simulated, hours to finish, preemptions and launches per run, and the means.
+while a generation runs with every member up (`GangTrainers`). The bill is the ledger's: each instance's seconds at
+its price. The simulator runs the same job on the same trace from the same start in its "launches" view (the
+policy sees spot only through its launches, its instance and preemptions, as the controller does). Prints a
+Markdown table: cost over the on-demand cost, live and simulated, hours to finish, preemptions and launches per
+run, and the means.
 """
 
 from __future__ import annotations
@@ -135,13 +136,24 @@ class Trainer(Training):
     done: bool = False
 
 
-class Trainers:
-    """Every instance's trainer, and the job's newest checkpoint (what the next trainer resumes from)."""
+class Agents:
+    """What the replay plays of a job's agents, whatever its nodes: the run's total steps, how the trainers save and
+    report, and the notice of a preemption, passed on."""
 
     def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
         self.api, self.cloud, self.total = api, cloud, total
         self.overhead, self.progress = setting.overhead, setting.progress
         self.save_every = setting.save_every or setting.tick
+
+    def pass_notice(self, post, now: float) -> None:
+        post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+
+
+class Trainers(Agents):
+    """Every instance's trainer, and the job's newest checkpoint (what the next trainer resumes from)."""
+
+    def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
+        super().__init__(api, cloud, total, setting)
         self.by_instance: dict[str, Trainer] = {}
         self.saved = 0
 
@@ -160,7 +172,7 @@ class Trainers:
             trainer.post("started", {"address": "127.0.0.1"})
             trainer.reported_in = True
         if noticed:  # the agent passes the notice on, the trainer saves, the agent reports it and exits
-            trainer.post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+            self.pass_notice(trainer.post, now)
             self._stop(trainer, now)
             return
         trainer.save_if_due(now, self.total, self.save_every)
@@ -186,16 +198,14 @@ class Trainers:
         trainer.done = True
 
 
-class GangTrainers:
+class GangTrainers(Agents):
     """A multi-node job's nodes, each played as its agent, and the one training run their ranks make together: it
     trains while a generation runs with every member up (from the restart overhead after the generation began),
     saves every `save_every` and when the generation is stopped in order (a move, a notice), and loses what it did
     since its last save when a member goes without notice. Node 0 reports the checkpoints."""
 
     def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
-        self.api, self.cloud, self.total = api, cloud, total
-        self.overhead, self.progress = setting.overhead, setting.progress
-        self.save_every = setting.save_every or setting.tick
+        super().__init__(api, cloud, total, setting)
         self.posts: dict[str, object] = {}
         self.rank_of: dict[str, int] = {}
         self.exited: set[tuple[str, int]] = set()  # (instance, generation) whose command has exited
@@ -213,7 +223,7 @@ class GangTrainers:
             self.run.stop(now, self.total, save=False)  # a member went without notice: the ranks fail
         for info in nodes:
             if info.market == "spot" and self.cloud.spot_leaving(info.zone):
-                self.posts[info.instance_id]("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+                self.pass_notice(self.posts[info.instance_id], now)
                 self._end_attempt(info.instance_id, now)
         self.run.save_if_due(now, self.total, self.save_every)
         for info in nodes:
@@ -304,7 +314,8 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
         )
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
         play = GangTrainers if setting.nodes > 1 else Trainers
-        trainers = play(TestClient(create_agent_app(store, clock)), cloud, round(setting.compute / STEP_SECONDS), setting)
+        total = round(setting.compute / STEP_SECONDS)
+        trainers = play(TestClient(create_agent_app(store, clock)), cloud, total, setting)
         submitted = clock.now()
         job_id = jobs.submit(store, parse_spec(job_text(setting)), submitted)
         while clock.now() < submitted + setting.deadline + 2 * HOUR:

@@ -291,7 +291,7 @@ def test_option_values_prefer_spot_that_has_lasted():
     hazards = RunHazards(up=bucket_hazards(BASE_GRID[-1]), down=bucket_hazards(BASE_GRID[3]))
     shape = JobShape(steps=60, goal=40 * 5, works=(2, 5), on_demand_cost=1.0, spot_cost=0.32)
     table = value_table(shape, hazards)
-    start = StepStart.on_grid(40 * 5, age=1)
+    start = StepStart.nothing_owed(40 * 5, age=1)
     fresh = option_values(table, hazards, 55, start, "on-demand", chain_state(hazards, True, 1))
     old = option_values(table, hazards, 55, start, "on-demand", chain_state(hazards, True, 40))
     assert old["spot"] < fresh["spot"]

@@ -11,7 +11,7 @@ import pytest
 
 from spotrun.policy import DeadlineAwarePolicy, Keep, Placement, PlacementContext
 from spotrun.policy.deadline import deadline_view
-from spotrun.policy.deadline_aware import asked_time_left, job_shape, step_start
+from spotrun.policy.deadline_aware import job_shape, step_start
 from spotrun.policy.markov import JobShape, StepStart, chain_state, option_values, value_table
 from spotrun.policy.run_ages import BASE_GRID, RunHazards, bucket_hazards
 from spotrun.sim.engine import SimJob, run_job
@@ -44,7 +44,7 @@ def test_on_the_grid_every_choice_starts_from_the_work_left():
     ctx = asked(2 * HOUR, HOUR, Placement("z", "on-demand", HOUR), step=STEP)
     steps_left, start, _ = start_of(ctx)
     assert steps_left == 8 * 6
-    assert start == StepStart.on_grid(8 * HOUR / UNIT, age=1)  # ages count up to the overhead: one step
+    assert start == StepStart.nothing_owed(8 * HOUR / UNIT, age=1)  # ages count up to the overhead: one step
 
 
 @pytest.mark.parametrize("minute", range(10))
@@ -80,13 +80,12 @@ def test_no_time_is_thrown_away_between_the_plans_steps():
 
 
 def test_time_left_counts_to_the_callers_last_question_before_the_deadline():
-    # due 30 s after a minute's question: what the caller does after it comes after the deadline
-    view = deadline_view(asked(HOUR, 0.0, None, deadline=5 * HOUR + 30.0))
-    assert asked_time_left(view) == 4 * HOUR
+    # 2 h of work left, due 30 s after a minute's question: what the caller does after it comes after the deadline
+    steps_left, start, _ = start_of(asked(HOUR, 7 * HOUR, None, deadline=5 * HOUR + 30.0))
+    assert steps_left * STEP - start.work_left * UNIT == pytest.approx(4 * HOUR - 2 * HOUR)
     # due 8 minutes into a ten-minute tick of the simulator: whole ticks, as counted before
-    view = deadline_view(asked(HOUR, 0.0, None, deadline=3.3 * HOUR, step=STEP))
-    assert asked_time_left(view) == pytest.approx(13 * STEP)
-    assert asked_time_left(deadline_view(asked(HOUR, 0.0, None, step=STEP))) == 9 * HOUR
+    steps_left, start, _ = start_of(asked(HOUR, 7 * HOUR, None, deadline=3.3 * HOUR, step=STEP))
+    assert (steps_left, start.work_left) == (13, pytest.approx(2 * HOUR / UNIT))
 
 
 @pytest.mark.parametrize("tick", [60.0, 300.0, STEP])
@@ -114,7 +113,7 @@ def test_work_between_two_columns_of_the_table_is_valued_between_them():
     up = chain_state(hazards, True, 1)
 
     def values(work_left: float) -> dict[str, float]:
-        return option_values(table, hazards, 10, StepStart.on_grid(work_left), "on-demand", up)
+        return option_values(table, hazards, 10, StepStart.nothing_owed(work_left), "on-demand", up)
 
     low, high, between = values(41), values(42), values(41.25)
     assert low["on-demand"] < high["on-demand"]  # rounded up, 41.25 units would cost what 42 do

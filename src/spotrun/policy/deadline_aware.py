@@ -214,27 +214,19 @@ def step_start(
     jumped by up to ten minutes from one question to the next, and a move was undone minutes after it was made
     (docs/benchmarks.md, "Asked between the plan's steps"). Instead the plan has one step more, and the job that
     much more work: a plan that finishes the one by the end of its steps, at no more than a step's work a step, has
-    finished the other by the deadline. The instance held counts the restart overhead it still has to pay as work, and
-    counts as past it.
+    finished the other by the deadline. The time left is counted to the caller's last question before the deadline
+    (`DeadlineView.time_left`): planned to the deadline itself, a job on the simulator's ticks finished in the tick
+    the deadline falls in, late. The instance held counts the restart overhead it still owes as work, and counts as
+    past it.
     """
-    left = asked_time_left(view)
+    left = view.time_left  # to the caller's last question before the deadline: it acts only when it asks
     steps_left = max(min(math.ceil(left / step - 1e-9), shape.steps), 1)
     work_left = view.work_left + max(steps_left * step - left, 0.0)
-    kept, kept_age = work_left, 0
-    if ctx.current is not None:
-        kept_age = shape.ages
-        kept += max(ctx.current.since + planned_overhead(view) - view.now, 0.0)
-    return steps_left, StepStart(min(work_left / unit, shape.goal), min(kept / unit, shape.goal), kept_age)
-
-
-def asked_time_left(view: DeadlineView) -> float:
-    """The time to the caller's last question before the deadline (it asks every `view.step`): it acts only when it
-    asks, so work the plan counted on after that question would be done after the deadline (a job on the simulator's
-    ticks finishes at the end of a tick: planned to the deadline itself, it finished in the tick the deadline falls
-    in, late)."""
-    left = view.deadline - view.now
-    over = math.fmod(left, view.step)
-    return left - over if view.step - over > 1e-6 else left
+    if ctx.current is None:
+        return steps_left, StepStart.nothing_owed(min(work_left / unit, shape.goal))
+    owed = max(ctx.current.since + planned_overhead(view) - view.now, 0.0)
+    kept = min((work_left + owed) / unit, shape.goal)
+    return steps_left, StepStart(min(work_left / unit, shape.goal), kept, shape.ages)
 
 
 def planned_overhead(view: DeadlineView) -> float:

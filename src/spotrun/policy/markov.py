@@ -331,16 +331,16 @@ def state_belief(hazards: RunHazards, seen: int | None, steps: int) -> tuple[tup
 @dataclass(frozen=True)
 class StepStart:
     """Where the job stands for the plan's first step, in progress units (`deadline_aware.step_start`): the work
-    left (for idling or a new instance) and, for the instance held, that work plus the restart overhead it still has
-    to pay, at `kept_age` steps old. On the simulator's ticks the two are the same. Work between two of the table's
-    columns is read between them (`option_values`)."""
+    left (for idling or a new instance) and, for the instance held, that work plus the restart overhead it still
+    owes, at `kept_age` steps old. Work between two of the table's columns is read between them (`option_values`)."""
 
     work_left: float
     kept: float
     kept_age: int = 1
 
     @classmethod
-    def on_grid(cls, work_left: float, age: int = 1) -> StepStart:
+    def nothing_owed(cls, work_left: float, age: int = 1) -> StepStart:
+        """No instance held, or one that has paid its restart overhead."""
         return cls(work_left, work_left, age)
 
 
