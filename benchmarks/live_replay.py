@@ -107,6 +107,11 @@ class Training:
         self.training_from = self.saved_at = at
         self.resumed_at_step = self.saved_step = step
 
+    def wait_for(self, ready: float) -> None:
+        """Train from `ready` on at the earliest (a node that joins is booted, set up and restored by then)."""
+        if self.training_from is not None and self.training_from < ready:
+            self.training_from = self.saved_at = ready
+
     def save_if_due(self, now: float, total: int, every: float) -> None:
         steps = self.steps(now, total)
         if self.training_from is not None and (steps >= total or now - self.saved_at >= every):
@@ -200,7 +205,8 @@ class Trainers(Agents):
 
 class GangTrainers(Agents):
     """A multi-node job's nodes, each played as its agent, and the one training run their ranks make together: it
-    trains while a generation runs with every member up (from the restart overhead after the generation began),
+    trains while a generation runs with every member up, from the restart overhead after its newest member's launch
+    on (as a single node's trainer does: a member that waited as a standby is ready when the generation begins),
     saves every `save_every` and when the generation is stopped in order (a move, a notice), and loses what it did
     since its last save when a member goes without notice. Node 0 reports the checkpoints."""
 
@@ -211,12 +217,14 @@ class GangTrainers(Agents):
         self.exited: set[tuple[str, int]] = set()  # (instance, generation) whose command has exited
         self.gone: set[str] = set()  # instances whose attempt ended (told of a preemption, or asked to stop)
         self.generation, self.members = 0, set()
+        self.launched_at: dict[str, float] = {}
         self.run = Training()
 
     def beat(self, now: float) -> None:
         nodes = [info for info in self.cloud.running() if info.instance_id not in self.gone]
         for info in nodes:
             if info.instance_id not in self.posts:
+                self.launched_at[info.instance_id] = info.launched_at
                 self.posts[info.instance_id] = post = agent_poster(self.api, self.cloud.user_data[info.instance_id])
                 post("started", {"address": f"10.0.0.{len(self.posts)}", "port": 29500})
         if not self.members <= {info.instance_id for info in nodes}:
@@ -243,9 +251,10 @@ class GangTrainers(Agents):
         number = order["generation"]
         if order["state"] == "running" and number > self.generation:  # a new generation: every rank restores
             self.generation, self.members = number, set()
-            self.run.resume(now + self.overhead, self.run.saved_step)
+            self.run.resume(now, self.run.saved_step)
         if number == self.generation and order["state"] == "running":
             self.members.add(instance)
+            self.run.wait_for(self.launched_at[instance] + self.overhead)
             if self.run.saved_step >= self.total:
                 self._command_exited(instance, 0)
         elif number == self.generation:  # stopping or ended: save in order if every rank is still there

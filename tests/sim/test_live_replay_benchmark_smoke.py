@@ -93,3 +93,14 @@ def test_a_gang_runs_its_generations_through_a_preemption_and_meets_its_deadline
         tmp_path, "gappy", [1] * 7 + [0] * 3 + [1] * 30, "--nodes", "3", "--notice", "120"
     )
     assert preempted == "3" and int(launches) >= 6 and float(hours) <= 3.0 and float(live) < 1.0
+
+
+def test_a_gang_moves_to_spot_that_returns_as_a_single_node_does(tmp_path: Path) -> None:
+    # no spot for the first half hour: on-demand first, then spot. The gang's ranks trained from its restart overhead
+    # after the generation began, two ticks after the launch, not after the launch as one node's trainer does: two
+    # minutes less slack, and the gang stayed on on-demand (1.067 of on-demand against one node's 0.520)
+    data = [0] * 3 + [1] * 37
+    one = replay(tmp_path, "late", data, "--deadline-hours", "2.5")
+    gang = replay(tmp_path, "late", data, "--deadline-hours", "2.5", "--nodes", "3")
+    assert (one[8], gang[8]) == ("2", "6")  # each node: on-demand, then spot
+    assert float(gang[2]) == float(one[2]) < 0.6 and gang[4] == one[4]
