@@ -80,7 +80,7 @@ def test_the_checkpoint_an_attempt_restored_is_not_its_first(world):
     # the agent reports the newest checkpoint it has from its start: the restored one, while the trainer is still
     # restoring it. Counted as the attempt's first, the boot and restore read as training time (a rate too low, which
     # made steps without a total read as more work than done) and as no restart overhead
-    from spotrun.control.progress import restart_overhead, step_rate
+    from spotrun.control.progress import restart_overhead, save_interval, step_rate
 
     spec_text = deadline_spec("default")
     job_id = world.submit(spec_text)
@@ -104,6 +104,8 @@ def test_the_checkpoint_an_attempt_restored_is_not_its_first(world):
     assert step_rate(attempts) == pytest.approx(1.0, rel=0.02)
     assert restart_overhead(attempts) == pytest.approx(trained_from - second.created_at, abs=25)
     assert progress_now(world, job_id, spec_text) == pytest.approx(660, rel=0.02)
+    # nor is the time from it to the attempt's first own checkpoint a gap between saves (400 s, boot and restore)
+    assert save_interval(attempts) == pytest.approx(100, abs=10)
 
 
 def ran_for_20_minutes(world):

@@ -206,9 +206,8 @@ def brute_force(shape: JobShape, hazards: RunHazards):
         od_age = age if held == "on-demand" else 0
         choices.append((shape.on_demand_cost, "on-demand", min(od_age + 1, ages), shape.works[od_age]))
         idle_then = sum(chance * value(k - 1, target, None, 0, work) for target, chance in moves[state])
-        # spot that may be lost within the step is taken only while the step's work, lost, could be made up
-        if is_up[state] and not (shape.spot_lost_within_step and math.isinf(idle_then)):
-            spot_age = age if held == "spot" else 0
+        spot_age = age if held == "spot" else 0
+        if is_up[state] and spot_step_safe(shape, k, work, spot_age, idle_then):
             choices.append((shape.spot_cost, "spot", min(spot_age + 1, ages), shape.works[spot_age]))
         best = math.inf
         for cost, then, then_age, done in choices:
@@ -221,13 +220,36 @@ def brute_force(shape: JobShape, hazards: RunHazards):
     return value
 
 
+def spot_step_safe(shape: JobShape, k: int, work: int, age: int, idle_then: float) -> bool:
+    """Spot that may be lost within the step is taken only while a loss at the step's worst moment could be made
+    up: once the restart overhead owed in the step and a save interval of work (or all the work left, if less) have
+    passed, the loss seen at the next question, on-demand started afresh there, all the work left to do again. Where
+    that moment is the step's end: while idling a step and going on from there still finishes."""
+    if not shape.spot_lost_within_step:
+        return True
+    full = shape.works[-1]
+    worst = full - shape.works[age] + min(shape.save_every, work)
+    if worst >= full:
+        return not math.isinf(idle_then)
+    overhead = sum(full - w for w in shape.works)
+    return worst + shape.question + overhead + work <= k * full + 1e-9
+
+
 # TINY's slack covers every column; NARROW's band (slack 4 units) is narrower than its goal
 NARROW = JobShape(steps=7, goal=10, works=(0, 1, 2), on_demand_cost=1.0, spot_cost=0.3)
+# a restart shorter than a step: spot that finishes the job within a step leaves part of it for a loss to be made up
+SHORT_RESTART = JobShape(steps=6, goal=9, works=(1, 4), on_demand_cost=1.0, spot_cost=0.3, spot_lost_within_step=True)
 
 
 @pytest.mark.parametrize("shape", [TINY, NARROW, dataclasses.replace(NARROW, spot_lost_within_step=True),
+                                   dataclasses.replace(SHORT_RESTART, question=0.5),
+                                   dataclasses.replace(SHORT_RESTART, question=1.5),
+                                   dataclasses.replace(SHORT_RESTART, question=0.5, save_every=1.0),
+                                   dataclasses.replace(SHORT_RESTART, question=0.5, save_every=0.0),
                                    dataclasses.replace(TINY, idle_cost=0.25)],
-                         ids=["tiny", "narrow band", "spot lost within a step", "idling charged"])
+                         ids=["tiny", "narrow band", "spot lost within a step", "asked every half unit",
+                              "asked every unit and a half", "saved every unit", "nothing lost but the restart",
+                              "idling charged"])
 def test_value_table_matches_brute_force_on_a_tiny_job(shape):
     table = value_table(shape, HAZARDS)
     value = brute_force(shape, HAZARDS)
@@ -398,11 +420,11 @@ def test_the_controllers_one_minute_questions_are_answered_from_a_plan_in_ten_mi
     every_ten_minutes = DeadlineAwarePolicy().decide(live_context(70, 48, step=STEP))
     minute_plan, ten_minute_plan = tables_built
     assert ten_minute_plan.steps == 70 * 6 and minute_plan.table_bytes < 100 << 20
-    # the same plan, but asked every minute spot may go between two of its steps, and its first step may have begun
-    # before the job was submitted: one step more of time and of work (five 2-minute units)
+    # the same plan, but asked every minute (half a 2-minute unit) spot may go between two of its steps, and its
+    # first step may have begun before the job was submitted: one step more of time and of work (five units)
     assert minute_plan.spot_lost_within_step and not ten_minute_plan.spot_lost_within_step
     assert minute_plan == dataclasses.replace(
-        ten_minute_plan, steps=70 * 6 + 1, goal=ten_minute_plan.goal + 5, spot_lost_within_step=True,
+        ten_minute_plan, steps=70 * 6 + 1, goal=ten_minute_plan.goal + 5, spot_lost_within_step=True, question=0.5,
     )
     assert type(every_minute) is type(every_ten_minutes)
 

@@ -57,6 +57,7 @@ def test_the_plan_sees_the_true_slack_at_every_minute_of_a_step(minute):
     assert steps_left == 8 * 6
     assert steps_left * STEP - start.work_left * UNIT == pytest.approx(10 * HOUR - now - work_left)  # the slack
     assert start.kept == start.work_left and start.kept_age == 1
+    assert start.leftover * UNIT == pytest.approx(minute * 60.0)
 
 
 @pytest.mark.parametrize("minute", [1, 3, 5])
@@ -121,3 +122,38 @@ def test_work_between_two_columns_of_the_table_is_valued_between_them():
         assert between[choice] == pytest.approx(0.75 * low[choice] + 0.25 * high[choice])
     # where the column with more work is a sure miss, so is the work between: the deadline is kept
     assert values(42)["idle"] < float("inf") and values(42.5)["idle"] == values(43)["idle"] == float("inf")
+
+
+@pytest.mark.parametrize("minutes_left, on_spot_for, work_minutes, keeps", [(17, 3, 2, True), (15, 5, 2, True),
+                                                                       (12, 3, 4, False)])
+def test_spot_that_finishes_the_job_within_a_step_is_kept_while_a_loss_before_the_end_could_be_made_up(
+    minutes_left, on_spot_for, work_minutes, keeps,
+):
+    # 17 minutes before the deadline, on spot for 3 minutes (3 of its 6-minute restart to go) with 2 minutes of work
+    # left, it finishes 12 minutes before; lost just before that, on-demand from the next minute (6 + 2 minutes)
+    # still makes it. The plan took the step's work as lost at the step's end and the next step as too short, and
+    # moved the job to on-demand, which it then paid for twice; two minutes on, it also counted the time left over
+    # after the whole steps, carried as work, as work spot had to do before the job ended. With 4 minutes of work
+    # left 12 minutes before the deadline, a loss at the finish leaves 5 minutes, not the 10 on-demand needs.
+    now = 10 * HOUR - minutes_left * 60.0
+    ctx = asked(now, 9 * HOUR - work_minutes * 60.0, Placement("z", "spot", now - on_spot_for * 60.0))
+    decision = DeadlineAwarePolicy().decide(ctx)
+    assert isinstance(decision, Keep) == keeps, decision
+    if not keeps:
+        assert decision.market == "on-demand"
+
+
+@pytest.mark.parametrize("save_interval, keeps", [(None, False), (60.0, True), (300.0, True), (600.0, False)])
+def test_spot_is_kept_while_the_work_a_loss_undoes_could_be_made_up(save_interval, keeps):
+    # on spot for an hour, 46 minutes of work left and 60 to the deadline: 14 minutes of slack. Counting a whole
+    # 10-minute step of work lost at a loss and on-demand only from the next step (6 minutes to restart) needs 16.
+    # A trainer seen to save every minute (or every 5) loses at most that, and the loss is seen within a minute:
+    # 1 + 1 + 6 minutes of the 14 (5 + 1 + 6). Unknown, or every 10 minutes: as much as a step.
+    now = 10 * HOUR - 3600.0
+    ctx = dataclasses.replace(
+        asked(now, 9 * HOUR - 46 * 60.0, Placement("z", "spot", HOUR)), save_interval=save_interval,
+    )
+    decision = DeadlineAwarePolicy().decide(ctx)
+    assert isinstance(decision, Keep) == keeps, decision
+    if not keeps:
+        assert decision.market == "on-demand"

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
-from spotrun.control.progress import compute_and_progress, restart_overhead
+from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
 from spotrun.costs import catalog
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
@@ -51,6 +51,7 @@ def placement_context(
         )
     compute, progress = compute_and_progress(job, spec, running.get("restart_overhead"))
     running.setdefault("progress", progress)
+    running.setdefault("save_interval", save_interval(job.placed_attempts))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

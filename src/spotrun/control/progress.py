@@ -23,10 +23,14 @@ def record_checkpoint(
     were first reported (the step rate's clock). `restored`: the newest step the job's ended attempts reported. The
     agent reports the checkpoint it restored from the moment it starts, before the trainer has restored it and
     trained on: that one is not the attempt's first, or its boot and restore would count as training time (a step
-    rate too low) and as no restart overhead at all."""
+    rate too low) and as no restart overhead at all, nor as a gap between two saves. The longest gap between two
+    new checkpoints it wrote is kept (`save_interval`)."""
+    saved_before = attempt.first_checkpoint_at is not None  # its newest checkpoint is one it wrote, not restored
     if attempt.first_checkpoint_step is None and (restored is None or steps_done > restored):
         attempt.first_checkpoint_step, attempt.first_checkpoint_at = steps_done, now
     if steps_done != attempt.checkpoint_step or attempt.checkpoint_at is None:
+        if saved_before and attempt.checkpoint_at is not None and steps_done > (attempt.checkpoint_step or 0):
+            attempt.longest_save_gap = max(attempt.longest_save_gap or 0.0, now - attempt.checkpoint_at)
         attempt.checkpoint_at = now
     attempt.checkpoint_step, attempt.total_steps = steps_done, total_steps
 
@@ -137,3 +141,11 @@ def unsaved_steps(attempts: list[Attempt], rate: float | None, overhead: float |
     else:
         return 0.0
     return max((reporter.last_heartbeat_at or since) - since, 0.0) * rate
+
+
+def save_interval(attempts: Iterable[Attempt]) -> float | None:
+    """The longest time the job's trainer went between two new checkpoints it reported, over its attempts: the most
+    work (in seconds of training) a preemption without notice has been seen to cost it. None until an attempt has
+    reported two."""
+    gaps = [attempt.longest_save_gap for attempt in attempts if attempt.longest_save_gap is not None]
+    return max(gaps, default=None)

@@ -200,7 +200,8 @@ def job_shape(
     return JobShape.of(
         step, view.compute + room, view.deadline - view.started + room, planned_overhead(view),
         ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
-        spot_lost_within_step=between_steps, idle_charge=idle_charge,
+        spot_lost_within_step=between_steps, idle_charge=idle_charge, question=view.step,
+        save_every=math.inf if ctx.save_interval is None else ctx.save_interval,
     )
 
 
@@ -221,12 +222,13 @@ def step_start(
     """
     left = view.time_left  # to the caller's last question before the deadline: it acts only when it asks
     steps_left = max(min(math.ceil(left / step - 1e-9), shape.steps), 1)
-    work_left = view.work_left + max(steps_left * step - left, 0.0)
+    leftover = max(steps_left * step - left, 0.0)
+    work_left = view.work_left + leftover
     if ctx.current is None:
-        return steps_left, StepStart.nothing_owed(min(work_left / unit, shape.goal))
+        return steps_left, StepStart.nothing_owed(min(work_left / unit, shape.goal), leftover=leftover / unit)
     owed = max(ctx.current.since + planned_overhead(view) - view.now, 0.0)
     kept = min((work_left + owed) / unit, shape.goal)
-    return steps_left, StepStart(min(work_left / unit, shape.goal), kept, shape.ages)
+    return steps_left, StepStart(min(work_left / unit, shape.goal), kept, shape.ages, leftover / unit)
 
 
 def planned_overhead(view: DeadlineView) -> float:

@@ -41,8 +41,12 @@ class JobShape:
     # Spot may be lost between two of the plan's steps (the caller asks more often than the plan's step: the live
     # controller, or a trace finer than it). The chain only changes at a step, so a plan would count a step of spot
     # as done that a loss halfway through leaves undone, and near the deadline that loss could not be made up:
-    # spot is then taken only while a fresh on-demand start at the next step, the step's work lost, still finishes.
+    # spot is then taken only while a loss at the step's worst moment could be made up (`loss_recoverable`).
     spot_lost_within_step: bool = False
+    # Progress units between two of the caller's questions, when it asks between the plan's steps (0: at them)
+    question: float = 0.0
+    # Progress units of work a loss may undo: the trainer's save interval (inf: not known, any amount)
+    save_every: float = math.inf
     # What the plan charges itself for a step of idling (a share of an on-demand step; never billed): slack spent
     # waiting for spot is worth more than a model that takes spot's hazards as known and fixed says (see
     # `DeadlineAwarePolicy.idle_charge`).
@@ -51,6 +55,16 @@ class JobShape:
     @property
     def ages(self) -> int:
         return len(self.works) - 1
+
+    @property
+    def step_units(self) -> int:
+        """Units a step makes once the restart overhead is paid."""
+        return self.works[-1]
+
+    @property
+    def restart_units(self) -> int:
+        """Units of a fresh start's steps that go to its restart overhead."""
+        return sum(self.step_units - work for work in self.works)
 
     @property
     def table_bytes(self) -> int:
@@ -69,7 +83,8 @@ class JobShape:
     @classmethod
     @lru_cache(maxsize=1024)  # asked every step, with the same numbers all through a job's life
     def of(cls, step: float, compute: float, deadline_span: float, overhead: float, od_price: float, spot_price: float,
-           unit: float, spot_lost_within_step: bool = False, idle_charge: float = 0.0) -> JobShape:
+           unit: float, spot_lost_within_step: bool = False, idle_charge: float = 0.0,
+           question: float = 0.0, save_every: float = math.inf) -> JobShape:
         ages = max(1, math.ceil(overhead / step - 1e-9))
         # whole units only: when the unit does not divide the overhead, a step's work rounds down (deadline kept)
         works = tuple(
@@ -82,6 +97,8 @@ class JobShape:
             on_demand_cost=od_price * step / 3600,
             spot_cost=spot_price * step / 3600,
             spot_lost_within_step=spot_lost_within_step,
+            question=question / unit if spot_lost_within_step else 0.0,
+            save_every=save_every / unit if spot_lost_within_step else math.inf,
             idle_cost=idle_charge * od_price * step / 3600,
         )
 
@@ -260,7 +277,7 @@ def _compute_values(shape: JobShape, hazards: RunHazards, out: np.ndarray | None
             table[k] = np.inf
             continue
         below = max(first - most, 0)
-        now = _step_values(_expected_next(values[:, :, below:reach], terms), shape, up)
+        now = _step_values(_expected_next(values[:, :, below:reach], terms), shape, up, k, np.arange(below, reach))
         if below == 0:
             now[:, :, 0] = 0.0
         values[:, :, first:reach] = now[:, :, first - below:]
@@ -269,15 +286,20 @@ def _compute_values(shape: JobShape, hazards: RunHazards, out: np.ndarray | None
     return table
 
 
-def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
-    """This step's values from the expected next-step values `after[state_now, held_next, work_left]`."""
+def _step_values(
+    after: np.ndarray, shape: JobShape, up: slice, steps_left: int, work_left: np.ndarray,
+) -> np.ndarray:
+    """This step's values, `steps_left` steps left, from the expected next-step values
+    `after[state_now, held_next, column]`, its columns' work left `work_left`."""
     ages, works = shape.ages, shape.works
     od, spot = shape.on_demand_cost, shape.spot_cost
     down = slice(up.stop, None)
     now = np.empty_like(after)
     idle = after[:, 0] + np.float32(shape.idle_cost) if shape.idle_cost else after[:, 0]
     od_start = od + _shifted_down(after[:, on_demand_row(1)], works[0])
-    spot_start = _unless_unsafe(spot + _shifted_down(after[up, spot_row(1, ages)], works[0]), idle[up], shape)
+    spot_start = _unless_unsafe(
+        spot + _shifted_down(after[up, spot_row(1, ages)], works[0]), idle[up], shape, steps_left, 0, work_left,
+    )
     fresh = np.minimum(idle, od_start)  # best with nothing held (or a spot instance just preempted)
     fresh[up] = np.minimum(fresh[up], spot_start)
     now[:, 0] = fresh
@@ -286,16 +308,39 @@ def _step_values(after: np.ndarray, shape: JobShape, up: slice) -> np.ndarray:
         od_keep = np.minimum(idle, od + _shifted_down(after[:, on_demand_row(later)], works[age]))
         od_keep[up] = np.minimum(od_keep[up], spot_start)
         now[:, on_demand_row(age)] = od_keep
-        spot_keep = _unless_unsafe(spot + _shifted_down(after[up, spot_row(later, ages)], works[age]), idle[up], shape)
+        spot_keep = _unless_unsafe(
+            spot + _shifted_down(after[up, spot_row(later, ages)], works[age]), idle[up], shape, steps_left, age,
+            work_left,
+        )
         now[up, spot_row(age, ages)] = np.minimum(np.minimum(idle[up], od_start[up]), spot_keep)
         now[down, spot_row(age, ages)] = fresh[down]
     return now
 
 
-def _unless_unsafe(spot: np.ndarray, idle: np.ndarray, shape: JobShape) -> np.ndarray:
-    """A step of spot's values, infinite where spot lost within the step could not be made up (`idle`, the step's
-    work undone, is infinite) when the shape says it may be (`JobShape.spot_lost_within_step`)."""
-    return np.where(np.isinf(idle), np.float32(np.inf), spot) if shape.spot_lost_within_step else spot
+def _unless_unsafe(
+    spot: np.ndarray, idle: np.ndarray, shape: JobShape, steps_left: int, age: int, work_left: np.ndarray,
+) -> np.ndarray:
+    """A step of spot's values (columns of `work_left`, at `age`), infinite where spot lost within the step could
+    not be made up, when the shape says it may be (`JobShape.spot_lost_within_step`): see `loss_recoverable`; where
+    the worst moment is the step's end, where `idle` (the step's work undone, then the next step) is infinite."""
+    if not shape.spot_lost_within_step:
+        return spot
+    worst = shape.step_units - shape.works[age] + np.minimum(shape.save_every, work_left)
+    within = worst < shape.step_units
+    unsafe = np.where(within, ~loss_recoverable(shape, steps_left, worst, work_left), np.isinf(idle))
+    return np.where(unsafe, np.float32(np.inf), spot)
+
+
+def loss_recoverable(shape: JobShape, steps_left: int, worst, work_left):
+    """Whether spot lost at the step's worst moment, `worst` units into it, leaves time for on-demand.
+
+    Lost at a moment in the step, spot undoes the work since the trainer's last save, and the caller, at its next
+    question, starts on-demand afresh: its restart overhead, then the work lost and the rest. The worst moment is
+    once the restart overhead owed in the step and a save interval of work (or the job's own work left, if less)
+    have passed: earlier, less time has gone; later, the work since the save is saved in turn, or the job is done.
+    That needs no more time than the step's end does, where the plan's steps themselves say whether a fresh start
+    after a lost step still finishes (`_unless_unsafe`'s `idle`). Counted as if all of `work_left` were undone."""
+    return worst + shape.question + shape.restart_units + work_left <= steps_left * shape.step_units + 1e-6
 
 
 def chain_state(hazards: RunHazards, available: bool, age: int) -> int:
@@ -337,11 +382,14 @@ class StepStart:
     work_left: float
     kept: float
     kept_age: int = 1
+    # Of `work_left`, the leftover of time carried as work: done last in the plan's count, so the job's own work
+    # ends that much sooner
+    leftover: float = 0.0
 
     @classmethod
-    def nothing_owed(cls, work_left: float, age: int = 1) -> StepStart:
+    def nothing_owed(cls, work_left: float, age: int = 1, leftover: float = 0.0) -> StepStart:
         """No instance held, or one that has paid its restart overhead."""
-        return cls(work_left, work_left, age)
+        return cls(work_left, work_left, age, leftover)
 
 
 def option_values(
@@ -388,6 +436,19 @@ def option_values(
         values["spot"] = shape.spot_cost + expected(
             spot_work, spot_row(min(spot_age + 1, ages), ages), works[spot_age]
         )
-        if shape.spot_lost_within_step and math.isinf(values["idle"]):
+        if shape.spot_lost_within_step and not _spot_step_recoverable(shape, steps_left, start, spot_work, spot_age,
+                                                                      values["idle"]):
             values["spot"] = math.inf
     return values
+
+
+def _spot_step_recoverable(
+    shape: JobShape, steps_left: int, start: StepStart, spot_work: float, spot_age: int, idle: float,
+) -> bool:
+    """`_unless_unsafe` for the plan's first step: the restart overhead still owed is what `spot_work` holds over
+    the work left, and the job's own work ends the leftover carried as work before the plan's count of it does."""
+    owed = spot_work - start.work_left + shape.step_units - shape.works[spot_age]
+    worst = owed + min(shape.save_every, max(start.work_left - start.leftover, 0.0))
+    if worst < shape.step_units:
+        return bool(loss_recoverable(shape, steps_left, worst, start.work_left))
+    return not math.isinf(idle)

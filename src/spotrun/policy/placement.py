@@ -96,6 +96,9 @@ class PlacementContext:
     # Whether moving off the instance held gives it up before the new one is tried (a refused spot try then costs a
     # fresh start; the simulator's "drain-first" view); False: the new one is tried first, as the live controller does
     moves_drain_first: bool = False
+    # Seconds of training a preemption without notice may lose, the longest the trainer went between two checkpoints
+    # it reported (None: not known yet, any amount; 0: none, as in the simulator, which keeps all progress)
+    save_interval: float | None = None
 
     def spot_log(self) -> SpotLog:
         """What is known of spot per zone: `spot` when given, else what this job's and the market's tries tell."""

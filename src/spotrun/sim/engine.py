@@ -356,5 +356,6 @@ class JobRun:
             spot=self.log,
             spot_now=spot_now,
             moves_drain_first=self.drain_first,
+            save_interval=0.0,  # a preemption costs the job its restart, never work done
         )
 

@@ -109,6 +109,8 @@ class Attempt(Base):
     first_checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     first_checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     checkpoint_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the longest time between two new checkpoints this attempt reported: what a preemption without notice may lose
+    longest_save_gap: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # succeeded | failed | preempted | cancelled | lost | no_capacity | launch_error
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
