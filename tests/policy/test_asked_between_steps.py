@@ -157,3 +157,14 @@ def test_spot_is_kept_while_the_work_a_loss_undoes_could_be_made_up(save_interva
     assert isinstance(decision, Keep) == keeps, decision
     if not keeps:
         assert decision.market == "on-demand"
+
+
+def test_a_measured_save_interval_rounds_up_to_the_questions_and_stops_at_a_step():
+    # a save interval measured a second longer makes no new table; beyond a step it undoes no more than unknown
+    def shape_for(save_interval):
+        ctx = dataclasses.replace(asked(2 * HOUR, HOUR, None), save_interval=save_interval)
+        return job_shape(ctx, deadline_view(ctx), STEP, UNIT)
+
+    assert shape_for(61.0) == shape_for(120.0) != shape_for(60.0)
+    assert shape_for(None) == shape_for(3600.0) == shape_for(600.0) != shape_for(540.0)
+    assert shape_for(60.0).save_every == pytest.approx(0.5) and shape_for(0.0).save_every == 0.0

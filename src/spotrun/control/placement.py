@@ -49,9 +49,9 @@ def placement_context(
         running.setdefault(
             "restart_overhead", overhead if overhead is not None else restart_overhead(job.placed_attempts)
         )
+        running.setdefault("save_interval", save_interval(job.placed_attempts))
     compute, progress = compute_and_progress(job, spec, running.get("restart_overhead"))
     running.setdefault("progress", progress)
-    running.setdefault("save_interval", save_interval(job.placed_attempts))
     allowed = [z for z in provider_zones if spec.spot.zones is None or z in spec.spot.zones]
     if spec.spot.zones:  # keep the user's order where they gave one
         allowed = [z for z in spec.spot.zones if z in provider_zones]

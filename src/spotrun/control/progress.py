@@ -29,7 +29,7 @@ def record_checkpoint(
     if attempt.first_checkpoint_step is None and (restored is None or steps_done > restored):
         attempt.first_checkpoint_step, attempt.first_checkpoint_at = steps_done, now
     if steps_done != attempt.checkpoint_step or attempt.checkpoint_at is None:
-        if saved_before and attempt.checkpoint_at is not None and steps_done > (attempt.checkpoint_step or 0):
+        if saved_before and steps_done > (attempt.checkpoint_step or 0):
             attempt.longest_save_gap = max(attempt.longest_save_gap or 0.0, now - attempt.checkpoint_at)
         attempt.checkpoint_at = now
     attempt.checkpoint_step, attempt.total_steps = steps_done, total_steps

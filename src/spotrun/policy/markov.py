@@ -98,7 +98,7 @@ class JobShape:
             spot_cost=spot_price * step / 3600,
             spot_lost_within_step=spot_lost_within_step,
             question=question / unit if spot_lost_within_step else 0.0,
-            save_every=save_every / unit if spot_lost_within_step else math.inf,
+            save_every=_lost_work_units(save_every, question, unit, works[-1]) if spot_lost_within_step else math.inf,
             idle_cost=idle_charge * od_price * step / 3600,
         )
 
@@ -317,18 +317,32 @@ def _step_values(
     return now
 
 
+def _lost_work_units(save_every: float, question: float, unit: float, step_units: int) -> float:
+    """The save interval in progress units, rounded up to the caller's questions (a loss is seen only at one) and at
+    most a step (more undoes no more within it): a measured interval that grows by a second then makes no new table."""
+    if question > 0 and math.isfinite(save_every):
+        save_every = math.ceil(save_every / question - 1e-9) * question
+    return min(save_every / unit, float(step_units))
+
+
 def _unless_unsafe(
     spot: np.ndarray, idle: np.ndarray, shape: JobShape, steps_left: int, age: int, work_left: np.ndarray,
 ) -> np.ndarray:
     """A step of spot's values (columns of `work_left`, at `age`), infinite where spot lost within the step could
-    not be made up, when the shape says it may be (`JobShape.spot_lost_within_step`): see `loss_recoverable`; where
-    the worst moment is the step's end, where `idle` (the step's work undone, then the next step) is infinite."""
+    not be made up, when the shape says it may be (`JobShape.spot_lost_within_step`)."""
     if not shape.spot_lost_within_step:
         return spot
-    worst = shape.step_units - shape.works[age] + np.minimum(shape.save_every, work_left)
-    within = worst < shape.step_units
-    unsafe = np.where(within, ~loss_recoverable(shape, steps_left, worst, work_left), np.isinf(idle))
-    return np.where(unsafe, np.float32(np.inf), spot)
+    owed = shape.step_units - shape.works[age]
+    safe = _spot_loss_safe(shape, steps_left, owed, work_left, work_left, np.isinf(idle))
+    return np.where(safe, spot, np.float32(np.inf))
+
+
+def _spot_loss_safe(shape: JobShape, steps_left: int, owed, own_work, work_left, idle_impossible):
+    """Whether spot lost within the step could be made up: `loss_recoverable` where the worst moment falls within
+    the step (`owed` units of restart overhead in it, then `own_work`, the job's own work left); where it is the
+    step's end, unless idling the step (its work undone) then going on is impossible."""
+    worst = owed + np.minimum(shape.save_every, own_work)
+    return np.where(worst < shape.step_units, loss_recoverable(shape, steps_left, worst, work_left), ~idle_impossible)
 
 
 def loss_recoverable(shape: JobShape, steps_left: int, worst, work_left):
@@ -448,7 +462,5 @@ def _spot_step_recoverable(
     """`_unless_unsafe` for the plan's first step: the restart overhead still owed is what `spot_work` holds over
     the work left, and the job's own work ends the leftover carried as work before the plan's count of it does."""
     owed = spot_work - start.work_left + shape.step_units - shape.works[spot_age]
-    worst = owed + min(shape.save_every, max(start.work_left - start.leftover, 0.0))
-    if worst < shape.step_units:
-        return bool(loss_recoverable(shape, steps_left, worst, start.work_left))
-    return not math.isinf(idle)
+    own_work = max(start.work_left - start.leftover, 0.0)
+    return bool(_spot_loss_safe(shape, steps_left, owed, own_work, start.work_left, np.bool_(math.isinf(idle))))
