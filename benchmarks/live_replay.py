@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
@@ -48,7 +49,7 @@ from spotrun.sim.engine import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob, ru
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import policy_for
 from spotrun.spec import parse_spec
-from spotrun.state import Job, Store
+from spotrun.state import Event, Job, Store
 from spotrun.traces import Trace, list_traces, load_trace, shared_traces_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "control"))
@@ -288,6 +289,7 @@ class Setting:
     save_every: float | None = None  # seconds between the trainer's checkpoints (None: every tick)
     nodes: int = 1  # > 1: a multi-node job, every node in the trace's zone
     notice: float = 0.0  # seconds of notice before spot is taken back (0: none)
+    story: bool = False  # print each run's attempts and events (stderr)
 
 
 @dataclass(frozen=True)
@@ -334,9 +336,27 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
             controller.tick()
             if job_state(store, job_id) in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 break
+        if setting.story:
+            print(story(store, job_id, submitted), file=sys.stderr)
         return outcome(store, job_id, clock.now(), submitted, setting)
     finally:
         store.dispose()
+
+
+def story(store: Store, job_id: int, submitted: float) -> str:
+    """The job's attempts and events, minutes from submission: what a run's cost came from."""
+    minutes = lambda at: "-" if at is None else f"{(at - submitted) / 60:.0f}"  # noqa: E731
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        lines = [f"job {job_id}: {job.state}, {job.preemptions} preemptions"]
+        lines += [
+            f"  attempt {a.number} {a.market} {a.zone}: launched {minutes(a.created_at)}, up {minutes(a.started_at)}, "
+            f"ended {minutes(a.ended_at)} ({a.end_reason}), checkpoint step {a.checkpoint_step}"
+            for a in job.placed_attempts
+        ]
+        events = session.scalars(select(Event).where(Event.job_id == job_id).order_by(Event.id))
+        lines += [f"  {minutes(e.at)} min {e.kind}: {e.message}" for e in events]
+    return "\n".join(lines)
 
 
 def job_state(store: Store, job_id: int) -> str:
@@ -429,9 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="nodes of the job, all in the trace's zone (default 1)")
     parser.add_argument("--notice", type=float, default=0.0,
                         help="seconds of notice before spot is taken back (default 0: none)")
+    parser.add_argument("--story", action="store_true", help="each run's attempts and events, on stderr")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
-                      args.tick, args.progress, not args.measure_overhead, args.save_every, args.nodes, args.notice)
+                      args.tick, args.progress, not args.measure_overhead, args.save_every, args.nodes, args.notice,
+                      args.story)
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()

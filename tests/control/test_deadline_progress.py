@@ -108,6 +108,33 @@ def test_the_checkpoint_an_attempt_restored_is_not_its_first(world):
     assert save_interval(attempts) == pytest.approx(100, abs=10)
 
 
+def test_a_save_overdue_now_counts_as_the_save_interval(world):
+    # the longest gap between saves bounds what a loss costs only while the trainer keeps to it: one that now goes
+    # longer without saving stands to lose that much already, before the gap closes
+    from spotrun.control.progress import save_interval
+
+    spec_text = deadline_spec("default")
+    job_id = world.submit(spec_text)
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("heartbeat", {"checkpoint_step": 60})
+    alive_for(world, instance, 100)
+    assert context_now(world, job_id, spec_text).save_interval is None  # one save says nothing of the next
+    alive_for(world, instance, 300)
+    assert context_now(world, job_id, spec_text).save_interval is None
+    world.agent(instance)("heartbeat", {"checkpoint_step": 460})  # a gap of 400 s
+    for step in (560, 660):  # then saves every 100 s
+        alive_for(world, instance, 100)
+        world.agent(instance)("heartbeat", {"checkpoint_step": step})
+    attempts = world.job(job_id).placed_attempts
+    assert save_interval(attempts) == pytest.approx(400, abs=10)
+    alive_for(world, instance, 700)  # beating on, no save for 700 s
+    assert context_now(world, job_id, spec_text).save_interval == pytest.approx(700, abs=10)
+    world.cloud.reclaim(instance)  # the open gap ends with its attempt: the closed gaps are what is known
+    world.tick()
+    world.tick()
+    assert context_now(world, job_id, spec_text).save_interval == pytest.approx(400, abs=10)
+
+
 def ran_for_20_minutes(world):
     """A deadline job whose trainer reports nothing, 20 min on its first instance: (spec, job, instance, start)."""
     spec_text = deadline_spec("default")

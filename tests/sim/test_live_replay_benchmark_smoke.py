@@ -104,3 +104,17 @@ def test_a_gang_moves_to_spot_that_returns_as_a_single_node_does(tmp_path: Path)
     gang = replay(tmp_path, "late", data, "--deadline-hours", "2.5", "--nodes", "3")
     assert (one[8], gang[8]) == ("2", "6")  # each node: on-demand, then spot
     assert float(gang[2]) == float(one[2]) < 0.6 and gang[4] == one[4]
+
+
+def test_the_story_tells_each_attempt_and_event_of_a_run(tmp_path: Path) -> None:
+    trace = tmp_path / "gappy.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 7 + [0] * 3 + [1] * 30}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--trace", str(trace), "--compute-hours", "2", "--deadline-hours", "3", "--story"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^job 1: SUCCEEDED, [1-9]\d* preemptions$", done.stderr, re.MULTILINE), done.stderr[-3000:]
+    assert re.search(r"^  attempt 1 spot gappy: launched 1, up 1, ended 70 \(preempted\)", done.stderr, re.MULTILINE)
+    assert re.search(r"^  \d+ min state: RUNNING → SUCCEEDED", done.stderr, re.MULTILINE)
+    assert "attempt 1" not in done.stdout  # the table stays the only thing on stdout

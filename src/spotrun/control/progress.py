@@ -145,7 +145,20 @@ def unsaved_steps(attempts: list[Attempt], rate: float | None, overhead: float |
 
 def save_interval(attempts: Iterable[Attempt]) -> float | None:
     """The longest time the job's trainer went between two new checkpoints it reported, over its attempts: the most
-    work (in seconds of training) a preemption without notice has been seen to cost it. None until an attempt has
-    reported two."""
+    work (in seconds of training) a preemption without notice has been seen to cost it. The gap a running attempt
+    has open counts too, from its newest checkpoint to its last heartbeat: a trainer that now goes longer without
+    saving than it ever did stands to lose that much already, and a plan that waited for the gap to close would
+    learn it only after the loss. None until an attempt has reported two (one save says nothing of the next: an
+    open gap alone would read as a trainer that loses nothing)."""
     gaps = [attempt.longest_save_gap for attempt in attempts if attempt.longest_save_gap is not None]
-    return max(gaps, default=None)
+    if not gaps:
+        return None
+    return max(gaps + [gap for attempt in attempts if (gap := _open_save_gap(attempt)) is not None])
+
+
+def _open_save_gap(attempt: Attempt) -> float | None:
+    """Seconds a running attempt's trainer has beaten since its newest checkpoint of its own (None: it has written
+    none yet; the one it restored opens no gap, as in `record_checkpoint`)."""
+    if attempt.ended_at is not None or attempt.first_checkpoint_at is None or attempt.checkpoint_at is None:
+        return None
+    return max((attempt.last_heartbeat_at or attempt.checkpoint_at) - attempt.checkpoint_at, 0.0)
