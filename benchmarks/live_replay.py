@@ -97,6 +97,7 @@ class Training:
     resumed_at_step: int = 0
     saved_step: int = 0
     saved_at: float = 0.0
+    saves: int = 0  # timed saves so far: which gap of the save cycle comes next
 
     def steps(self, now: float, total: int) -> int:
         if self.training_from is None:
@@ -113,10 +114,11 @@ class Training:
         if self.training_from is not None and self.training_from < ready:
             self.training_from = self.saved_at = ready
 
-    def save_if_due(self, now: float, total: int, every: float) -> None:
+    def save_if_due(self, now: float, total: int, every: tuple[float, ...]) -> None:
+        """Save once the gap due is over (`every`: the gaps in turn, a cycle) or the run is done."""
         steps = self.steps(now, total)
-        if self.training_from is not None and (steps >= total or now - self.saved_at >= every):
-            self.saved_step, self.saved_at = steps, now
+        if self.training_from is not None and (steps >= total or now - self.saved_at >= every[self.saves % len(every)]):
+            self.saved_step, self.saved_at, self.saves = steps, now, self.saves + 1
 
     def stop(self, now: float, total: int, save: bool) -> None:
         """Stop training: after a save (an orderly stop), or losing the steps since the last one."""
@@ -149,7 +151,7 @@ class Agents:
     def __init__(self, api: TestClient, cloud: TraceCloud, total: int, setting: Setting) -> None:
         self.api, self.cloud, self.total = api, cloud, total
         self.overhead, self.progress = setting.overhead, setting.progress
-        self.save_every = setting.save_every or setting.tick
+        self.save_every = setting.save_every or (setting.tick,)
 
     def pass_notice(self, post, now: float) -> None:
         post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
@@ -286,7 +288,7 @@ class Setting:
     tick: float
     progress: str  # what the trainers report: "total" (steps and total steps), "steps", "none"
     overhead_named: bool = True  # False: the job file names no restart overhead, the controller measures it
-    save_every: float | None = None  # seconds between the trainer's checkpoints (None: every tick)
+    save_every: tuple[float, ...] | None = None  # seconds between the trainer's checkpoints, in turn (None: a tick)
     nodes: int = 1  # > 1: a multi-node job, every node in the trace's zone
     notice: float = 0.0  # seconds of notice before spot is taken back (0: none)
     story: bool = False  # print each run's attempts and events (stderr)
@@ -396,7 +398,7 @@ def table(rows: list[tuple[str, int, Outcome, Outcome]], setting: Setting) -> st
         f"C = {setting.compute / HOUR:g} h, D = {setting.deadline / HOUR:g} h, d = {setting.overhead / HOUR:g} h, "
         f"policy {setting.policy}, ticks of {setting.tick:g} s, progress reported: {setting.progress}, restart overhead "
         f"{'named' if setting.overhead_named else 'measured'}, a checkpoint every "
-        f"{setting.save_every or setting.tick:g} s, {setting.notice:g} s of notice",
+        f"{','.join(f'{s:g}' for s in setting.save_every or (setting.tick,))} s, {setting.notice:g} s of notice",
         "",
         "| trace | start, h | cost live / sim | finished h, live / sim | preemptions live / sim | launches live / sim |",
         "| --- | ---: | --- | --- | --- | --- |",
@@ -430,6 +432,17 @@ def markets(paths: list[Path], zones_together: bool) -> dict[str, dict[str, Trac
     return found
 
 
+def save_cycle(text: str) -> tuple[float, ...]:
+    """`--save-every`'s value: one or more positive seconds, comma-separated."""
+    try:
+        gaps = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not seconds, comma-separated: {text!r}") from None
+    if not all(gap > 0 for gap in gaps):
+        raise argparse.ArgumentTypeError(f"every gap between saves must be positive: {text!r}")
+    return gaps
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", type=Path, help="trace files (default: every 1-node trace)")
@@ -445,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the job file names no restart overhead: the controller measures it from the reports")
     parser.add_argument("--progress", choices=("total", "steps", "none"), default="total",
                         help="what the trainers report: their steps and the total, their steps, nothing")
-    parser.add_argument("--save-every", type=float, help="seconds between the trainer's checkpoints (default: a tick)")
+    parser.add_argument("--save-every", type=save_cycle,
+                        help="seconds between the trainer's checkpoints (default: a tick); several, comma-separated, "
+                             "are its gaps in turn, as a trainer that sometimes goes longer (an evaluation)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes of the job, all in the trace's zone (default 1)")
     parser.add_argument("--notice", type=float, default=0.0,
                         help="seconds of notice before spot is taken back (default 0: none)")

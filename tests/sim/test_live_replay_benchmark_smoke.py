@@ -118,3 +118,24 @@ def test_the_story_tells_each_attempt_and_event_of_a_run(tmp_path: Path) -> None
     assert re.search(r"^  attempt 1 spot gappy: launched 1, up 1, ended 70 \(preempted\)", done.stderr, re.MULTILINE)
     assert re.search(r"^  \d+ min state: RUNNING → SUCCEEDED", done.stderr, re.MULTILINE)
     assert "attempt 1" not in done.stdout  # the table stays the only thing on stdout
+
+
+def test_a_trainer_that_saves_on_a_cycle_of_gaps_meets_its_deadline(tmp_path: Path) -> None:
+    # saves a minute apart three times, then goes 30 minutes without one, in turn (an evaluation, say): the header
+    # names the cycle, and the job still finishes in time
+    trace = tmp_path / "always.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 40}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--trace", str(trace), "--compute-hours", "2", "--deadline-hours", "2.5",
+         "--save-every", "60,60,60,1800"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "a checkpoint every 60,60,60,1800 s" in done.stdout
+    [row] = ROW.findall(done.stdout)
+    assert float(row[4]) <= 2.5
+
+
+def test_a_gap_between_saves_that_is_not_positive_seconds_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--save-every", "60,-5"], capture_output=True, text=True)
+    assert done.returncode == 2 and "every gap between saves must be positive: '60,-5'" in done.stderr
