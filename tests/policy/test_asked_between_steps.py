@@ -168,3 +168,19 @@ def test_a_measured_save_interval_rounds_up_to_the_questions_and_stops_at_a_step
     assert shape_for(61.0) == shape_for(120.0) != shape_for(60.0)
     assert shape_for(None) == shape_for(3600.0) == shape_for(600.0) != shape_for(540.0)
     assert shape_for(60.0).save_every == pytest.approx(0.5) and shape_for(0.0).save_every == 0.0
+
+
+def test_spot_the_next_step_would_refuse_is_not_counted_on_between_two_columns():
+    # a 2-hour job due in 2.5 h, on on-demand since 21 minutes (restart still owed), asked at 23 with 106 minutes of
+    # work left; its trainer has gone 11 minutes between two saves (more than a step: a loss undoes a step's work).
+    # After a step of spot its work left falls between two columns of the table: with the fewer, holding spot is
+    # still safe; with the more, and with the work the job will have, it is not. Read between the two, the plan
+    # counted on holding spot half the time, moved to it, and six minutes later had to move back to on-demand
+    ctx = PlacementContext(
+        job_id=1, now=23 * 60.0, zones=("z",), use_spot=True, fallback="on-demand", submitted_at=0.0,
+        preemptions_before_fallback=3, fallback_window=HOUR, deadline=2.5 * HOUR, estimated_duration=2 * HOUR,
+        current=Placement("z", "on-demand", 21 * 60.0), progress=14 * 60.0, step=60.0, restart_overhead=OVERHEAD,
+        save_interval=660.0,
+    )
+    decision = DeadlineAwarePolicy().decide(ctx)
+    assert isinstance(decision, Keep), decision

@@ -421,20 +421,23 @@ def option_values(
 
     layer = table.values[steps_left - 1]
 
-    def at_column(work_left: int, row: int) -> float:
+    def at(work_left: int, row: int, target: int) -> float:
         column = table.column(steps_left - 1, work_left)
-        if column is None:
-            return math.inf
-        return sum(chance * float(layer[target, row, column]) for target, chance in moves[state])
+        return math.inf if column is None else float(layer[target, row, column])
 
     def expected(work_left: float, row: int, work: int) -> float:
         left = work_left - work
         whole = round(left)
         if abs(left - whole) < 1e-9:
-            return at_column(whole, row)
+            return sum(chance * at(whole, row, target) for target, chance in moves[state])
         below = math.floor(left)
         share = left - below  # > 0: an infinite value above makes this one infinite
-        return (1.0 - share) * at_column(below, row) + share * at_column(below + 1, row)
+        cliff = _spot_forbidden_between(shape, steps_left - 1, row, below, left)
+        return sum(
+            chance * (at(below + 1, row, target) if cliff and is_up[target] else
+                      (1.0 - share) * at(below, row, target) + share * at(below + 1, row, target))
+            for target, chance in moves[state]
+        )
 
     def started(market: str) -> tuple[float, int]:
         """Work left at the step's start and the instance's age when the step runs on `market`."""
@@ -454,6 +457,22 @@ def option_values(
                                                                       values["idle"]):
             values["spot"] = math.inf
     return values
+
+
+def _spot_forbidden_between(shape: JobShape, steps_left: int, row: int, below: int, work_left: float) -> bool:
+    """Whether the spot a `row` may take or hold with `steps_left` steps left is safe with `below` units of work
+    left but not with `work_left` (> below): the table's value at `below` may rest on holding spot that the job,
+    with more work, may not hold, so reading between the columns would count on spot it will be refused."""
+    if not shape.spot_lost_within_step or steps_left < 1:
+        return False
+    ages = shape.ages
+    owed = shape.step_units - shape.works[row - ages if row > ages else 0]  # holding spot of that age, or a fresh start
+
+    def safe(work: float) -> bool:
+        idle_impossible = work + shape.restart_units > (steps_left - 1) * shape.step_units + 1e-6
+        return bool(_spot_loss_safe(shape, steps_left, owed, work, work, np.bool_(idle_impossible)))
+
+    return safe(below) and not safe(work_left)
 
 
 def _spot_step_recoverable(
