@@ -414,7 +414,9 @@ def option_values(
     Work left between two columns (seconds of progress, a leftover of time carried as work, a restart's overhead
     still to pay) is valued between theirs, in proportion: rounded up to the next unit, the choice it falls on would
     be charged up to a unit it does not owe. The value is infinite unless the column with more work left is finite,
-    so the deadline is kept as with rounding up."""
+    so the deadline is kept as with rounding up. Where the next step's spot is safe with the fewer units but not with
+    the work the job will have (`_spot_forbidden_between`), its states with spot up are read at the column with more:
+    the value at the fewer rests on spot the job will be refused."""
     shape = table.shape
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
@@ -468,7 +470,7 @@ def _spot_forbidden_between(shape: JobShape, steps_left: int, row: int, below: i
     ages = shape.ages
     owed = shape.step_units - shape.works[row - ages if row > ages else 0]  # holding spot of that age, or a fresh start
 
-    def safe(work: float) -> bool:
+    def safe(work: float) -> bool:  # the table's rule; idling then a fresh start cannot finish: its `idle` is inf
         idle_impossible = work + shape.restart_units > (steps_left - 1) * shape.step_units + 1e-6
         return bool(_spot_loss_safe(shape, steps_left, owed, work, work, np.bool_(idle_impossible)))
 
