@@ -347,7 +347,9 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
 
 def story(store: Store, job_id: int, submitted: float) -> str:
     """The job's attempts and events, minutes from submission: what a run's cost came from."""
-    minutes = lambda at: "-" if at is None else f"{(at - submitted) / 60:.0f}"  # noqa: E731
+    def minutes(at: float | None) -> str:
+        return "-" if at is None else f"{(at - submitted) / 60:.0f}"
+
     with store.session() as session:
         job = session.get(Job, job_id)
         lines = [f"job {job_id}: {job.state}, {job.preemptions} preemptions"]

@@ -121,8 +121,9 @@ def test_the_story_tells_each_attempt_and_event_of_a_run(tmp_path: Path) -> None
 
 
 def test_a_trainer_that_saves_on_a_cycle_of_gaps_meets_its_deadline(tmp_path: Path) -> None:
-    # saves a minute apart three times, then goes 30 minutes without one, in turn (an evaluation, say): the header
-    # names the cycle, and the job still finishes in time
+    # saves a minute apart three times, then goes 30 minutes without one, in turn (an evaluation, say): with 30
+    # minutes of slack, a loss late in such a gap could not be made up, so once the gap has outlasted the short ones
+    # the job leaves spot that is there all along (saving every tick, it holds it: one launch, ~0.33), and finishes
     trace = tmp_path / "always.json"
     trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 40}))
     done = subprocess.run(
@@ -133,7 +134,8 @@ def test_a_trainer_that_saves_on_a_cycle_of_gaps_meets_its_deadline(tmp_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert "a checkpoint every 60,60,60,1800 s" in done.stdout
     [row] = ROW.findall(done.stdout)
-    assert float(row[4]) <= 2.5
+    _, _, live, _, live_hours, _, _, _, live_launches, _ = row
+    assert float(live_hours) <= 2.5 and int(live_launches) >= 2 and float(live) > 0.5
 
 
 def test_a_gap_between_saves_that_is_not_positive_seconds_is_refused(tmp_path: Path) -> None:

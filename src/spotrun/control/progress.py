@@ -134,12 +134,11 @@ def unsaved_steps(attempts: list[Attempt], rate: float | None, overhead: float |
     if rate is None or not running:
         return 0.0
     reporter = max(running, key=lambda a: a.checkpoint_step or -1)
-    if reporter.first_checkpoint_step is not None and reporter.checkpoint_at is not None:
-        since = reporter.checkpoint_at
-    elif overhead is not None:  # still on what it restored: trained from its restart overhead on
-        since = reporter.created_at + overhead
-    else:
+    if (gap := _open_save_gap(reporter)) is not None:
+        return gap * rate
+    if overhead is None:
         return 0.0
+    since = reporter.created_at + overhead  # still on what it restored: trained from its restart overhead on
     return max((reporter.last_heartbeat_at or since) - since, 0.0) * rate
 
 
