@@ -52,9 +52,10 @@ def main() -> None:
         print(f"\n{time.perf_counter() - began:.0f} s on {_cores()} cores.")
         return
     print(f"## Placement policies\n\n{len(single)} traces from {folder.name}; C = 48 h, starts every 6 h.\n")
-    closure, closure_with_history, best = _single_zone_table(single, args.processes, history)
+    closure, closure_with_history, best, tails = _single_zone_table(single, args.processes, history)
     print(f"\nGap closed by default between uniform_progress and omniscient, mean over the settings: {closure:.2%} "
           f"(with the market's history: {closure_with_history:.2%})\n")
+    _tails_table(tails)
     _live_model_table(single, args.processes, history, best)
     for gpu in ("v100_1", "k80_1"):
         zones = sorted(folder.glob(f"*_{gpu}.json"))
@@ -65,19 +66,21 @@ def main() -> None:
     print(f"\nWhole benchmark: {time.perf_counter() - began:.0f} s on {_cores()} cores.")
 
 
-def _single_zone_table(markets, processes, history: float) -> tuple[float, float, dict[tuple[float, float], float]]:
-    """The paper model's table; returns default's mean gap closed without and with the history, and omniscient's
-    mean cost per setting (the live views' lower bound too: it knows the future whatever it is shown)."""
+def _single_zone_table(markets, processes, history: float):
+    """The paper model's table; returns default's mean gap closed without and with the history, omniscient's mean
+    cost per setting (the live views' lower bound too: it knows the future whatever it is shown), and each
+    setting's summaries for `_tails_table`."""
     print("| D / d | runs | greedy | uniform_progress | omniscient | default | default, market history "
           "| misses (all policies) | paper: greedy / UP / omniscient | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    closures, closures_with_history, bests = [], [], {}
+    closures, closures_with_history, bests, tails = [], [], {}, {}
     for deadline, overhead in SETTINGS:
         job = SimJob(48 * HOUR, deadline * HOUR, overhead * HOUR)
         began = time.perf_counter()
         summary = {s.policy: s for s in summarize(sweep(markets, POLICIES, job, processes=processes), POLICIES)}
         seconds = time.perf_counter() - began
         with_history = _default_shown(markets, job, processes, history_seconds=history)
+        tails[(deadline, overhead)] = {**summary, "default, market history": with_history}
         up, best, ours = summary["uniform_progress"].mean, summary["omniscient"].mean, summary["default"].mean
         closures.append(gap_closed(up, best, ours))
         closures_with_history.append(gap_closed(up, best, with_history.mean))
@@ -87,7 +90,21 @@ def _single_zone_table(markets, processes, history: float) -> tuple[float, float
         cells = " | ".join(f"{summary[p].mean:.3f}" for p in POLICIES)
         print(f"| {deadline:g} h / {overhead:g} h | {summary['default'].runs} | {cells} | {with_history.mean:.3f} "
               f"| {misses} | {paper} | {seconds:.0f} |")
-    return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history), bests
+    return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history), bests, tails
+
+
+def _tails_table(tails) -> None:
+    """How often each policy's run cost more than on-demand from the start would have, and its dearest run."""
+    columns = [*POLICIES, "default, market history"]
+    print("Runs that cost more than on-demand from the start (the share of runs; the dearest run's normalized cost):\n")
+    print("| D / d | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for (deadline, overhead), summary in tails.items():
+        cells = " | ".join(
+            f"{summary[c].dearer_than_on_demand:.1%}, {summary[c].worst:.3f}" for c in columns
+        )
+        print(f"| {deadline:g} h / {overhead:g} h | {cells} |")
+    print()
 
 
 def _closure_table(markets, processes, every_seconds: float, history: float) -> None:

@@ -35,3 +35,10 @@ def test_the_whole_benchmark_runs_on_a_small_trace(small_trace_folder: Path) -> 
     assert all(row.endswith("| 0 / 0 / 0 / 0 |") for row in live[2:]) and len(live) == 6  # four settings, no miss
     assert "default, fleet " in done.stdout.split("Gap closed between uniform_progress in this view")[1]
     assert "Multi-zone, k80_1: no *_k80_1.json traces" in done.stdout
+    tails = re.search(r"more than on-demand from the start.*?\n\n(\|.*?)\n\n", done.stdout, re.DOTALL).group(1)
+    rows = tails.splitlines()[2:]
+    assert len(rows) == 4
+    for row in rows:  # the share dearer than on-demand and the dearest run, per policy; omniscient never dearer
+        cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
+        shares = [float(cell.split("%")[0]) for cell in cells]
+        assert len(cells) == 5 and all(0 <= share <= 100 for share in shares) and shares[2] == 0.0

@@ -30,6 +30,9 @@ def test_simulate_json_compares_every_policy(tmp_path):
     assert all(p["misses"] == 0 for p in by_name.values())
     assert by_name["omniscient"]["mean"] <= min(p["mean"] for p in by_name.values()) + 1e-9
     assert by_name["on_demand"]["mean"] > 1.0  # restart overhead and whole-step billing
+    assert by_name["on_demand"]["worst"] == by_name["on_demand"]["mean"]
+    assert by_name["on_demand"]["dearer_than_on_demand"] == 0.0 and by_name["omniscient"]["dearer_than_on_demand"] == 0.0
+    assert all(p["worst"] >= p["p90"] for p in by_name.values())
     up, best, ours = (by_name[name]["mean"] for name in ("uniform_progress", "omniscient", "default"))
     assert (by_name["uniform_progress"]["gap_closed"], by_name["omniscient"]["gap_closed"]) == (0.0, 1.0)
     assert by_name["default"]["gap_closed"] == pytest.approx((up - ours) / (up - best), abs=1e-4)

@@ -8,7 +8,7 @@ import pytest
 from spotrun.policy import GreedyPolicy, Keep, Launch, OnDemandPolicy, Wait, get_policy
 from spotrun.sim.engine import SimJob, run_job
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import policy_for
+from spotrun.sim.sweep import RunRecord, policy_for, summarize, sweep
 from spotrun.traces import TraceError, Trace, load_trace
 
 STEP = 600.0
@@ -34,6 +34,31 @@ def test_a_preemption_costs_a_restart_and_is_counted():
     assert result.finished_at == 6 * STEP
     assert result.cost == pytest.approx(5 * SPOT_STEP)
     assert [a.end_reason for a in result.attempts] == ["preempted", "succeeded"]
+
+
+@pytest.mark.parametrize("step", [STEP, 300.0, 3600.0])
+def test_the_on_demand_yardstick_is_what_on_demand_from_the_start_is_billed(step):
+    # the compute plus overhead falls between two steps on each of these, so the last step is billed whole
+    job = SimJob(compute_seconds=3 * 3600.0 + 100.0, deadline_seconds=10 * 3600.0, restart_overhead=410.0)
+    market = Market.from_traces({"z": Trace(gap_seconds=step, data=np.ones(200, int))})
+    records = sweep([("z", market)], ["on_demand", "greedy"], job, every_seconds=3 * step, processes=1)
+    on_demand = [r for r in records if r.policy == "on_demand"]
+    assert on_demand and all(r.normalized_cost == pytest.approx(r.on_demand_from_start) for r in on_demand)
+    assert {r.on_demand_from_start for r in records} == {on_demand[0].on_demand_from_start}
+    [summary] = summarize(records, ["on_demand"])
+    assert summary.dearer_than_on_demand == 0.0 and summary.worst == pytest.approx(on_demand[0].normalized_cost)
+
+
+def test_the_summary_counts_the_runs_dearer_than_on_demand_and_the_worst():
+    def run(cost: float) -> RunRecord:
+        return RunRecord(
+            policy="p", market="m", start=0, cost=cost, normalized_cost=cost, met_deadline=True,
+            on_demand_from_start=1.0, preemptions=0, switches=0, moves=0,
+        )
+
+    [summary] = summarize([run(0.5), run(1.02), run(1.0), run(0.9), run(1.3)], ["p"])
+    assert summary.dearer_than_on_demand == pytest.approx(2 / 5)  # costing what on-demand does is not dearer
+    assert summary.worst == 1.3 and summary.p90 < summary.worst
 
 
 def test_normalized_cost_of_all_spot_is_the_price_ratio():

@@ -223,7 +223,8 @@ def _print_report(
                       f"(${max_spot_price(numbers['on_demand_price'], numbers['max_price']):g}/h): every spot launch "
                       "is refused, so every policy ran on on-demand[/]")
     console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
-                  f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + ")"
+                  f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + "); "
+                  "> on-demand: the share of runs that cost more than on-demand from the start"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else "")
                   + ("; '-' where a policy missed deadlines" if closed and any(s.misses for s in summaries) else ""))
 
@@ -294,7 +295,9 @@ def load_markets(paths: list[Path], multi_zone: bool, nodes: int = 1) -> list[tu
     return [(name, Market.from_traces({name: t}, nodes)) for name, t in traces.items()]
 
 
-SUMMARY_COLUMNS = ("policy", "runs", "mean", "median", "p90", "misses", "preemptions", "switches", "moves")
+SUMMARY_COLUMNS = (
+    "policy", "runs", "mean", "median", "p90", "worst", "> on-demand", "misses", "preemptions", "switches", "moves",
+)
 
 
 def summary_table(summaries: list[PolicySummary], title: str, closed: dict[str, float] | None = None) -> Table:
@@ -325,7 +328,8 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 
 def _summary_cells(s: PolicySummary, closed: dict[str, float] | None) -> list[str]:
     cells = [
-        s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}",
+        s.policy, str(s.runs), f"{s.mean:.3f}", f"{s.median:.3f}", f"{s.p90:.3f}", f"{s.worst:.3f}",
+        f"{s.dearer_than_on_demand:.1%}",
         f"[red]{s.misses}[/]" if s.misses else "0", f"{s.preemptions:.1f}", f"{s.switches:.1f}", f"{s.moves:.1f}",
     ]
     if closed:

@@ -91,13 +91,21 @@ class SimJob:
     def check_can_finish(self, step: float) -> None:
         """Refuse a deadline that on-demand from the start would miss: time moves in whole steps, so it must leave
         the compute plus one restart overhead, rounded up to whole steps."""
-        needed = math.ceil((self.compute_seconds + self.restart_overhead) / step - 1e-9) * step
+        needed = self.on_demand_from_start_seconds(step)
         if self.deadline_seconds < needed - 1e-6:
             raise ValueError(
                 f"the deadline ({self.deadline_seconds / 3600:g} h) is sooner than on-demand from the start could "
                 f"finish: the compute plus one restart overhead in whole {step / 60:g}-minute steps takes "
                 f"{needed / 3600:g} h, so every policy would miss it"
             )
+
+    def on_demand_from_start_seconds(self, step: float) -> float:
+        """How long on-demand from the start takes, billed: the compute plus one restart overhead, in whole steps."""
+        return math.ceil((self.compute_seconds + self.restart_overhead) / step - 1e-9) * step
+
+    def on_demand_from_start_cost(self, step: float) -> float:
+        """What on-demand from the start is billed, the yardstick a spot policy's run is dearer or cheaper than."""
+        return self.on_demand_price * self.on_demand_from_start_seconds(step) / 3600
 
     @property
     def on_demand_cost(self) -> float:

@@ -35,6 +35,8 @@ class RunRecord:
     cost: float
     normalized_cost: float
     met_deadline: bool
+    # what on-demand from the start costs the same job, normalized alike: a spot policy's run may cost more
+    on_demand_from_start: float
     preemptions: int
     switches: int
     moves: int
@@ -47,6 +49,8 @@ class PolicySummary:
     mean: float
     median: float
     p90: float
+    worst: float
+    dearer_than_on_demand: float  # the share of runs that cost more than on-demand from the start would have
     misses: int
     preemptions: float  # per run, mean
     switches: float
@@ -111,6 +115,7 @@ def _record(name: str, task: SweepTask, result: RunResult, job: SimJob) -> RunRe
     return RunRecord(
         policy=name, market=task.label, start=task.start, cost=result.cost,
         normalized_cost=result.cost / job.on_demand_cost, met_deadline=result.met_deadline,
+        on_demand_from_start=job.on_demand_from_start_cost(task.market.gap_seconds) / job.on_demand_cost,
         preemptions=result.preemptions, switches=result.switches, moves=result.moves,
     )
 
@@ -228,9 +233,12 @@ def summarize(records: Sequence[RunRecord], policies: Sequence[str]) -> list[Pol
         if not mine:
             continue
         costs = np.array([r.normalized_cost for r in mine])
+        on_demand = np.array([r.on_demand_from_start for r in mine])
         summaries.append(PolicySummary(
             policy=name, runs=len(mine), mean=float(costs.mean()), median=float(np.median(costs)),
-            p90=float(np.percentile(costs, 90)), misses=sum(not r.met_deadline for r in mine),
+            p90=float(np.percentile(costs, 90)), worst=float(costs.max()),
+            dearer_than_on_demand=float(np.mean(costs > on_demand * (1 + 1e-9))),
+            misses=sum(not r.met_deadline for r in mine),
             preemptions=float(np.mean([r.preemptions for r in mine])),
             switches=float(np.mean([r.switches for r in mine])), moves=float(np.mean([r.moves for r in mine])),
         ))
