@@ -281,3 +281,50 @@ def test_a_gang_does_not_count_steps_since_its_checkpoint(nodes):
     spec = parse_spec(deadline_spec("default").replace("instance_type: local.cpu", f"instance_type: local.cpu, nodes: {nodes}"))
     _, done = compute_and_progress(SimpleNamespace(placed_attempts=[saved_at_notice, runs]), spec, 60.0)
     assert done == pytest.approx(1100.0 if nodes == 1 else 1000.0)
+
+
+@pytest.mark.parametrize("use_spot", [False, True])
+def test_steps_since_the_newest_checkpoint_count_on_on_demand_before_any_preemption(world, use_spot):
+    # on-demand is not taken back, and a move away from it asks the trainer to save first: what it trained since its
+    # newest checkpoint is not lost, so it counts before any preemption has shown how the trainer saves. A move to
+    # spot near the job's end is weighed on how soon the instance held finishes, which that undercounted by up to a
+    # save interval. On spot it waits for that evidence, as before
+    spec_text = deadline_spec("default").replace("max_wait: 2h", f"max_wait: 2h, use_spot: {str(use_spot).lower()}")
+    job_id = world.submit(spec_text)
+    instance = world.run_to_running(job_id)
+    assert world.attempts(job_id)[0].market == ("spot" if use_spot else "on-demand")
+    for step in (100, 200, 300, 400):  # a step a second, 300 s of it between reports: the rate is known
+        world.agent(instance)("heartbeat", {"checkpoint_step": step, "total_steps": 1200})
+        alive_for(world, instance, 100)
+    alive_for(world, instance, 200)  # training on, no checkpoint since step 400
+    expected = 400 if use_spot else 400 + 300
+    assert progress_now(world, job_id, spec_text) == pytest.approx(expected, abs=5)
+
+
+def test_a_running_job_is_told_how_long_a_move_keeps_its_instance_at_least(world):
+    # a move waits for the new instance's agent: the quickest boot the job's instances have shown, launch to report
+    from types import SimpleNamespace
+
+    from spotrun.control.moves import quickest_boot
+    from spotrun.spec import parse_spec
+    from spotrun.state import Job
+
+    def tried(created_at, agent_started_at):
+        return SimpleNamespace(created_at=created_at, agent_started_at=agent_started_at)
+
+    assert quickest_boot([tried(0.0, None)]) is None
+    assert quickest_boot([tried(0.0, 90.0), tried(500.0, 545.0), tried(900.0, None)]) == 45.0
+    spec_text = deadline_spec("default")
+    job_id = world.submit(spec_text)
+    world.tick()  # launched
+    [attempt] = world.attempts(job_id)
+    world.clock.advance(75)
+    world.agent(attempt.instance_id)("started", {"address": "127.0.0.1"})
+    world.tick()
+    [attempt] = world.attempts(job_id)
+    with world.store.session() as session:
+        job = session.get(Job, job_id)
+        ctx = world.controller.running_context(session, job, parse_spec(spec_text), attempt, attempt.started_at,
+                                               world.clock.now())
+    assert ctx.move_overlap == pytest.approx(attempt.agent_started_at - attempt.created_at)
+    assert 75 <= ctx.move_overlap <= 77

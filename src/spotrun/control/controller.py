@@ -20,7 +20,7 @@ from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
-from spotrun.control.moves import MoveDriver, may_move
+from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
@@ -371,6 +371,7 @@ class Controller:
             step=self.settings.reconsider_every,
             spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
             on_demand_price=attempt.on_demand_price_per_hour,
+            move_overlap=quickest_boot(job.placed_attempts) or 0.0,
         )
 
     def request_move(self, attempt_id: int, reason: str) -> None:

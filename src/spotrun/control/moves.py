@@ -13,6 +13,7 @@ its end is written as "ending" before its instance is terminated, and every step
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 # the job's next move waits boot_timeout after the first such end in this window, doubling, at most the cap.
 ABANDONED_MOVES_WINDOW = 3600.0
 ABANDONED_MOVES_MAX_WAIT = 3600.0
+
+
+def quickest_boot(attempts: Iterable[Attempt]) -> float | None:
+    """The shortest time one of the job's instances took from its launch to its agent reporting in (None: none has):
+    a move keeps the instance held running at least that long, as it waits for the new one's agent."""
+    return min((a.agent_started_at - a.created_at for a in attempts if a.agent_started_at is not None), default=None)
 
 
 def may_move(spec: JobSpec, market: str) -> bool:

@@ -104,7 +104,7 @@ def compute_and_progress(
         return spec.estimated_duration, None
     total = newest[1]
     # A gang's ranks restart from the checkpoint whenever one node goes, while its agents beat on: not counted there
-    counts_unsaved = spec.resources.nodes == 1 and saves_before_preemptions(attempts)
+    counts_unsaved = spec.resources.nodes == 1 and (saves_before_preemptions(attempts) or trains_on_demand(attempts))
     rate = step_rate(attempts) if spec.estimated_duration is None or not total or counts_unsaved else None
     compute = spec.estimated_duration
     if compute is None and total:
@@ -125,15 +125,29 @@ def saves_before_preemptions(attempts: list[Attempt]) -> bool:
     return bool(ended_badly) and all(a.reported_outcome is not None for a in ended_badly)
 
 
+def trains_on_demand(attempts: list[Attempt]) -> bool:
+    """Whether the instance the job trains on is on-demand: the cloud does not take it back, and a move away from it
+    asks its trainer to save first, so what it trained since its newest checkpoint is not lost (a lost instance,
+    its heartbeats gone, is the rare exception)."""
+    reporter = _reporter(attempts)
+    return reporter is not None and reporter.market == "on-demand"
+
+
+def _reporter(attempts: list[Attempt]) -> Attempt | None:
+    """The running attempt whose trainer trains the job: the newest checkpoint among those running (a standby holds
+    and reports none until it takes over)."""
+    running = [a for a in attempts if a.ended_at is None]
+    return max(running, key=lambda a: a.checkpoint_step or -1, default=None)
+
+
 def unsaved_steps(attempts: list[Attempt], rate: float | None, overhead: float | None = None) -> float:
     """Steps the job's trainer trained since its newest checkpoint, at the measured rate: since that checkpoint was
     reported by the instance that runs (before its first: since its launch and a restart `overhead`, when known),
     for as long as its heartbeats say it ran. A trainer that saves seldom otherwise reads as standing still between
     saves, its slack draining, and the policy keeps it off spot."""
-    running = [a for a in attempts if a.ended_at is None]
-    if rate is None or not running:
+    reporter = _reporter(attempts)
+    if rate is None or reporter is None:
         return 0.0
-    reporter = max(running, key=lambda a: a.checkpoint_step or -1)
     if (gap := _open_save_gap(reporter)) is not None:
         return gap * rate
     if overhead is None:

@@ -67,6 +67,8 @@ class DeadlineAwarePolicy:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")
         step, unit = self.plan_grid(ctx, view)
         choice, why, likeliest = self._choose(ctx, view, step, unit)
+        if choice == "spot" and (finish := finishes_before_a_move_pays(ctx, view)) is not None:
+            choice, why = "on-demand", f"on-demand held finishes in {finish / 60:.1f} min, before a move to spot pays"
         if choice == "spot":
             answer = want_spot(ctx, why, pick=_zone_picker(likeliest))
             if answer is not None:
@@ -187,6 +189,28 @@ def _option_values(
         for choice in CHOICE_ORDER:
             mixed[choice] += chance * values.get(choice, refused)
     return mixed
+
+
+def finishes_before_a_move_pays(ctx: PlacementContext, view: DeadlineView) -> float | None:
+    """The seconds the on-demand instance held needs to finish the job, where that is too soon for a move to spot to
+    pay even if spot lasted; else None.
+
+    A live move is made before it breaks anything: the instance held trains on, billed, for at least `move_overlap`
+    (o) after the new one's launch, and the new one is billed from its launch through its restart overhead d and the
+    work the held one leaves it. So a move costs at least min(o, f) on-demand plus max(d + f - o, f) of spot, where
+    keeping costs f on-demand (f: the held instance's overhead still owed and the work left; f <= o: the job ends on
+    the held instance before the move takes over). A loss of spot only adds to the move, so where keeping costs no
+    more than that, keeping is the better choice. The plan's table cannot see it: it bills its steps whole and moves
+    in no time, as the simulator does (and tells no overlap)."""
+    if ctx.move_overlap is None or ctx.current is None or ctx.current.market != "on-demand":
+        return None
+    finish, overlap = view.overhead_left + view.work_left, ctx.move_overlap
+    if finish <= overlap:
+        return finish
+    on_demand = ctx.on_demand_price or 1.0
+    spot = ctx.spot_price or on_demand * P3_2XLARGE_SPOT_RATIO
+    move = on_demand * overlap + spot * max(view.overhead + finish - overlap, finish)
+    return finish if on_demand * finish <= move else None
 
 
 def job_shape(

@@ -99,6 +99,10 @@ class PlacementContext:
     # Seconds of training a preemption without notice may lose, the longest the trainer went between two checkpoints
     # it reported (None: not known yet, any amount; 0: none, as in the simulator, which keeps all progress)
     save_interval: float | None = None
+    # Seconds a move keeps the instance held running, and billed, after launching the new one (make-before-break, as
+    # the live controller moves, billing by the second); None: moves are instant and steps billed whole (the
+    # simulator's model)
+    move_overlap: float | None = None
 
     def spot_log(self) -> SpotLog:
         """What is known of spot per zone: `spot` when given, else what this job's and the market's tries tell."""
