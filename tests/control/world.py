@@ -99,6 +99,7 @@ class ScriptedPolicy:
     placement = None  # where a job is placed (None: spot in the first zone)
     asked = 0
     last_context = None
+    placed_context = None
 
     def __init__(self, **_):
         pass
@@ -106,6 +107,7 @@ class ScriptedPolicy:
     def place(self, ctx):
         from spotrun.policy import Launch
 
+        ScriptedPolicy.placed_context = ctx
         return ScriptedPolicy.placement or Launch(ctx.zones[0], "spot", "scripted")
 
     def decide(self, ctx):

@@ -61,6 +61,40 @@ def test_the_summary_counts_the_runs_dearer_than_on_demand_and_the_worst():
     assert summary.worst == 1.3 and summary.p90 < summary.worst
 
 
+def test_work_done_as_the_columns_run_out_is_done_by_the_deadline():
+    # a sweep's last start has exactly the deadline's columns; a plan that uses all of them finishes at the deadline
+    # (omniscient idling first, then on-demand), and was reported as a miss
+    job = SimJob(compute_seconds=6 * STEP, deadline_seconds=8 * STEP, restart_overhead=0.0)
+
+    class LateOnDemand:
+        """Waits two steps, then runs on on-demand."""
+
+        name = "late"
+
+        def place(self, ctx):
+            return Wait(2 * STEP, "first a wait") if ctx.now < 2 * STEP else Launch("z", "on-demand", "late")
+
+        def decide(self, ctx):
+            return Keep("on it") if ctx.current is not None else self.place(ctx)
+
+    result = run_job(LateOnDemand(), ("z",), np.zeros((1, 8), bool), STEP, job)
+    assert result.finished_at == 8 * STEP and result.met_deadline
+    assert [a.end_reason for a in result.attempts] == ["succeeded"]
+    cut = run_job(LateOnDemand(), ("z",), np.zeros((1, 7), bool), STEP, job)
+    assert cut.finished_at is None and not cut.met_deadline  # the columns ran out with work left
+    assert [a.end_reason for a in cut.attempts] == ["cancelled"]
+
+
+def test_the_policies_weigh_the_prices_the_run_is_given():
+    # spot at 95% of on-demand on a market that takes it back every fourth step: each restart costs more than spot
+    # saves, so the deadline-aware policy stays on on-demand (it planned with p3.2xlarge's 32% and chased spot)
+    job = SimJob(compute_seconds=10 * 3600.0, deadline_seconds=14 * 3600.0, restart_overhead=360.0, spot_price=2.9)
+    available = np.array([[1, 1, 1, 0] * 60], bool)
+    on_demand = run_job(OnDemandPolicy(), ("z",), available, STEP, job)
+    default = run_job(get_policy("default"), ("z",), available, STEP, job)
+    assert default.met_deadline and default.cost == pytest.approx(on_demand.cost) and default.preemptions == 0
+
+
 def test_normalized_cost_of_all_spot_is_the_price_ratio():
     job = SimJob(compute_seconds=10 * STEP, deadline_seconds=20 * STEP, restart_overhead=0.0)
     result = run_job(GreedyPolicy(), ("z",), np.ones((1, 30), bool), STEP, job)

@@ -22,7 +22,7 @@ from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.observe import Verdict, judge_attempt
-from spotrun.control.placement import job_prices, market_attempts, placement_context, price_for
+from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.policy import (
@@ -151,7 +151,10 @@ class Controller:
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
         provider = self.provider(spec.resources.cloud)
         zones = provider.zones(spec.resources.instance_type)
-        ctx = placement_context(session, job, spec, zones, now, market=self.market_tries(session, job, spec, now))
+        ctx = placement_context(
+            session, job, spec, zones, now, market=self.market_tries(session, job, spec, now),
+            **self.policy_prices(spec),
+        )
         decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
@@ -168,6 +171,11 @@ class Controller:
             session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
         )
         return attempt.id
+
+    def policy_prices(self, spec: JobSpec) -> dict[str, float]:
+        """The job's spot and on-demand prices for its policy (`placement.policy_prices`, from this controller's
+        catalog)."""
+        return policy_prices(spec, self._prices)
 
     def market_tries(self, session, job: Job, spec: JobSpec, now: float) -> tuple[PastAttempt, ...]:
         """Other jobs' recent spot tries in the job's market, for its policy to learn from."""
@@ -363,13 +371,14 @@ class Controller:
         self, session, job: Job, spec: JobSpec, attempt: Attempt, since: float, now: float
     ) -> PlacementContext:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
-        `reconsider_every`, at that attempt's prices."""
+        `reconsider_every`, at that attempt's prices (spot at the job's reference price while it is not on spot)."""
+        spot_price = self.policy_prices(spec).get("spot_price")
         return placement_context(
             session, job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
             market=self.market_tries(session, job, spec, now),
             current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
             step=self.settings.reconsider_every,
-            spot_price=attempt.price_per_hour if attempt.market == "spot" else None,
+            spot_price=attempt.price_per_hour if attempt.market == "spot" else spot_price,
             on_demand_price=attempt.on_demand_price_per_hour,
             move_overlap=quickest_boot(job.placed_attempts) or 0.0,
         )

@@ -311,7 +311,10 @@ class GangDriver:
         zones = self.c.provider(spec.resources.cloud).zones(spec.resources.instance_type)
         if survivors:
             zones = [survivors[0].zone]
-        ctx = placement_context(session, job, spec, zones, now, market=self.c.market_tries(session, job, spec, now))
+        ctx = placement_context(
+            session, job, spec, zones, now, market=self.c.market_tries(session, job, spec, now),
+            **self.c.policy_prices(spec),
+        )
         decision = self.c.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
 from spotrun.costs import catalog
+from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import PastAttempt, PlacementContext
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
@@ -116,6 +117,16 @@ def price_for(
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
     )
+
+
+def policy_prices(spec: JobSpec, prices: Callable[..., tuple[float, float]] = price_for) -> dict[str, float]:
+    """The job's spot and on-demand $/h for its policy to weigh (spot at the catalog's reference price, the zone not
+    chosen yet), as `placement_context`'s `spot_price` / `on_demand_price`; none where they are not known."""
+    try:
+        spot, on_demand = job_prices(spec, "spot", None, prices)
+    except UnknownPrice:
+        return {}
+    return {"spot_price": spot, "on_demand_price": on_demand}
 
 
 def job_prices(

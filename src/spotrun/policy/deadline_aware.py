@@ -207,10 +207,8 @@ def finishes_before_a_move_pays(ctx: PlacementContext, view: DeadlineView) -> fl
     finish, overlap = view.overhead_left + view.work_left, ctx.move_overlap
     if finish <= overlap:
         return finish
-    on_demand = ctx.on_demand_price or 1.0
-    spot = ctx.spot_price or on_demand * P3_2XLARGE_SPOT_RATIO
-    move = on_demand * overlap + spot * max(view.overhead + finish - overlap, finish)
-    return finish if on_demand * finish <= move else None
+    move = overlap + spot_share(ctx) * max(view.overhead + finish - overlap, finish)  # in on-demand prices
+    return finish if finish <= move else None
 
 
 def job_shape(
@@ -218,15 +216,24 @@ def job_shape(
 ) -> JobShape:
     """The job as the DP sees it, planned in `step` with work counted in `unit`, each idle step charged
     `idle_charge` of an on-demand step. Asked between two of the plan's steps, the plan may have one step more than
-    the deadline holds whole, and the job that much more work (`step_start`): the table has room for both."""
+    the deadline holds whole, and the job that much more work (`step_start`): the table has room for both. Costs are
+    counted in on-demand prices: only spot's share of it moves a choice, and jobs of any currency or instance size
+    with the same share share their tables, to the bit."""
     between_steps = view.step < step - 1e-9
     room = step if between_steps else 0.0
     return JobShape.of(
         step, view.compute + room, view.deadline - view.started + room, planned_overhead(view),
-        ctx.on_demand_price or 1.0, ctx.spot_price or (ctx.on_demand_price or 1.0) * P3_2XLARGE_SPOT_RATIO, unit,
+        1.0, spot_share(ctx), unit,
         spot_lost_within_step=between_steps, idle_charge=idle_charge, question=view.step,
         save_every=math.inf if ctx.save_interval is None else ctx.save_interval,
     )
+
+
+def spot_share(ctx: PlacementContext) -> float:
+    """Spot's price as a share of on-demand's: the context's prices, else p3.2xlarge's (the issue's default)."""
+    if ctx.spot_price is None or not ctx.on_demand_price:
+        return P3_2XLARGE_SPOT_RATIO
+    return ctx.spot_price / ctx.on_demand_price
 
 
 def step_start(

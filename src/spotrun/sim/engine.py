@@ -226,7 +226,7 @@ class JobRun:
     def advance(self, t: int) -> bool:
         """The rest of step t after the preemption check; False once the job is over (work done, or given up)."""
         now, column = self.time_of(t), self.available[:, t]
-        if self.progress >= self.job.compute_seconds - 1e-6:
+        if self.work_done:
             self.result.finished_at = now - self.origin
             return False
         spot_now = self._observe(now, column)
@@ -237,11 +237,20 @@ class JobRun:
         self._run_step(now)
         return True
 
+    @property
+    def work_done(self) -> bool:
+        return self.progress >= self.job.compute_seconds - 1e-6
+
     def finish(self) -> RunResult:
-        """End the run: the instance still held is given up when the work was done (or the columns ran out)."""
+        """End the run: the instance still held is given up when the work was done, or when the columns ran out. Work
+        done by the end of the last column is done then (a window of the deadline's length whose job used all of it),
+        not missed."""
+        if self.result.finished_at is None and self.work_done:
+            self.result.finished_at = self.steps * self.step
         if self.current is not None:
             finished = self.result.finished_at
-            self._end(self.origin + (finished if finished is not None else self.steps * self.step), "succeeded")
+            ended = self.origin + (finished if finished is not None else self.steps * self.step)
+            self._end(ended, "succeeded" if finished is not None else "cancelled")
         self.result.attempts = list(self.history)
         return self.result
 
@@ -365,5 +374,7 @@ class JobRun:
             spot_now=spot_now,
             moves_drain_first=self.drain_first,
             save_interval=0.0,  # a preemption costs the job its restart, never work done
+            spot_price=self.job.spot_price,
+            on_demand_price=self.job.on_demand_price,
         )
 
