@@ -24,12 +24,13 @@ from pathlib import Path
 
 from spotrun.cli.simulate import load_markets
 from spotrun.sim.engine import Observe, SimJob
-from spotrun.sim.sweep import gap_closed, summarize, sweep
+from spotrun.sim.sweep import PolicySummary, gap_closed, summarize, sweep
 from spotrun.traces import shared_traces_dir
 
 HOUR = 3600.0
 SETTINGS = [(52.0, 0.1), (52.0, 0.2), (70.0, 0.1), (70.0, 0.2)]
 POLICIES = ["greedy", "uniform_progress", "omniscient", "default"]
+Setting = tuple[float, float]  # D, d in hours
 PAPER = {(52.0, 0.1): (0.847, 0.754, 0.666), (52.0, 0.2): (0.865, 0.811, 0.701),
          (70.0, 0.1): (0.668, 0.617, 0.580), (70.0, 0.2): (0.696, 0.664, 0.608)}
 
@@ -66,7 +67,9 @@ def main() -> None:
     print(f"\nWhole benchmark: {time.perf_counter() - began:.0f} s on {_cores()} cores.")
 
 
-def _single_zone_table(markets, processes, history: float):
+def _single_zone_table(
+    markets, processes, history: float,
+) -> tuple[float, float, dict[Setting, float], dict[Setting, dict[str, PolicySummary]]]:
     """The paper model's table; returns default's mean gap closed without and with the history, omniscient's mean
     cost per setting (the live views' lower bound too: it knows the future whatever it is shown), and each
     setting's summaries for `_tails_table`."""
@@ -93,7 +96,7 @@ def _single_zone_table(markets, processes, history: float):
     return sum(closures) / len(closures), sum(closures_with_history) / len(closures_with_history), bests, tails
 
 
-def _tails_table(tails) -> None:
+def _tails_table(tails: dict[Setting, dict[str, PolicySummary]]) -> None:
     """How often each policy's run cost more than on-demand from the start would have, and its dearest run."""
     columns = [*POLICIES, "default, market history"]
     print("Runs that cost more than on-demand from the start (the share of runs; the dearest run's normalized cost):\n")

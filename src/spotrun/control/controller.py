@@ -372,13 +372,13 @@ class Controller:
     ) -> PlacementContext:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
         `reconsider_every`, at that attempt's prices (spot at the job's reference price while it is not on spot)."""
-        spot_price = self.policy_prices(spec).get("spot_price")
+        spot_price = attempt.price_per_hour if attempt.market == "spot" else self.policy_prices(spec).get("spot_price")
         return placement_context(
             session, job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
             market=self.market_tries(session, job, spec, now),
             current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
             step=self.settings.reconsider_every,
-            spot_price=attempt.price_per_hour if attempt.market == "spot" else spot_price,
+            spot_price=spot_price,
             on_demand_price=attempt.on_demand_price_per_hour,
             move_overlap=quickest_boot(job.placed_attempts) or 0.0,
         )
