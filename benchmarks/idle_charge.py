@@ -40,8 +40,8 @@ _job_shape_as_kept = deadline_aware.job_shape
 @contextmanager
 def charging(charge: float) -> Iterator[None]:
     """The policy's plans charge `charge` of an on-demand step per idle step, whatever the policy's own setting."""
-    deadline_aware.job_shape = lambda ctx, view, step, unit, idle_charge=0.0: _job_shape_as_kept(
-        ctx, view, step, unit, charge
+    deadline_aware.job_shape = lambda ctx, view, step, unit, idle_charge=0.0, spot_zone=None: _job_shape_as_kept(
+        ctx, view, step, unit, charge, spot_zone
     )
     try:
         yield

@@ -22,6 +22,7 @@ import fsspec
 from rich.console import Console
 
 from spotrun import config
+from spotrun.control.placement import policy_prices
 from spotrun.policy import DefaultPolicy
 from spotrun.providers.local import ZONES, set_market, trace_market
 from spotrun.sim.replay import ReplayJob, replay
@@ -49,7 +50,7 @@ def main() -> int:
 
     console.rule("2 · a spot market replayed from a real trace")
     compute = estimated_compute_seconds(spec.env, reference)
-    offset = pick_trace_offset(compute)
+    offset = pick_trace_offset(compute, policy_prices(spec, zones=ZONES))
     # the replay's clock starts with the job's first launch, as the replay that picked the offset assumes
     market = trace_market(None, speed=SPEED, offset=offset, notice_seconds=NOTICE_SECONDS,
                           clock_starts_at_first_launch=True)
@@ -85,8 +86,9 @@ def estimated_compute_seconds(env: dict[str, str], reference: dict) -> float:
     return reference["steps"] * float(env.get("STEP_SECONDS", 0)) + reference["train_seconds"]
 
 
-def pick_trace_offset(compute_seconds: float) -> int:
-    """The first trace offset where the live policy, replayed with some slack on timings, meets enough preemptions."""
+def pick_trace_offset(compute_seconds: float, prices: dict) -> int:
+    """The first trace offset where the live policy, replayed with some slack on timings and told the job's prices
+    as the controller tells them (it tries the cheapest zone's spot first), meets enough preemptions."""
     policy = DefaultPolicy(backoff_base=5.0)
     base = trace_market(None, speed=SPEED, start_epoch=0.0, notice_seconds=NOTICE_SECONDS)
     length = min(len(base.trace(zone)) for zone in ZONES)
@@ -94,18 +96,19 @@ def pick_trace_offset(compute_seconds: float) -> int:
         market = base.model_copy(update={"offset": offset})
         if all(
             _enough_preemptions(replay(job, policy, market.spot_available, horizon=20 * compute_seconds))
-            for job in _timing_variants(compute_seconds)
+            for job in _timing_variants(compute_seconds, prices)
         ):
             return offset
     raise SystemExit("no offset of the bundled traces gives the demo its preemptions")
 
 
-def _timing_variants(compute_seconds: float) -> list[ReplayJob]:
+def _timing_variants(compute_seconds: float, prices: dict) -> list[ReplayJob]:
     """The live job's training time and restart overhead (a process started, torch imported, a checkpoint restored:
     ~3 s here) move with the machine's load, so the offset must give the preemptions across a range of both."""
     return [
         ReplayJob(job_id=1, zones=ZONES, compute_seconds=compute_seconds * scale, restart_overhead=overhead,
-                  notice_seconds=NOTICE_SECONDS, preemptions_before_fallback=WANTED_PREEMPTIONS)
+                  notice_seconds=NOTICE_SECONDS, preemptions_before_fallback=WANTED_PREEMPTIONS,
+                  spot_prices=prices.get("spot_prices", {}), max_spot_price=prices.get("max_spot_price"))
         for scale in (0.7, 0.85, 1.0, 1.2, 1.4)
         for overhead in (2.0, 4.0, 8.0)
     ]

@@ -419,3 +419,13 @@ def test_simulate_draws_its_progress_only_on_a_terminal():
     assert "simulating" in screen.getvalue() and "3/8 runs" in screen.getvalue()
     with sweep_progress(Console(file=StringIO(), force_terminal=False)) as on_progress:
         assert on_progress is None
+
+
+def test_replay_tells_the_policy_the_zones_prices_and_spaces_refused_tries():
+    job = ReplayJob(job_id=1, zones=("a", "b", "c"), compute_seconds=20.0, restart_overhead=1.0, notice_seconds=0.5,
+                    spot_prices={"a": 1.0, "b": 0.9, "c": 0.8})
+    only_a = lambda zone, t: zone == "a"  # noqa: E731
+    result = replay(job, DefaultPolicy(), only_a, horizon=500.0)
+    assert [(a.zone, a.created_at, a.end_reason) for a in result.attempts] == [
+        ("c", 0.0, "no_capacity"), ("b", 0.5, "no_capacity"), ("a", 1.0, "succeeded"),
+    ]

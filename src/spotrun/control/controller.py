@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
@@ -22,9 +23,10 @@ from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.observe import Verdict, judge_attempt
-from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices, price_for
+from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
+from spotrun.costs.market_prices import MarketPrices
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
 )
@@ -72,17 +74,18 @@ class Controller:
         *,
         clock: Clock | None = None,
         provider_factory: Callable[[str], Provider] = get_provider,
-        prices: Callable[..., tuple[float, float]] = price_for,
+        prices: Callable[..., tuple[float, float]] | None = None,
         worker_id: str | None = None,
     ) -> None:
         """With `worker_id`, the controller is one of several workers and drives only the jobs it has claimed;
-        without, it drives every live job (one controller, or tests)."""
+        without, it drives every live job (one controller, or tests). `prices` (catalog_prices's signature): by
+        default the catalog's, spot's per zone as the cloud quotes it where it can (`MarketPrices`)."""
         self.store = store
         self.settings = settings
         self.clock = clock or WallClock()
         self.started_at = self.clock.now()
         self._provider_factory = provider_factory
-        self._prices = prices
+        self._prices = prices if prices is not None else MarketPrices(self.provider)
         self.worker_id = worker_id
         self._providers: dict[str, Provider] = {}
         self._ticks = 0
@@ -153,7 +156,7 @@ class Controller:
         zones = provider.zones(spec.resources.instance_type)
         ctx = placement_context(
             session, job, spec, zones, now, market=self.market_tries(session, job, spec, now),
-            **self.policy_prices(spec),
+            **self.policy_prices(spec, zones),
         )
         decision = self.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):
@@ -172,10 +175,10 @@ class Controller:
         )
         return attempt.id
 
-    def policy_prices(self, spec: JobSpec) -> dict[str, float]:
-        """The job's spot and on-demand prices for its policy (`placement.policy_prices`, from this controller's
-        catalog)."""
-        return policy_prices(spec, self._prices)
+    def policy_prices(self, spec: JobSpec, zones: list[str]) -> dict[str, Any]:
+        """The job's prices for its policy, spot's in each of `zones` (`placement.policy_prices`, from this
+        controller's catalog)."""
+        return policy_prices(spec, self._prices, zones)
 
     def market_tries(self, session, job: Job, spec: JobSpec, now: float) -> tuple[PastAttempt, ...]:
         """Other jobs' recent spot tries in the job's market, for its policy to learn from."""
@@ -371,16 +374,20 @@ class Controller:
         self, session, job: Job, spec: JobSpec, attempt: Attempt, since: float, now: float
     ) -> PlacementContext:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
-        `reconsider_every`, at that attempt's prices (spot at the job's reference price while it is not on spot)."""
-        spot_price = attempt.price_per_hour if attempt.market == "spot" else self.policy_prices(spec).get("spot_price")
+        `reconsider_every`, at that attempt's prices (spot at the job's reference price while it is not on spot) and
+        spot's in each zone."""
+        zones = self.provider(attempt.provider).zones(attempt.instance_type)
+        prices = self.policy_prices(spec, zones)
+        if attempt.market == "spot":  # the instance held bills its own price
+            prices["spot_price"] = attempt.price_per_hour
+        prices["on_demand_price"] = attempt.on_demand_price_per_hour
         return placement_context(
-            session, job, spec, self.provider(attempt.provider).zones(attempt.instance_type), now,
+            session, job, spec, zones, now,
             market=self.market_tries(session, job, spec, now),
             current=Placement(attempt.zone, attempt.market, since),  # type: ignore[arg-type]
             step=self.settings.reconsider_every,
-            spot_price=spot_price,
-            on_demand_price=attempt.on_demand_price_per_hour,
             move_overlap=quickest_boot(job.placed_attempts) or 0.0,
+            **prices,
         )
 
     def request_move(self, attempt_id: int, reason: str) -> None:

@@ -313,7 +313,7 @@ class GangDriver:
             zones = [survivors[0].zone]
         ctx = placement_context(
             session, job, spec, zones, now, market=self.c.market_tries(session, job, spec, now),
-            **self.c.policy_prices(spec),
+            **self.c.policy_prices(spec, zones),
         )
         decision = self.c.policy(spec).place(ctx)
         if isinstance(decision, GiveUp):

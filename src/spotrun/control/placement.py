@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
 from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
-from spotrun.costs import catalog
 from spotrun.costs.catalog import UnknownPrice
-from spotrun.policy import PastAttempt, PlacementContext
+from spotrun.costs.market_prices import catalog_prices as price_for
+from spotrun.policy import PastAttempt, PlacementContext, max_spot_price
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
 
@@ -108,25 +108,34 @@ def market_attempts(
     return tuple(map(PastAttempt._make, reversed(session.execute(query).all())))
 
 
-def price_for(
-    cloud: str, instance_type: str, market: str, zone: str | None, accelerators: dict[str, int] | None = None
-) -> tuple[float, float]:
-    """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
-    accelerators included."""
-    return (
-        catalog.machine_price(cloud, instance_type, accelerators, market, zone),
-        catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
-    )
-
-
-def policy_prices(spec: JobSpec, prices: Callable[..., tuple[float, float]] = price_for) -> dict[str, float]:
-    """The job's spot and on-demand $/h for its policy to weigh (spot at the catalog's reference price, the zone not
-    chosen yet), as `placement_context`'s `spot_price` / `on_demand_price`; none where they are not known."""
+def policy_prices(
+    spec: JobSpec, prices: Callable[..., tuple[float, float]] = price_for, zones: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The job's prices for its policy to weigh, as `placement_context`'s fields: spot's and on-demand's $/h (spot
+    at the catalog's reference price, the zone not chosen yet), spot's in each of `zones` where known, and the most
+    the job pays for spot (`max_spot_price`: the job's cap, else on-demand's price). None of the prices where the
+    job's are not known (the cap where the job gives one)."""
     try:
         spot, on_demand = job_prices(spec, "spot", None, prices)
     except UnknownPrice:
-        return {}
-    return {"spot_price": spot, "on_demand_price": on_demand}
+        return {} if spec.spot.max_price is None else {"max_spot_price": max_spot_price(0.0, spec.spot.max_price)}
+    return {
+        "spot_price": spot, "on_demand_price": on_demand, "spot_prices": zone_spot_prices(spec, zones, prices),
+        "max_spot_price": max_spot_price(on_demand, spec.spot.max_price),
+    }
+
+
+def zone_spot_prices(
+    spec: JobSpec, zones: Iterable[str], prices: Callable[..., tuple[float, float]] = price_for,
+) -> dict[str, float]:
+    """Spot's $/h for the job in each of `zones` whose price is known (the job's own prices are one for all)."""
+    known: dict[str, float] = {}
+    for zone in zones:
+        try:
+            known[zone] = job_prices(spec, "spot", zone, prices)[0]
+        except UnknownPrice:
+            continue
+    return known
 
 
 def job_prices(

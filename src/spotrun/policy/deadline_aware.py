@@ -25,7 +25,7 @@ from spotrun.policy.observations import SpotLog, ZoneRuns
 from spotrun.policy.placement import Decision, PlacementContext, RunningDecision, place_by_deciding
 from spotrun.policy.requests import no_zone, want_nothing, want_on_demand, want_spot
 from spotrun.policy.run_ages import RunHazards, current_age, estimate_hazards
-from spotrun.policy.zones import longest_lived_zone
+from spotrun.policy.zones import longest_lived_zone, priced_out, spot_price_rank, spot_priced_out, spot_zones_to_try
 
 P3_2XLARGE_SPOT_RATIO = 0.9731 / 3.06
 OVERHEAD_GRAIN = 60.0  # seconds: restart overheads are planned in whole minutes, rounded up
@@ -65,12 +65,14 @@ class DeadlineAwarePolicy:
             raise ValueError(f"{self.name} needs the job's deadline and estimated_duration")
         if view.deadline <= view.now:
             return want_on_demand(ctx, "past the deadline: on-demand to finish as soon as possible")
+        if spot_priced_out(ctx):
+            return want_on_demand(ctx, f"{priced_out(ctx)}: on-demand")
         step, unit = self.plan_grid(ctx, view)
-        choice, why, likeliest = self._choose(ctx, view, step, unit)
-        if choice == "spot" and (finish := finishes_before_a_move_pays(ctx, view)) is not None:
+        choice, why, target = self._choose(ctx, view, step, unit)
+        if choice == "spot" and (finish := finishes_before_a_move_pays(ctx, view, target)) is not None:
             choice, why = "on-demand", f"on-demand held finishes in {finish / 60:.1f} min, before a move to spot pays"
         if choice == "spot":
-            answer = want_spot(ctx, why, pick=_zone_picker(likeliest))
+            answer = want_spot(ctx, why, pick=lambda ctx, candidates: target or candidates[0])
             if answer is not None:
                 return answer
             choice = "on-demand"
@@ -97,26 +99,28 @@ class DeadlineAwarePolicy:
     def _choose(
         self, ctx: PlacementContext, view: DeadlineView, step: float, unit: float,
     ) -> tuple[str, str, str | None]:
-        """The choice, why, and the zone of spot not known now that it weighed (None: spot's state is known)."""
-        shape = job_shape(ctx, view, step, unit, self.idle_charge)
-        steps_left, start = step_start(ctx, view, shape, step, unit)
+        """The choice, why, and the zone spot would be launched in (None: spot is held, or nowhere to be tried), whose
+        price the plan weighs."""
         log = ctx.spot_log()
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
         )
-        held = ctx.current.market if ctx.current is not None else None
         belief, likeliest = _availability_belief(ctx, log, hazards, step)
+        target = spot_target(ctx, likeliest)
+        shape = job_shape(ctx, view, step, unit, self.idle_charge, target)
+        steps_left, start = step_start(ctx, view, shape, step, unit)
+        held = ctx.current.market if ctx.current is not None else None
         values = _option_values(
             value_table(shape, hazards), hazards, steps_left, start, held, belief, ctx.moves_drain_first,
         )
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):
-            return "on-demand", "no plan keeps the deadline for sure: on-demand", likeliest
+            return "on-demand", "no plan keeps the deadline for sure: on-demand", target
         spot_life, gap = hazards.mean_run(True) * step / 3600, hazards.mean_run(False) * step / 3600
         why = f"least expected cost ({best}; fresh spot lasts ~{spot_life:.1f} h, fresh gaps ~{gap:.1f} h"
         if likeliest is not None:
             why += f"; spot in {likeliest} not known now, there with chance ~{_chance_up(belief, hazards):.0%}"
-        return best, why + ")", likeliest
+        return best, why + ")", target
 
 
 Belief = tuple[tuple[int, float], ...]  # (chain state, chance) pairs
@@ -134,7 +138,8 @@ def _availability_belief(
     one likeliest to have spot now, named. A launch there tells the truth, so trying spot is valued as spot where
     it is up and, where it is not, as what a refusal leaves (`_option_values`).
     """
-    known = {zone: ctx.spot_known_now(zone) for zone in ctx.zones}
+    zones = [zone for zone in ctx.zones if ctx.spot_within_cap(zone)]  # spot priced out counts as no spot
+    known = {zone: ctx.spot_known_now(zone) for zone in zones}
     if True in known.values():
         lives = [
             current_age(log.zone(z).since, ctx.now, step) for z, up in known.items() if up and log.zone(z).available
@@ -143,9 +148,11 @@ def _availability_belief(
     unknown = [zone for zone, up in known.items() if up is None]
     if unknown:
         beliefs = {zone: _zone_belief(log.zone(zone), hazards, ctx.now, step) for zone in unknown}
-        likeliest = max(unknown, key=lambda zone: _chance_up(beliefs[zone], hazards))
+        likeliest = max(
+            unknown, key=lambda zone: (_chance_up(beliefs[zone], hazards), -spot_price_rank(ctx, zone))
+        )
         return beliefs[likeliest], likeliest
-    gaps = [current_age(log.zone(z).since, ctx.now, step) for z in ctx.zones if log.zone(z).available is False]
+    gaps = [current_age(log.zone(z).since, ctx.now, step) for z in zones if log.zone(z).available is False]
     return ((chain_state(hazards, False, min(gaps, default=1)), 1.0),), None
 
 
@@ -154,13 +161,15 @@ def _chance_up(belief: Belief, hazards: RunHazards) -> float:
     return sum(chance for state, chance in belief if is_up[state])
 
 
-def _zone_picker(likeliest: str | None):
-    """Where to launch spot: the zone of unknown spot the choice weighed, else the longest-lived one."""
-
-    def pick(ctx: PlacementContext, candidates: list[str]) -> str:
-        return likeliest if likeliest in candidates else longest_lived_zone(ctx, candidates)
-
-    return pick
+def spot_target(ctx: PlacementContext, likeliest: str | None) -> str | None:
+    """Where spot would be launched: the zone of unknown spot the choice weighed, else the longest-lived one where
+    spot may be had; None where spot is held (no launch) or may be had nowhere."""
+    if ctx.current is not None and ctx.current.market == "spot":
+        return None
+    candidates = spot_zones_to_try(ctx)
+    if not candidates:
+        return None
+    return likeliest if likeliest in candidates else longest_lived_zone(ctx, candidates)
 
 
 def _zone_belief(runs: ZoneRuns, hazards: RunHazards, now: float, step: float) -> Belief:
@@ -191,7 +200,7 @@ def _option_values(
     return mixed
 
 
-def finishes_before_a_move_pays(ctx: PlacementContext, view: DeadlineView) -> float | None:
+def finishes_before_a_move_pays(ctx: PlacementContext, view: DeadlineView, target: str | None = None) -> float | None:
     """The seconds the on-demand instance held needs to finish the job, where that is too soon for a move to spot to
     pay even if spot lasted; else None.
 
@@ -207,12 +216,13 @@ def finishes_before_a_move_pays(ctx: PlacementContext, view: DeadlineView) -> fl
     finish, overlap = view.overhead_left + view.work_left, ctx.move_overlap
     if finish <= overlap:
         return finish
-    move = overlap + spot_share(ctx) * max(view.overhead + finish - overlap, finish)  # in on-demand prices
+    move = overlap + spot_share(ctx, target) * max(view.overhead + finish - overlap, finish)  # in on-demand prices
     return finish if finish <= move else None
 
 
 def job_shape(
     ctx: PlacementContext, view: DeadlineView, step: float, unit: float, idle_charge: float = 0.0,
+    spot_zone: str | None = None,
 ) -> JobShape:
     """The job as the DP sees it, planned in `step` with work counted in `unit`, each idle step charged
     `idle_charge` of an on-demand step. Asked between two of the plan's steps, the plan may have one step more than
@@ -223,17 +233,19 @@ def job_shape(
     room = step if between_steps else 0.0
     return JobShape.of(
         step, view.compute + room, view.deadline - view.started + room, planned_overhead(view),
-        1.0, spot_share(ctx), unit,
+        1.0, spot_share(ctx, spot_zone), unit,
         spot_lost_within_step=between_steps, idle_charge=idle_charge, question=view.step,
         save_every=math.inf if ctx.save_interval is None else ctx.save_interval,
     )
 
 
-def spot_share(ctx: PlacementContext) -> float:
-    """Spot's price as a share of on-demand's: the context's prices, else p3.2xlarge's (the issue's default)."""
-    if ctx.spot_price is None or not ctx.on_demand_price:
+def spot_share(ctx: PlacementContext, zone: str | None = None) -> float:
+    """Spot's price as a share of on-demand's: in `zone` (the job's spot price where none is named), from the
+    context's prices, else p3.2xlarge's (the issue's default)."""
+    spot = ctx.spot_price if zone is None else ctx.spot_price_in(zone)
+    if spot is None or not ctx.on_demand_price:
         return P3_2XLARGE_SPOT_RATIO
-    return ctx.spot_price / ctx.on_demand_price
+    return spot / ctx.on_demand_price
 
 
 def step_start(

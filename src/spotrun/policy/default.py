@@ -21,7 +21,9 @@ from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
     Decision, GiveUp, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
 )
-from spotrun.policy.zones import ZONE_NEWS_LASTS, zone_order, zones_refused_to_others, zones_without_bad_news
+from spotrun.policy.zones import (
+    ZONE_NEWS_LASTS, priced_out, spot_zone_order, zone_order, zones_refused_to_others, zones_without_bad_news,
+)
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,9 @@ class DefaultPolicy:
         """One round tries every zone once, in the order the latest news gives (which may change within the round:
         a zone is skipped because it was tried, not because of where it stands); then wait, or fall back. A zone
         where another job was refused spot within the wait this job would take is skipped too: that try already told,
-        so jobs waiting in one market ask the cloud about as often as one job would."""
-        order = zone_order(ctx, self.zone_news_lasts)
+        so jobs waiting in one market ask the cloud about as often as one job would. A zone whose spot costs more
+        than the job pays for it is not tried: the cloud would refuse it for the price."""
+        order = spot_zone_order(ctx, self.zone_news_lasts)
         delay = backoff_delay(ctx.capacity_rounds, self.backoff_base, self.backoff_max)
         tried = {miss.zone for miss in this_rounds_misses(ctx)}
         told = zones_refused_to_others(ctx, since=ctx.now - delay)
@@ -101,8 +104,11 @@ class DefaultPolicy:
         if left:
             reason = "spot" if not tried else f"spot, next zone after {len(tried)} without capacity"
             return Launch(left[0], "spot", reason)
+        none = "no spot capacity in any zone" if order else priced_out(ctx)
         if ctx.fallback == "on-demand" and ctx.capacity_rounds + 1 >= self.empty_rounds_before_fallback:
-            return Launch(self._on_demand_zone(ctx), "on-demand", "no spot capacity in any zone: on-demand")
+            return Launch(self._on_demand_zone(ctx), "on-demand", f"{none}: on-demand")
+        if not order:
+            return Wait(ctx.now + delay, f"{none}: waiting {delay:.0f} s")
         others = len(told - tried)
         refused_elsewhere = f" ({others} refused to another job in the last {delay:.0f} s)" if others else ""
         return Wait(

@@ -24,6 +24,7 @@ from spotrun.policy.observations import SpotLog
 Market = Literal["spot", "on-demand"]
 
 _NOTHING_KNOWN: Mapping[str, bool] = MappingProxyType({})
+_NO_PRICES: Mapping[str, float] = MappingProxyType({})
 
 
 class PastAttempt(NamedTuple):
@@ -92,6 +93,9 @@ class PlacementContext:
     spot: SpotLog | None = None  # what has been seen of spot per zone (None: derived from `history`)
     spot_price: float | None = None  # $/h of the job's instance type on spot (None: the policy's own ratio)
     on_demand_price: float | None = None  # $/h on-demand
+    # $/h of spot in each zone where it is known and may differ between zones (a zone not named: `spot_price`)
+    spot_prices: Mapping[str, float] = field(default_factory=lambda: _NO_PRICES)
+    max_spot_price: float | None = None  # the most the job pays for spot an hour (None: no cap known)
     spot_now: Mapping[str, bool] = field(default_factory=lambda: _NOTHING_KNOWN)  # availability known at `now` without trying (simulator's paper model)
     # Whether moving off the instance held gives it up before the new one is tried (a refused spot try then costs a
     # fresh start; the simulator's "drain-first" view); False: the new one is tried first, as the live controller does
@@ -112,6 +116,18 @@ class PlacementContext:
     def _tries_log(self) -> SpotLog:
         # built once per context: a decision reads it several times, and the market may hold thousands of tries
         return SpotLog.from_history((*self.market, *self.history), now=self.now)
+
+    def spot_price_in(self, zone: str) -> float | None:
+        """$/h of spot in `zone` as far as it is known: the zone's own price, else the job's."""
+        return self.spot_prices.get(zone, self.spot_price)
+
+    def spot_within_cap(self, zone: str) -> bool:
+        """Whether spot in `zone` costs no more than the job pays for it, as far as is known (a launch above the cap
+        is refused for the price, and tells nothing new). The spot instance held counts as within: it runs."""
+        if self.current is not None and self.current.zone == zone and self.current.market == "spot":
+            return True
+        price = self.spot_price_in(zone)
+        return price is None or self.max_spot_price is None or price <= self.max_spot_price * (1 + 1e-12)
 
     def spot_known_now(self, zone: str) -> bool | None:
         """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""

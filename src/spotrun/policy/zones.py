@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from spotrun.policy.placement import PastAttempt, PlacementContext
@@ -12,15 +13,27 @@ SPOT_THERE, NO_NEWS, BAD_NEWS = 0, 1, 2  # a zone's rank in the order: spot is t
 
 
 def zone_order(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
-    """The zones to try spot in, best first, by the latest news of spot there from this job's and other jobs' tries:
+    """The zones, best first for spot, by the latest news of spot there from this job's and other jobs' tries:
     zones where spot is running or was just had, then zones with no news for `news_lasts` seconds, then zones where
-    spot was refused or taken away within that time, the latest last. Zones with the same news keep the job's own
-    shuffled order (so that jobs spread over the zones), rotated so that the zone it last lost spot in comes last."""
+    spot was refused or taken away within that time, the latest last. Zones with the same news go cheapest spot
+    first, then in the job's own shuffled order (so that jobs spread over the zones), rotated so that the zone it
+    last lost spot in comes last."""
     return _by_news(ctx, _spot_news(ctx, news_lasts))
 
 
+def spot_zone_order(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
+    """`zone_order`'s zones whose spot costs no more than the job pays for it (`PlacementContext.spot_within_cap`)."""
+    return [zone for zone in zone_order(ctx, news_lasts) if ctx.spot_within_cap(zone)]
+
+
 def _by_news(ctx: PlacementContext, news: dict[str, tuple[int, float]]) -> list[str]:
-    return sorted(_own_order(ctx), key=lambda zone: news.get(zone, (NO_NEWS, 0.0)))
+    return sorted(_own_order(ctx), key=lambda zone: (news.get(zone, (NO_NEWS, 0.0)), spot_price_rank(ctx, zone)))
+
+
+def spot_price_rank(ctx: PlacementContext, zone: str) -> float:
+    """Spot's $/h in `zone`, for sorting: zones whose price is not known rank alike, after the known ones."""
+    price = ctx.spot_price_in(zone)
+    return math.inf if price is None else price
 
 
 def _own_order(ctx: PlacementContext) -> list[str]:
@@ -34,9 +47,12 @@ def _own_order(ctx: PlacementContext) -> list[str]:
 
 
 def zones_without_bad_news(ctx: PlacementContext, news_lasts: float = ZONE_NEWS_LASTS) -> list[str]:
-    """`zone_order`'s zones, best first, but none where spot was refused or taken away within `news_lasts`."""
+    """`spot_zone_order`'s zones, best first, but none where spot was refused or taken away within `news_lasts`."""
     news = _spot_news(ctx, news_lasts)
-    return [zone for zone in _by_news(ctx, news) if news.get(zone, (NO_NEWS, 0.0))[0] != BAD_NEWS]
+    return [
+        zone for zone in _by_news(ctx, news)
+        if news.get(zone, (NO_NEWS, 0.0))[0] != BAD_NEWS and ctx.spot_within_cap(zone)
+    ]
 
 
 def _spot_news(ctx: PlacementContext, news_lasts: float) -> dict[str, tuple[int, float]]:
@@ -87,14 +103,29 @@ def last_zone_with_instance(history: tuple[PastAttempt, ...]) -> str | None:
 
 
 def spot_zones_to_try(ctx: PlacementContext) -> list[str]:
-    """Zones where spot may be had now: told available first, then not known either way (a launch will tell)."""
-    known = [z for z in ctx.zones if ctx.spot_known_now(z) is True]
-    unknown = [z for z in ctx.zones if ctx.spot_known_now(z) is None]
-    return known + unknown
+    """Zones where spot may be had now at a price the job pays: told available first, then not known either way (a
+    launch will tell), each cheapest first."""
+    within = [z for z in ctx.zones if ctx.spot_within_cap(z)]
+    known = [z for z in within if ctx.spot_known_now(z) is True]
+    unknown = [z for z in within if ctx.spot_known_now(z) is None]
+    by_price = lambda zone: spot_price_rank(ctx, zone)  # noqa: E731 - stable: equal prices keep the zones' order
+    return sorted(known, key=by_price) + sorted(unknown, key=by_price)
+
+
+def spot_priced_out(ctx: PlacementContext) -> bool:
+    """Whether spot costs more than the job pays for it in every one of its zones."""
+    return bool(ctx.zones) and not any(ctx.spot_within_cap(zone) for zone in ctx.zones)
+
+
+def priced_out(ctx: PlacementContext) -> str:
+    """Why no zone is tried where spot costs more than the job pays for it in all of them (`spot_priced_out`)."""
+    cap = f"${ctx.max_spot_price:.4g}/h" if ctx.max_spot_price is not None else "its cap"
+    return f"spot costs more than the job's max price ({cap}) in each of its {len(ctx.zones)} zones"
 
 
 def longest_lived_zone(ctx: PlacementContext, candidates: list[str]) -> str:
-    """Among `candidates`, the zone whose spot has lasted longest on average so far (ties: the given order)."""
+    """Among `candidates`, the zone whose spot has lasted longest on average so far (ties: the cheaper spot, then
+    the given order)."""
     log = ctx.spot_log()
 
     def mean_life(zone: str) -> float:
@@ -104,7 +135,7 @@ def longest_lived_zone(ctx: PlacementContext, candidates: list[str]) -> str:
             lives.append(ctx.now - runs.since)  # the run going on counts with what it has lasted so far
         return sum(lives) / len(lives) if lives else 0.0
 
-    return max(candidates, key=lambda z: (mean_life(z), -candidates.index(z)))
+    return max(candidates, key=lambda z: (mean_life(z), -spot_price_rank(ctx, z), -candidates.index(z)))
 
 
 def on_demand_zone(ctx: PlacementContext) -> str:

@@ -3,12 +3,12 @@
 The job needs `compute_seconds` of work; each start on a new instance costs `restart_overhead` seconds before
 work counts; a spot instance whose zone loses capacity gets `notice_seconds` of notice (the trainer checkpoints
 at once, so no work is lost) and is gone after it. Placement decisions come from the very policy object the
-controller uses.
+controller uses, told the zones' spot prices as the controller tells them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from spotrun.policy import Launch, PastAttempt, PlacementContext, PlacementPolicy, Wait
@@ -26,6 +26,11 @@ class ReplayJob:
     preemptions_before_fallback: int = 3
     fallback_window: float = 3600.0
     fallback: str = "on-demand"
+    spot_prices: Mapping[str, float] = field(default_factory=dict)  # $/h per zone, as the controller tells its policy
+    # A launch refused takes this long, as a cloud's launch call does: the tries of one round are told apart in time,
+    # and the zone refused longest ago is tried first after a wait, as live
+    refused_try_seconds: float = 0.5
+    max_spot_price: float | None = None
 
 
 @dataclass
@@ -58,6 +63,7 @@ def replay(
             return result
         if decision.market == "spot" and not spot_available(decision.zone, now):
             result.attempts.append(PastAttempt(decision.zone, "spot", now, None, now, "no_capacity"))
+            now += job.refused_try_seconds
             continue
         capacity_rounds = 0
         started = now
@@ -100,4 +106,6 @@ def _context(
         capacity_rounds=capacity_rounds,
         waited_until=waited_until,
         history=tuple(result.attempts),
+        spot_prices=job.spot_prices,
+        max_spot_price=job.max_spot_price,
     )

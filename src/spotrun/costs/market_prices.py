@@ -1,0 +1,83 @@
+"""Spot's price per zone as the cloud quotes it now, over the catalog's.
+
+The catalog holds one reference spot price per instance type (AWS: us-west-2's), but EC2 prices each zone's spot
+apart and moves the prices over days. Where a provider can quote them (`spot_prices`: EC2's spot price history),
+a placement weighs, and an attempt records, the zone's quoted price. The quote is asked at most once per `ttl` per
+cloud and instance type: every placement of every job reads it, and the cloud limits how often it may be asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from spotrun.costs import catalog
+
+log = logging.getLogger(__name__)
+
+PriceFunction = Callable[..., tuple[float, float]]  # (cloud, type, market, zone, accelerators) -> ($/h, on-demand $/h)
+QUOTES_LAST = 300.0  # seconds: EC2 moves spot prices at most a few times a day
+
+
+def catalog_prices(
+    cloud: str, instance_type: str, market: str, zone: str | None, accelerators: Mapping[str, int] | None = None,
+) -> tuple[float, float]:
+    """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
+    accelerators included."""
+    return (
+        catalog.machine_price(cloud, instance_type, accelerators, market, zone),
+        catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
+    )
+
+
+class MarketPrices:
+    """A price function (`catalog_prices`'s signature) that takes spot's $/h in a zone from the cloud's quote where
+    its provider gives one, else from the catalog. A quote that fails is logged and not asked again for `ttl`: the
+    catalog's prices stand in meanwhile."""
+
+    def __init__(
+        self, provider: Callable[[str], Any], fallback: PriceFunction = catalog_prices, *,
+        ttl: float = QUOTES_LAST, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._provider = provider
+        self._fallback = fallback
+        self._ttl = ttl
+        self._clock = clock
+        self._quotes: dict[tuple[str, str], tuple[float, Mapping[str, float]]] = {}
+        self._lock = threading.Lock()  # a controller's workers place jobs at once
+
+    def __call__(
+        self, cloud: str, instance_type: str, market: str, zone: str | None,
+        accelerators: Mapping[str, int] | None = None,
+    ) -> tuple[float, float]:
+        if market == "spot" and zone is not None:
+            quoted = self.quotes(cloud, instance_type).get(zone)
+            if quoted is not None:  # the whole machine's price, as EC2 quotes it
+                return quoted, self._fallback(cloud, instance_type, "on-demand", None, accelerators)[1]
+        return self._fallback(cloud, instance_type, market, zone, accelerators)
+
+    def quotes(self, cloud: str, instance_type: str) -> Mapping[str, float]:
+        """Spot's $/h per zone as the cloud quoted it within `ttl` (empty: it gives no quotes, or could not)."""
+        key, now = (cloud, instance_type), self._clock()
+        with self._lock:
+            asked = self._quotes.get(key)
+            if asked is not None and now - asked[0] < self._ttl:
+                return asked[1]
+            quoted = self._ask(cloud, instance_type)
+            self._quotes[key] = (now, quoted)
+            return quoted
+
+    def _ask(self, cloud: str, instance_type: str) -> Mapping[str, float]:
+        provider = self._provider(cloud)
+        ask = getattr(provider, "spot_prices", None)
+        if ask is None:
+            return {}
+        try:
+            return dict(ask(instance_type))
+        except Exception as error:  # a missing permission or an outage: the catalog's prices stand in
+            log.warning("no spot price quote for %s on %s (%s); the catalog's prices stand in for %.0f s",
+                        instance_type, cloud, error, self._ttl)
+            return {}
