@@ -12,8 +12,10 @@ STEP = 600.0
 SPOT, OD = 0.9731, 3.06
 
 
-def brute_force(available: np.ndarray, compute: float, steps: int, overhead: float) -> float:
-    """Cheapest schedule over all choices per step of: idle, on-demand, spot in zone z (the paper's model)."""
+def brute_force(available: np.ndarray, compute: float, steps: int, overhead: float, spot=None) -> float:
+    """Cheapest schedule over all choices per step of: idle, on-demand, spot in zone z (the paper's model); `spot`:
+    each zone's spot price (default: SPOT in every zone)."""
+    spot = spot or [SPOT] * available.shape[0]
     zones = available.shape[0]
     choices = [None, ("od", None)] + [("spot", z) for z in range(zones)]
     best = np.inf
@@ -31,7 +33,7 @@ def brute_force(available: np.ndarray, compute: float, steps: int, overhead: flo
                 owed = overhead
             held = choice
             if held is not None:
-                cost += (SPOT if held[0] == "spot" else OD) * STEP / 3600
+                cost += (spot[held[1]] if held[0] == "spot" else OD) * STEP / 3600
                 work = max(STEP - owed, 0.0)
                 owed = max(owed - STEP, 0.0)
                 done = min(done + work, compute)
@@ -63,6 +65,23 @@ def test_dp_matches_brute_force_on_two_zones(seed):
     compute = 2 * STEP
     expected = brute_force(available, compute, steps, 360.0)
     assert optimal_cost(problem(available, compute, steps, 360.0)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dp_matches_brute_force_with_zones_priced_apart(seed):
+    rng = np.random.default_rng(200 + seed)
+    steps = 5
+    available = rng.random((2, steps)) < 0.6
+    compute, prices = 2 * STEP, [0.6, 1.4]
+    expected = brute_force(available, compute, steps, 360.0, prices)
+    priced = Problem(np.asarray(available), STEP, compute, steps * STEP, 360.0, SPOT, OD, zone_spot_prices=tuple(prices))
+    assert optimal_cost(priced) == pytest.approx(expected)
+    # and the plan, replayed in the engine at the same prices, costs what the DP says
+    window = np.concatenate([available, np.zeros((2, 3), bool)], axis=1)
+    job = SimJob(compute_seconds=compute, deadline_seconds=steps * STEP, restart_overhead=360.0,
+                 zone_spot_prices=(("a", 0.6), ("b", 1.4)))
+    result = run_job(OmniscientPolicy.plan(priced, ("a", "b")), ("a", "b"), window, STEP, job)
+    assert result.met_deadline and result.cost == pytest.approx(expected)
 
 
 def test_infeasible_deadline_costs_infinity():

@@ -135,6 +135,10 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
         (["--market-history-hours", "-1"], "--market-history-hours must be 0 or more (inf: all), got -1.0"),
         (["--market-history-hours", "nan"], "--market-history-hours must be 0 or more"),
         (["--max-price", "0"], "--max-price must be a positive number, got 0"),
+        (["--zone-spot-price", "a"], "--zone-spot-price 'a': expected ZONE=PRICE with a positive $/h, e.g. a=0.92"),
+        (["--zone-spot-price", "a=-1"], "--zone-spot-price 'a=-1': expected ZONE=PRICE"),
+        (["--zone-spot-price", "a=cheap"], "--zone-spot-price 'a=cheap': expected ZONE=PRICE"),
+        (["--zone-spot-price", "mars=0.5"], "no zone 'mars' in the traces; zones: a"),
     ],
 )
 def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
@@ -171,7 +175,7 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     report = simulate_json("--trace", str(tmp_path), "--job", str(job))
     assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
                              "on_demand_price": 3.06, "spot_price": 0.9731, "max_price": None, "nodes": 1,
-                             "file": str(job), "live": {"policy": "default", "use_spot": True, "fallback": "on-demand",
+                             "zone_spot_prices": {}, "file": str(job), "live": {"policy": "default", "use_spot": True, "fallback": "on-demand",
                                                         "preemptions_before_fallback": 3, "fallback_window": 3600.0,
                                                         "row": None}}
     # an option given overrides the file; a job with prices of its own is priced at them
@@ -429,3 +433,29 @@ def test_replay_tells_the_policy_the_zones_prices_and_spaces_refused_tries():
     assert [(a.zone, a.created_at, a.end_reason) for a in result.attempts] == [
         ("c", 0.0, "no_capacity"), ("b", 0.5, "no_capacity"), ("a", 1.0, "succeeded"),
     ]
+
+
+def test_zones_priced_apart_are_billed_and_chosen_at_their_own_prices(tmp_path):
+    """Spot everywhere all along, zone b 20% cheaper: every spot policy runs in b and pays b's price (one run each,
+    from the start, with the job's overhead); the cap takes a zone out, and the report says which."""
+    for zone in ("a", "b"):
+        write_trace(tmp_path / f"{zone}.json", [1] * 100)
+    args = ["--trace", str(tmp_path), "--multi-zone", "--compute-hours", "4", "--deadline-hours", "8",
+            "--overhead-hours", "0", "--every-hours", "100", "--policy", "all"]
+    same = simulate_json(*args)
+    apart = simulate_json(*args, "--zone-spot-price", "a=0.9731", "--zone-spot-price", "b=0.7785")
+    assert apart["job"]["zone_spot_prices"] == {"a": 0.9731, "b": 0.7785}
+    for before, after in zip(same["policies"], apart["policies"]):
+        if before["policy"] == "on_demand":
+            assert after["mean"] == before["mean"] == pytest.approx(1.0)
+        else:
+            assert before["mean"] == pytest.approx(0.9731 / 3.06)
+            assert after["mean"] == pytest.approx(0.7785 / 3.06), after["policy"]
+    dearer = simulate_json(*args, "--zone-spot-price", "b=0.9731", "--zone-spot-price", "a=0.7785")
+    assert all(p["mean"] == pytest.approx(0.7785 / 3.06) for p in dearer["policies"] if p["policy"] != "on_demand")
+    capped = [*args, "--zone-spot-price", "a=0.5", "--zone-spot-price", "b=2.0", "--max-price", "1.0"]
+    assert all(p["mean"] == pytest.approx(0.5 / 3.06) for p in simulate_json(*capped)["policies"]
+               if p["policy"] != "on_demand")
+    table = CliRunner().invoke(app, ["simulate", *capped, "--processes", "1"])
+    assert table.exit_code == 0, table.output
+    assert "costs more than the max price ($1/h) in b: no policy ran spot there" in " ".join(table.output.split())

@@ -57,6 +57,9 @@ def simulate(
     max_price: Annotated[Optional[float], typer.Option(
         help="$/h a spot launch bids at most: spot priced above it is refused, as live [default: the job file's "
              "spot.max_price, else the on-demand price]")] = None,
+    zone_spot_price: Annotated[Optional[list[str]], typer.Option(
+        help="ZONE=PRICE: $/h spot in that zone (a trace's file name without .json), where zones are priced apart "
+             "as EC2 prices them (repeatable) [default: --spot-price in every zone]")] = None,
     nodes: Annotated[Optional[int], typer.Option(
         help="nodes of a gang: spot is there while a trace counts that many instances, and costs are the gang's "
              "[default: the job file's resources.nodes, else 1]")] = None,
@@ -87,8 +90,9 @@ def simulate(
                            max_price=max_price, nodes=nodes)
         _check_options(every_hours=every_hours, **numbers)
         _check_sweep_options(observe, market_history_hours, fleet)
-        job = _sim_job(numbers)
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone, int(numbers["nodes"]))
+        zone_prices = parse_zone_prices(zone_spot_price or [], markets)
+        job = _sim_job(numbers, zone_prices)
         live = from_file.placement if from_file is not None else None
         began = time.perf_counter()
         run_sweep = partial(sweep, markets, every_seconds=every_hours * HOUR, observe=observe, processes=processes,
@@ -110,7 +114,8 @@ def simulate(
     per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
     if as_json:
-        typer.echo(_json_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, per_market, live))
+        typer.echo(_json_report(summaries, {**numbers, "zone_spot_prices": zone_prices}, job_file, markets,
+                                sweep_settings, elapsed, per_market, live))
     else:
         _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job, live)
         if per_market is not None:
@@ -165,11 +170,31 @@ def with_row(names: list[str], after: str, row: str) -> list[str]:
     return [*names[:at], row, *names[at:]]
 
 
-def _sim_job(numbers: dict[str, float]) -> SimJob:
+def _sim_job(numbers: dict[str, float], zone_prices: dict[str, float] | None = None) -> SimJob:
     """The simulated job in seconds, priced for the whole gang."""
     gang, cap = int(numbers["nodes"]), numbers["max_price"]
     return SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR, numbers["overhead_hours"] * HOUR,
-                  gang * numbers["on_demand_price"], gang * numbers["spot_price"], None if cap is None else gang * cap)
+                  gang * numbers["on_demand_price"], gang * numbers["spot_price"], None if cap is None else gang * cap,
+                  zone_spot_prices=tuple((zone, gang * price) for zone, price in (zone_prices or {}).items()))
+
+
+def parse_zone_prices(given: list[str], markets: list[tuple[str, Market]]) -> dict[str, float]:
+    """--zone-spot-price ZONE=PRICE options as {zone: $/h}, each zone one of the markets'."""
+    zones = {zone for _, market in markets for zone in market.zones}
+    prices: dict[str, float] = {}
+    for item in given:
+        zone, sep, text = item.partition("=")
+        try:
+            price = float(text) if sep else math.nan
+        except ValueError:
+            price = math.nan
+        if not (price > 0 and math.isfinite(price)):
+            raise ValueError(f"--zone-spot-price {item!r}: expected ZONE=PRICE with a positive $/h, e.g. "
+                             f"{min(zones)}=0.92")
+        if zone not in zones:
+            raise ValueError(f"--zone-spot-price {item!r}: no zone {zone!r} in the traces; zones: {', '.join(sorted(zones))}")
+        prices[zone] = price
+    return prices
 
 
 def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool) -> None:
@@ -218,15 +243,28 @@ def _print_report(
     print_whole(console, summary_table(summaries, title, closed))
     if live is not None:
         console.print(live.note())
-    if not job.spot_within_max_price:
-        console.print(f"[yellow]spot (${numbers['spot_price']:g}/h) costs more than the max price "
-                      f"(${max_spot_price(numbers['on_demand_price'], numbers['max_price']):g}/h): every spot launch "
-                      "is refused, so every policy ran on on-demand[/]")
+    if warning := _priced_out_warning(job, numbers, markets):
+        console.print(f"[yellow]{warning}[/]")
     console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + "); "
                   "> on-demand: the share of runs that cost more than on-demand from the start"
                   + ("; gap closed: the share of the uniform_progress → omniscient gap in mean cost" if closed else "")
                   + ("; '-' where a policy missed deadlines" if closed and any(s.misses for s in summaries) else ""))
+
+
+def _priced_out_warning(job: SimJob, numbers: dict[str, float], markets: list[tuple[str, Market]]) -> str | None:
+    """What the report says where spot costs more than the max price: in every zone, or in some."""
+    zones = sorted({zone for _, market in markets for zone in market.zones})
+    priced_out = [zone for zone in zones if not job.spot_within_max_price_in(zone)]
+    if not priced_out:
+        return None
+    cap = f"${max_spot_price(numbers['on_demand_price'], numbers['max_price']):g}/h"
+    if len(priced_out) == len(zones) and not job.zone_spot_prices:
+        return (f"spot (${numbers['spot_price']:g}/h) costs more than the max price ({cap}): every spot launch is "
+                "refused, so every policy ran on on-demand")
+    if len(priced_out) == len(zones):
+        return f"spot costs more than the max price ({cap}) in every zone, so every policy ran on on-demand"
+    return f"spot costs more than the max price ({cap}) in {', '.join(priced_out)}: no policy ran spot there"
 
 
 def _json_number(value: float | None) -> float | None:

@@ -31,6 +31,14 @@ class Problem:
     overhead: float
     spot_price: float  # per hour
     on_demand_price: float  # per hour
+    zone_spot_prices: tuple[float, ...] = ()  # per hour, per availability row, where the zones' prices differ
+
+    def spot_step_costs(self) -> list[float]:
+        """What a step of spot costs in each zone."""
+        prices = self.zone_spot_prices or (self.spot_price,) * self.available.shape[0]
+        if len(prices) != self.available.shape[0]:
+            raise ValueError(f"omniscient: {len(prices)} zone prices for {self.available.shape[0]} availability rows")
+        return [price * self.step / 3600 for price in prices]
 
     @cached_property
     def unit(self) -> int:
@@ -89,13 +97,13 @@ def value_tables(problem: Problem, keep: bool = True) -> list[np.ndarray] | np.n
     states = _States(zones, problem.ages)
     goal, ages = problem.goal, problem.ages
     works = [problem.work(a) for a in range(ages + 1)]
-    spot_cost = problem.spot_price * problem.step / 3600
+    spot_costs = problem.spot_step_costs()
     od_cost = problem.on_demand_price * problem.step / 3600
     nxt = np.full((states.count, goal + 1), INFINITE)
     nxt[:, goal] = 0.0
     tables = [nxt] if keep else []
     for t in range(horizon - 1, -1, -1):
-        nxt = _step_back(nxt, problem.available[:, t], states, works, spot_cost, od_cost)
+        nxt = _step_back(nxt, problem.available[:, t], states, works, spot_costs, od_cost)
         if keep:
             tables.append(nxt)
     if keep:
@@ -104,7 +112,7 @@ def value_tables(problem: Problem, keep: bool = True) -> list[np.ndarray] | np.n
     return nxt
 
 
-def _step_back(nxt, available, states: _States, works, spot_cost, od_cost) -> np.ndarray:
+def _step_back(nxt, available, states: _States, works, spot_costs, od_cost) -> np.ndarray:
     """V[t] from V[t+1]. Every row that does not keep its instance falls back to `fresh`, the best of idling and
     starting anew; an on-demand row may also keep it, a spot row too where its zone still has spot (numpy calls are
     what this costs: each is written into place, and shared terms are computed once)."""
@@ -116,7 +124,7 @@ def _step_back(nxt, available, states: _States, works, spot_cost, od_cost) -> np
     spot_start = None
     for z in range(states.zones):
         if available[z]:
-            start = _plus_shifted(spot_cost, nxt[states.spot(z, 1)], works[0])
+            start = _plus_shifted(spot_costs[z], nxt[states.spot(z, 1)], works[0])
             spot_start = start if spot_start is None else np.minimum(spot_start, start, out=spot_start)
     idle_or_spot = idle if spot_start is None else np.minimum(idle, spot_start)
     if spot_start is not None:
@@ -127,7 +135,7 @@ def _step_back(nxt, available, states: _States, works, spot_cost, od_cost) -> np
         np.minimum(idle_or_spot, od_keep, out=now[states.on_demand(age)])
         for z in range(states.zones):
             if available[z]:
-                spot_keep = _plus_shifted(spot_cost, nxt[states.spot(z, after)], works[age])
+                spot_keep = _plus_shifted(spot_costs[z], nxt[states.spot(z, after)], works[age])
                 np.minimum(fresh, spot_keep, out=now[states.spot(z, age)])
             else:
                 now[states.spot(z, age)] = fresh
@@ -180,7 +188,7 @@ class OmniscientPolicy:
             return _fallback(ctx, "omniscient: past the deadline")
         progress = min(round((ctx.progress or 0.0) / problem.unit), problem.goal)
         nxt = self.tables[t + 1]
-        spot_cost = problem.spot_price * problem.step / 3600
+        spot_costs = problem.spot_step_costs()
         od_cost = problem.on_demand_price * problem.step / 3600
         held, age = self._held(ctx, problem)
         options: list[tuple[float, int, RunningDecision]] = [(nxt[0, progress], 1, Wait(ctx.now + problem.step, "omniscient: idle"))]
@@ -194,7 +202,7 @@ class OmniscientPolicy:
             if not problem.available[z, t]:
                 continue
             z_age = age if held == ("spot", z) else 0
-            value = spot_cost + nxt[states.spot(z, min(z_age + 1, problem.ages)), min(progress + problem.work(z_age), problem.goal)]
+            value = spot_costs[z] + nxt[states.spot(z, min(z_age + 1, problem.ages)), min(progress + problem.work(z_age), problem.goal)]
             choice = Keep("omniscient: spot") if z_age else Launch(zone, "spot", "omniscient: spot")
             options.append((value, 0 if z_age else 2, choice))
         return min(options, key=lambda o: (round(o[0], 9), o[1]))[2]

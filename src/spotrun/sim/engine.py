@@ -63,6 +63,8 @@ class SimJob:
     spot_price: float = P3_2XLARGE_SPOT  # $/h
     max_price: float | None = None  # $/h a spot launch bids at most; None: the on-demand price, as live
     settings: SpotSettings = SpotSettings()
+    # (zone, $/h) where a zone's spot costs other than `spot_price`, as EC2 prices each zone's spot apart
+    zone_spot_prices: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("compute_seconds", "deadline_seconds", "on_demand_price", "spot_price"):
@@ -70,23 +72,49 @@ class SimJob:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.restart_overhead < 0:
             raise ValueError(f"restart_overhead must be >= 0, got {self.restart_overhead}")
+        for zone, price in self.zone_spot_prices:
+            if not price > 0:
+                raise ValueError(f"the spot price in {zone} must be positive, got {price}")
         max_spot_price(self.on_demand_price, self.max_price)  # refuses a cap that is not positive
+
+    def spot_price_in(self, zone: str) -> float:
+        """$/h of spot in `zone`."""
+        return dict(self.zone_spot_prices).get(zone, self.spot_price)
 
     @property
     def spot_within_max_price(self) -> bool:
-        """Whether a spot launch bidding the max price is taken at the spot price: prices are constant here, so
-        spot above the cap is refused for the whole run (the live provider's "price too low"), wherever it has
-        capacity."""
-        return self.spot_price <= max_spot_price(self.on_demand_price, self.max_price) * (1 + 1e-12)
+        """Whether a spot launch bidding the max price is taken at the spot price where no zone's own is given."""
+        return self._within_cap(self.spot_price)
 
-    @property
-    def spot_refusal(self) -> str:
-        """Why a spot launch where the trace has no spot is refused, as the live controller records it."""
-        return "no_capacity" if self.spot_within_max_price else "price_too_low"
+    def spot_within_max_price_in(self, zone: str) -> bool:
+        """Whether a spot launch in `zone` bidding the max price is taken: prices are constant here, so spot above
+        the cap is refused there for the whole run (the live provider's "price too low"), whenever it has capacity."""
+        return self._within_cap(self.spot_price_in(zone))
 
-    def spot_it_can_have(self, available: np.ndarray) -> np.ndarray:
-        """The availability this job sees: the market's, or none where spot costs more than its max price."""
-        return available if self.spot_within_max_price else np.zeros_like(available, dtype=bool)
+    def _within_cap(self, price: float) -> bool:
+        return price <= max_spot_price(self.on_demand_price, self.max_price) * (1 + 1e-12)
+
+    def spot_refusal_in(self, zone: str) -> str:
+        """Why a spot launch in `zone` where the trace has no spot is refused, as the live controller records it."""
+        return "no_capacity" if self.spot_within_max_price_in(zone) else "price_too_low"
+
+    def spot_it_can_have(self, available: np.ndarray, zones: tuple[str, ...]) -> np.ndarray:
+        """The availability this job sees (zones × steps): the market's, none in a zone whose spot costs more than
+        its max price."""
+        priced_out = [i for i, zone in enumerate(zones) if not self.spot_within_max_price_in(zone)]
+        if not priced_out:
+            return available
+        seen = np.array(available, dtype=bool)
+        seen[priced_out] = False
+        return seen
+
+    def policy_prices(self, zones: tuple[str, ...]) -> dict:
+        """The prices a policy is told, as the live controller tells them (`PlacementContext`'s fields)."""
+        return {
+            "spot_price": self.spot_price, "on_demand_price": self.on_demand_price,
+            "spot_prices": {zone: self.spot_price_in(zone) for zone in zones} if self.zone_spot_prices else {},
+            "max_spot_price": max_spot_price(self.on_demand_price, self.max_price),
+        }
 
     def check_can_finish(self, step: float) -> None:
         """Refuse a deadline that on-demand from the start would miss: time moves in whole steps, so it must leave
@@ -170,7 +198,7 @@ class JobRun:
         if observe not in OBSERVE_MODES:
             raise ValueError(f"observe must be one of {', '.join(OBSERVE_MODES)}, got {observe!r}")
         self.policy, self.zones, self.step, self.job = policy, zones, step, job
-        self.available = job.spot_it_can_have(available)
+        self.available = job.spot_it_can_have(available, zones)
         self.tick_model = observe == "tick"
         self.drain_first = observe == "drain-first"
         self.job_id = job_id
@@ -186,13 +214,14 @@ class JobRun:
         self.history: tuple[PastAttempt, ...] = ()
         self.not_before: float | None = None  # a Wait's time: not asked again before it while nothing is held
         self.capacity_rounds = 0  # waits since the job last started an instance, as the controller counts them
-        self.spot_price = job.spot_price * step / 3600
+        self.spot_step_cost = {zone: job.spot_price_in(zone) * step / 3600 for zone in zones}
         self.od_price = job.on_demand_price * step / 3600
+        self.prices = job.policy_prices(zones)
 
     def record_history(self, seen_before: np.ndarray) -> None:
         if seen_before.ndim != 2 or seen_before.shape[0] != len(self.zones):
             raise ValueError(f"history must be (zones, steps) with {len(self.zones)} zones, got {seen_before.shape}")
-        seen_before = self.job.spot_it_can_have(seen_before)
+        seen_before = self.job.spot_it_can_have(seen_before, self.zones)
         steps = seen_before.shape[1]
         for t in range(steps):
             for zone, up in zip(self.zones, seen_before[:, t].tolist()):
@@ -301,7 +330,7 @@ class JobRun:
                     raise RuntimeError(f"{self.policy.name}: asked twice in one step for spot in {decision.zone}")
                 refused.add(decision.zone)
                 self.log.record(decision.zone, now, False)
-                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, self.job.spot_refusal))
+                self.history = (*self.history, PastAttempt(decision.zone, "spot", now, None, now, self.job.spot_refusal_in(decision.zone)))
                 continue
             self._start(now, decision)
             return True
@@ -341,7 +370,7 @@ class JobRun:
             return
         result = self.result
         if current.market == "spot":
-            result.cost += self.spot_price
+            result.cost += self.spot_step_cost[current.zone]
             result.spot_seconds += self.step
         else:
             result.cost += self.od_price
@@ -374,7 +403,6 @@ class JobRun:
             spot_now=spot_now,
             moves_drain_first=self.drain_first,
             save_interval=0.0,  # a preemption costs the job its restart, never work done
-            spot_price=self.job.spot_price,
-            on_demand_price=self.job.on_demand_price,
+            **self.prices,
         )
 

@@ -72,13 +72,14 @@ def policy_for(name: str, market: Market, start: int, job: SimJob, started: floa
     run asks on)."""
     if name == OMNISCIENT:
         problem = Problem(
-            available=job.spot_it_can_have(market.window(start, _deadline_steps(job, market))),
+            available=job.spot_it_can_have(market.window(start, _deadline_steps(job, market)), market.zones),
             step=market.gap_seconds,
             compute=job.compute_seconds,
             deadline=job.deadline_seconds,
             overhead=job.restart_overhead,
             spot_price=job.spot_price,
             on_demand_price=job.on_demand_price,
+            zone_spot_prices=tuple(job.spot_price_in(zone) for zone in market.zones) if job.zone_spot_prices else (),
         )
         return OmniscientPolicy.plan(problem, market.zones, started)
     return get_policy(name)
