@@ -86,12 +86,24 @@ def test_spot_priced_out_everywhere_waits_or_falls_back_saying_why():
 def test_spot_is_launched_in_the_cheapest_zone_not_known_apart(policy):
     decision = policy.decide(deadline_ctx())
     assert isinstance(decision, Launch) and (decision.market, decision.zone) == ("spot", "z-b")
-    # another job's spot runs in z-c, which would come first, but above the job's cap
+    # another job's spot runs in z-c, which the baselines take first, but above the job's cap
     running = (PastAttempt("z-c", "spot", 9_000.0, 9_060.0, None, None),)
     dearer = dict(spot_prices={"z-a": 1.02, "z-b": 1.05, "z-c": 1.1}, market=running)
-    assert policy.decide(deadline_ctx(**dearer)).zone == "z-c"
+    if not isinstance(policy, DeadlineAwarePolicy):  # which weighs the price against the chance (below)
+        assert policy.decide(deadline_ctx(**dearer)).zone == "z-c"
     capped = policy.decide(deadline_ctx(max_spot_price=1.03, **dearer))
     assert isinstance(capped, Launch) and (capped.market, capped.zone) == ("spot", "z-a")
+
+
+@pytest.mark.parametrize(("known", "other", "zone"), [(2.9, 0.9, "z-a"), (0.9731, 0.9731, "z-c")])
+def test_the_deadline_plan_weighs_a_cheap_zone_against_a_dear_one_known_to_have_spot(known, other, zone):
+    """Another job's spot runs in z-c, priced near on-demand; z-a's spot costs a third of that, not known either way.
+    Planned at z-c's price alone, the job went on-demand; planned at each zone's own, it tries z-a. At one price in
+    every zone, the zone known to have spot."""
+    running = (PastAttempt("z-c", "spot", 9_000.0, 9_060.0, None, None),)
+    prices = {"z-a": other, "z-b": 3.0, "z-c": known}
+    decision = DeadlineAwarePolicy().decide(deadline_ctx(spot_prices=prices, market=running))
+    assert isinstance(decision, Launch) and (decision.market, decision.zone) == ("spot", zone), decision
 
 
 def short_lived_spot_history(now):

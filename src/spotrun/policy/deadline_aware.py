@@ -8,7 +8,8 @@ leaves on-demand for spot only when the expected life of spot of that age pays f
 follow (hysteresis sized by the restart overhead), and stops taking spot that keeps dying young (the preemption
 loop). Each step it idles is charged a little in the plan (never billed), so that slack is not spent on waits the
 fitted model only just finds worth it. With several zones it launches spot in the zone whose spot has lasted
-longest. The deadline is never risked: a plan that on-demand could not rescue has infinite cost.
+longest; where the zones' spot is priced apart, it plans a launch in each at its own price and takes the cheapest
+plan. The deadline is never risked: a plan that on-demand could not rescue has infinite cost.
 """
 
 from __future__ import annotations
@@ -105,14 +106,18 @@ class DeadlineAwarePolicy:
         hazards = estimate_hazards(
             log, ctx.zones, step, self.prior_mean_up / step, self.prior_mean_down / step, self.prior_runs
         )
-        belief, likeliest = _availability_belief(ctx, log, hazards, step)
-        target = spot_target(ctx, likeliest)
-        shape = job_shape(ctx, view, step, unit, self.idle_charge, target)
-        steps_left, start = step_start(ctx, view, shape, step, unit)
         held = ctx.current.market if ctx.current is not None else None
-        values = _option_values(
-            value_table(shape, hazards), hazards, steps_left, start, held, belief, ctx.moves_drain_first,
-        )
+
+        def plan(target: str | None, belief: Belief) -> dict[str, float]:
+            shape = job_shape(ctx, view, step, unit, self.idle_charge, target)
+            steps_left, start = step_start(ctx, view, shape, step, unit)
+            table = value_table(shape, hazards)
+            return _option_values(table, hazards, steps_left, start, held, belief, ctx.moves_drain_first)
+
+        plans = [(target, belief, likeliest, plan(target, belief))
+                 for target, belief, likeliest in _launch_options(ctx, log, hazards, step)]
+        # the launch whose plan is cheapest, and that plan's choice (the first launch on a tie)
+        target, belief, likeliest, values = min(plans, key=lambda p: p[3].get("spot", math.inf))
         best = min(values, key=lambda c: (values[c], c != held, CHOICE_ORDER.index(c)))
         if math.isinf(values[best]):
             return "on-demand", "no plan keeps the deadline for sure: on-demand", target
@@ -124,6 +129,33 @@ class DeadlineAwarePolicy:
 
 
 Belief = tuple[tuple[int, float], ...]  # (chain state, chance) pairs
+
+
+def _launch_options(
+    ctx: PlacementContext, log: SpotLog, hazards: RunHazards, step: float,
+) -> list[tuple[str | None, Belief, str | None]]:
+    """The spot launches to plan for, as (zone, where spot's chain may be there, the zone if its spot is not known
+    now). Where the zones that may be tried cost the same: one, in the zone `spot_target` picks, with the belief over
+    all zones. Where they are priced apart: each of them with its own belief, planned at its own price, so that a
+    cheaper zone's spot is weighed against a likelier one's (a dearer zone known to have spot hid a cheap one not
+    known either way, and the plan chose on-demand at the dear zone's price)."""
+    belief, likeliest = _availability_belief(ctx, log, hazards, step)
+    candidates = [] if ctx.current is not None and ctx.current.market == "spot" else spot_zones_to_try(ctx)
+    if len({spot_price_rank(ctx, zone) for zone in candidates}) < 2:
+        return [(spot_target(ctx, likeliest), belief, likeliest)]
+    return [(zone, *_launch_belief(ctx, log, hazards, step, zone)) for zone in candidates]
+
+
+def _launch_belief(
+    ctx: PlacementContext, log: SpotLog, hazards: RunHazards, step: float, zone: str,
+) -> tuple[Belief, str | None]:
+    """Where spot's chain may be in `zone`: the age of its run where spot is known there now, else moved on from the
+    zone's last observation (`_zone_belief`), the zone then named."""
+    runs = log.zone(zone)
+    if ctx.spot_known_now(zone):
+        age = current_age(runs.since, ctx.now, step) if runs.available else 1
+        return ((chain_state(hazards, True, age), 1.0),), None
+    return _zone_belief(runs, hazards, ctx.now, step), zone
 
 
 def _availability_belief(
