@@ -139,11 +139,11 @@ def _launch_options(
     all zones. Where they are priced apart: each of them with its own belief, planned at its own price, so that a
     cheaper zone's spot is weighed against a likelier one's (a dearer zone known to have spot hid a cheap one not
     known either way, and the plan chose on-demand at the dear zone's price)."""
-    belief, likeliest = _availability_belief(ctx, log, hazards, step)
     candidates = [] if ctx.current is not None and ctx.current.market == "spot" else spot_zones_to_try(ctx)
-    if len({spot_price_rank(ctx, zone) for zone in candidates}) < 2:
-        return [(spot_target(ctx, likeliest), belief, likeliest)]
-    return [(zone, *_launch_belief(ctx, log, hazards, step, zone)) for zone in candidates]
+    if len({spot_price_rank(ctx, zone) for zone in candidates}) > 1:
+        return [(zone, *_launch_belief(ctx, log, hazards, step, zone)) for zone in candidates]
+    belief, likeliest = _availability_belief(ctx, log, hazards, step)
+    return [(spot_target(ctx, likeliest), belief, likeliest)]
 
 
 def _launch_belief(
