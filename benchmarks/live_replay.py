@@ -29,6 +29,7 @@ run, and the means.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -84,6 +85,17 @@ class TraceCloud(MemoryCloud):
         for info in self.running():
             if info.market == "spot" and not self.spot_up(info.zone):
                 self.reclaim(info.instance_id)
+
+
+class QuotingTraceCloud(TraceCloud):
+    """A trace cloud whose zones' spot is priced apart, quoted as EC2 quotes it (`AwsProvider.spot_prices`)."""
+
+    def __init__(self, *args, zone_prices: dict[str, float], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.zone_prices = zone_prices
+
+    def spot_prices(self, instance_type: str) -> dict[str, float]:
+        return {zone: self.zone_prices.get(zone, P3_2XLARGE_SPOT) for zone in self.traces}
 
 
 RESUME_ME = {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}  # saved, stopped: place me again
@@ -292,6 +304,9 @@ class Setting:
     nodes: int = 1  # > 1: a multi-node job, every node in the trace's zone
     notice: float = 0.0  # seconds of notice before spot is taken back (0: none)
     story: bool = False  # print each run's attempts and events (stderr)
+    # $/h of spot in zones priced apart (the others: p3.2xlarge's), quoted by the cloud; the job file then gives no
+    # prices of its own, and the controller takes them from its price function (`MarketPrices`) as it would on AWS
+    zone_prices: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -304,10 +319,12 @@ class Outcome:
 
 def job_text(setting: Setting) -> str:
     overhead = f"restart_overhead: {setting.overhead:.0f}s, " if setting.overhead_named else ""
+    # local.cpu is priced as p3.2xlarge in the catalog: without prices of its own, the job pays the cloud's quotes
+    prices = "" if setting.zone_prices else f", prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}"
     return f"""
 name: replay
 run: "true"
-resources: {{cloud: local, instance_type: local.cpu, nodes: {setting.nodes}, prices: {{on_demand: {P3_2XLARGE_ON_DEMAND}, spot: {P3_2XLARGE_SPOT}}}}}
+resources: {{cloud: local, instance_type: local.cpu, nodes: {setting.nodes}{prices}}}
 spot: {{deadline: {setting.deadline:.0f}s, {overhead}policy: {setting.policy}}}
 estimated_duration: {setting.compute:.0f}s
 """
@@ -321,7 +338,11 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
     try:
         clock = ManualClock(1.7e9)
         gap = next(iter(traces.values())).gap_seconds
-        cloud = TraceCloud(clock, traces, origin=clock.now() - start * gap, notice=setting.notice)
+        origin = clock.now() - start * gap
+        cloud = (
+            QuotingTraceCloud(clock, traces, origin, setting.notice, zone_prices=dict(setting.zone_prices))
+            if setting.zone_prices else TraceCloud(clock, traces, origin, setting.notice)
+        )
         settings = ControllerSettings(
             controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
         )
@@ -384,7 +405,7 @@ def outcome(store: Store, job_id: int, now: float, submitted: float, setting: Se
 
 def run_simulated(traces: dict[str, Trace], start: int, setting: Setting) -> Outcome:
     market = Market.from_traces(traces)
-    job = SimJob(setting.compute, setting.deadline, setting.overhead)
+    job = SimJob(setting.compute, setting.deadline, setting.overhead, zone_spot_prices=setting.zone_prices)
     policy = policy_for(setting.policy, market, start, job)
     result = run_job(policy, market.zones, market.available[:, start:], market.gap_seconds, job, observe="launches")
     return Outcome(
@@ -445,6 +466,17 @@ def save_cycle(text: str) -> tuple[float, ...]:
     return gaps
 
 
+def zone_price(text: str) -> tuple[str, float]:
+    zone, _, price = text.partition("=")
+    try:
+        value = float(price)
+    except ValueError:
+        value = math.nan
+    if not zone or not value > 0:
+        raise argparse.ArgumentTypeError(f"expected ZONE=PRICE with a positive $/h: {text!r}")
+    return zone, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", action="append", type=Path, help="trace files (default: every 1-node trace)")
@@ -467,14 +499,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notice", type=float, default=0.0,
                         help="seconds of notice before spot is taken back (default 0: none)")
     parser.add_argument("--story", action="store_true", help="each run's attempts and events, on stderr")
+    parser.add_argument("--zone-spot-price", type=zone_price, action="append", default=[],
+                        help="ZONE=PRICE: $/h spot in that zone (a trace's name), quoted by the cloud (repeatable)")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
                       args.tick, args.progress, not args.measure_overhead, args.save_every, args.nodes, args.notice,
-                      args.story)
+                      args.story, tuple(args.zone_spot_price))
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()
-    for name, traces in markets(paths, args.zones_together).items():
+    chosen = markets(paths, args.zones_together)
+    zones = {zone for traces in chosen.values() for zone in traces}
+    if unknown := sorted({zone for zone, _ in setting.zone_prices} - zones):
+        parser.error(f"--zone-spot-price: no zone {', '.join(unknown)} in these markets; zones: {', '.join(sorted(zones))}")
+    for name, traces in chosen.items():
         for start_hours in args.start_hours or [0.0]:
             start = round(start_hours * HOUR / next(iter(traces.values())).gap_seconds)
             with tempfile.TemporaryDirectory(prefix="spotrun-replay-") as folder:

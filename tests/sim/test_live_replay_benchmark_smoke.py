@@ -141,3 +141,15 @@ def test_a_trainer_that_saves_on_a_cycle_of_gaps_meets_its_deadline(tmp_path: Pa
 def test_a_gap_between_saves_that_is_not_positive_seconds_is_refused(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--save-every", "60,-5"], capture_output=True, text=True)
     assert done.returncode == 2 and "every gap between saves must be positive: '60,-5'" in done.stderr
+
+
+def test_a_zone_priced_apart_is_quoted_billed_and_simulated_alike(tmp_path: Path) -> None:
+    # the cloud quotes the zone's spot at 0.8 (the controller's price function, no prices in the job file): ~0.28
+    _, _, live, sim, _, _, live_preempted, _, live_launches, _ = replay(
+        tmp_path, "always", [1] * 40, "--zone-spot-price", "always=0.8"
+    )
+    assert (live_preempted, live_launches) == ("0", "1")
+    assert 0.26 < float(live) < 0.29 and 0.26 < float(sim) < 0.29 and abs(float(live) - float(sim)) < 0.02
+    refused = subprocess.run([sys.executable, str(SCRIPT), "--trace", str(tmp_path / "always.json"),
+                              "--zone-spot-price", "mars=1"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "no zone mars in these markets; zones: always" in refused.stderr
