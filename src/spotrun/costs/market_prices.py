@@ -19,7 +19,7 @@ from spotrun.costs import catalog
 log = logging.getLogger(__name__)
 
 PriceFunction = Callable[..., tuple[float, float]]  # (cloud, type, market, zone, accelerators) -> ($/h, on-demand $/h)
-QUOTES_LAST = 300.0  # seconds: EC2 moves spot prices at most a few times a day
+QUOTES_LAST = 300.0  # seconds a quote is used: every ask is an API call, and spot prices move over hours, not minutes
 
 
 def catalog_prices(
