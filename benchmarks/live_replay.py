@@ -29,7 +29,6 @@ run, and the means.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from sqlalchemy import select
 
 from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
+from spotrun.cli.simulate import parse_zone_price
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.costs.ledger import bill
 from spotrun.providers import InstanceInfo, LaunchRequest
@@ -467,14 +467,10 @@ def save_cycle(text: str) -> tuple[float, ...]:
 
 
 def zone_price(text: str) -> tuple[str, float]:
-    zone, _, price = text.partition("=")
     try:
-        value = float(price)
-    except ValueError:
-        value = math.nan
-    if not zone or not value > 0:
-        raise argparse.ArgumentTypeError(f"expected ZONE=PRICE with a positive $/h: {text!r}")
-    return zone, value
+        return parse_zone_price(text)
+    except ValueError as problem:
+        raise argparse.ArgumentTypeError(f"{problem}: {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

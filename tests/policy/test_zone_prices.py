@@ -38,7 +38,6 @@ def miss(zone, t=9_000.0):
 @pytest.mark.parametrize("job_id", range(6))
 def test_zones_with_the_same_news_go_cheapest_spot_first(job_id):
     assert zone_order(ctx(job_id=job_id)) == ["z-b", "z-c", "z-a"]
-    # without zone prices, the job's own shuffled order: some job starts elsewhere than the cheapest
     assert DefaultPolicy().place(ctx(job_id=job_id)).zone == "z-b"
 
 

@@ -183,18 +183,26 @@ def parse_zone_prices(given: list[str], markets: list[tuple[str, Market]]) -> di
     zones = {zone for _, market in markets for zone in market.zones}
     prices: dict[str, float] = {}
     for item in given:
-        zone, sep, text = item.partition("=")
         try:
-            price = float(text) if sep else math.nan
-        except ValueError:
-            price = math.nan
-        if not (price > 0 and math.isfinite(price)):
-            raise ValueError(f"--zone-spot-price {item!r}: expected ZONE=PRICE with a positive $/h, e.g. "
-                             f"{min(zones)}=0.92")
+            zone, price = parse_zone_price(item)
+        except ValueError as problem:
+            raise ValueError(f"--zone-spot-price {item!r}: {problem}, e.g. {min(zones)}=0.92") from None
         if zone not in zones:
             raise ValueError(f"--zone-spot-price {item!r}: no zone {zone!r} in the traces; zones: {', '.join(sorted(zones))}")
         prices[zone] = price
     return prices
+
+
+def parse_zone_price(item: str) -> tuple[str, float]:
+    """One ZONE=PRICE as (zone, $/h); a ValueError that says what is expected where it is not that."""
+    zone, sep, text = item.partition("=")
+    try:
+        price = float(text) if sep else math.nan
+    except ValueError:
+        price = math.nan
+    if not zone or not (price > 0 and math.isfinite(price)):
+        raise ValueError("expected ZONE=PRICE with a positive $/h")
+    return zone, price
 
 
 def _check_sweep_options(observe: str, market_history_hours: float, fleet: bool) -> None:

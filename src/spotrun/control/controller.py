@@ -177,7 +177,7 @@ class Controller:
 
     def policy_prices(self, spec: JobSpec, zones: list[str]) -> dict[str, Any]:
         """The job's prices for its policy, spot's in each of `zones` (`placement.policy_prices`, from this
-        controller's catalog)."""
+        controller's price function)."""
         return policy_prices(spec, self._prices, zones)
 
     def market_tries(self, session, job: Job, spec: JobSpec, now: float) -> tuple[PastAttempt, ...]:

@@ -41,7 +41,7 @@ class GreedyPolicy:
         view = deadline_view(ctx)
         step = view.step if view is not None else (ctx.step or DEFAULT_STEP)
         if view is not None and view.steps_needed(1) >= view.time_left:
-            if ctx.current is not None and ctx.current.market == "spot" and view.overhead_left < 1e-3:
+            if ctx.spot_held_in is not None and view.overhead_left < 1e-3:
                 return want_spot(ctx, "deadline near: keep the spot instance until it is preempted")  # type: ignore[return-value]
             return want_on_demand(ctx, "deadline near: on-demand to finish in time")
         if spot_has_capacity(ctx):

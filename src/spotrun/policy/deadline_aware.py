@@ -139,11 +139,11 @@ def _launch_options(
     all zones. Where they are priced apart: each of them with its own belief, planned at its own price, so that a
     cheaper zone's spot is weighed against a likelier one's (a dearer zone known to have spot hid a cheap one not
     known either way, and the plan chose on-demand at the dear zone's price)."""
-    candidates = [] if ctx.current is not None and ctx.current.market == "spot" else spot_zones_to_try(ctx)
+    candidates = [] if ctx.spot_held_in is not None else spot_zones_to_try(ctx)
     if len({spot_price_rank(ctx, zone) for zone in candidates}) > 1:
         return [(zone, *_launch_belief(ctx, log, hazards, step, zone)) for zone in candidates]
     belief, likeliest = _availability_belief(ctx, log, hazards, step)
-    return [(spot_target(ctx, likeliest), belief, likeliest)]
+    return [(spot_target(ctx, candidates, likeliest), belief, likeliest)]
 
 
 def _launch_belief(
@@ -193,12 +193,9 @@ def _chance_up(belief: Belief, hazards: RunHazards) -> float:
     return sum(chance for state, chance in belief if is_up[state])
 
 
-def spot_target(ctx: PlacementContext, likeliest: str | None) -> str | None:
-    """Where spot would be launched: the zone of unknown spot the choice weighed, else the longest-lived one where
-    spot may be had; None where spot is held (no launch) or may be had nowhere."""
-    if ctx.current is not None and ctx.current.market == "spot":
-        return None
-    candidates = spot_zones_to_try(ctx)
+def spot_target(ctx: PlacementContext, candidates: list[str], likeliest: str | None) -> str | None:
+    """Where spot would be launched among `candidates` (`spot_zones_to_try`; none while spot is held): the zone of
+    unknown spot the choice weighed, else the longest-lived one; None where spot may be had nowhere."""
     if not candidates:
         return None
     return likeliest if likeliest in candidates else longest_lived_zone(ctx, candidates)

@@ -33,8 +33,9 @@ class Problem:
     on_demand_price: float  # per hour
     zone_spot_prices: tuple[float, ...] = ()  # per hour, per availability row, where the zones' prices differ
 
+    @cached_property
     def spot_step_costs(self) -> list[float]:
-        """What a step of spot costs in each zone."""
+        """What a step of spot costs in each zone (asked at every step of a run: computed once)."""
         prices = self.zone_spot_prices or (self.spot_price,) * self.available.shape[0]
         if len(prices) != self.available.shape[0]:
             raise ValueError(f"omniscient: {len(prices)} zone prices for {self.available.shape[0]} availability rows")
@@ -97,7 +98,7 @@ def value_tables(problem: Problem, keep: bool = True) -> list[np.ndarray] | np.n
     states = _States(zones, problem.ages)
     goal, ages = problem.goal, problem.ages
     works = [problem.work(a) for a in range(ages + 1)]
-    spot_costs = problem.spot_step_costs()
+    spot_costs = problem.spot_step_costs
     od_cost = problem.on_demand_price * problem.step / 3600
     nxt = np.full((states.count, goal + 1), INFINITE)
     nxt[:, goal] = 0.0
@@ -188,7 +189,7 @@ class OmniscientPolicy:
             return _fallback(ctx, "omniscient: past the deadline")
         progress = min(round((ctx.progress or 0.0) / problem.unit), problem.goal)
         nxt = self.tables[t + 1]
-        spot_costs = problem.spot_step_costs()
+        spot_costs = problem.spot_step_costs
         od_cost = problem.on_demand_price * problem.step / 3600
         held, age = self._held(ctx, problem)
         options: list[tuple[float, int, RunningDecision]] = [(nxt[0, progress], 1, Wait(ctx.now + problem.step, "omniscient: idle"))]

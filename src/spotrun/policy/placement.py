@@ -58,6 +58,12 @@ class Placement:
 SPOT_NEWS_LASTS = 240.0
 
 
+def within_cap(price: float, cap: float) -> bool:
+    """Whether spot at `price` is taken from a launch bidding `cap` (the live provider refuses it above: "price too
+    low"); a rounding's worth above counts as within."""
+    return price <= cap * (1 + 1e-12)
+
+
 def spot_news_lasts(step: float | None) -> float:
     """Seconds a spot answer stays news: half the caller's interval (it asks again a moment later), at least
     SPOT_NEWS_LASTS."""
@@ -117,6 +123,12 @@ class PlacementContext:
         # built once per context: a decision reads it several times, and the market may hold thousands of tries
         return SpotLog.from_history((*self.market, *self.history), now=self.now)
 
+    @property
+    def spot_held_in(self) -> str | None:
+        """The zone of the spot instance the job holds (None: it holds none, or an on-demand one)."""
+        current = self.current
+        return current.zone if current is not None and current.market == "spot" else None
+
     def spot_price_in(self, zone: str) -> float | None:
         """$/h of spot in `zone` as far as it is known: the zone's own price, else the job's."""
         return self.spot_prices.get(zone, self.spot_price)
@@ -124,17 +136,17 @@ class PlacementContext:
     def spot_within_cap(self, zone: str) -> bool:
         """Whether spot in `zone` costs no more than the job pays for it, as far as is known (a launch above the cap
         is refused for the price, and tells nothing new). The spot instance held counts as within: it runs."""
-        if self.current is not None and self.current.zone == zone and self.current.market == "spot":
+        if self.spot_held_in == zone:
             return True
         price = self.spot_price_in(zone)
-        return price is None or self.max_spot_price is None or price <= self.max_spot_price * (1 + 1e-12)
+        return price is None or self.max_spot_price is None or within_cap(price, self.max_spot_price)
 
     def spot_known_now(self, zone: str) -> bool | None:
         """True / False when this instant's spot capacity in `zone` is known (told, or a launch just tried), else None."""
         known = self.spot_now.get(zone)
         if known is not None:
             return known
-        if self.current is not None and self.current.zone == zone and self.current.market == "spot":
+        if self.spot_held_in == zone:
             return True
         return self.spot_log().seen_at(zone, self.now - spot_news_lasts(self.step))
 

@@ -16,7 +16,7 @@ def first_zone(ctx: PlacementContext, candidates: list[str]) -> str:
 
 def want_spot(ctx: PlacementContext, reason: str, pick: SpotZonePicker = first_zone) -> RunningDecision | None:
     """Keep the spot instance held, else launch spot where it may be had; None when every zone is known to be out."""
-    if ctx.current is not None and ctx.current.market == "spot":
+    if ctx.spot_held_in is not None:
         return Keep(reason)
     candidates = spot_zones_to_try(ctx)
     if not candidates:
@@ -42,6 +42,6 @@ def no_zone(ctx: PlacementContext) -> GiveUp | None:
 
 def spot_has_capacity(ctx: PlacementContext) -> bool:
     """Spot may be had now somewhere (held, told available, or not known to be out)."""
-    if ctx.current is not None and ctx.current.market == "spot":
+    if ctx.spot_held_in is not None:
         return True
     return bool(spot_zones_to_try(ctx))

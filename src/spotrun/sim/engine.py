@@ -30,6 +30,7 @@ import numpy as np
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait, max_spot_price,
 )
+from spotrun.policy.placement import within_cap
 
 Observe = Literal["tick", "launches", "drain-first"]
 OBSERVE_MODES: tuple[Observe, ...] = get_args(Observe)
@@ -92,7 +93,7 @@ class SimJob:
         return self._within_cap(self.spot_price_in(zone))
 
     def _within_cap(self, price: float) -> bool:
-        return price <= max_spot_price(self.on_demand_price, self.max_price) * (1 + 1e-12)
+        return within_cap(price, max_spot_price(self.on_demand_price, self.max_price))
 
     def spot_refusal_in(self, zone: str) -> str:
         """Why a spot launch in `zone` where the trace has no spot is refused, as the live controller records it."""

@@ -27,10 +27,10 @@ class ReplayJob:
     fallback_window: float = 3600.0
     fallback: str = "on-demand"
     spot_prices: Mapping[str, float] = field(default_factory=dict)  # $/h per zone, as the controller tells its policy
+    max_spot_price: float | None = None  # the job's cap, as the controller tells it
     # A launch refused takes this long, as a cloud's launch call does: the tries of one round are told apart in time,
     # and the zone refused longest ago is tried first after a wait, as live
     refused_try_seconds: float = 0.5
-    max_spot_price: float | None = None
 
 
 @dataclass
