@@ -7,6 +7,7 @@ what the simulator says it costs?
     python benchmarks/live_replay.py --zones-together        # both zones of each GPU type as one market
     python benchmarks/live_replay.py --save-every 300 --notice 120   # the SDK's default saves, AWS's notice
     python benchmarks/live_replay.py --nodes 2                       # a multi-node job, its nodes in one zone
+    python benchmarks/live_replay.py --notice 120 --bill-as aws      # billed as EC2 bills (first hour free)
 
 For each trace and start: a job with `spot.deadline`, `estimated_duration` and `spot.restart_overhead` runs under
 the real controller (its store on SQLite, a manual clock ticking every `--tick` seconds) in a cloud whose one zone
@@ -20,7 +21,9 @@ instances' times), saves and stops when asked or told of a preemption, and exits
 preemption without notice loses the steps since its last save. With `--nodes N` the job is a gang of N nodes in the
 trace's zone, each played as its agent (reports in, follows its generation's orders); their ranks train together
 while a generation runs with every member up (`GangTrainers`). The bill is the ledger's: each instance's seconds at
-its price. The simulator runs the same job on the same trace from the same start in its "launches" view (the
+its price (`--bill-as aws`: charged as EC2 charges, nothing for an instance it takes back in its first hour, and a
+minute at least; the notice then comes from the cloud, so the controller leaves such an instance for the cloud to
+take, and with `--terminate-on-notice` terminates it itself as a notice from elsewhere would have it). The simulator runs the same job on the same trace from the same start in its "launches" view (the
 policy sees spot only through its launches, its instance and preemptions, as the controller does). Prints a
 Markdown table: cost over the on-demand cost, live and simulated, hours to finish, preemptions and launches per
 run, and the means.
@@ -43,6 +46,7 @@ from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.cli.simulate import parse_zone_price
 from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.costs.billing import CLOUD_RULES
 from spotrun.costs.ledger import bill
 from spotrun.providers import InstanceInfo, LaunchRequest
 from spotrun.server.agent_api import create_agent_app
@@ -164,9 +168,10 @@ class Agents:
         self.api, self.cloud, self.total = api, cloud, total
         self.overhead, self.progress = setting.overhead, setting.progress
         self.save_every = setting.save_every or (setting.tick,)
+        self.notice_source = "replay" if setting.terminate_on_notice else "local-metadata"  # the trace cloud's own
 
     def pass_notice(self, post, now: float) -> None:
-        post("notice", {"source": "replay", "deadline": now + self.cloud.notice})
+        post("notice", {"source": self.notice_source, "deadline": now + self.cloud.notice})
 
 
 class Trainers(Agents):
@@ -307,6 +312,8 @@ class Setting:
     # $/h of spot in zones priced apart (the others: p3.2xlarge's), quoted by the cloud; the job file then gives no
     # prices of its own, and the controller takes them from its price function (`MarketPrices`) as it would on AWS
     zone_prices: tuple[tuple[str, float], ...] = ()
+    bill_as: str = "local"  # whose billing rule charges the instances (`costs.billing.CLOUD_RULES`)
+    terminate_on_notice: bool = False  # the notice comes from the trainer's side, not the cloud's metadata
 
 
 @dataclass(frozen=True)
@@ -345,6 +352,7 @@ def run_live(traces: dict[str, Trace], start: int, setting: Setting, folder: Pat
         )
         settings = ControllerSettings(
             controller_url="http://unused", heartbeat_timeout=2.5 * setting.tick, boot_timeout=3 * setting.tick,
+            billing_rules={"local": CLOUD_RULES[setting.bill_as]},
         )
         controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud)
         play = GangTrainers if setting.nodes > 1 else Trainers
@@ -421,7 +429,9 @@ def table(rows: list[tuple[str, int, Outcome, Outcome]], setting: Setting) -> st
         f"C = {setting.compute / HOUR:g} h, D = {setting.deadline / HOUR:g} h, d = {setting.overhead / HOUR:g} h, "
         f"policy {setting.policy}, ticks of {setting.tick:g} s, progress reported: {setting.progress}, restart overhead "
         f"{'named' if setting.overhead_named else 'measured'}, a checkpoint every "
-        f"{','.join(f'{s:g}' for s in setting.save_every or (setting.tick,))} s, {setting.notice:g} s of notice",
+        f"{','.join(f'{s:g}' for s in setting.save_every or (setting.tick,))} s, {setting.notice:g} s of notice"
+        + (f", billed as {setting.bill_as} bills" if setting.bill_as != "local" else "")
+        + (", the controller terminating on notice" if setting.terminate_on_notice else ""),
         "",
         "| trace | start, h | cost live / sim | finished h, live / sim | preemptions live / sim | launches live / sim |",
         "| --- | ---: | --- | --- | --- | --- |",
@@ -495,12 +505,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notice", type=float, default=0.0,
                         help="seconds of notice before spot is taken back (default 0: none)")
     parser.add_argument("--story", action="store_true", help="each run's attempts and events, on stderr")
+    parser.add_argument("--bill-as", choices=sorted(CLOUD_RULES), default="local",
+                        help="charge the instances by this cloud's billing rule (default: the seconds held)")
+    parser.add_argument("--terminate-on-notice", action="store_true",
+                        help="the notice does not come from the cloud: the controller terminates the instance itself")
     parser.add_argument("--zone-spot-price", type=zone_price, action="append", default=[],
                         help="ZONE=PRICE: $/h spot in that zone (a trace's name), quoted by the cloud (repeatable)")
     args = parser.parse_args(argv)
     setting = Setting(args.compute_hours * HOUR, args.deadline_hours * HOUR, args.overhead_hours * HOUR, args.policy,
                       args.tick, args.progress, not args.measure_overhead, args.save_every, args.nodes, args.notice,
-                      args.story, tuple(args.zone_spot_price))
+                      args.story, tuple(args.zone_spot_price), args.bill_as, args.terminate_on_notice)
     paths = args.trace or list_traces(shared_traces_dir() / "availability" / "1-node" / "aws-10-26-2022")
     rows = []
     began = time.perf_counter()

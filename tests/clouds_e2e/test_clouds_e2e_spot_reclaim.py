@@ -268,6 +268,11 @@ def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path
     assert refused.instance_id is None
     assert finished.zone not in (reclaimed.zone, refused.zone), "the relaunch went back to a zone it lost or was refused"
     assert finished.instance_id != reclaimed.instance_id
+    # billed as the cloud charges: EC2 nothing for an instance it took back in its first hour, GCE and Azure a minute
+    # at least, every cloud at least a minute for the instance that finished
+    expected = 0.0 if world.side.cloud == "aws" else max(reclaimed.billed_seconds, 60.0)
+    assert reclaimed.billed_seconds > 0 and reclaimed.charged_seconds == expected
+    assert finished.charged_seconds == max(finished.billed_seconds, 60.0)
     with store.session() as session:
         lost_instance = session.get(Instance, reclaimed.instance_id)
         assert lost_instance.reclaimed, "the controller did not read the cloud's reclaim of the instance"

@@ -35,8 +35,10 @@ class World:
         self.api = TestClient(create_agent_app(store, self.clock))
         self.controller = self.new_controller()
 
-    def new_controller(self) -> Controller:
-        settings = ControllerSettings(controller_url="http://unused", heartbeat_timeout=30, boot_timeout=60, backoff_base=5)
+    def new_controller(self, **overrides) -> Controller:
+        """A controller on this world's store, clock and cloud; `overrides`: ControllerSettings fields."""
+        fields = {"heartbeat_timeout": 30, "boot_timeout": 60, "backoff_base": 5, **overrides}
+        settings = ControllerSettings(controller_url="http://unused", **fields)
         return Controller(self.store, settings, clock=self.clock, provider_factory=lambda name: self.cloud, prices=prices)
 
     def submit(self, text: str = SPEC) -> int:

@@ -36,8 +36,8 @@ def walked_recoveries(attempts: list[Attempt]) -> list[float]:
 
 def random_history(rng: random.Random, job_id: int) -> list[dict]:
     """A job's attempts: refused tries, instances whose agent never started, preemptions with and without notice,
-    replacements preempted before their agent ran, some still running, agents started before the preemption they
-    recover from (a make-before-break move)."""
+    replacements preempted before their agent ran, some still running, charged as held, less or more, agents
+    started before the preemption they recover from (a make-before-break move)."""
     rows, at = [], 1_000.0 * job_id
     for number in range(1, rng.randint(1, 9)):
         at += rng.uniform(1, 300)
@@ -54,6 +54,8 @@ def random_history(rng: random.Random, job_id: int) -> list[dict]:
             notice_at=ended - rng.uniform(0, 120) if reason == "preempted" and rng.random() < 0.6 else None,
             ended_at=ended, end_reason=reason,
             billed_seconds=(ended - at) if placed and ended else 0.0, log_bytes=0, node_rank=0,
+            # what the cloud charged: as held (rows from before the rules), nothing (a free interruption), a minimum
+            charged_seconds=rng.choice((None, 0.0, max(ended - at, 60.0))) if placed and ended else None,
         ))
         at = ended or at
     return rows

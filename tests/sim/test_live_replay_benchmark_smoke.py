@@ -153,3 +153,23 @@ def test_a_zone_priced_apart_is_quoted_billed_and_simulated_alike(tmp_path: Path
     refused = subprocess.run([sys.executable, str(SCRIPT), "--trace", str(tmp_path / "always.json"),
                               "--zone-spot-price", "mars=1"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "no zone mars in these markets; zones: always" in refused.stderr
+
+
+def test_billed_as_ec2_the_spot_it_takes_back_in_its_first_hour_is_free_unless_spotrun_terminates_it(
+    tmp_path: Path,
+) -> None:
+    # spot for 50 min, gone for half an hour, back: the first instance, told 2 min ahead, is taken back in its first
+    # hour; greedy runs the same attempts however it is billed
+    data = [1] * 5 + [0] * 3 + [1] * 32
+    runs = {
+        name: replay(tmp_path, "gappy", data, "--policy", "greedy", "--notice", "120", *options)
+        for name, options in {
+            "per second": (), "as EC2": ("--bill-as", "aws"),
+            "as EC2, terminated by spotrun": ("--bill-as", "aws", "--terminate-on-notice"),
+        }.items()
+    }
+    assert {row[6:] for row in runs.values()} == {("1", "1", "2", "2")}  # the same preemption and launches
+    cost = {name: float(row[2]) for name, row in runs.items()}
+    # the first instance's ~50 min of spot, at 0.9731 / 3.06 of on-demand over the 2 h job: ~0.13
+    assert 0.11 < cost["per second"] - cost["as EC2"] < 0.15
+    assert cost["as EC2, terminated by spotrun"] == cost["per second"]

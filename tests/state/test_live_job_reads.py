@@ -50,7 +50,7 @@ def test_the_jobs_not_ended_are_found_through_the_state_index(sqlite_url: str) -
     with statements(store) as seen:
         with store.session() as session:
             held = claims.claim_jobs(session, "worker-1", 100.0, 30.0, live_states=state_names(LIVE))
-        assert Daemon(store, tick_interval=1.0, idle_exit=60.0)._has_live_jobs()
+        assert Daemon(store, tick_interval=1.0, idle_exit=60.0)._has_work()
         with store.session() as session:  # `spotrun status` and the dashboard ask for these at each refresh
             unended = [job.id for job in jobs_api.list_jobs(session, ended=False)]
     assert held == unended == [200, 201, 202, 203, 204]
@@ -71,3 +71,33 @@ def test_a_not_in_of_the_ended_states_would_read_every_job(sqlite_url: str) -> N
         )).all()
     assert "SCAN" in " / ".join(row[-1] for row in rows)
     store.dispose()
+
+
+def test_the_instances_left_to_the_cloud_are_found_through_their_index(sqlite_url: str) -> None:
+    """Every tick reads the instances awaiting the cloud's reclaim (`control.reclaims`), out of every instance the
+    store ever launched."""
+    from spotrun.control import reclaims
+    from spotrun.state import Attempt, Instance
+
+    store = Store(sqlite_url)
+    with store.session() as session:
+        session.execute(insert(Job), [dict(id=1, name="j", owner="a", spec={}, state="RUNNING", created_at=0.0,
+                                           updated_at=0.0)])
+        session.execute(insert(Attempt), [dict(
+            id=1, job_id=1, number=1, state="ended", provider="aws", zone="z", market="spot", instance_type="t",
+            price_per_hour=1.0, on_demand_price_per_hour=3.0, client_token="t-1", token_hash="-", created_at=0.0)])
+        session.execute(insert(Instance), [
+            dict(id=f"i-{n}", provider="aws", attempt_id=1, zone="z", market="spot", instance_type="t",
+                 state="awaiting_reclaim" if n >= 300 else "terminated", launched_at=0.0) for n in range(302)
+        ])
+    with statements(store) as seen:
+        with store.session() as session:
+            waiting = reclaims.awaiting_ids(session)
+            listed = reclaims.awaiting_instances(session)
+    assert waiting == {"i-300", "i-301"} and {row.id for row in listed} == waiting
+    instance_reads = [(s, p) for s, p in seen if "FROM instances" in s]
+    assert len(instance_reads) == 2, seen
+    with store.engine.connect() as connection:
+        for statement, parameters in instance_reads:
+            plan = " / ".join(row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
+            assert "ix_instances_awaiting_reclaim" in plan, plan

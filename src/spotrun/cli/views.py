@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
+from spotrun.costs import ledger
 from spotrun.control.states import is_terminal
 from spotrun.server.views import AttemptView, EventView, JobRow, clock_time, job_row
 
@@ -65,14 +66,19 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
             table.add_row(a.numbers, *node, last.market, a.zones, "—", "—", a.ended, a.end, "0",
                           f"{last.price_per_hour:.4f}", "$0.0000")
             continue
-        billed = a.billed_seconds if a.ended_at else max(now - (a.started_at or now), 0)
         node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(
             str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-            clock_time(a.ended_at), a.end_reason or a.state, f"{billed:.0f}", f"{a.price_per_hour:.4f}",
-            f"${billed / 3600 * a.price_per_hour:.4f}",
+            clock_time(a.ended_at), a.end_reason or a.state, billed_cell(a, now), f"{a.price_per_hour:.4f}",
+            f"${ledger.attempt_cost(a, now):.4f}",
         )
     return table
+
+
+def billed_cell(attempt, now: float) -> str:
+    """The seconds held, and what the cloud charged for them where its rule made that differ."""
+    held, charged = ledger.held_seconds(attempt, now), ledger.charged_seconds(attempt, now)
+    return f"{held:.0f}" if round(held) == round(charged) else f"{held:.0f} ({charged:.0f} charged)"
 
 
 def follow_events(backend: Backend, job_id: int, console: Console, poll: float = 0.3) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 
-from spotrun.control import records, spot_news
+from spotrun.control import reclaims, records, spot_news
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -26,6 +26,7 @@ from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
+from spotrun.costs.billing import CLOUD_RULES, BillingRule, rule_for
 from spotrun.costs.market_prices import MarketPrices
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
@@ -64,6 +65,8 @@ class ControllerSettings:
     # long_wait.py --market-tries). Jobs waiting together are refused about as often as one (they share what their
     # tries found), so that is about three weeks of the market (benchmarks/waiting_jobs.py).
     market_history_tries: int = 20_000
+    # how each cloud charges for the seconds an instance is held, by provider name (`costs.billing`)
+    billing_rules: Mapping[str, BillingRule] = field(default_factory=lambda: dict(CLOUD_RULES))
 
 
 class Controller:
@@ -104,6 +107,7 @@ class Controller:
                     self.drive(job_id)
                 except Exception:  # one broken job must not stop the others; the next tick retries it
                     log.exception("job %s: tick failed", job_id)
+        reclaims.settle_awaiting(self)
         self._ticks += 1
         if self._ticks % self.settings.sweep_every_ticks == 1:
             self.sweep_orphans()
@@ -425,19 +429,31 @@ class Controller:
         same transaction to move the job on."""
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-        info = None
+        rule = self.billing_rule(attempt.provider)
+        info, release_at = None, None
         if attempt.instance_id is not None:
-            self.provider(attempt.provider).terminate(attempt.instance_id)
-            info = self.describe(attempt)
+            release_at = reclaims.release_time(attempt, rule, self.clock.now())
+            if release_at is not None:
+                info = self.describe(attempt)
+                if info is not None and info.state == "terminated":
+                    release_at = None  # the cloud has taken it already
+            if release_at is None:
+                self.provider(attempt.provider).terminate(attempt.instance_id)
+                info = self.describe(attempt)
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             ended_at = now
-            if attempt.instance_id is not None:
+            if release_at is not None:
+                reclaims.leave_to_cloud(session, attempt, release_at, now)
+            elif attempt.instance_id is not None:
                 ended_at = (info.terminated_at if info and info.terminated_at else None) or now
                 self._record_instance_gone(session, attempt, ended_at, info)
             billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
             records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
+            # an instance left to the cloud is billed again once it is gone (`reclaims.settle_awaiting`)
+            attempt.charged_seconds = rule.charged_seconds(
+                attempt.billed_seconds, market=attempt.market, reclaimed=bool(info and info.reclaimed))
             spot_news.spot_ended(session, attempt, bool(info and info.reclaimed), now, self._prices)
             after(session, attempt, now)
 
@@ -504,8 +520,9 @@ class Controller:
                         )
                     )
                 )
+                left_to_cloud = reclaims.awaiting_ids(session)  # settled by `reclaims`, at their release time
             for info in live:
-                if info.client_token in ended:
+                if info.client_token in ended and info.instance_id not in left_to_cloud:
                     log.warning("terminating orphan instance %s", info.instance_id)
                     provider.terminate(info.instance_id)
 
@@ -526,6 +543,9 @@ class Controller:
         if self.worker_id:
             with self.store.session() as session:
                 claims.release_all(session, self.worker_id)
+
+    def billing_rule(self, cloud: str) -> BillingRule:
+        return rule_for(cloud, self.settings.billing_rules)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:

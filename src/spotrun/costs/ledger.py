@@ -14,14 +14,15 @@ class BillableAttempt(Protocol):
     started_at: float | None
     ended_at: float | None
     billed_seconds: float
+    charged_seconds: float | None
 
 
 @dataclass(frozen=True)
 class JobBill:
     spot_seconds: float
     on_demand_seconds: float
-    cost: float
-    on_demand_cost: float  # the same instance-seconds, all on-demand
+    cost: float  # what the clouds charge: a spot instance they took back in its first hour can be free (AWS)
+    on_demand_cost: float  # the same instance-seconds held, all on-demand
 
     @property
     def seconds(self) -> float:
@@ -48,6 +49,17 @@ def held_seconds(attempt: BillableAttempt, now: float) -> float:
     return max(now - attempt.started_at, 0.0)
 
 
+def charged_seconds(attempt: BillableAttempt, now: float) -> float:
+    """Seconds the cloud charges for: its rule applied once ended (`costs.billing`), the seconds so far if not."""
+    if attempt.ended_at is not None and attempt.charged_seconds is not None:
+        return attempt.charged_seconds
+    return held_seconds(attempt, now)
+
+
+def attempt_cost(attempt: BillableAttempt, now: float) -> float:
+    return charged_seconds(attempt, now) / 3600 * attempt.price_per_hour
+
+
 def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
     spot = on_demand = cost = baseline = 0.0
     for attempt in attempts:
@@ -56,7 +68,7 @@ def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
             spot += seconds
         else:
             on_demand += seconds
-        cost += seconds / 3600 * attempt.price_per_hour
+        cost += attempt_cost(attempt, now)
         baseline += seconds / 3600 * attempt.on_demand_price_per_hour
     return JobBill(spot_seconds=spot, on_demand_seconds=on_demand, cost=cost, on_demand_cost=baseline)
 

@@ -22,6 +22,7 @@ import psutil
 import uvicorn
 
 from spotrun import config
+from spotrun.control import reclaims
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import LIVE, state_names
 from spotrun.server.agent_api import create_agent_app
@@ -37,11 +38,12 @@ log = logging.getLogger("spotrun.daemon")
 
 def settings_from_env(url: str) -> ControllerSettings:
     """ControllerSettings with any field overridden by SPOTRUN_<FIELD> (e.g. SPOTRUN_HEARTBEAT_TIMEOUT=10)."""
-    overrides = {}
+    overrides, defaults = {}, ControllerSettings(url)
     for field in fields(ControllerSettings):
         value = os.environ.get(f"SPOTRUN_{field.name.upper()}")
-        if value is not None and field.name != "controller_url":
-            overrides[field.name] = type(getattr(ControllerSettings(url), field.name))(value)
+        default = getattr(defaults, field.name)
+        if value is not None and field.name != "controller_url" and isinstance(default, (int, float, str)):
+            overrides[field.name] = type(default)(value)
     return ControllerSettings(controller_url=url, **overrides)
 
 
@@ -100,10 +102,10 @@ class Daemon:
                 self._free_claims_of_dead_workers()
             ticks += 1
             controller.tick()
-            if self._has_live_jobs():
+            if self._has_work():
                 idle_since = time.time()
             elif self.idle_exit and time.time() - idle_since > self.idle_exit:
-                log.info("no live jobs for %.0f s; exiting", self.idle_exit)
+                log.info("no live jobs and no instance left to the cloud for %.0f s; exiting", self.idle_exit)
                 return
             self._stop.wait(self.tick_interval)
 
@@ -128,9 +130,12 @@ class Daemon:
                     log.warning("releasing the job claims of %s, whose process is gone", holder)
                     claims.release_all(session, holder)
 
-    def _has_live_jobs(self) -> bool:
+    def _has_work(self) -> bool:
+        """Live jobs, or an instance left for the cloud to take back, which is terminated if the cloud does not."""
         with self.store.session() as session:
-            return session.query(Job.id).filter(Job.state.in_(state_names(LIVE))).first() is not None
+            if session.query(Job.id).filter(Job.state.in_(state_names(LIVE))).first() is not None:
+                return True
+            return bool(reclaims.awaiting_ids(session))
 
 
 def holder_is_dead(holder: str) -> bool:

@@ -73,13 +73,21 @@ def fleet_bill(session: Session, now: float) -> JobBill:
         select(
             func.sum(case((on_spot, held), else_=0.0)),
             func.sum(case((on_spot, 0.0), else_=held)),
-            func.sum(held * Attempt.price_per_hour),
+            func.sum(_charged_seconds(held) * Attempt.price_per_hour),
             func.sum(held * Attempt.on_demand_price_per_hour),
         ).where(PLACED)
     ).one()
     return JobBill(
         spot_seconds=float(spot or 0.0), on_demand_seconds=float(on_demand or 0.0),
         cost=float(cost or 0.0) / 3600, on_demand_cost=float(baseline or 0.0) / 3600,
+    )
+
+
+def _charged_seconds(held: ColumnElement[float]) -> ColumnElement[float]:
+    """`ledger.charged_seconds` in SQL."""
+    return case(
+        ((Attempt.ended_at.is_not(None)) & (Attempt.charged_seconds.is_not(None)), Attempt.charged_seconds),
+        else_=held,
     )
 
 

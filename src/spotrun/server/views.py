@@ -74,6 +74,9 @@ class AttemptView(BaseModel):
     ended_at: float | None
     end_reason: str | None
     billed_seconds: float
+    charged_seconds: float | None = Field(
+        default=None, description="what the cloud charges for the seconds held (its minimum; AWS charges nothing "
+        "for a spot instance it reclaims in its first hour); null: as billed, or not ended yet")
     price_per_hour: float
     on_demand_price_per_hour: float
     checkpoint_step: int | None

@@ -114,7 +114,10 @@ class Attempt(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # succeeded | failed | preempted | cancelled | lost | no_capacity | launch_error
     end_reason: Mapped[str | None] = mapped_column(String(20), nullable=True)
-    billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    billed_seconds: Mapped[float] = mapped_column(Float, default=0.0)  # held: from the instance's start to its end
+    # what the cloud charges for those seconds (`costs.billing`: minimums, a spot interruption free in the first
+    # hour); None: the same as held (attempts billed before the rules were applied)
+    charged_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     log_bytes: Mapped[int] = mapped_column(Integer, default=0)
     # Multi-node jobs: which node slot this attempt's instance fills, where its agent can be reached (and the
     # free port it offers for the rendezvous when it is the master), and the last generation its command ran.
@@ -159,6 +162,11 @@ class Instance(Base):
     """What the controller knows of an instance it launched (the provider has its own records)."""
 
     __tablename__ = "instances"
+    __table_args__ = (
+        # the few instances left for the cloud to take back, which every tick settles, out of every one ever launched
+        Index("ix_instances_awaiting_reclaim", "id", postgresql_where=text("state = 'awaiting_reclaim'"),
+              sqlite_where=text("state = 'awaiting_reclaim'")),
+    )
 
     id: Mapped[str] = mapped_column(String(120), primary_key=True)
     provider: Mapped[str] = mapped_column(String(40))
@@ -167,10 +175,14 @@ class Instance(Base):
     market: Mapped[str] = mapped_column(String(20))
     instance_type: Mapped[str] = mapped_column(String(80))
     address: Mapped[str | None] = mapped_column(String(120), nullable=True)
-    state: Mapped[str] = mapped_column(String(20))  # pending | running | terminating | terminated
+    # pending | running | terminating | awaiting_reclaim | terminated
+    state: Mapped[str] = mapped_column(String(20))
     launched_at: Mapped[float] = mapped_column(Float)
     terminated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     reclaimed: Mapped[bool] = mapped_column(Boolean, default=False)
+    # awaiting_reclaim: an interrupted spot instance left for the cloud to take back (free in its first hour on
+    # AWS); spotrun terminates it itself at this time if the cloud has not
+    release_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Event(Base):

@@ -1,0 +1,128 @@
+"""Interrupted spot instances left for the cloud to take back, when that makes them free.
+
+EC2 charges nothing for a spot instance it interrupts within the instance's first hour, and charges the seconds used
+for one the user terminates, notice or not (`costs.billing`). So once the trainer of such an instance has saved and
+stopped, the job moves on to its next attempt at once, but its instance is not terminated: it is marked
+`awaiting_reclaim` with a time to release it, `notice_lead` after the notice and a margin more. Each tick settles
+the instances waiting: one the cloud took back is billed by the cloud's rule (free in the first hour); one still
+there at its release time (the notice was wrong, or the cloud is late) is terminated and billed its seconds. The
+most this can cost is the seconds to the release time, at spot's price, of an instance that was not taken back.
+
+Crash safety: the mark and the release time are in the store, so a controller that restarts settles what its
+predecessor left; the orphan sweep leaves instances awaiting reclaim to this module; settling claims the instance's
+row by compare-and-set, so two controller workers never bill it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select, update
+
+from spotrun.costs.billing import BillingRule
+from spotrun.providers import InstanceInfo
+from spotrun.state import Attempt, Instance, add_event
+
+if TYPE_CHECKING:
+    from spotrun.control.controller import Controller
+
+log = logging.getLogger(__name__)
+
+AWAITING = "awaiting_reclaim"
+RELEASE_MARGIN = 60.0  # seconds past the notice's reclaim time before spotrun terminates the instance itself
+# The sources whose notice is the cloud announcing it will take the instance (its metadata service), by the agent's
+# names; a SIGTERM or the controller's own stop says nothing of what the cloud will do.
+CLOUD_NOTICE_SOURCES = frozenset({"aws-imds", "gcp-metadata", "azure-scheduled-events", "local-metadata"})
+
+
+def release_time(attempt: Attempt, rule: BillingRule, now: float) -> float | None:
+    """When to terminate `attempt`'s instance if the cloud has not taken it, or None to terminate it now: only an
+    instance the cloud announced it will take back, inside the window where that costs nothing, is left to it."""
+    if attempt.end_reason != "preempted" or attempt.notice_source not in CLOUD_NOTICE_SOURCES:
+        return None
+    if attempt.started_at is None or attempt.notice_at is None:
+        return None
+    if not rule.reclaim_would_be_free(market=attempt.market, started_at=attempt.started_at, notice_at=attempt.notice_at):
+        return None
+    release_at = attempt.notice_at + rule.notice_lead + RELEASE_MARGIN
+    return release_at if now < release_at else None
+
+
+def leave_to_cloud(session, attempt: Attempt, release_at: float, now: float) -> None:
+    instance = session.get(Instance, attempt.instance_id)
+    if instance is not None:
+        instance.state = AWAITING
+        instance.release_at = release_at
+    add_event(
+        session, at=now, kind="instance_left_to_cloud", job_id=attempt.job_id, attempt_id=attempt.id,
+        message=f"attempt {attempt.number}: leaving {attempt.instance_id} for the cloud to take back (free in its "
+        f"first hour); terminating it at {release_at - now:.0f} s from now if it has not",
+    )
+
+
+def settle_awaiting(controller: Controller) -> None:
+    """Bill each instance the cloud took back, and terminate those past their release time."""
+    now = controller.clock.now()
+    with controller.store.session() as session:
+        waiting = awaiting_instances(session)
+    for instance_id, provider_name, release_at in waiting:
+        try:
+            _settle(controller, instance_id, provider_name, release_at, now)
+        except Exception:  # one cloud's error must not stop the others; the next tick tries again
+            log.exception("settling instance %s left to the cloud failed", instance_id)
+
+
+def _settle(controller: Controller, instance_id: str, provider_name: str, release_at: float | None, now: float) -> None:
+    provider = controller.provider(provider_name)
+    info = _describe(provider, instance_id)
+    if info is None or info.state != "terminated":
+        if release_at is not None and now < release_at:
+            return
+        provider.terminate(instance_id)
+        info = _describe(provider, instance_id)
+    with controller.store.session() as session:
+        claimed = session.execute(
+            update(Instance).where(Instance.id == instance_id, Instance.state == AWAITING).values(state="terminated")
+        ).rowcount
+        if not claimed:  # another worker settled it
+            return
+        instance = session.get(Instance, instance_id)
+        attempt = session.get(Attempt, instance.attempt_id)
+        reclaimed = bool(info and info.state == "terminated" and info.reclaimed)
+        gone_at = (info.terminated_at if info and info.terminated_at else None) or controller.clock.now()
+        instance.terminated_at, instance.reclaimed = gone_at, reclaimed
+        _bill(session, attempt, controller.billing_rule(attempt.provider), gone_at, reclaimed)
+
+
+def _bill(session, attempt: Attempt, rule: BillingRule, gone_at: float, reclaimed: bool) -> None:
+    held = max(gone_at - (attempt.started_at or gone_at), 0.0)
+    attempt.billed_seconds = held
+    attempt.charged_seconds = rule.charged_seconds(held, market=attempt.market, reclaimed=reclaimed)
+    how = "the cloud took it back" if reclaimed else "the cloud did not take it back; terminated"
+    add_event(
+        session, at=gone_at, kind="instance_settled", job_id=attempt.job_id, attempt_id=attempt.id,
+        message=f"attempt {attempt.number}: {attempt.instance_id} gone ({how}) after {held:.0f} s; "
+        f"{attempt.charged_seconds:.0f} s charged",
+        data={"reclaimed": reclaimed, "billed_seconds": held, "charged_seconds": attempt.charged_seconds},
+    )
+
+
+def _describe(provider, instance_id: str) -> InstanceInfo | None:
+    try:
+        return provider.describe(instance_id)
+    except Exception:  # a failed probe is "unknown": wait for the release time
+        log.warning("describe %s failed", instance_id, exc_info=True)
+        return None
+
+
+_IS_AWAITING = Instance.state == AWAITING  # the partial index ix_instances_awaiting_reclaim holds just these
+
+
+def awaiting_instances(session) -> list:
+    """(id, provider, release_at) of each instance left for the cloud to take back."""
+    return session.execute(select(Instance.id, Instance.provider, Instance.release_at).where(_IS_AWAITING)).all()
+
+
+def awaiting_ids(session) -> set[str]:
+    return set(session.scalars(select(Instance.id).where(_IS_AWAITING)))

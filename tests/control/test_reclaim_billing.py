@@ -1,0 +1,209 @@
+"""The clouds' billing rules in the controller: minimums, and a spot instance interrupted in its first hour left for
+the cloud to take back, which AWS then charges nothing for (`control/reclaims.py`, `costs/billing.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotrun.costs import ledger
+from spotrun.costs.billing import CLOUD_RULES
+from spotrun.server.fleet_totals import fleet_bill
+from spotrun.state import Event, Instance
+
+AWS_RULES = {"local": CLOUD_RULES["aws"]}  # the world's jobs run on the `local` cloud: billed here as EC2 bills
+# Hours pass in single ticks here: a heartbeat every 30 s over them would only make the tests slow.
+PATIENT = {"heartbeat_timeout": 4 * 3600.0, "boot_timeout": 4 * 3600.0}
+
+
+@pytest.fixture
+def aws_world(world):
+    world.controller = world.new_controller(billing_rules=AWS_RULES, **PATIENT)
+    return world
+
+
+def alive_for(world, instance: str, seconds: float) -> None:
+    world.agent(instance)("heartbeat", {})
+    world.tick(seconds)
+
+
+def interrupted_after(world, seconds: float, source: str = "aws-imds") -> tuple[int, str]:
+    """A job on spot for `seconds`, then the cloud's interruption notice: its trainer saves and stops."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, seconds)
+    world.agent(instance)("notice", {"source": source, "deadline": None})
+    world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    return job_id, instance
+
+
+def instance_row(world, instance_id: str) -> Instance:
+    with world.store.session() as session:
+        return session.get(Instance, instance_id)
+
+
+def events(world, kind: str) -> list[Event]:
+    with world.store.session() as session:
+        return list(session.query(Event).filter(Event.kind == kind))
+
+
+def test_an_instance_interrupted_in_its_first_hour_is_left_to_the_cloud_and_charged_nothing_once_taken(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 1200)
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "preempted" and world.job(job_id).state in ("PREEMPTED", "PROVISIONING")
+    assert world.cloud.instances[first].state == "running", "spotrun terminated it itself: EC2 would charge it"
+    assert instance_row(world, first).state == "awaiting_reclaim"
+    world.tick()
+    [_, second] = world.attempts(job_id)  # the job moves on while the old instance waits
+    world.agent(second.instance_id)("started", {})
+    alive_for(world, second.instance_id, 100)
+    world.cloud.reclaim(first)
+    world.tick()
+    [attempt, second] = world.attempts(job_id)
+    assert instance_row(world, first).state == "terminated" and instance_row(world, first).reclaimed
+    assert attempt.billed_seconds == pytest.approx(attempt.ended_at - attempt.started_at + 101)
+    assert attempt.charged_seconds == 0.0
+    assert ledger.attempt_cost(attempt, world.clock.now()) == 0.0
+    [settled] = events(world, "instance_settled")
+    assert settled.data["reclaimed"] and "0 s charged" in settled.message
+    assert world.cloud.instances[second.instance_id].state == "running"
+
+
+def test_an_instance_interrupted_after_its_first_hour_is_terminated_at_once_and_charged(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 3500)  # EC2 takes it 2 min after the notice: past the first hour
+    [attempt, *_] = world.attempts(job_id)
+    assert world.cloud.instances[first].state == "terminated" and instance_row(world, first).state == "terminated"
+    assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds) and attempt.billed_seconds > 3500
+    assert events(world, "instance_left_to_cloud") == []
+
+
+def test_a_notice_the_cloud_does_not_keep_is_released_at_its_time_and_charged(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 600)
+    notice_at = world.attempts(job_id)[0].notice_at
+    release_at = instance_row(world, first).release_at
+    assert release_at == pytest.approx(notice_at + 120 + 60)
+    while world.clock.now() + 20 < release_at:
+        world.tick(20)
+        assert world.cloud.instances[first].state == "running"
+    world.tick(release_at - world.clock.now() - 1)
+    assert world.cloud.instances[first].state == "running"
+    world.tick(2)
+    [attempt, *_] = world.attempts(job_id)
+    assert world.cloud.instances[first].state == "terminated" and not instance_row(world, first).reclaimed
+    assert attempt.billed_seconds == pytest.approx(world.clock.now() - attempt.started_at)
+    assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds)
+    [settled] = events(world, "instance_settled")
+    assert not settled.data["reclaimed"] and "did not take it back" in settled.message
+
+
+def test_the_orphan_sweep_leaves_an_instance_awaiting_reclaim_alone(aws_world):
+    world = aws_world
+    _, first = interrupted_after(world, 600)
+    world.controller.sweep_orphans()
+    assert world.cloud.instances[first].state == "running"
+
+
+def test_a_controller_that_restarts_settles_what_its_predecessor_left(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 600)
+    world.controller = world.new_controller(billing_rules=AWS_RULES, **PATIENT)
+    world.clock.advance(60)
+    world.cloud.reclaim(first)
+    world.tick()
+    assert world.attempts(job_id)[0].charged_seconds == 0.0
+    world.controller.tick()  # settled once: a second look finds nothing to do
+    assert len(events(world, "instance_settled")) == 1
+
+
+@pytest.mark.parametrize("source", ["controller", "sigterm", "test"])
+def test_only_the_clouds_own_notice_leaves_an_instance_to_it(aws_world, source):
+    world = aws_world
+    _, first = interrupted_after(world, 600, source=source)
+    assert world.cloud.instances[first].state == "terminated"
+    assert events(world, "instance_left_to_cloud") == []
+
+
+def test_a_spot_instance_the_cloud_took_without_a_notice_in_its_first_hour_is_charged_nothing(aws_world):
+    world = aws_world
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 900)
+    world.cloud.reclaim(instance)
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "preempted" and attempt.billed_seconds > 900 and attempt.charged_seconds == 0.0
+
+
+def test_a_short_attempt_is_charged_the_clouds_minimum(aws_world):
+    world = aws_world
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick(5)
+    [attempt] = world.attempts(job_id)
+    assert attempt.billed_seconds < 60 and attempt.charged_seconds == 60.0
+
+
+def test_on_the_local_cloud_every_held_second_is_charged_and_nothing_is_left_to_it(world):
+    world.controller = world.new_controller(**PATIENT)
+    job_id, first = interrupted_after(world, 600)
+    [attempt, *_] = world.attempts(job_id)
+    assert world.cloud.instances[first].state == "terminated"
+    assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds)
+
+
+def test_the_job_bill_and_the_fleet_totals_count_what_was_charged(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 1200)
+    world.tick()
+    second = world.attempts(job_id)[1].instance_id
+    world.agent(second)("started", {})
+    alive_for(world, second, 60)
+    world.cloud.reclaim(first)
+    alive_for(world, second, 300)
+    now = world.clock.now()
+    job = world.job(job_id)
+    bill = ledger.bill(job.placed_attempts, now)
+    [free, running] = job.placed_attempts
+    assert bill.cost == pytest.approx(ledger.held_seconds(running, now) / 3600 * running.price_per_hour)
+    assert bill.on_demand_cost == pytest.approx(
+        sum(ledger.held_seconds(a, now) / 3600 * a.on_demand_price_per_hour for a in (free, running)))
+    with world.store.session() as session:
+        totals = fleet_bill(session, now)
+    assert totals.cost == pytest.approx(bill.cost) and totals.on_demand_cost == pytest.approx(bill.on_demand_cost)
+
+
+def test_two_workers_settling_one_instance_bill_it_once(aws_world):
+    from spotrun.control import reclaims
+
+    world = aws_world
+    _, first = interrupted_after(world, 600)
+    other = world.new_controller(billing_rules=AWS_RULES, **PATIENT)
+    world.cloud.reclaim(first)
+    release_at = instance_row(world, first).release_at
+    for controller in (world.controller, other):  # both read the instance as waiting before either settled it
+        reclaims._settle(controller, first, "local", release_at, world.clock.now())
+    assert len(events(world, "instance_settled")) == 1
+
+
+def test_status_shows_what_was_charged_beside_the_seconds_held(aws_world):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from spotrun.cli.views import attempts_table
+    from spotrun.server.views import attempt_views
+
+    world = aws_world
+    job_id, first = interrupted_after(world, 1200)
+    world.cloud.reclaim(first)
+    world.tick()
+    [free, *_] = world.attempts(job_id)
+    console = Console(width=250, file=StringIO(), record=True)
+    console.print(attempts_table(attempt_views(world.attempts(job_id)), job_id, world.clock.now()))
+    [row] = [line for line in console.export_text().splitlines() if first in line]
+    assert f"{free.billed_seconds:.0f} (0 charged)" in row and "$0.0000" in row
+    assert attempt_views([free])[0].charged_seconds == 0.0
