@@ -139,6 +139,7 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
         (["--zone-spot-price", "a=-1"], "--zone-spot-price 'a=-1': expected ZONE=PRICE"),
         (["--zone-spot-price", "a=cheap"], "--zone-spot-price 'a=cheap': expected ZONE=PRICE"),
         (["--zone-spot-price", "mars=0.5"], "no zone 'mars' in the traces; zones: a"),
+        (["--bill-as", "mars"], "--bill-as must be one of aws, azure, gcp, got 'mars'"),
     ],
 )
 def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
@@ -175,7 +176,7 @@ def test_simulate_takes_the_job_from_a_job_file(tmp_path):
     report = simulate_json("--trace", str(tmp_path), "--job", str(job))
     assert report["job"] == {"compute_hours": 24.0, "deadline_hours": 30.0, "overhead_hours": 0.2,
                              "on_demand_price": 3.06, "spot_price": 0.9731, "max_price": None, "nodes": 1,
-                             "zone_spot_prices": {}, "file": str(job), "live": {"policy": "default", "use_spot": True, "fallback": "on-demand",
+                             "zone_spot_prices": {}, "bill_as": None, "file": str(job), "live": {"policy": "default", "use_spot": True, "fallback": "on-demand",
                                                         "preemptions_before_fallback": 3, "fallback_window": 3600.0,
                                                         "row": None}}
     # an option given overrides the file; a job with prices of its own is priced at them
@@ -459,3 +460,21 @@ def test_zones_priced_apart_are_billed_and_chosen_at_their_own_prices(tmp_path):
     table = CliRunner().invoke(app, ["simulate", *capped, "--processes", "1"])
     assert table.exit_code == 0, table.output
     assert "costs more than the max price ($1/h) in b: no policy ran spot there" in " ".join(table.output.split())
+
+
+def test_billed_as_ec2_the_sweep_charges_nothing_for_spot_taken_back_within_its_first_hour(tmp_path):
+    """Spot for 40 minutes, then gone for 20, over and over: every spot instance is taken back in its first hour,
+    so billed as EC2 greedy's spot is free and it pays only for on-demand; the report says how it billed."""
+    write_trace(tmp_path / "a.json", ([1] * 4 + [0] * 2) * 40)
+    args = ["--trace", str(tmp_path), "--compute-hours", "4", "--deadline-hours", "12", "--every-hours", "100",
+            "--policy", "greedy", "--no-bound"]
+    per_step, as_ec2 = simulate_json(*args), simulate_json(*args, "--bill-as", "aws")
+    assert as_ec2["job"]["bill_as"] == "aws" and per_step["job"]["bill_as"] is None
+    rows = {name: {p["policy"]: p for p in report["policies"]} for name, report in (("per step", per_step),
+                                                                                      ("as EC2", as_ec2))}
+    before, after = rows["per step"]["greedy"], rows["as EC2"]["greedy"]
+    assert before["preemptions"] == after["preemptions"] > 0 and after["misses"] == 0
+    assert after["mean"] < before["mean"] / 5  # only the instance that ran to the end is charged
+    assert rows["as EC2"]["on_demand"]["mean"] == pytest.approx(rows["per step"]["on_demand"]["mean"])
+    table = CliRunner().invoke(app, ["simulate", *args, "--bill-as", "aws", "--processes", "1"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "each instance charged as aws" in table.output

@@ -263,3 +263,22 @@ def test_bad_trace_files_name_the_file(tmp_path, content, message):
     with pytest.raises(TraceError, match=message) as caught:
         load_trace(path)
     assert str(path) in str(caught.value)
+
+
+def test_billed_as_ec2_a_spot_instance_taken_back_within_its_first_hour_is_free():
+    from dataclasses import replace
+
+    from spotrun.costs.billing import CLOUD_RULES
+
+    # spot for 5 steps (50 min), gone one step, back for 7 (70 min), gone, back for good: greedy runs three instances
+    available = np.array([[1] * 5 + [0] + [1] * 7 + [0] + [1] * 30], bool)
+    job = SimJob(compute_seconds=14 * STEP, deadline_seconds=40 * STEP, restart_overhead=300.0)
+    per_step = run_job(GreedyPolicy(), ("z",), available, STEP, job)
+    as_ec2 = run_job(GreedyPolicy(), ("z",), available, STEP, replace(job, billing=CLOUD_RULES["aws"]))
+    assert [a.end_reason for a in as_ec2.attempts] == [a.end_reason for a in per_step.attempts] == [
+        "preempted", "preempted", "succeeded"]
+    assert per_step.spot_seconds == as_ec2.spot_seconds
+    # the first instance's 5 steps are not charged; the second, taken back after 70 min, is, as is the last
+    assert per_step.cost - as_ec2.cost == pytest.approx(5 * SPOT_STEP)
+    as_gcp = run_job(GreedyPolicy(), ("z",), available, STEP, replace(job, billing=CLOUD_RULES["gcp"]))
+    assert as_gcp.cost == pytest.approx(per_step.cost)  # whole steps are over GCE's minute already

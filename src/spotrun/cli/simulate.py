@@ -19,6 +19,7 @@ from rich.table import Table
 
 from spotrun.cli.simulate_job import JobNumbers, LivePlacement, job_numbers
 from spotrun.cli.views import print_whole
+from spotrun.costs.billing import CLOUD_RULES, BillingRule
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
@@ -60,6 +61,9 @@ def simulate(
     zone_spot_price: Annotated[Optional[list[str]], typer.Option(
         help="ZONE=PRICE: $/h spot in that zone (a trace's file name without .json), where zones are priced apart "
              "as EC2 prices them (repeatable) [default: --spot-price in every zone]")] = None,
+    bill_as: Annotated[Optional[str], typer.Option(
+        help="charge each instance as this cloud does when it ends (aws: nothing for spot taken back within its "
+             "first hour; aws, gcp, azure: a minute at least) [default: every step billed, the paper's model]")] = None,
     nodes: Annotated[Optional[int], typer.Option(
         help="nodes of a gang: spot is there while a trace counts that many instances, and costs are the gang's "
              "[default: the job file's resources.nodes, else 1]")] = None,
@@ -92,7 +96,7 @@ def simulate(
         _check_sweep_options(observe, market_history_hours, fleet)
         markets = load_markets(trace or [bundled_traces_dir()], multi_zone, int(numbers["nodes"]))
         zone_prices = parse_zone_prices(zone_spot_price or [], markets)
-        job = _sim_job(numbers, zone_prices)
+        job = replace(_sim_job(numbers, zone_prices), billing=_billing(bill_as))
         live = from_file.placement if from_file is not None else None
         began = time.perf_counter()
         run_sweep = partial(sweep, markets, every_seconds=every_hours * HOUR, observe=observe, processes=processes,
@@ -114,7 +118,7 @@ def simulate(
     per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
     if as_json:
-        typer.echo(_json_report(summaries, {**numbers, "zone_spot_prices": zone_prices}, job_file, markets,
+        typer.echo(_json_report(summaries, {**numbers, "zone_spot_prices": zone_prices, "bill_as": bill_as}, job_file, markets,
                                 sweep_settings, elapsed, per_market, live))
     else:
         _print_report(summaries, numbers, job_file, markets, sweep_settings, elapsed, len(records), job, live)
@@ -176,6 +180,18 @@ def _sim_job(numbers: dict[str, float], zone_prices: dict[str, float] | None = N
     return SimJob(numbers["compute_hours"] * HOUR, numbers["deadline_hours"] * HOUR, numbers["overhead_hours"] * HOUR,
                   gang * numbers["on_demand_price"], gang * numbers["spot_price"], None if cap is None else gang * cap,
                   zone_spot_prices=tuple((zone, gang * price) for zone, price in (zone_prices or {}).items()))
+
+
+def bill_name(rule: BillingRule) -> str:
+    return next(cloud for cloud, known in CLOUD_RULES.items() if known == rule)
+
+
+def _billing(cloud: str | None) -> BillingRule | None:
+    if cloud is None:
+        return None
+    if cloud not in CLOUD_RULES or cloud == "local":
+        raise ValueError(f"--bill-as must be one of aws, azure, gcp, got {cloud!r}")
+    return CLOUD_RULES[cloud]
 
 
 def parse_zone_prices(given: list[str], markets: list[tuple[str, Market]]) -> dict[str, float]:
@@ -247,7 +263,8 @@ def _print_report(
     title = ((f"{job_file.name}: " if job_file else "")
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
-             f"{len(markets)} market(s), {settings.described()}")
+             f"{len(markets)} market(s), {settings.described()}"
+             + ("" if job.billing is None else f"; each instance charged as {bill_name(job.billing)} charges"))
     print_whole(console, summary_table(summaries, title, closed))
     if live is not None:
         console.print(live.note())

@@ -27,6 +27,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from spotrun.costs.billing import BillingRule
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait, max_spot_price,
 )
@@ -66,6 +67,9 @@ class SimJob:
     settings: SpotSettings = SpotSettings()
     # (zone, $/h) where a zone's spot costs other than `spot_price`, as EC2 prices each zone's spot apart
     zone_spot_prices: tuple[tuple[str, float], ...] = ()
+    # how each instance's steps are charged when it ends (`costs.billing`: AWS's free first-hour interruption);
+    # None: every step billed whole, the paper's model
+    billing: BillingRule | None = None
 
     def __post_init__(self) -> None:
         for name in ("compute_seconds", "deadline_seconds", "on_demand_price", "spot_price"):
@@ -216,6 +220,7 @@ class JobRun:
         self.not_before: float | None = None  # a Wait's time: not asked again before it while nothing is held
         self.capacity_rounds = 0  # waits since the job last started an instance, as the controller counts them
         self.spot_step_cost = {zone: job.spot_price_in(zone) * step / 3600 for zone in zones}
+        self.instance_seconds = self.instance_cost = 0.0  # what the instance held has been billed so far
         self.od_price = job.on_demand_price * step / 3600
         self.prices = job.policy_prices(zones)
 
@@ -352,6 +357,7 @@ class JobRun:
             result.moves += 1
         self.last_market, self.last_zone = launch.market, launch.zone
         self.current = Placement(launch.zone, launch.market, now)
+        self.instance_seconds = self.instance_cost = 0.0
         self.capacity_rounds = 0
         self.overhead_left = self.job.restart_overhead
         if launch.market == "spot":
@@ -363,18 +369,29 @@ class JobRun:
         if current.market == "spot" and reason != "preempted":
             self.log.record(current.zone, now, True)  # it ran until now: spot was there, as the controller knows
         self.history = (*self.history, PastAttempt(current.zone, current.market, current.since, current.since, now, reason))
+        self._charge_as_billed(current.market, reclaimed=reason == "preempted")
         self.current = None
+
+    def _charge_as_billed(self, market: str, *, reclaimed: bool) -> None:
+        """The instance ends: its steps billed so far become what the job's billing rule charges for them."""
+        billing, held = self.job.billing, self.instance_seconds
+        if billing is None or held <= 0:
+            return
+        charged = billing.charged_seconds(held, market=market, reclaimed=reclaimed)
+        self.result.cost += (charged - held) * self.instance_cost / held
 
     def _run_step(self, now: float) -> None:
         current = self.current
         if current is None:
             return
         result = self.result
+        step_cost = self.spot_step_cost[current.zone] if current.market == "spot" else self.od_price
+        result.cost += step_cost
+        self.instance_cost += step_cost
+        self.instance_seconds += self.step
         if current.market == "spot":
-            result.cost += self.spot_step_cost[current.zone]
             result.spot_seconds += self.step
         else:
-            result.cost += self.od_price
             result.on_demand_seconds += self.step
         work = max(self.step - self.overhead_left, 0.0)
         self.overhead_left = max(self.overhead_left - self.step, 0.0)
