@@ -478,3 +478,5 @@ def test_billed_as_ec2_the_sweep_charges_nothing_for_spot_taken_back_within_its_
     assert rows["as EC2"]["on_demand"]["mean"] == pytest.approx(rows["per step"]["on_demand"]["mean"])
     table = CliRunner().invoke(app, ["simulate", *args, "--bill-as", "aws", "--processes", "1"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "each instance charged as aws" in table.output
+    azure = CliRunner().invoke(app, ["simulate", *args, "--bill-as", "azure", "--processes", "1"], env={"COLUMNS": "200"})
+    assert azure.exit_code == 0 and "each instance charged as azure" in azure.output  # not GCP's, the same numbers

@@ -182,10 +182,6 @@ def _sim_job(numbers: dict[str, float], zone_prices: dict[str, float] | None = N
                   zone_spot_prices=tuple((zone, gang * price) for zone, price in (zone_prices or {}).items()))
 
 
-def bill_name(rule: BillingRule) -> str:
-    return next(cloud for cloud, known in CLOUD_RULES.items() if known == rule)
-
-
 def _billing(cloud: str | None) -> BillingRule | None:
     if cloud is None:
         return None
@@ -264,7 +260,7 @@ def _print_report(
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
              f"{len(markets)} market(s), {settings.described()}"
-             + ("" if job.billing is None else f"; each instance charged as {bill_name(job.billing)} charges"))
+             + ("" if job.billing is None else f"; each instance charged as {job.billing.name} charges"))
     print_whole(console, summary_table(summaries, title, closed))
     if live is not None:
         console.print(live.note())

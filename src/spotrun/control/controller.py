@@ -332,10 +332,13 @@ class Controller:
             self._finish_attempt(attempt.id)
 
     def describe(self, attempt: Attempt) -> InstanceInfo | None:
+        return self.describe_instance(attempt.provider, attempt.instance_id)
+
+    def describe_instance(self, provider: str, instance_id: str) -> InstanceInfo | None:
         try:
-            return self.provider(attempt.provider).describe(attempt.instance_id)
+            return self.provider(provider).describe(instance_id)
         except Exception:  # a failed probe is "unknown", never "gone"
-            log.warning("describe %s failed", attempt.instance_id, exc_info=True)
+            log.warning("describe %s failed", instance_id, exc_info=True)
             return None
 
     def _reconsider(self, job: Job, attempt: Attempt, now: float) -> None:

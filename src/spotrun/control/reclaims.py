@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select, update
 
 from spotrun.costs.billing import BillingRule
-from spotrun.providers import InstanceInfo
 from spotrun.state import Attempt, Instance, add_event
 
 if TYPE_CHECKING:
@@ -74,13 +73,12 @@ def settle_awaiting(controller: Controller) -> None:
 
 
 def _settle(controller: Controller, instance_id: str, provider_name: str, release_at: float | None, now: float) -> None:
-    provider = controller.provider(provider_name)
-    info = _describe(provider, instance_id)
+    info = controller.describe_instance(provider_name, instance_id)
     if info is None or info.state != "terminated":
         if release_at is not None and now < release_at:
             return
-        provider.terminate(instance_id)
-        info = _describe(provider, instance_id)
+        controller.provider(provider_name).terminate(instance_id)
+        info = controller.describe_instance(provider_name, instance_id)
     with controller.store.session() as session:
         claimed = session.execute(
             update(Instance).where(Instance.id == instance_id, Instance.state == AWAITING).values(state="terminated")
@@ -108,14 +106,6 @@ def _bill(session, attempt: Attempt, rule: BillingRule, gone_at: float, reclaime
     )
 
 
-def _describe(provider, instance_id: str) -> InstanceInfo | None:
-    try:
-        return provider.describe(instance_id)
-    except Exception:  # a failed probe is "unknown": wait for the release time
-        log.warning("describe %s failed", instance_id, exc_info=True)
-        return None
-
-
 _IS_AWAITING = Instance.state == AWAITING  # the partial index ix_instances_awaiting_reclaim holds just these
 
 
@@ -125,4 +115,4 @@ def awaiting_instances(session) -> list:
 
 
 def awaiting_ids(session) -> set[str]:
-    return set(session.scalars(select(Instance.id).where(_IS_AWAITING)))
+    return {row.id for row in awaiting_instances(session)}

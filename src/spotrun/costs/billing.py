@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class BillingRule:
+    name: str = "per second"  # whose rule: GCP's and Azure's are the same numbers, not the same rule
     minimum_seconds: float = 0.0  # an instance held for less is charged this much
     free_if_reclaimed_within: float = 0.0  # a spot instance the cloud takes back this young is not charged
     notice_lead: float = 0.0  # seconds from the cloud's interruption notice to its taking the instance
@@ -41,9 +42,9 @@ class BillingRule:
 PER_SECOND = BillingRule()
 
 CLOUD_RULES: Mapping[str, BillingRule] = {
-    "aws": BillingRule(minimum_seconds=60.0, free_if_reclaimed_within=3600.0, notice_lead=120.0),
-    "gcp": BillingRule(minimum_seconds=60.0),
-    "azure": BillingRule(minimum_seconds=60.0),
+    "aws": BillingRule("aws", minimum_seconds=60.0, free_if_reclaimed_within=3600.0, notice_lead=120.0),
+    "gcp": BillingRule("gcp", minimum_seconds=60.0),
+    "azure": BillingRule("azure", minimum_seconds=60.0),
     "local": PER_SECOND,
 }
 
