@@ -106,7 +106,8 @@ def test_controller_killed_at_random_moments_loses_nothing(spotrun, tmp_path):
 
 
 def test_bad_job_file_is_refused_and_the_store_is_unchanged(spotrun, tmp_path):
-    spotrun.run("launch", str(digits_job(tmp_path)))
+    # long enough to be still running when it is cancelled, however slow the machine (6 epochs ended first once)
+    spotrun.run("launch", str(digits_job(tmp_path, epochs=500)))
     before = spotrun.run("status", "--json").stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nrun: python train.py\nspot:\n  max_wait: -5m\n  colour: blue\nmax_restarts_on_error: many\n")
