@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: demo demo-ddp test install dev clean browser
+.PHONY: demo demo-ddp test soak install dev clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ demo-ddp: $(STAMP)
 # The e2e tests (each runs a controller, agents and several trainers) share one worker, one at a time.
 test: $(DEVSTAMP) browser
 	$(PY) -m pytest -q --numprocesses 2 --dist loadgroup
+
+# The runs `make test` leaves out (marked soak): the policy research's diagnostics on small traces, and the long
+# checkpoint-kill trials.
+soak: $(DEVSTAMP)
+	$(PY) -m pytest -q --numprocesses 2 -m soak
 
 clean:
 	rm -rf $(VENV) .spotrun-demo .spotrun-demo-ddp

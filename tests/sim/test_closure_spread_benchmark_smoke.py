@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.soak  # a diagnostic of the policy research, not a behaviour of spotrun: `make soak` runs it
+
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 ROW = r"^\| (without|with) the market's history \| (-?[\d.]+)% \| (-?[\d.]+)% \| (-?[\d.]+)% – (-?[\d.]+)% \| (\d+)% \| " \
       r"(-?[\d.]+)% – (-?[\d.]+)% \| (\d+)% \|$"

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "policies.py"
 
 
@@ -26,6 +28,7 @@ def test_closure_only_run_on_a_small_trace(small_trace_folder: Path) -> None:
     assert "mean gap closed:" in done.stdout and "with the market's history:" in done.stdout
 
 
+@pytest.mark.soak  # every table of docs/benchmarks.md's policy section (~20 s): `make soak` runs it
 def test_the_whole_benchmark_runs_on_a_small_trace(small_trace_folder: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--traces", str(small_trace_folder), "--processes", "1"],
                           capture_output=True, text=True, timeout=300)

@@ -6,6 +6,10 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.soak  # a diagnostic of the policy research, not a behaviour of spotrun: `make soak` runs it
+
 
 def churn_then_calm(steps: int) -> list[int]:
     """Short runs of spot and gaps in the first half, long ones after: a job's early fit and the whole trace's

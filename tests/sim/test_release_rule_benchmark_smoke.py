@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.soak  # a diagnostic of the policy research, not a behaviour of spotrun: `make soak` runs it
+
 
 def test_release_rule_table_on_a_small_trace(tmp_path: Path, variant_table, short_runs_around_a_long_gap) -> None:
     trace = {"metadata": {"gap_seconds": 600}, "data": short_runs_around_a_long_gap(560)}  # 93 h: one 70 h job

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.soak  # a diagnostic of the policy research, not a behaviour of spotrun: `make soak` runs it
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sweep_profile.py"
 
 
