@@ -96,12 +96,14 @@ class PlannedAttempt:
     price_per_hour: float
     checkpoint_step: int | None
     log: str
+    charged_seconds: float | None = None  # None: as billed
 
 
 ON_DEMAND_PRICE = 0.40
 # Spot in local-a, preempted; a try without capacity; spot in local-b, preempted; on-demand in local-a, succeeded.
 PREEMPTED_HISTORY = (
-    PlannedAttempt("spot", "local-a", 0, 1200, "preempted", 0.12, 400, "epoch 1 loss 2.30\nstep 400 saved\n"),
+    # reclaimed by the cloud in its first hour: EC2 charges nothing for it
+    PlannedAttempt("spot", "local-a", 0, 1200, "preempted", 0.12, 400, "epoch 1 loss 2.30\nstep 400 saved\n", 0.0),
     PlannedAttempt("spot", "local-b", 1500, 2400, "preempted", 0.10, 700, "resumed at step 400\nstep 700 saved\n"),
     PlannedAttempt("on-demand", "local-a", 2520, 3300, "succeeded", ON_DEMAND_PRICE, 1000, "resumed at step 700\ndone ✓\n"),
 )
@@ -148,6 +150,7 @@ def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> A
         instance_id=f"li-{job_id}-{int(plan.start)}", created_at=started, started_at=started,
         agent_started_at=started + 2, notice_at=ended - 30 if plan.end_reason == "preempted" else None,
         ended_at=ended, end_reason=plan.end_reason, billed_seconds=plan.end - plan.start,
+        charged_seconds=plan.charged_seconds,
         checkpoint_step=plan.checkpoint_step, total_steps=TOTAL_STEPS, log_bytes=len(plan.log.encode()),
     )
 

@@ -127,6 +127,15 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     assert page.locator("#on-demand-cost").inner_text() == f"${expected.on_demand_cost:.4f}"
     assert page.locator("#saved-percent").inner_text() == f"{expected.saved_fraction:.1%}"
 
+    # Each attempt's cost, as charged: the first spot instance was reclaimed in its first hour, free on EC2.
+    rows = page.locator("#attempts tbody tr")
+    costs = {rows.nth(i).get_attribute("data-attempt"): rows.nth(i).locator("td.cost") for i in range(rows.count())}
+    assert list(costs) == ["1", "2", "3", "4"]
+    assert costs["1"].inner_text() == "$0.00 (0 s charged)"
+    assert costs["2"].inner_text() == "$0.00"  # the try without capacity held nothing
+    assert costs["3"].inner_text() == f"${900 / 3600 * 0.10:.4f}"  # charged as held: no note
+    assert sum(float(cost.get_attribute("data-value")) for cost in costs.values()) == pytest.approx(expected.cost)
+
     logs = page.locator("#logs .log")
     expect(logs).to_have_count(3)
     for index, plan in enumerate(PREEMPTED_HISTORY):

@@ -92,7 +92,24 @@ function refusedRow({ tries }) {
       [...reasons].map(([reason, count]) => `${reason} ×${count}`).join(", ")),
     el("td", { className: "num" }, "—"),
     el("td", { className: "num" }, `${dollars(last.price_per_hour)} (on-demand ${dollars(last.on_demand_price_per_hour)})`),
+    el("td", { className: "num cost", dataset: { value: 0, charged: 0 } }, dollars(0)),
   );
+}
+
+// As the ledger bills an attempt (costs/ledger.py): the seconds held, so far while it runs; what the cloud charged
+// for them once it ended (its minimum; EC2 charges nothing for spot it reclaims in the first hour), at its price.
+function attemptCost(a) {
+  const held = a.started_at === null ? 0
+    : a.ended_at !== null ? a.billed_seconds : Math.max(Date.now() / 1000 - a.started_at, 0);
+  const charged = a.ended_at !== null && a.charged_seconds !== null ? a.charged_seconds : held;
+  return { held, charged, cost: charged / 3600 * a.price_per_hour };
+}
+
+function costCell(a) {
+  const { held, charged, cost } = attemptCost(a);
+  const text = Math.round(held) === Math.round(charged) ? dollars(cost)
+    : `${dollars(cost)} (${integer(Math.round(charged))} s charged)`;
+  return el("td", { className: "num cost", dataset: { value: cost, charged } }, text);
 }
 
 function attemptRow(a) {
@@ -110,6 +127,7 @@ function attemptRow(a) {
     el("td", { className: `end-reason end-${a.end_reason ?? "running"}` }, a.end_reason ?? (a.state === "running" ? "running" : a.state)),
     el("td", { className: "num" }, integer(a.checkpoint_step)),
     el("td", { className: "num" }, `${dollars(a.price_per_hour)} (on-demand ${dollars(a.on_demand_price_per_hour)})`),
+    costCell(a),
   );
 }
 
