@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -217,15 +218,21 @@ class ValueTable:
     shape: JobShape
     values: np.ndarray
 
-    def column(self, steps_left: int, work_left: int) -> int | None:
-        """The column of `work_left` with `steps_left` steps left; None past the band (a sure miss). Less work left
-        than the band holds reads as the band's least (never cheaper than the truth: less work never costs more)."""
-        column = max(work_left - self.shape.band_start(steps_left), 0)
-        return column if column < self.values.shape[-1] else None
+    def reader(self, steps_left: int) -> Callable[[int, int, int], float]:
+        """`read(work_left, row, state)`: the value with `steps_left` steps left; inf past the band (a sure miss).
+        Less work left than the band holds reads as the band's least (never cheaper than the truth: less work never
+        costs more). The band's start is found once per reader: the plan reads ~30 cells a choice, on a sweep's hot
+        path, and finding it per cell was a fifth of a sweep's time."""
+        layer, first, width = self.values[steps_left], self.shape.band_start(steps_left), self.values.shape[-1]
+
+        def read(work_left: int, row: int, state: int) -> float:
+            column = max(work_left - first, 0)
+            return float(layer[state, row, column]) if column < width else math.inf
+
+        return read
 
     def at(self, steps_left: int, state: int, row: int, work_left: int) -> float:
-        column = self.column(steps_left, work_left)
-        return math.inf if column is None else float(self.values[steps_left, state, row, column])
+        return self.reader(steps_left)(work_left, row, state)
 
 
 _tables: OrderedDict[tuple[JobShape, RunHazards], ValueTable] = OrderedDict()
@@ -421,13 +428,7 @@ def option_values(
     is_up, moves = chain_moves(hazards)
     ages, works = shape.ages, shape.works
 
-    layer = table.values[steps_left - 1]
-    # `table.column(steps_left - 1, ·)` inlined: read ~30 times a choice, it was a fifth of a sweep's time
-    first, width = shape.band_start(steps_left - 1), layer.shape[-1]
-
-    def at(work_left: int, row: int, target: int) -> float:
-        column = max(work_left - first, 0)
-        return float(layer[target, row, column]) if column < width else math.inf
+    at = table.reader(steps_left - 1)
 
     def expected(work_left: float, row: int, work: int) -> float:
         left = work_left - work
