@@ -26,12 +26,16 @@ def alive_for(world, instance: str, seconds: float) -> None:
     world.tick(seconds)
 
 
-def interrupted_after(world, seconds: float, source: str = "aws-imds") -> tuple[int, str]:
-    """A job on spot for `seconds`, then the cloud's interruption notice: its trainer saves and stops."""
+def interrupted_after(
+    world, seconds: float, source: str = "aws-imds", deadline_in: float | None = None
+) -> tuple[int, str]:
+    """A job on spot for `seconds`, then the cloud's interruption notice (stating the reclaim `deadline_in` seconds
+    later, or no time): its trainer saves and stops."""
     job_id = world.submit()
     instance = world.run_to_running(job_id)
     alive_for(world, instance, seconds)
-    world.agent(instance)("notice", {"source": source, "deadline": None})
+    deadline = world.clock.now() + deadline_in if deadline_in is not None else None
+    world.agent(instance)("notice", {"source": source, "deadline": deadline})
     world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
     world.tick()
     return job_id, instance
@@ -84,7 +88,7 @@ def test_a_notice_the_cloud_does_not_keep_is_released_at_its_time_and_charged(aw
     job_id, first = interrupted_after(world, 600)
     notice_at = world.attempts(job_id)[0].notice_at
     release_at = instance_row(world, first).release_at
-    assert release_at == pytest.approx(notice_at + 120 + 60)
+    assert release_at == pytest.approx(notice_at + 120 + 60, abs=0.01)
     while world.clock.now() + 20 < release_at:
         world.tick(20)
         assert world.cloud.instances[first].state == "running"
@@ -97,6 +101,46 @@ def test_a_notice_the_cloud_does_not_keep_is_released_at_its_time_and_charged(aw
     assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds)
     [settled] = events(world, "instance_settled")
     assert not settled.data["reclaimed"] and "did not take it back" in settled.message
+
+
+def test_the_release_time_follows_the_reclaim_time_the_notice_stated(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 600, deadline_in=75)  # the agent saw EC2's notice 45 s late
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.reclaim_at == pytest.approx(attempt.notice_at + 75, abs=0.01)
+    assert instance_row(world, first).release_at == pytest.approx(attempt.reclaim_at + 60, abs=0.01)
+
+
+def test_a_notice_seen_late_near_the_first_hours_end_is_still_left_to_the_cloud(aws_world):
+    # EC2 said it takes the instance at 3,590 s; the agent saw the notice at 3,560 s. The lead after the notice
+    # (3,680 s) would be past the free hour, and terminating it at once would pay for all of it.
+    world = aws_world
+    job_id, first = interrupted_after(world, 3560, deadline_in=30)
+    assert instance_row(world, first).state == "awaiting_reclaim"
+    world.cloud.reclaim(first)
+    world.tick()
+    assert world.attempts(job_id)[0].charged_seconds == 0.0
+
+
+def test_a_notice_stating_a_reclaim_past_the_first_hour_is_terminated_at_once(aws_world):
+    # By the lead the cloud would take it at 3,120 s, in the free hour; but its notice says 3,650 s: not free.
+    world = aws_world
+    job_id, first = interrupted_after(world, 3000, deadline_in=650)
+    assert world.cloud.instances[first].state == "terminated"
+    assert events(world, "instance_left_to_cloud") == []
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds)
+
+
+@pytest.mark.parametrize("deadline", [-5.0, 0.0, "soon", "NaN"])
+def test_a_notice_with_a_bad_deadline_is_refused_and_changes_nothing(aws_world, deadline):
+    world = aws_world
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    with pytest.raises(AssertionError, match="deadline"):  # the agent API's 422 names the field
+        world.agent(instance)("notice", {"source": "aws-imds", "deadline": deadline})
+    [attempt] = world.attempts(job_id)
+    assert attempt.notice_at is None and attempt.reclaim_at is None
 
 
 def test_the_orphan_sweep_leaves_an_instance_awaiting_reclaim_alone(aws_world):
@@ -203,7 +247,7 @@ def test_status_shows_what_was_charged_beside_the_seconds_held(aws_world):
     world.tick()
     [free, *_] = world.attempts(job_id)
     console = Console(width=250, file=StringIO(), record=True)
-    console.print(attempts_table(attempt_views(world.attempts(job_id)), job_id, world.clock.now()))
+    console.print(attempts_table(attempt_views(world.attempts(job_id), world.clock.now()), job_id, world.clock.now()))
     [row] = [line for line in console.export_text().splitlines() if first in line]
     assert f"{free.billed_seconds:.0f} (0 charged)" in row and "$0.0000" in row
-    assert attempt_views([free])[0].charged_seconds == 0.0
+    assert attempt_views([free], world.clock.now())[0].charged_seconds == 0.0

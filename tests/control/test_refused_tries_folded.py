@@ -37,7 +37,7 @@ def refused_for_a_while_then_placed(world) -> int:
 
 def test_a_job_refused_in_every_zone_for_a_while_shows_its_refusals_as_one_row(world):
     job_id = refused_for_a_while_then_placed(world)
-    views = attempt_views(world.attempts(job_id))
+    views = attempt_views(world.attempts(job_id), world.clock.now())
     refused = views[:-1]
     assert len(refused) >= 6 and {a.end_reason for a in refused} == {"no_capacity"}
 
@@ -88,7 +88,7 @@ def job_events(world, job_id: int) -> list[EventView]:
 
 def test_the_end_of_each_try_without_an_instance_and_only_it_is_marked_no_instance(world):
     job_id = refused_for_a_while_then_placed(world)
-    attempts = attempt_views(world.attempts(job_id))
+    attempts = attempt_views(world.attempts(job_id), world.clock.now())
     marked = [e for e in job_events(world, job_id) if e.no_instance]
     assert len(marked) == sum(a.no_instance for a in attempts) == len(attempts) - 1
     assert {e.kind for e in marked} == {"attempt_ended"}

@@ -28,14 +28,20 @@ def test_gcp_and_azure_charge_a_minute_at_least_and_never_nothing_for_an_interru
     rule = CLOUD_RULES[cloud]
     assert rule.charged_seconds(20.0, market="spot", reclaimed=True) == 60.0
     assert rule.charged_seconds(1200.0, market="spot", reclaimed=True) == 1200.0
-    assert not rule.reclaim_would_be_free(market="spot", started_at=0.0, notice_at=10.0)
+    assert not rule.reclaim_would_be_free(market="spot", started_at=0.0, reclaim_at=10.0)
 
 
 def test_a_reclaim_is_free_when_the_cloud_takes_the_instance_inside_the_first_hour():
-    # EC2 takes the instance 2 minutes after its notice
-    assert AWS.reclaim_would_be_free(market="spot", started_at=1000.0, notice_at=1000.0 + 3600 - 121)
-    assert not AWS.reclaim_would_be_free(market="spot", started_at=1000.0, notice_at=1000.0 + 3600 - 120)
-    assert not AWS.reclaim_would_be_free(market="on-demand", started_at=1000.0, notice_at=1010.0)
+    assert AWS.reclaim_would_be_free(market="spot", started_at=1000.0, reclaim_at=1000.0 + 3599)
+    assert not AWS.reclaim_would_be_free(market="spot", started_at=1000.0, reclaim_at=1000.0 + 3600)
+    assert not AWS.reclaim_would_be_free(market="on-demand", started_at=1000.0, reclaim_at=1010.0)
+
+
+def test_the_reclaim_is_expected_when_the_notice_says_or_the_clouds_lead_after_it():
+    assert AWS.expected_reclaim(5000.0) == 5120.0  # EC2 takes the instance 2 minutes after its notice
+    assert AWS.expected_reclaim(5000.0, stated=5090.0) == 5090.0  # the notice was seen 30 s late
+    assert AWS.expected_reclaim(5000.0, stated=4990.0) == 5000.0  # a clock a little off: not before the notice
+    assert CLOUD_RULES["gcp"].expected_reclaim(5000.0) == 5000.0  # a rule that knows no lead: at once
 
 
 def test_a_cloud_without_rules_charges_the_seconds_held():

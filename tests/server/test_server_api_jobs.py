@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from server_world import TINY_JOB, Team, place_attempt
 
 from spotrun.control import records
@@ -34,6 +37,31 @@ def test_one_job_comes_with_its_attempts_and_bill(team: Team) -> None:
     assert detail["job"]["id"] == job_id and detail["job"]["attempts"] == 1
     assert [(a["number"], a["market"], a["instance_id"]) for a in detail["attempts"]] == [(1, "spot", f"i-{job_id}-1")]
     assert detail["bill"]["spot_seconds"] > 0 and detail["bill"]["on_demand_cost"] > detail["bill"]["cost"]
+
+
+def test_each_attempt_comes_with_its_cost_as_charged_and_they_add_up_to_the_bill(team: Team) -> None:
+    """The dashboard's Cost column shows these: the ledger's rule, once, on the server."""
+    job_id = team.launch("alice")
+    free = place_attempt(team.store, job_id, "agent-1", at=1000.0)
+    with team.store.session() as session:  # EC2 took it back in its first hour: 1200 s held, none charged
+        attempt = session.get(Attempt, free)
+        records.end_attempt(session, attempt, reason="preempted", ended_at=2200.0, billed_seconds=1200.0)
+        attempt.charged_seconds, attempt.notice_at, attempt.reclaim_at = 0.0, 2080.0, 2200.0
+    short = place_attempt(team.store, job_id, "agent-2", number=2, at=3000.0)
+    with team.store.session() as session:  # held 20 s, charged the minute
+        attempt = session.get(Attempt, short)
+        records.end_attempt(session, attempt, reason="preempted", ended_at=3020.0, billed_seconds=20.0)
+        attempt.charged_seconds = 60.0
+    before = time.time()
+    place_attempt(team.store, job_id, "agent-3", number=3, at=before - 3600.0)
+    detail = team.client.get(f"/api/v1/jobs/{job_id}", headers=team.as_user("alice")).json()
+    after = time.time()
+    first, second, running = detail["attempts"]
+    assert (first["cost"], first["charged_seconds"], first["reclaim_at"]) == (0.0, 0.0, 2200.0)
+    assert second["cost"] == pytest.approx(60 / 3600 * 0.1, abs=1e-12)
+    assert 3600 / 3600 * 0.1 <= running["cost"] <= (after - before + 3600) / 3600 * 0.1  # held so far
+    assert running["reclaim_at"] is None
+    assert sum(a["cost"] for a in detail["attempts"]) == pytest.approx(detail["bill"]["cost"], abs=1e-6)
 
 
 def test_events_after_an_id_are_only_the_newer_ones(team: Team) -> None:

@@ -70,7 +70,7 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
         table.add_row(
             str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
             clock_time(a.ended_at), a.end_reason or a.state, billed_cell(a, now), f"{a.price_per_hour:.4f}",
-            f"${ledger.attempt_cost(a, now):.4f}",
+            f"${a.cost:.4f}",
         )
     return table
 

@@ -3,7 +3,8 @@
 EC2 charges nothing for a spot instance it interrupts within the instance's first hour, and charges the seconds used
 for one the user terminates, notice or not (`costs.billing`). So once the trainer of such an instance has saved and
 stopped, the job moves on to its next attempt at once, but its instance is not terminated: it is marked
-`awaiting_reclaim` with a time to release it, `notice_lead` after the notice and a margin more. Each tick settles
+`awaiting_reclaim` with a time to release it: the reclaim time the notice stated (or, where it stated none, the
+rule's `notice_lead` after the notice) and a margin more. Each tick settles
 the instances waiting: one the cloud took back is billed by the cloud's rule (free in the first hour); one still
 there at its release time (the notice was wrong, or the cloud is late) is terminated and billed its seconds. The
 most this can cost is the seconds to the release time, at spot's price, of an instance that was not taken back.
@@ -42,9 +43,10 @@ def release_time(attempt: Attempt, rule: BillingRule, now: float) -> float | Non
         return None
     if attempt.started_at is None or attempt.notice_at is None:
         return None
-    if not rule.reclaim_would_be_free(market=attempt.market, started_at=attempt.started_at, notice_at=attempt.notice_at):
+    reclaim_at = rule.expected_reclaim(attempt.notice_at, attempt.reclaim_at)
+    if not rule.reclaim_would_be_free(market=attempt.market, started_at=attempt.started_at, reclaim_at=reclaim_at):
         return None
-    release_at = attempt.notice_at + rule.notice_lead + RELEASE_MARGIN
+    release_at = reclaim_at + RELEASE_MARGIN
     return release_at if now < release_at else None
 
 

@@ -33,10 +33,14 @@ class BillingRule:
             return 0.0
         return max(held, self.minimum_seconds)
 
-    def reclaim_would_be_free(self, *, market: str, started_at: float, notice_at: float) -> bool:
-        """Whether the interruption noticed at `notice_at` lands inside the free window, if the cloud takes the
-        instance when its notice says."""
-        return market == "spot" and notice_at + self.notice_lead - started_at < self.free_if_reclaimed_within
+    def expected_reclaim(self, notice_at: float, stated: float | None = None) -> float:
+        """When the cloud will take an instance noticed at `notice_at`: the time its notice stated, not before the
+        notice itself (a clock a little off), or this rule's lead after the notice where it stated none."""
+        return max(stated, notice_at) if stated is not None else notice_at + self.notice_lead
+
+    def reclaim_would_be_free(self, *, market: str, started_at: float, reclaim_at: float) -> bool:
+        """Whether the cloud taking the instance at `reclaim_at` lands inside the free window."""
+        return market == "spot" and reclaim_at - started_at < self.free_if_reclaimed_within
 
 
 PER_SECOND = BillingRule()

@@ -28,7 +28,8 @@ class Heartbeat(BaseModel):
 
 class Notice(BaseModel):
     source: str = Field(max_length=60)
-    deadline: float | None = None
+    deadline: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                   description="unix seconds when the cloud said it will take the instance")
     detail: str = ""
 
 
@@ -115,6 +116,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             if attempt.notice_at is None:
                 attempt.notice_at = clock.now()
                 attempt.notice_source = body.source
+                attempt.reclaim_at = body.deadline
                 left = f", {body.deadline - attempt.notice_at:.0f} s left" if body.deadline else ""
                 add_event(
                     session, at=attempt.notice_at, kind="preemption_notice", job_id=attempt.job_id,

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from spotrun.control import records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
-from spotrun.costs.ledger import JobBill, bill
+from spotrun.costs.ledger import JobBill, attempt_cost, bill
 from spotrun.state import Attempt, Event, Job
 
 
@@ -71,6 +71,9 @@ class AttemptView(BaseModel):
     started_at: float | None
     agent_started_at: float | None
     notice_at: float | None
+    reclaim_at: float | None = Field(
+        default=None, description="when the cloud's preemption notice said it would take the instance; null: the "
+        "notice named no time, or there was none")
     ended_at: float | None
     end_reason: str | None
     billed_seconds: float
@@ -79,6 +82,9 @@ class AttemptView(BaseModel):
         "for a spot instance it reclaims in its first hour); null: as billed, or not ended yet")
     price_per_hour: float
     on_demand_price_per_hour: float
+    cost: float = Field(
+        default=0.0, description="dollars, as the ledger bills the attempt at the time of the response: the seconds "
+        "charged at its price once it ended, the seconds held so far while it runs")
     checkpoint_step: int | None
     log_bytes: int
     total_steps: int | None = None
@@ -165,14 +171,15 @@ def job_row(job: Job, now: float) -> JobRow:
     )
 
 
-def attempt_views(attempts: list[Attempt]) -> list[AttemptView]:
+def attempt_views(attempts: list[Attempt], now: float) -> list[AttemptView]:
+    """The attempts as the API shows them, their costs as of `now`."""
     by_id = {attempt.id: attempt for attempt in attempts}
     held = {a.id for a in records.held_standbys([a for a in attempts if a.ended_at is None])}
-    return [_attempt_view(attempt, by_id, attempt.id in held) for attempt in attempts]
+    return [_attempt_view(attempt, by_id, attempt.id in held, now) for attempt in attempts]
 
 
-def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt], held: bool) -> AttemptView:
-    view = AttemptView.model_validate(attempt)
+def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt], held: bool, now: float) -> AttemptView:
+    view = AttemptView.model_validate(attempt).model_copy(update={"cost": attempt_cost(attempt, now)})
     predecessor = by_id.get(attempt.standby_for) if attempt.standby_for is not None else None
     if predecessor is None:
         return view
@@ -197,6 +204,6 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
     settled = and_(Attempt.number < settled_below, _TRY_WITHOUT_INSTANCE)
     attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number))
     return JobDetail(
-        job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts)),
+        job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts), now),
         bill=BillView.of(bill(job.placed_attempts, now)),
     )

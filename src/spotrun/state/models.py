@@ -101,6 +101,9 @@ class Attempt(Base):
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     notice_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     notice_source: Mapped[str | None] = mapped_column(String(60), nullable=True)
+    # when the cloud's notice said it would take the instance (EC2's instance-action time, Azure's NotBefore, 30 s
+    # after GCE's preempted flag); None: the notice named no time, or it was not the cloud's
+    reclaim_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     reported_outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)

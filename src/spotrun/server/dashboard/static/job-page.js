@@ -96,20 +96,13 @@ function refusedRow({ tries }) {
   );
 }
 
-// As the ledger bills an attempt (costs/ledger.py): the seconds held, so far while it runs; what the cloud charged
-// for them once it ended (its minimum; EC2 charges nothing for spot it reclaims in the first hour), at its price.
-function attemptCost(a) {
-  const held = a.started_at === null ? 0
-    : a.ended_at !== null ? a.billed_seconds : Math.max(Date.now() / 1000 - a.started_at, 0);
-  const charged = a.ended_at !== null && a.charged_seconds !== null ? a.charged_seconds : held;
-  return { held, charged, cost: charged / 3600 * a.price_per_hour };
-}
-
+// The API prices each attempt as the ledger bills it (`cost`). Once ended, the cloud's rule may have charged
+// other seconds than those held (its minimum; EC2 charges nothing for spot it reclaims in the first hour): say so.
 function costCell(a) {
-  const { held, charged, cost } = attemptCost(a);
-  const text = Math.round(held) === Math.round(charged) ? dollars(cost)
-    : `${dollars(cost)} (${integer(Math.round(charged))} s charged)`;
-  return el("td", { className: "num cost", dataset: { value: cost, charged } }, text);
+  const charged = a.ended_at !== null && a.charged_seconds !== null ? a.charged_seconds : null;
+  const differs = charged !== null && Math.round(charged) !== Math.round(a.billed_seconds);
+  const text = differs ? `${dollars(a.cost)} (${integer(Math.round(charged))} s charged)` : dollars(a.cost);
+  return el("td", { className: "num cost", dataset: { value: a.cost, charged: charged ?? "" } }, text);
 }
 
 function attemptRow(a) {
