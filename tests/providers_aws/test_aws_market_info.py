@@ -17,6 +17,14 @@ def test_zones_offering_the_type(aws) -> None:
     assert aws.zones("no-such.type") == []
 
 
+def test_zones_are_listed_once_for_many_placements(aws) -> None:
+    calls: list[str] = []
+    for operation in ("DescribeInstanceTypeOfferings", "DescribeAvailabilityZones"):
+        aws.ec2.meta.events.register(f"before-call.ec2.{operation}", lambda model, **_: calls.append(model.name))
+    assert [aws.zones("g4dn.xlarge") for _ in range(3)] == [G4DN_ZONES] * 3
+    assert sorted(calls) == ["DescribeAvailabilityZones", "DescribeInstanceTypeOfferings"]
+
+
 def test_zones_leave_out_unavailable_zones(aws_in_process) -> None:
     zone = next(z for z in ec2_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].describe_availability_zones() if z.name == "us-east-1c")
     zone.state = "impaired"

@@ -27,6 +27,12 @@ def test_zones_offering_a_machine_type_that_are_up(provider):
     assert provider.zones("a3-megagpu-8g") == []
 
 
+def test_zones_are_listed_once_for_many_placements(provider, cloud):
+    assert [provider.zones("n1-standard-8") for _ in range(3)] == [["us-central1-a", "us-central1-b"]] * 3
+    assert len(cloud.requests_to("GET", "/aggregated/machineTypes")) == 1
+    assert len(cloud.requests_to("GET", "/zones")) == 1
+
+
 def test_zones_read_every_page(provider, cloud):
     cloud.page_size = 1
     assert provider.zones("n1-standard-8") == ["us-central1-a", "us-central1-b"]

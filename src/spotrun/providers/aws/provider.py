@@ -18,6 +18,7 @@ from spotrun.providers.aws.settings import AwsSettings
 from spotrun.providers.aws.startup import render_startup_script
 from spotrun.providers.base import InstanceInfo, LaunchRequest
 from spotrun.providers.startup import job_id_of
+from spotrun.providers.zone_cache import ZoneCache
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class AwsProvider:
             self.ssm = session.client("ssm", endpoint_url=endpoint_url, config=config)
         except NoRegionError as error:
             raise ValueError("no AWS region: set region=, SPOTRUN_AWS_REGION, AWS_REGION or a profile's region") from error
+        self._zone_cache = ZoneCache()
 
     @property
     def region(self) -> str:
@@ -65,7 +67,10 @@ class AwsProvider:
     # -- where -------------------------------------------------------------------------------------------
 
     def zones(self, instance_type: str) -> list[str]:
-        """Available zones of the region that offer `instance_type`."""
+        """Available zones of the region that offer `instance_type` (`ZoneCache`: asked at most every 10 minutes)."""
+        return self._zone_cache.zones(instance_type, lambda: self._list_zones(instance_type))
+
+    def _list_zones(self, instance_type: str) -> list[str]:
         offered = {
             offering["Location"]
             for page in self._pages(

@@ -9,7 +9,6 @@ and later a repeated launch or `describe` reads them off the failed VM.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -34,12 +33,12 @@ from spotrun.providers.azure.settings import AzureSettings
 from spotrun.providers.azure.skus import available_zones, location_filter
 from spotrun.providers.azure.vm_body import vm_body
 from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+from spotrun.providers.zone_cache import ZoneCache
 
 log = logging.getLogger(__name__)
 
 CLOUD = "azure"
 MAX_CLIENT_TOKEN_LENGTH = 256  # Azure's limit on a tag value
-ZONES_CACHE_SECONDS = 600.0  # the SKU list of a location is megabytes; zones change rarely
 _REFUSALS = {"no_capacity": NoCapacity, "price_too_low": PriceTooLow, "quota_exceeded": QuotaExceeded}
 
 
@@ -73,7 +72,7 @@ class AzureProvider:
         # What this process saw of its VMs, to describe one that has vanished (Azure forgets a deleted VM).
         self._last_seen: dict[str, InstanceInfo] = {}
         self._deleted_here: set[str] = set()
-        self._zones_cache: dict[str, tuple[float, list[str]]] = {}
+        self._zone_cache = ZoneCache()
 
     @property
     def resource_group(self) -> str:
@@ -83,15 +82,12 @@ class AzureProvider:
 
     def zones(self, instance_type: str) -> list[str]:
         """Zones ("<location>-<n>") of the location that offer `instance_type` to this subscription."""
-        key = instance_type.lower()  # Azure size names are case-insensitive
-        cached = self._zones_cache.get(key)
-        if cached is not None and cached[0] > time.monotonic():
-            return list(cached[1])
+        return self._zone_cache.zones(instance_type.lower(), lambda: self._list_zones(instance_type))  # case-insensitive
+
+    def _list_zones(self, instance_type: str) -> list[str]:
         with _arm("Microsoft.Compute/skus/read"):
             skus = self.compute.resource_skus.list(filter=location_filter(self.settings.location))
-            found = available_zones(skus, instance_type, self.settings.location)
-        self._zones_cache[key] = (time.monotonic() + ZONES_CACHE_SECONDS, found)
-        return list(found)
+            return available_zones(skus, instance_type, self.settings.location)
 
     # -- launch ------------------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from spotrun.providers.gcp.naming import (
     request_id,
 )
 from spotrun.providers.gcp.settings import GcpSettings
+from spotrun.providers.zone_cache import ZoneCache
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class GcpProvider:
         self.zones_client = compute_v1.ZonesClient(**clients)
         self.machine_types = compute_v1.MachineTypesClient(**clients)
         self._sleep = sleep
+        self._zone_cache = ZoneCache()
 
     @property
     def max_lifetime_seconds(self) -> float | None:
@@ -98,9 +100,13 @@ class GcpProvider:
     # -- where -------------------------------------------------------------------------------------------
 
     def zones(self, instance_type: str) -> list[str]:
-        """Zones of the project that are UP and offer machine type `instance_type`."""
+        """Zones of the project that are UP and offer machine type `instance_type` (`ZoneCache`: asked at most every
+        10 minutes)."""
         if not instance_type:
             raise ValueError("zones() needs a machine type such as n1-standard-8")
+        return self._zone_cache.zones(instance_type, lambda: self._list_zones(instance_type))
+
+    def _list_zones(self, instance_type: str) -> list[str]:
         offered = set()
         for scope, scoped in self._call(
             "compute.machineTypes.aggregatedList",

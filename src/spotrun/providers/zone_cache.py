@@ -1,0 +1,30 @@
+"""Each instance type's zones, asked of a cloud at most once in a while.
+
+The controller asks a provider for an instance type's zones at every placement, and a job that waits for spot is
+placed at every tick. The answer comes from listings that are large (GCP's aggregated machine types, Azure's
+Resource SKUs of a location: megabytes) or two calls (EC2's offerings and zones), and it changes rarely: a zone
+that goes away within the cache's life is refused at launch, and the placement moves on to another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+ZONES_CACHE_SECONDS = 600.0
+
+
+class ZoneCache:
+    def __init__(self, seconds: float = ZONES_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._seconds = seconds
+        self._clock = clock
+        self._zones: dict[str, tuple[float, list[str]]] = {}
+
+    def zones(self, key: str, list_zones: Callable[[], list[str]]) -> list[str]:
+        """The zones cached under `key`, or those `list_zones()` gives (kept, unless it raised) once they are old."""
+        cached = self._zones.get(key)
+        if cached is not None and cached[0] > self._clock():
+            return list(cached[1])
+        found = list_zones()
+        self._zones[key] = (self._clock() + self._seconds, list(found))
+        return list(found)
