@@ -56,9 +56,19 @@ def random_history(rng: random.Random, job_id: int) -> list[dict]:
             billed_seconds=(ended - at) if placed and ended else 0.0, log_bytes=0, node_rank=0,
             # what the cloud charged: as held (rows from before the rules), nothing (a free interruption), a minimum
             charged_seconds=rng.choice((None, 0.0, max(ended - at, 60.0))) if placed and ended else None,
+            **repriced(rng, at, ended),
         ))
         at = ended or at
     return rows
+
+
+def repriced(rng: random.Random, started: float, ended: float | None) -> dict:
+    """A third of the attempts had their spot price moved: some seconds held at earlier prices, some of them more
+    than were held by the end (a controller's clock a little ahead of the one that ended it)."""
+    if rng.random() < 2 / 3:
+        return {}
+    seconds = rng.uniform(0, ((ended or NOW) - started) * 1.1)
+    return {"earlier_price_seconds": seconds, "earlier_price_dollars": seconds / 3600 * rng.choice((0.25, 0.4))}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -80,6 +90,7 @@ def test_the_totals_equal_the_ledger_and_a_walk_over_every_job(store: Store, see
     walked, ledger = walked_recoveries(placed), bill(placed, NOW)
 
     assert len(walked) > 10 and sum(a.ended_at is None for a in placed) > 0  # the histories hold what is compared
+    assert sum(a.earlier_price_seconds > 0 and bool(a.charged_seconds) for a in placed) > 5
     assert recoveries.count == len(walked)
     assert recoveries.seconds == pytest.approx(sum(walked))
     assert recoveries.at_most == {bound: sum(s <= bound for s in walked) for bound in BOUNDS}

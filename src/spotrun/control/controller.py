@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from spotrun.control import reclaims, records, spot_news
+from spotrun.control import reclaims, records, repricing, spot_news
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -322,6 +322,7 @@ class Controller:
         info = self.describe(attempt)
         verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
         if verdict is None:
+            self.follow_spot_price(job, attempt, now)
             if attempt.state == "running" and job.state == JobState.RUNNING and not moving:
                 self._reconsider(job, attempt, now)
             return
@@ -340,6 +341,24 @@ class Controller:
         except Exception:  # a failed probe is "unknown", never "gone"
             log.warning("describe %s failed", instance_id, exc_info=True)
             return None
+
+    def follow_spot_price(self, job: Job, attempt: Attempt, now: float) -> None:
+        """Bill a running spot attempt at its zone's price as the cloud quotes it now (`repricing`)."""
+        if attempt.market != "spot" or attempt.started_at is None or attempt.ended_at is not None:
+            return
+        if (job.spec.get("resources") or {}).get("prices") is not None:  # the job's own prices: one for all time
+            return
+        quoted = self.quoted_spot_price(attempt.provider, attempt.instance_type, attempt.zone)
+        if quoted is None or quoted == attempt.price_per_hour:
+            return
+        with self.store.session() as session:
+            repricing.reprice(session, session.get(Attempt, attempt.id), quoted, now)
+
+    def quoted_spot_price(self, cloud: str, instance_type: str, zone: str) -> float | None:
+        """Spot's $/h in `zone` as the cloud quotes it (`MarketPrices.quotes`); None where there is no quote. A quote
+        that failed gives None, never the catalog's price in its stead."""
+        quotes = getattr(self._prices, "quotes", None)
+        return quotes(cloud, instance_type).get(zone) if quotes is not None else None
 
     def _reconsider(self, job: Job, attempt: Attempt, now: float) -> None:
         """Every `reconsider_every` seconds, ask a running job's policy whether it should move (deadline-aware

@@ -123,6 +123,8 @@ class GangDriver:
             verdict = judge_attempt(job, attempt, self.c.describe(attempt), now, self.c.settings, self.c.started_at)
             if verdict is not None and verdict.end_reason is not None:
                 self._end_nodes([attempt.id], verdict)
+            else:
+                self.c.follow_spot_price(job, attempt, now)
 
     def _end_nodes(self, attempt_ids: list[int], verdict: Verdict) -> None:
         for attempt_id in attempt_ids:

@@ -15,6 +15,8 @@ class BillableAttempt(Protocol):
     ended_at: float | None
     billed_seconds: float
     charged_seconds: float | None
+    earlier_price_seconds: float  # held at prices before `price_per_hour` (a spot price that moved), and ...
+    earlier_price_dollars: float  # ... what those seconds cost
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,20 @@ def charged_seconds(attempt: BillableAttempt, now: float) -> float:
     return held_seconds(attempt, now)
 
 
+def held_dollars(attempt: BillableAttempt, now: float) -> float:
+    """The seconds held, each at the price of its time: those before the spot price last moved as recorded, the rest
+    at `price_per_hour`."""
+    since = max(held_seconds(attempt, now) - attempt.earlier_price_seconds, 0.0)
+    return attempt.earlier_price_dollars + since / 3600 * attempt.price_per_hour
+
+
 def attempt_cost(attempt: BillableAttempt, now: float) -> float:
-    return charged_seconds(attempt, now) / 3600 * attempt.price_per_hour
+    """The seconds charged at the prices of the seconds held: the cloud's rule scales the attempt's mean price."""
+    charged = charged_seconds(attempt, now)
+    held = held_seconds(attempt, now)
+    if not attempt.earlier_price_seconds or held <= 0:
+        return charged / 3600 * attempt.price_per_hour
+    return held_dollars(attempt, now) * charged / held
 
 
 def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:

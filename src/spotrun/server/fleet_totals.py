@@ -73,13 +73,24 @@ def fleet_bill(session: Session, now: float) -> JobBill:
         select(
             func.sum(case((on_spot, held), else_=0.0)),
             func.sum(case((on_spot, 0.0), else_=held)),
-            func.sum(_charged_seconds(held) * Attempt.price_per_hour),
+            func.sum(_cost_times_3600(held)),
             func.sum(held * Attempt.on_demand_price_per_hour),
         ).where(PLACED)
     ).one()
     return JobBill(
         spot_seconds=float(spot or 0.0), on_demand_seconds=float(on_demand or 0.0),
         cost=float(cost or 0.0) / 3600, on_demand_cost=float(baseline or 0.0) / 3600,
+    )
+
+
+def _cost_times_3600(held: ColumnElement[float]) -> ColumnElement[float]:
+    """`ledger.attempt_cost` in SQL, in dollar-seconds per hour (summed, then divided once)."""
+    charged = _charged_seconds(held)
+    since_price = case((held > Attempt.earlier_price_seconds, held - Attempt.earlier_price_seconds), else_=0.0)
+    held_at_prices = Attempt.earlier_price_dollars * 3600 + since_price * Attempt.price_per_hour
+    return case(
+        ((Attempt.earlier_price_seconds > 0) & (held > 0), held_at_prices * charged / held),
+        else_=charged * Attempt.price_per_hour,
     )
 
 

@@ -121,6 +121,10 @@ class Attempt(Base):
     # what the cloud charges for those seconds (`costs.billing`: minimums, a spot interruption free in the first
     # hour); None: the same as held (attempts billed before the rules were applied)
     charged_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # A spot attempt whose zone's price moved while it ran (`control.repricing`): the seconds it held at the earlier
+    # prices and their dollars; `price_per_hour` is the price since. Both 0: one price throughout.
+    earlier_price_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    earlier_price_dollars: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     log_bytes: Mapped[int] = mapped_column(Integer, default=0)
     # Multi-node jobs: which node slot this attempt's instance fills, where its agent can be reached (and the
     # free port it offers for the rendezvous when it is the master), and the last generation its command ran.
