@@ -72,3 +72,29 @@ def test_azure_preempt_event_preempts_the_attempt(controller, run_agent, tmp_pat
     notice = assert_preempted_by(controller, "azure-scheduled-events")
     assert notice["deadline"] == event.not_before
     assert azure.acknowledged == []
+
+
+def test_an_ec2_rebalance_recommendation_is_reported_and_the_trainer_runs_on(controller, run_agent, tmp_path, imds):
+    agent = start_trainer(run_agent, controller, tmp_path, {"SPOTRUN_AWS_METADATA_URL": imds.url})
+    recommended_at = imds.recommend_rebalance()
+    controller.wait_for(lambda: controller.of("warning") != [])
+    time.sleep(0.3)  # more polls: reported once, and no notice
+    (warning,) = controller.of("warning")
+    assert warning.body["source"] == "aws-imds" and warning.body["kind"] == "rebalance"
+    assert warning.body["at"] == recommended_at and "rebalance recommendation" in warning.body["detail"]
+    assert controller.of("notice") == [] and agent.process.poll() is None and "got SIGTERM" not in controller.log_text()
+    imds.announce_interruption("terminate", reclaim_after=120)
+    assert agent.wait() == 0
+    assert_preempted_by(controller, "aws-imds")
+
+
+def test_an_azure_freeze_is_reported_as_a_warning_of_its_kind(controller, run_agent, tmp_path, azure):
+    agent = start_trainer(
+        run_agent, controller, tmp_path, {"SPOTRUN_AZURE_METADATA_URL": azure.url, "SPOTRUN_AZURE_VM_NAME": "vm-3"}
+    )
+    azure.schedule_event("Freeze", resources=["vm-3"])
+    controller.wait_for(lambda: controller.of("warning") != [])
+    (warning,) = controller.of("warning")
+    assert (warning.body["source"], warning.body["kind"]) == ("azure-scheduled-events", "Freeze")
+    azure.schedule_event("Preempt", resources=["vm-3"], not_before_in=30)
+    assert agent.wait() == 0

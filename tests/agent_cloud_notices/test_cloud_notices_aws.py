@@ -120,7 +120,7 @@ def test_rebalance_recommendation_is_an_early_warning_not_a_preemption(imds, aws
     for _ in range(3):
         assert source.poll() is None
     detail = f"EC2 rebalance recommendation (noticeTime {imds_time(notice_time)})"
-    assert warnings == [EarlyWarning("aws-imds", detail, notice_time)]
+    assert warnings == [EarlyWarning("aws-imds", detail, notice_time, "rebalance")]
     assert imds.request_count(REBALANCE_PATH) == 1  # once seen, it is not asked again
     reclaim_at = imds.announce_interruption()
     notice = source.poll()

@@ -57,7 +57,7 @@ def test_other_event_types_are_early_warnings_not_preemptions(azure, azure_sourc
     for _ in range(3):
         assert source.poll() is None
     assert len(warnings) == 1 and event_type in warnings[0].detail
-    assert warnings[0].source == "azure-scheduled-events"
+    assert warnings[0].source == "azure-scheduled-events" and warnings[0].kind == event_type
 
 
 def test_preempt_beside_other_events_is_a_notice(azure, azure_source):

@@ -76,7 +76,7 @@ def test_live_migration_is_an_early_warning_not_a_notice(gce, gcp_source):
     wait_until(lambda: source.poll() is None and warnings)
     for _ in range(3):
         assert source.poll() is None
-    assert warnings == [EarlyWarning("gcp-metadata", "GCE maintenance-event MIGRATE_ON_HOST_MAINTENANCE", None)]
+    assert warnings == [EarlyWarning("gcp-metadata", "GCE maintenance-event MIGRATE_ON_HOST_MAINTENANCE", None, "maintenance MIGRATE_ON_HOST_MAINTENANCE")]
 
 
 def test_an_answer_without_the_flavor_header_is_not_trusted(gce, gcp_source):

@@ -73,6 +73,7 @@ class EarlyWarning:
     source: str
     detail: str
     at: float | None  # unix seconds the cloud gave for it, when it gave one
+    kind: str = ""  # what it announces, by the source's name for it: "rebalance" (EC2), "maintenance ...", an event type
 
 
 EarlyWarningHandler = Callable[[EarlyWarning], None]
@@ -114,15 +115,26 @@ class MetadataSource:
     def _probe(self) -> Notice | None:
         raise NotImplementedError
 
-    def _early_warning(self, key: str, detail: str, at: float | None) -> None:
-        """Log and pass on the warning `key` the first time it is seen."""
+    def relay_early_warnings(self, handler: EarlyWarningHandler) -> None:
+        """Pass early warnings on to `handler` too (the agent reports them to the controller)."""
+        before = self._on_early_warning
+
+        def both(warning: EarlyWarning) -> None:
+            if before is not None:
+                before(warning)
+            handler(warning)
+
+        self._on_early_warning = both
+
+    def _early_warning(self, key: str, detail: str, at: float | None, kind: str | None = None) -> None:
+        """Log and pass on the warning `key` (of `kind`, by default the key itself) the first time it is seen."""
         if key in self._warned:
             return
         self._warned.add(key)
         log.warning("early warning from %s (not a preemption): %s", self.name, detail)
         if self._on_early_warning is not None:
             try:
-                self._on_early_warning(EarlyWarning(self.name, detail, at))
+                self._on_early_warning(EarlyWarning(self.name, detail, at, kind or key))
             except Exception:
                 log.exception("early-warning handler failed")
 
@@ -410,6 +422,7 @@ class AzurePreemptNotice(MetadataSource):
                 str(event.get("EventId")),
                 f"Azure scheduled event {event.get('EventType')} not before {event.get('NotBefore') or 'now'}",
                 None,
+                str(event.get("EventType")),
             )
         return None
 

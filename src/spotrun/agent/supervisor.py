@@ -15,6 +15,7 @@ from pathlib import Path
 
 from spotrun.agent.checkpoint_sync import CheckpointSync, PeriodicBackup
 from spotrun.agent.client import ControllerClient, Delivery
+from spotrun.agent.cloud_notices import EarlyWarning, MetadataSource
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfig
 from spotrun.agent.controller_stop import ControllerStopNotice
 from spotrun.agent.heartbeat import Heartbeat
@@ -92,6 +93,9 @@ class Agent:
         self.logs = LogShipper(self.client)
         self.controller_stop = ControllerStopNotice(config.notice_grace)
         self.notices = NoticeWatcher([*notice_sources, self.controller_stop], config.notice_poll_interval)
+        for source in notice_sources:
+            if isinstance(source, MetadataSource):
+                source.relay_early_warnings(self.report_early_warning)
         self.hold = StandbyHold(config.hold)
         self.heartbeat = Heartbeat(
             self.client, config.heartbeat_interval, self.sync.newest_local_progress, self._on_heartbeat_reply
@@ -114,6 +118,12 @@ class Agent:
             return report
         finally:
             self._shut_down()
+
+    def report_early_warning(self, warning: EarlyWarning) -> None:
+        """Tell the controller of an announcement that is not a preemption (an EC2 rebalance recommendation: the
+        instance is at higher risk of one); the trainer runs on."""
+        self.reporter.send("warning", {"source": warning.source, "kind": warning.kind, "detail": warning.detail,
+                                       "at": warning.at})
 
     def _on_heartbeat_reply(self, reply: dict) -> None:
         self.controller_stop.on_heartbeat_reply(reply)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from spotrun.control import reclaims, records, repricing, spot_news
+from spotrun.control import rebalance, reclaims, records, repricing, spot_news
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -324,7 +324,8 @@ class Controller:
         if verdict is None:
             self.follow_spot_price(job, attempt, now)
             if attempt.state == "running" and job.state == JobState.RUNNING and not moving:
-                self._reconsider(job, attempt, now)
+                if not rebalance.move_off(self, job, attempt, now):
+                    self._reconsider(job, attempt, now)
             return
         if verdict.end_reason is None:
             self._mark_running(attempt.id, verdict)

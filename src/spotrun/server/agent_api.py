@@ -33,6 +33,13 @@ class Notice(BaseModel):
     detail: str = ""
 
 
+class EarlyWarningReport(BaseModel):
+    source: str = Field(min_length=1, max_length=60)
+    kind: str = Field(default="", max_length=60)
+    detail: str = ""
+    at: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="unix seconds the cloud gave for it")
+
+
 class LogChunk(BaseModel):
     offset: int = Field(ge=0)
     data: str
@@ -123,6 +130,22 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
                     attempt_id=attempt_id, message=f"attempt {attempt.number}: preemption notice from {body.source}{left}",
                     data={"deadline": body.deadline, "detail": body.detail[:500]},
                 )
+        return {"ok": True}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/warning")
+    def warning(body: EarlyWarningReport, attempt_id: int = Authorized) -> dict:
+        """An announcement that is not a preemption; the first one is kept on the attempt, each is an event."""
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            now = clock.now()
+            if attempt.warned_at is None:
+                attempt.warned_at, attempt.warning = now, f"{body.source}/{body.kind}"
+            add_event(
+                session, at=now, kind="early_warning", job_id=attempt.job_id, attempt_id=attempt_id,
+                message=f"attempt {attempt.number}: early warning from {body.source} (not a preemption notice): "
+                f"{body.detail[:300]}",
+                data={"source": body.source, "kind": body.kind, "at": body.at, "detail": body.detail[:500]},
+            )
         return {"ok": True}
 
     @app.post("/agent/v1/attempts/{attempt_id}/logs")

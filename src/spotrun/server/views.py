@@ -74,6 +74,10 @@ class AttemptView(BaseModel):
     reclaim_at: float | None = Field(
         default=None, description="when the cloud's preemption notice said it would take the instance; null: the "
         "notice named no time, or there was none")
+    warned_at: float | None = Field(default=None, description="when the agent reported the first early warning")
+    warning: str | None = Field(
+        default=None, description='that warning, "<source>/<kind>": e.g. "aws-imds/rebalance" (EC2 recommends '
+        "moving off this spot instance: it is at higher risk of interruption)")
     ended_at: float | None
     end_reason: str | None
     billed_seconds: float

@@ -70,6 +70,9 @@ class SpotSpec(_SpecModel):
     preemptions_before_fallback: int = Field(default=3, ge=1)
     fallback_window: PositiveDuration = 3600.0
     notice_grace: Duration = 30.0
+    # an EC2 rebalance recommendation (this spot instance's pool is at higher risk of interruption): "keep" records
+    # it; "move" moves the job make-before-break to spot in another zone, where its policy finds one
+    on_rebalance: Literal["keep", "move"] = "keep"
     # seconds lost at each start (boot, setup, restore), for deadline-aware policies; None: measured from the job's
     # attempts once its step rate is known, 6 minutes before that
     restart_overhead: Duration | None = None

@@ -104,6 +104,10 @@ class Attempt(Base):
     # when the cloud's notice said it would take the instance (EC2's instance-action time, Azure's NotBefore, 30 s
     # after GCE's preempted flag); None: the notice named no time, or it was not the cloud's
     reclaim_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the first early warning the agent reported (an announcement that is not a preemption: EC2's rebalance
+    # recommendation, a GCE live migration, an Azure reboot), when, and what: "<source>/<kind>"
+    warned_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    warning: Mapped[str | None] = mapped_column(String(130), nullable=True)
     reported_outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
