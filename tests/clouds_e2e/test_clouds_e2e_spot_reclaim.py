@@ -1,7 +1,7 @@
 """Per cloud, end to end with no network: a spot job launched through the controller on the cloud's fake, the
 reclaim announced through that cloud's metadata protocol, the trainer checkpointing, the instance reclaimed, a
 relaunch in another zone (past a zone refused for capacity), and the job ending with the weights of an
-uninterrupted run.
+uninterrupted run. On AWS also: a rebalance recommendation moving the job to another zone before any interruption.
 
 The controller is paused while the reclaim plays out (the agent API keeps answering), so the cloud has taken the
 instance before the controller looks: it must then read the reclaim from the cloud's own records.
@@ -186,7 +186,7 @@ def uninterrupted_digits(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads((checkpoints / "final.json").read_text())
 
 
-def job_text(world: CloudWorld) -> str:
+def job_text(world: CloudWorld, spot_extra: str = "") -> str:
     env = {**TRAINER_ENV, "STEP_SECONDS": str(STEP_SECONDS)}
     return f"""
 name: digits-{world.side.cloud}
@@ -194,7 +194,7 @@ workdir: {DIGITS}
 run: python train.py
 env: {json.dumps(env)}
 resources: {world.resources}
-spot: {{zones: {json.dumps(world.zones)}, preemptions_before_fallback: 3}}
+spot: {{zones: {json.dumps(world.zones)}, preemptions_before_fallback: 3{spot_extra}}}
 checkpoint: {{sync_interval: 1s}}
 """
 
@@ -296,3 +296,34 @@ def test_gcp_spot_preemption_through_metadata_server(gcp_world, cloud_store, tmp
 
 def test_azure_spot_eviction_through_scheduled_events(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):
     run_spot_reclaim(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits)
+
+
+def test_aws_rebalance_recommendation_moves_the_job_before_an_interruption(
+    aws_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits,
+):
+    world, store = aws_world, cloud_store
+    job_id = jobs.submit(store, parse_spec(job_text(world, ", on_rebalance: move")), time.time(), prices=world.prices)
+    plane = ControlPlane(
+        store, {world.side.cloud: world.provider}.__getitem__, prices=world.prices,
+        heartbeat_timeout=20, boot_timeout=60, agent_heartbeat_interval=0.3, backoff_base=1,
+    )
+    with Hypervisor(world.side, tmp_path / "vms") as hypervisor, plane:
+
+        def explain() -> str:
+            rows = [(a.number, a.zone, a.state, a.end_reason, a.warning, a.standby_for) for a in attempts_of(store, job_id)]
+            logs = "\n".join(f"== {i}\n{vm.log_tail()}" for i, vm in hypervisor.vms.items())
+            return f"job {job_of(store, job_id).state}; attempts {rows}; boot errors {hypervisor.errors}\n{logs}"
+
+        first = wait_until("the trainer's first checkpoint", lambda: checkpointing_attempt(store, job_id), 40, explain)
+        hypervisor.recommend_rebalance(first.instance_id)
+        wait_until("the job's end", lambda: job_of(store, job_id).state in ("SUCCEEDED", "FAILED"), 60, explain)
+        assert not plane.tick_errors and not hypervisor.errors, explain()
+
+    job = job_of(store, job_id)
+    assert job.state == "SUCCEEDED" and job.preemptions == 0, explain()
+    warned, moved = attempts_of(store, job_id)
+    assert warned.warning == "aws-imds/rebalance" and warned.notice_at is not None and warned.end_reason == "migrated"
+    assert (moved.standby_for, moved.market, moved.end_reason) == (warned.id, "spot", "succeeded")
+    assert moved.zone != warned.zone
+    final = json.loads((spotrun_home / "checkpoints" / f"{job_id}-digits-aws" / "final.json").read_text())
+    assert final["sha256"] == uninterrupted_digits["sha256"]

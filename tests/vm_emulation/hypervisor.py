@@ -74,6 +74,13 @@ class Hypervisor:
         vm.power_off()
         self.side.reclaim(instance_id)
 
+    def recommend_rebalance(self, instance_id: str) -> None:
+        """EC2's rebalance recommendation on the instance's IMDS (AWS only): a warning, not a notice."""
+        self.vm(instance_id)
+        with self._lock:
+            channel = self._channels[instance_id]
+        channel.server.recommend_rebalance()  # type: ignore[attr-defined]
+
     def live_processes(self) -> int:
         return sum(len(vm.processes()) for vm in self.vms.values())
 
