@@ -88,18 +88,27 @@ def estimated_compute_seconds(env: dict[str, str], reference: dict) -> float:
 
 def pick_trace_offset(compute_seconds: float, prices: dict) -> int:
     """The first trace offset where the live policy, replayed with some slack on timings and told the job's prices
-    as the controller tells them (it tries the cheapest zone's spot first), meets enough preemptions."""
+    as the controller tells them (it tries the cheapest zone's spot first), meets enough preemptions; where none
+    does under every timing (a machine much faster or slower than the job file assumes), the one that does under
+    the most."""
     policy = DefaultPolicy(backoff_base=5.0)
     base = trace_market(None, speed=SPEED, start_epoch=0.0, notice_seconds=NOTICE_SECONDS)
     length = min(len(base.trace(zone)) for zone in ZONES)
+    variants = _timing_variants(compute_seconds, prices)
+    best, best_count = 0, -1
     for offset in range(length):
         market = base.model_copy(update={"offset": offset})
-        if all(
+        count = sum(
             _enough_preemptions(replay(job, policy, market.spot_available, horizon=20 * compute_seconds))
-            for job in _timing_variants(compute_seconds, prices)
-        ):
+            for job in variants
+        )
+        if count == len(variants):
             return offset
-    raise SystemExit("no offset of the bundled traces gives the demo its preemptions")
+        if count > best_count:
+            best, best_count = offset, count
+    console.print(f"[yellow]no offset gives {WANTED_PREEMPTIONS} preemptions under every timing; sample {best} gives "
+                  f"them under {best_count} of {len(variants)}[/]")
+    return best
 
 
 def _timing_variants(compute_seconds: float, prices: dict) -> list[ReplayJob]:
