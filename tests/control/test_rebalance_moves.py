@@ -114,3 +114,36 @@ def test_a_bad_warning_is_refused_and_changes_nothing(world, body):
         world.agent(instance)("warning", body)
     [attempt] = world.attempts(job_id)
     assert attempt.warned_at is None and events(world, "early_warning") == []
+
+
+def test_a_gang_with_a_warned_node_moves_whole_to_spot_in_another_zone(world):
+    from gang_world import GANG, alive_for, generations, open_by_rank, ranks_saved_and_stopped, report_in
+    from gang_world import running_gang, standing_by
+
+    nodes = running_gang(world, GANG.replace("spot: {", "spot: {on_rebalance: move, "))
+    zone = nodes[0].zone
+    world.agent(nodes[1].instance_id)("warning", REBALANCE)
+    alive_for(world, nodes, 20)
+    standbys = standing_by(world)
+    assert sorted(standbys) == [0, 1, 2] and {(a.zone, a.market) for a in standbys.values()} != {(zone, "spot")}
+    assert {a.market for a in standbys.values()} == {"spot"} and len({a.zone for a in standbys.values()}) == 1
+    assert f"rebalancing away from {zone}" in events(world, "move_started")[0].message
+    report_in(world, attempts=standbys)
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    moved = open_by_rank(world)
+    assert {a.id for a in moved.values()} == {a.id for a in standbys.values()} and generations(world)[1].state == "running"
+    assert world.job(1).preemptions == 0
+    alive_for(world, moved, 60)
+    assert not standing_by(world), "the gang's new nodes were not warned: it stays"
+
+
+def test_a_gang_without_move_only_records_the_warning(world):
+    from gang_world import GANG, alive_for, running_gang, standing_by
+
+    nodes = running_gang(world, GANG)
+    world.agent(nodes[0].instance_id)("warning", REBALANCE)
+    alive_for(world, nodes, 40)
+    assert not standing_by(world) and len(events(world, "early_warning")) == 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from spotrun.control import records
+from spotrun.control import rebalance, records
 from spotrun.control.gang_moves import GangMoveDriver
 from spotrun.control.gang_records import latest_generation, open_attempts_by_rank, split_standbys, stop_generation
 from spotrun.control.moves import may_move
@@ -84,7 +84,8 @@ class GangDriver:
         self._watch_nodes(job_id)
         self._steer_generation(job_id)
         self._moves.drive(job_id)
-        self._reconsider(job_id)
+        if not self._move_off_rebalance(job_id):
+            self._reconsider(job_id)
         self._advance(job_id)
         self._launch_pending_nodes(job_id)  # what _advance placed just now
 
@@ -240,6 +241,25 @@ class GangDriver:
                 self._moves.start(job_id, decision, moving)
         elif isinstance(decision, Wait):  # stop paying for the nodes; the gang is placed again (and waits) once saved
             self._stop_to_wait(job_id, decision.reason)
+
+    def _move_off_rebalance(self, job_id: int) -> bool:
+        """A settled gang one of whose spot nodes EC2 recommends leaving (`spot.on_rebalance: move`) moves whole to
+        spot in another zone, where its policy finds one (`rebalance`); whether a move was started."""
+        now = self.c.clock.now()
+        with self.c.store.session() as session:
+            job = session.get(Job, job_id)
+            spec = JobSpec.model_validate(job.spec)
+            generation = latest_generation(session, job_id)
+            nodes, standbys = split_standbys(open_attempts_by_rank(session, job_id))
+            settled = generation is not None and generation.state == "running" and not standbys
+            warned = [a for a in nodes if rebalance.wants_move(spec, a)]
+            if job.state != JobState.RUNNING or not settled or not warned or self.c.moves.backing_off(job_id, now):
+                return False
+            decision = rebalance.spot_elsewhere(self.c, session, job, spec, warned[0], now)
+        if decision is None:
+            return False
+        self._moves.start(job_id, decision, [a.id for a in nodes if (a.zone, a.market) != (decision.zone, "spot")])
+        return True
 
     def _stop_to_wait(self, job_id: int, reason: str) -> None:
         now = self.c.clock.now()
