@@ -220,10 +220,8 @@ class GangDriver:
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
             spec = JobSpec.model_validate(job.spec)
-            generation = latest_generation(session, job_id)
-            nodes, standbys = split_standbys(open_attempts_by_rank(session, job_id))
-            settled = generation is not None and generation.state == "running" and not standbys
-            if job.state != JobState.RUNNING or not settled or any(a.state != "running" for a in nodes):
+            nodes = _settled_nodes(session, job)
+            if nodes is None or any(a.state != "running" for a in nodes):
                 return
             held = _asked_about(spec, nodes)
             policy = self.c.policy(spec)
@@ -249,11 +247,9 @@ class GangDriver:
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
             spec = JobSpec.model_validate(job.spec)
-            generation = latest_generation(session, job_id)
-            nodes, standbys = split_standbys(open_attempts_by_rank(session, job_id))
-            settled = generation is not None and generation.state == "running" and not standbys
-            warned = [a for a in nodes if rebalance.wants_move(spec, a)]
-            if job.state != JobState.RUNNING or not settled or not warned or self.c.moves.backing_off(job_id, now):
+            nodes = _settled_nodes(session, job)
+            warned = [a for a in nodes or () if rebalance.wants_move(spec, a)]
+            if not warned or self.c.moves.backing_off(job_id, now):
                 return False
             decision = rebalance.spot_elsewhere(self.c, session, job, spec, warned[0], now)
         if decision is None:
@@ -396,6 +392,15 @@ class GangDriver:
             return False
         since = max(min(a.created_at for a in attempts), generation.ended_at if generation else 0.0)
         return now - since > spec.distributed.gang_timeout
+
+
+def _settled_nodes(session, job: Job) -> list[Attempt] | None:
+    """The running gang's nodes while its generation trains and no move is under way; None otherwise."""
+    generation = latest_generation(session, job.id)
+    nodes, standbys = split_standbys(open_attempts_by_rank(session, job.id))
+    if job.state != JobState.RUNNING or generation is None or generation.state != "running" or standbys:
+        return None
+    return nodes
 
 
 def _asked_about(spec: JobSpec, nodes: list[Attempt]) -> Attempt:
