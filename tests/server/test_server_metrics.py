@@ -51,6 +51,30 @@ def test_metrics_follow_the_store(team: Team) -> None:
     assert seen[("spotrun_dollars_saved_total", ())] == pytest.approx(190 / 3600 * 0.3)
 
 
+def test_early_warnings_are_counted_by_warning_and_how_the_attempt_ended(team: Team) -> None:
+    job_id = team.launch("alice")
+    warned = {"aws-imds/rebalance": ("preempted", "migrated", None), "gcp-metadata/maintenance MIGRATE": (None,)}
+    number = 0
+    for warning, ends in warned.items():
+        for reason in ends:
+            number += 1
+            attempt_id = place_attempt(team.store, job_id, f"w{number}", number=number, at=1000.0 * number)
+            with team.store.session() as session:
+                attempt = session.get(Attempt, attempt_id)
+                attempt.warned_at, attempt.warning = 1000.0 * number + 5, warning
+            if reason is not None:
+                end(team, attempt_id, reason, ended_at=1000.0 * number + 50)
+    place_attempt(team.store, job_id, "quiet", number=number + 1, at=9000.0)  # never warned: not counted
+    seen = samples(team)
+    counted = {labels: value for (name, labels), value in seen.items() if name == "spotrun_early_warnings_total"}
+    assert counted == {
+        (("end", "preempted"), ("warning", "aws-imds/rebalance")): 1,
+        (("end", "migrated"), ("warning", "aws-imds/rebalance")): 1,
+        (("end", "running"), ("warning", "aws-imds/rebalance")): 1,
+        (("end", "running"), ("warning", "gcp-metadata/maintenance MIGRATE")): 1,
+    }
+
+
 def test_metrics_need_no_token_and_reveal_no_names(team: Team) -> None:
     team.launch("alice")
     text = team.client.get("/metrics").text

@@ -37,6 +37,18 @@ def preemptions(session: Session) -> int:
     return session.scalar(select(func.count()).where(PLACED, Attempt.end_reason == "preempted")) or 0
 
 
+def early_warnings(session: Session) -> Counter[tuple[str, str]]:
+    """Attempts whose agent reported an early warning, by the warning ("<source>/<kind>") and how the attempt
+    ended ("running" while it has not): how often EC2's rebalance recommendation came before an interruption, and
+    how often a move got ahead of it ("migrated")."""
+    ended = func.coalesce(Attempt.end_reason, "running")
+    rows = session.execute(
+        select(Attempt.warning, ended, func.count()).where(Attempt.warned_at.is_not(None))
+        .group_by(Attempt.warning, ended)
+    ).all()
+    return Counter({(warning, end): count for warning, end, count in rows})
+
+
 def recoveries(session: Session, bounds: tuple[float, ...]) -> Recoveries:
     """For each preemption followed, in the job's placed attempts by number, by an attempt whose agent started: the
     seconds from the preemption (its notice, else its end) to that agent start. Of several preemptions before one

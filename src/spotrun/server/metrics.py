@@ -29,12 +29,14 @@ class StoreCollector(Collector):
             preemptions = fleet_totals.preemptions(session)
             recoveries = fleet_totals.recoveries(session, RECOVERY_BUCKETS)
             total = fleet_totals.fleet_bill(session, self.clock())
+            warnings = fleet_totals.early_warnings(session)
         yield _jobs_by_state(states)
         yield CounterMetricFamily("spotrun_preemptions", "Attempts that ended because the cloud took the instance.",
                                   value=preemptions)
         yield CounterMetricFamily("spotrun_recoveries", "Attempts whose agent started after a preemption.",
                                   value=recoveries.count)
         yield _recovery_histogram(recoveries)
+        yield _early_warnings(warnings)
         yield CounterMetricFamily("spotrun_dollars_spent", "Dollars billed for all attempts so far.", value=total.cost)
         yield CounterMetricFamily(
             "spotrun_dollars_saved", "Dollars saved against running the same instance-seconds on-demand.",
@@ -46,6 +48,16 @@ def _jobs_by_state(states: dict[str, int]) -> Metric:
     family = GaugeMetricFamily("spotrun_jobs", "Jobs in the store, by state.", labels=["state"])
     for state in JobState:
         family.add_metric([state.value], states.get(state.value, 0))
+    return family
+
+
+def _early_warnings(warnings: dict[tuple[str, str], int]) -> Metric:
+    family = CounterMetricFamily(
+        "spotrun_early_warnings", "Attempts whose agent reported an early warning (not a preemption notice), by the "
+        "warning and how the attempt ended (running: not yet).", labels=["warning", "end"],
+    )
+    for (warning, end), count in sorted(warnings.items()):
+        family.add_metric([warning, end], count)
     return family
 
 
