@@ -3,8 +3,13 @@ EC2 rebalance recommendation moves the job make-before-break to spot in another 
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from rich.console import Console
 from world import SPEC
+
+from spotrun.cli.views import attempts_table
 
 from spotrun.server.views import attempt_views
 from spotrun.state import Event
@@ -66,6 +71,10 @@ def test_with_move_the_job_moves_to_spot_in_another_zone_before_the_interruption
     assert first.end_reason == "migrated" and second.ended_at is None and second.zone != zone
     beat(world, second.instance_id, 3)
     assert len(world.attempts(job_id)) == 2  # the new attempt had no warning: it stays
+    console = Console(width=250, file=StringIO(), record=True)
+    console.print(attempts_table(attempt_views(world.attempts(job_id), world.clock.now()), job_id, world.clock.now()))
+    rows = [line for line in console.export_text().splitlines() if f" {zone} " in line]
+    assert len(rows) == 1 and "migrated, warned: rebalance" in rows[0]  # what `spotrun status JOB` shows
 
 
 def test_a_refused_move_is_not_tried_again_for_the_same_attempt(world):

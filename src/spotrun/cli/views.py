@@ -69,10 +69,17 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
         node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(
             str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-            clock_time(a.ended_at), a.end_reason or a.state, billed_cell(a, now), f"{a.price_per_hour:.4f}",
+            clock_time(a.ended_at), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}",
             f"${a.cost:.4f}",
         )
     return table
+
+
+def end_cell(attempt: AttemptView) -> str:
+    """How the attempt ended (or its state), and the early warning it had, if any (e.g. "migrated, warned:
+    rebalance")."""
+    end = attempt.end_reason or attempt.state
+    return f"{end}, warned: {attempt.warning.split('/', 1)[-1]}" if attempt.warning else end
 
 
 def billed_cell(attempt, now: float) -> str:
