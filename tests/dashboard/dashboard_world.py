@@ -97,6 +97,7 @@ class PlannedAttempt:
     checkpoint_step: int | None
     log: str
     charged_seconds: float | None = None  # None: as billed
+    warning: str | None = None  # the early warning its agent reported, "<source>/<kind>"
 
 
 ON_DEMAND_PRICE = 0.40
@@ -104,7 +105,8 @@ ON_DEMAND_PRICE = 0.40
 PREEMPTED_HISTORY = (
     # reclaimed by the cloud in its first hour: EC2 charges nothing for it
     PlannedAttempt("spot", "local-a", 0, 1200, "preempted", 0.12, 400, "epoch 1 loss 2.30\nstep 400 saved\n", 0.0),
-    PlannedAttempt("spot", "local-b", 1500, 2400, "preempted", 0.10, 700, "resumed at step 400\nstep 700 saved\n"),
+    PlannedAttempt("spot", "local-b", 1500, 2400, "preempted", 0.10, 700, "resumed at step 400\nstep 700 saved\n",
+                   warning="aws-imds/rebalance"),  # EC2 recommended leaving it, and then took it
     PlannedAttempt("on-demand", "local-a", 2520, 3300, "succeeded", ON_DEMAND_PRICE, 1000, "resumed at step 700\ndone ✓\n"),
 )
 NO_CAPACITY_AT = 1250.0  # the try between the first two attempts
@@ -151,6 +153,7 @@ def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> A
         agent_started_at=started + 2, notice_at=ended - 30 if plan.end_reason == "preempted" else None,
         ended_at=ended, end_reason=plan.end_reason, billed_seconds=plan.end - plan.start,
         charged_seconds=plan.charged_seconds,
+        warned_at=started + 600 if plan.warning else None, warning=plan.warning,
         checkpoint_step=plan.checkpoint_step, total_steps=TOTAL_STEPS, log_bytes=len(plan.log.encode()),
     )
 

@@ -135,6 +135,8 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     assert costs["2"].inner_text() == "$0.00"  # the try without capacity held nothing
     assert costs["3"].inner_text() == f"${900 / 3600 * 0.10:.4f}"  # charged as held: no note
     assert sum(float(cost.get_attribute("data-value")) for cost in costs.values()) == pytest.approx(expected.cost)
+    ends = {number: rows.nth(i).locator("td.end-reason").inner_text() for i, number in enumerate(costs)}
+    assert ends["3"] == "preempted, warned: rebalance" and ends["1"] == "preempted" and ends["4"] == "succeeded"
 
     logs = page.locator("#logs .log")
     expect(logs).to_have_count(3)

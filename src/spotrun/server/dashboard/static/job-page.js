@@ -105,6 +105,12 @@ function costCell(a) {
   return el("td", { className: "num cost", dataset: { value: a.cost, charged: charged ?? "" } }, text);
 }
 
+// How the attempt ended (or its state), and the early warning its agent reported, as `spotrun status JOB` says it.
+function endText(a) {
+  const end = a.end_reason ?? a.state;
+  return a.warning ? `${end}, warned: ${a.warning.split("/").slice(1).join("/")}` : end;
+}
+
 function attemptRow(a) {
   if (a.tries) return refusedRow(a);
   const ran = a.started_at === null ? "—" : duration((a.ended_at ?? Date.now() / 1000) - a.started_at);
@@ -117,7 +123,7 @@ function attemptRow(a) {
     el("td", {}, clockTime(a.started_at)),
     el("td", {}, clockTime(a.ended_at)),
     el("td", { className: "num" }, ran),
-    el("td", { className: `end-reason end-${a.end_reason ?? "running"}` }, a.end_reason ?? (a.state === "running" ? "running" : a.state)),
+    el("td", { className: `end-reason end-${a.end_reason ?? "running"}` }, endText(a)),
     el("td", { className: "num" }, integer(a.checkpoint_step)),
     el("td", { className: "num" }, `${dollars(a.price_per_hour)} (on-demand ${dollars(a.on_demand_price_per_hour)})`),
     costCell(a),
