@@ -46,6 +46,19 @@ def test_a_warning_is_kept_on_the_attempt_and_each_is_an_event(world):
     assert second.data["detail"] == "later"
 
 
+def test_a_warning_of_spot_risk_after_another_is_the_one_kept(world):
+    job_id, instance = running(world, MOVE)
+    world.agent(instance)("warning", {"source": "azure-scheduled-events", "kind": "Freeze", "detail": "a freeze"})
+    world.tick()
+    world.agent(instance)("warning", REBALANCE)
+    [attempt] = world.attempts(job_id)
+    assert attempt.warning == "aws-imds/rebalance"
+    world.agent(instance)("warning", {"source": "aws-imds", "kind": "other", "detail": "later"})
+    assert world.attempts(job_id)[0].warning == "aws-imds/rebalance"
+    beat(world, instance)
+    assert len(world.attempts(job_id)) == 2  # and the move acts on it
+
+
 def test_by_default_a_rebalance_recommendation_moves_nothing(world):
     job_id, instance = running(world)
     world.agent(instance)("warning", REBALANCE)

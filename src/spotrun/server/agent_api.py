@@ -12,6 +12,7 @@ from spotrun.control import gang, records
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
 from spotrun.control.progress import record_checkpoint, restored_step
+from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.control.tokens import token_matches
 from spotrun.state import Attempt, Store, add_event
 
@@ -134,12 +135,15 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
 
     @app.post("/agent/v1/attempts/{attempt_id}/warning")
     def warning(body: EarlyWarningReport, attempt_id: int = Authorized) -> dict:
-        """An announcement that is not a preemption; the first one is kept on the attempt, each is an event."""
+        """An announcement that is not a preemption; each is an event, and the attempt keeps the first (or the first
+        of spot risk, which a move may act on: `control.rebalance`)."""
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             now = clock.now()
-            if attempt.warned_at is None:
-                attempt.warned_at, attempt.warning = now, f"{body.source}/{body.kind}"
+            warning = f"{body.source}/{body.kind}"
+            at_risk = warning in AT_RISK_WARNINGS and attempt.warning not in AT_RISK_WARNINGS
+            if attempt.warned_at is None or at_risk:
+                attempt.warned_at, attempt.warning = now, warning
             add_event(
                 session, at=now, kind="early_warning", job_id=attempt.job_id, attempt_id=attempt_id,
                 message=f"attempt {attempt.number}: early warning from {body.source} (not a preemption notice): "
