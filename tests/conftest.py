@@ -154,3 +154,12 @@ def store(database_url: str) -> Iterator[Store]:
     store = Store(database_url)
     yield store
     store.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _no_real_azure_prices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pricing an Azure size reads Azure's public Retail Prices API; no test may reach the real one. A test that
+    prices on Azure points SPOTRUN_AZURE_PRICES_URL at `fakes_azure.FakeRetailPrices`; others get a closed port."""
+    from spotrun.costs import azure_retail
+
+    monkeypatch.setattr(azure_retail, "RETAIL_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")

@@ -28,7 +28,7 @@ from google.auth.credentials import AnonymousCredentials
 from moto import mock_aws
 from moto.ec2.models import instance_types as moto_instance_types
 
-from fakes_azure import FakeArm, FakeCredential, LoopbackTransport, vm_sku
+from fakes_azure import FakeArm, FakeCredential, FakeRetailPrices, LoopbackTransport, vm_meter, vm_sku
 from fakes_gcp import FakeCloud, FakeCompute, OperationError
 from spotrun.control import jobs
 from spotrun.control.placement import price_for
@@ -139,20 +139,13 @@ AZURE_SUBNET = (
     f"/subscriptions/{AZURE_SUBSCRIPTION}/resourceGroups/{AZURE_GROUP}/providers/Microsoft.Network/"
     "virtualNetworks/spotrun-vnet/subnets/default"
 )
-# The catalog has no Azure prices yet; these stand-ins (1×V100 size, on-demand and a typical spot discount) are
-# what the controller bills Azure attempts with in this test.
-AZURE_PRICES = {"on-demand": 3.06, "spot": 0.92}
-
-
-def azure_prices(cloud: str, instance_type: str, market: str, zone: str, accelerators: Any = None) -> tuple[float, float]:
-    if cloud != "azure":
-        return price_for(cloud, instance_type, market, zone, accelerators)
-    return AZURE_PRICES[market], AZURE_PRICES["on-demand"]
-
-
 @pytest.fixture
-def azure_world() -> Iterator[CloudWorld]:
-    with FakeArm(AZURE_SUBSCRIPTION, AZURE_LOCATION) as arm:
+def azure_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWorld]:
+    # priced as Azure lists the size (its Retail Prices API, faked): a 1×V100 size, on-demand and Spot
+    meters = [vm_meter(AZURE_SIZE, AZURE_LOCATION, 3.06), vm_meter(AZURE_SIZE, AZURE_LOCATION, 0.92, spot=True)]
+    with FakeArm(AZURE_SUBSCRIPTION, AZURE_LOCATION) as arm, FakeRetailPrices(meters) as retail:
+        monkeypatch.setenv("SPOTRUN_AZURE_PRICES_URL", retail.url)
+        monkeypatch.setenv("SPOTRUN_AZURE_LOCATION", AZURE_LOCATION)  # where a job not yet placed is priced
         arm.skus = [vm_sku(AZURE_SIZE, AZURE_LOCATION, ["1", "2", "3"])]
         settings = AzureSettings(
             subscription_id=AZURE_SUBSCRIPTION, resource_group=AZURE_GROUP, location=AZURE_LOCATION,
@@ -165,7 +158,7 @@ def azure_world() -> Iterator[CloudWorld]:
         )
         yield CloudWorld(
             side=AzureSide(arm), provider=provider, zones=[f"{AZURE_LOCATION}-{n}" for n in (1, 2, 3)],
-            resources=f"{{cloud: azure, instance_type: {AZURE_SIZE}}}", prices=azure_prices,
+            resources=f"{{cloud: azure, instance_type: {AZURE_SIZE}}}",
             refuse_next_launch=lambda: arm.fail_next_allocation(
                 "ZonalAllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this zone."
             ),
@@ -296,6 +289,10 @@ def test_gcp_spot_preemption_through_metadata_server(gcp_world, cloud_store, tmp
 
 def test_azure_spot_eviction_through_scheduled_events(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):
     run_spot_reclaim(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits)
+    # the job named no prices: each attempt is billed as Azure's retail prices list the size there
+    with cloud_store.session() as session:
+        prices = {(a.price_per_hour, a.on_demand_price_per_hour) for a in session.query(Attempt)}
+    assert prices == {(0.92, 3.06)}
 
 
 def test_aws_rebalance_recommendation_moves_the_job_before_an_interruption(

@@ -12,6 +12,7 @@ package adds it:
 """
 
 from .arm import FakeArm, FakeVm, Failure, Operation, ServedRequest
+from .retail_prices import FakeRetailPrices, vm_meter
 from .skus import disk_sku, vm_sku
 from .transport import ARM_HOST, FAKE_TOKEN, FakeCredential, LoopbackTransport
 
@@ -20,11 +21,13 @@ __all__ = [
     "FAKE_TOKEN",
     "Failure",
     "FakeArm",
+    "FakeRetailPrices",
     "FakeCredential",
     "FakeVm",
     "LoopbackTransport",
     "Operation",
     "ServedRequest",
     "disk_sku",
+    "vm_meter",
     "vm_sku",
 ]

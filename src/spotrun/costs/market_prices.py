@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotrun.costs import catalog
+from spotrun.costs.azure_retail import azure_prices
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,9 @@ def catalog_prices(
     cloud: str, instance_type: str, market: str, zone: str | None, accelerators: Mapping[str, int] | None = None,
 ) -> tuple[float, float]:
     """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
-    accelerators included."""
+    accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold."""
+    if cloud == "azure":
+        return azure_prices(instance_type, market, zone)
     return (
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
