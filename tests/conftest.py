@@ -157,9 +157,11 @@ def store(database_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture(autouse=True)
-def _no_real_azure_prices(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pricing an Azure size reads Azure's public Retail Prices API; no test may reach the real one. A test that
-    prices on Azure points SPOTRUN_AZURE_PRICES_URL at `fakes_azure.FakeRetailPrices`; others get a closed port."""
-    from spotrun.costs import azure_retail
+def _no_real_price_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pricing an Azure size, or an EC2 type the catalog lacks, reads the cloud's price list; no test may reach the
+    real one. A test that prices there points SPOTRUN_AZURE_PRICES_URL at `fakes_azure.FakeRetailPrices` or
+    SPOTRUN_AWS_PRICING_URL at `fakes.FakeAwsPricing`; others get a closed port."""
+    from spotrun.costs import aws_pricing, azure_retail
 
     monkeypatch.setattr(azure_retail, "RETAIL_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")
+    monkeypatch.setattr(aws_pricing, "DEFAULT_ENDPOINT", "http://127.0.0.1:9")  # nor EC2's price list

@@ -3,6 +3,7 @@
 - `FakeImds` — AWS EC2 IMDSv2 (spot instance-action, rebalance recommendation; session tokens required)
 - `FakeGceMetadata` — GCE metadata server (instance/preempted, instance/maintenance-event; long-polls)
 - `FakeAzureEvents` — Azure Scheduled Events
+- `FakeAwsPricing` — the AWS Price List Query API (GetProducts), for boto3's `pricing` client
 
 Each is a context manager; `url` is the root that replaces the real service's address (give it to the agent as
 SPOTRUN_AWS_METADATA_URL / SPOTRUN_GCE_METADATA_URL / SPOTRUN_AZURE_METADATA_URL). Common to all of them:
@@ -16,6 +17,7 @@ fakes adds it:
     from fakes import FakeImds
 """
 
+from .fake_aws_pricing import FakeAwsPricing, ec2_product
 from .fake_azure_events import FakeAzureEvents, ScheduledEvent
 from .fake_gce_metadata import FakeGceMetadata
 from .fake_imds import FakeImds
@@ -23,6 +25,7 @@ from .metadata_server import Breakage, FakeMetadataServer, Reply, ServedRequest
 
 __all__ = [
     "Breakage",
+    "FakeAwsPricing",
     "FakeAzureEvents",
     "FakeGceMetadata",
     "FakeImds",
@@ -30,4 +33,5 @@ __all__ = [
     "Reply",
     "ScheduledEvent",
     "ServedRequest",
+    "ec2_product",
 ]

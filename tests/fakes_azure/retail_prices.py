@@ -4,12 +4,14 @@ answers in pages of `page_size` with a `NextPageLink` carrying the filter and a 
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import sys
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the fakes' shared server
+from fakes.json_server import JsonServer  # noqa: E402
 
 PATH = "/api/retail/prices"
 _CLAUSE = re.compile(r"(\w+) eq '([^']*)'")
@@ -33,26 +35,20 @@ def vm_meter(size: str, location: str, price: float, *, spot: bool = False, wind
     return meter
 
 
-class FakeRetailPrices:
+class FakeRetailPrices(JsonServer):
     def __init__(self, meters: list[dict[str, Any]] | None = None, page_size: int = 100) -> None:
+        super().__init__()
         self.meters = list(meters or [])
         self.page_size = page_size
         self.requests: list[dict[str, list[str]]] = []  # each request's query
         self.fail_with: int | None = None  # answer every request with this status
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{PATH}"
+        return f"{self.root}{PATH}"
 
-    def __enter__(self) -> FakeRetailPrices:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle(self, method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[int, Any]:
+        return self.answer(query) if (method, path) == ("GET", PATH) else (404, {"Error": "not found"})
 
     def answer(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
         self.requests.append(query)
@@ -70,20 +66,3 @@ class FakeRetailPrices:
         return 200, {"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
                      "Items": page, "NextPageLink": link, "Count": len(page)}
 
-
-def _handler(fake: FakeRetailPrices) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            parts = urlsplit(self.path)
-            status, body = (404, {"Error": "not found"}) if parts.path != PATH else fake.answer(parse_qs(parts.query))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler

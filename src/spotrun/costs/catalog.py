@@ -67,6 +67,11 @@ CATALOG: Mapping[str, Mapping[str, PriceEntry]] = MappingProxyType({
 })
 
 
+def lists(cloud: str, instance_type: str) -> bool:
+    """Whether the catalog holds a price for the instance type on the cloud."""
+    return instance_type in CATALOG.get(cloud, {})
+
+
 def entry(cloud: str, instance_type: str) -> PriceEntry:
     types = CATALOG.get(cloud)
     if types is None:

@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotrun.costs import catalog
+from spotrun.costs.aws_pricing import aws_on_demand
 from spotrun.costs.azure_retail import azure_prices
+from spotrun.costs.catalog import UnknownPrice
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +29,16 @@ def catalog_prices(
     cloud: str, instance_type: str, market: str, zone: str | None, accelerators: Mapping[str, int] | None = None,
 ) -> tuple[float, float]:
     """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
-    accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold."""
+    accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold,
+    and on-demand's of an EC2 type it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per
+    zone, `MarketPrices`)."""
     if cloud == "azure":
         return azure_prices(instance_type, market, zone)
+    if cloud == "aws" and not catalog.lists(cloud, instance_type):
+        on_demand = aws_on_demand(instance_type, zone)
+        if market == "on-demand":
+            return on_demand, on_demand
+        raise UnknownPrice(f"no spot price for {instance_type} on aws but EC2's quote in a zone")
     return (
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
@@ -59,8 +68,15 @@ class MarketPrices:
         if market == "spot" and zone is not None:
             quoted = self.quotes(cloud, instance_type).get(zone)
             if quoted is not None:  # the whole machine's price, as EC2 quotes it
-                return quoted, self._fallback(cloud, instance_type, "on-demand", None, accelerators)[1]
-        return self._fallback(cloud, instance_type, market, zone, accelerators)
+                return quoted, self._fallback(cloud, instance_type, "on-demand", zone, accelerators)[1]
+        try:
+            return self._fallback(cloud, instance_type, market, zone, accelerators)
+        except UnknownPrice:
+            quotes = self.quotes(cloud, instance_type) if market == "spot" and zone is None else {}
+            if not quotes:
+                raise
+            # a type only the cloud prices: its cheapest zone's quote is the job's reference spot price
+            return min(quotes.values()), self._fallback(cloud, instance_type, "on-demand", None, accelerators)[1]
 
     def quotes(self, cloud: str, instance_type: str) -> Mapping[str, float]:
         """Spot's $/h per zone as the cloud quoted it within `ttl` (empty: it gives no quotes, or could not)."""
