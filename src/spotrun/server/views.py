@@ -88,7 +88,8 @@ class AttemptView(BaseModel):
     on_demand_price_per_hour: float
     cost: float = Field(
         default=0.0, description="dollars, as the ledger bills the attempt at the time of the response: the seconds "
-        "charged at its price once it ended, the seconds held so far while it runs")
+        "charged once it ended (held so far while it runs), each at the price of its time (a spot price that moved "
+        "while it ran is followed)")
     checkpoint_step: int | None
     log_bytes: int
     total_steps: int | None = None
