@@ -101,3 +101,28 @@ def test_the_instances_left_to_the_cloud_are_found_through_their_index(sqlite_ur
         for statement, parameters in instance_reads:
             plan = " / ".join(row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
             assert "ix_instances_awaiting_reclaim" in plan, plan
+
+
+def test_the_warned_attempts_are_counted_through_their_index(sqlite_url: str) -> None:
+    """Each /metrics scrape counts the attempts that had an early warning (`fleet_totals.early_warnings`), out of
+    every attempt the store ever made."""
+    from spotrun.server import fleet_totals
+    from spotrun.state import Attempt
+
+    store = Store(sqlite_url)
+    with store.session() as session:
+        session.execute(insert(Job), [dict(id=1, name="j", owner="a", spec={}, state="RUNNING", created_at=0.0,
+                                           updated_at=0.0)])
+        session.execute(insert(Attempt), [dict(
+            id=n, job_id=1, number=n, state="ended", provider="aws", zone="z", market="spot", instance_type="t",
+            price_per_hour=1.0, on_demand_price_per_hour=3.0, client_token=f"t-{n}", token_hash="-", created_at=0.0,
+            end_reason="preempted", warned_at=5.0 if n % 100 == 0 else None,
+            warning="aws-imds/rebalance" if n % 100 == 0 else None) for n in range(1, 302)])
+    with statements(store) as seen:
+        with store.session() as session:
+            counted = fleet_totals.early_warnings(session)
+    assert counted == {("aws-imds/rebalance", "preempted"): 3}
+    [(statement, parameters)] = [(s, p) for s, p in seen if "FROM attempts" in s]
+    with store.engine.connect() as connection:
+        plan = " / ".join(row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters))
+    assert "ix_attempts_warned" in plan, plan

@@ -78,6 +78,9 @@ class Attempt(Base):
         # sweep for attempts left open on ended jobs
         Index("ix_attempts_open", "job_id", postgresql_where=text("ended_at IS NULL"),
               sqlite_where=text("ended_at IS NULL")),
+        # the attempts that had an early warning, a small share of them: /metrics counts them at every scrape
+        Index("ix_attempts_warned", "warning", "end_reason", postgresql_where=text("warned_at IS NOT NULL"),
+              sqlite_where=text("warned_at IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
