@@ -131,3 +131,23 @@ def test_without_a_credential_the_provider_uses_azure_identitys_default_chain(mo
 
     assert isinstance(provider.compute._config.credential, DefaultAzureCredential)
     assert isinstance(provider, Provider) and provider.name == "azure"
+
+
+def test_spot_is_quoted_in_every_zone_at_the_locations_list_price(provider, arm, monkeypatch) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fakes_azure import FakeRetailPrices, vm_meter
+
+    from spotrun.costs.market_prices import MarketPrices
+
+    arm.skus = [vm_sku("Standard_NC6s_v3", "eastus", ["1", "2"]), vm_sku("Standard_D2s_v5", "eastus", ["1"])]
+    meters = [vm_meter("Standard_NC6s_v3", "eastus", 3.06), vm_meter("Standard_NC6s_v3", "eastus", 0.3157, spot=True),
+              vm_meter("Standard_D2s_v5", "eastus", 0.096)]
+    with FakeRetailPrices(meters) as retail:
+        monkeypatch.setenv("SPOTRUN_AZURE_PRICES_URL", retail.url)
+        assert provider.spot_prices("Standard_NC6s_v3") == {"eastus-1": 0.3157, "eastus-2": 0.3157}
+        assert provider.spot_prices("Standard_D2s_v5") == {}  # no Spot meter there
+        prices = MarketPrices(lambda cloud: provider)
+        assert prices("azure", "Standard_NC6s_v3", "spot", "eastus-2") == (0.3157, 3.06)

@@ -20,6 +20,7 @@ from azure.identity import DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 
+from spotrun.costs.azure_retail import RETAIL_PRICES
 from spotrun.providers.azure.errors import error_code, error_message, translate
 from spotrun.providers.azure.instances import (
     TOKEN_TAG,
@@ -83,6 +84,13 @@ class AzureProvider:
     def zones(self, instance_type: str) -> list[str]:
         """Zones ("<location>-<n>") of the location that offer `instance_type` to this subscription."""
         return self._zone_cache.zones(instance_type.lower(), lambda: self._list_zones(instance_type))  # case-insensitive
+
+    def spot_prices(self, instance_type: str) -> dict[str, float]:
+        """Spot's $/h in each zone that offers `instance_type`: Azure's list price for the location, one for all its
+        zones (`costs.azure_retail`); none where the list has no Spot price. Asked through `MarketPrices`, whose
+        quotes a running attempt's price follows (`control.repricing`)."""
+        spot = RETAIL_PRICES.vm_prices(self.settings.location, instance_type).spot
+        return {} if spot is None else dict.fromkeys(self.zones(instance_type), spot)
 
     def _list_zones(self, instance_type: str) -> list[str]:
         with _arm("Microsoft.Compute/skus/read"):
