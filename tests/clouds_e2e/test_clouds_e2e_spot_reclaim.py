@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,21 +222,36 @@ def checkpointing_attempt(store: Store, job_id: int) -> Attempt | None:
     return None
 
 
-def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path, reference: dict) -> None:
-    providers = {world.side.cloud: world.provider}
-    spec = parse_spec(job_text(world))
-    job_id = jobs.submit(store, spec, time.time(), prices=world.prices)
+@dataclass
+class EmulatedRun:
+    job_id: int
+    plane: ControlPlane
+    hypervisor: Hypervisor
+    explain: Callable[[], str]  # the job, its attempts, boot errors and each VM's log: for a failed assertion
+
+
+@contextmanager
+def job_on_emulated_cloud(world: CloudWorld, store: Store, tmp_path: Path, spot_extra: str = "") -> Iterator[EmulatedRun]:
+    """The digits job submitted, a control plane driving it and a hypervisor booting its instances, until the end."""
+    job_id = jobs.submit(store, parse_spec(job_text(world, spot_extra)), time.time(), prices=world.prices)
     plane = ControlPlane(
-        store, providers.__getitem__, prices=world.prices,
+        store, {world.side.cloud: world.provider}.__getitem__, prices=world.prices,
         heartbeat_timeout=20, boot_timeout=60, agent_heartbeat_interval=0.3, backoff_base=1,
     )
     with Hypervisor(world.side, tmp_path / "vms") as hypervisor, plane:
 
         def explain() -> str:
-            rows = [(a.number, a.zone, a.state, a.end_reason, a.instance_id, a.checkpoint_step) for a in attempts_of(store, job_id)]
+            rows = [(a.number, a.zone, a.state, a.end_reason, a.instance_id, a.checkpoint_step, a.warning, a.standby_for)
+                    for a in attempts_of(store, job_id)]
             logs = "\n".join(f"== {i}\n{vm.log_tail()}" for i, vm in hypervisor.vms.items())
             return f"job {job_of(store, job_id).state}; attempts {rows}; boot errors {hypervisor.errors}\n{logs}"
 
+        yield EmulatedRun(job_id, plane, hypervisor, explain)
+
+
+def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path, reference: dict) -> None:
+    with job_on_emulated_cloud(world, store, tmp_path) as run:
+        job_id, plane, hypervisor, explain = run.job_id, run.plane, run.hypervisor, run.explain
         first = wait_until("the trainer's first checkpoint", lambda: checkpointing_attempt(store, job_id), 40, explain)
         world.refuse_next_launch()
         with plane.paused():
@@ -299,18 +315,8 @@ def test_aws_rebalance_recommendation_moves_the_job_before_an_interruption(
     aws_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits,
 ):
     world, store = aws_world, cloud_store
-    job_id = jobs.submit(store, parse_spec(job_text(world, ", on_rebalance: move")), time.time(), prices=world.prices)
-    plane = ControlPlane(
-        store, {world.side.cloud: world.provider}.__getitem__, prices=world.prices,
-        heartbeat_timeout=20, boot_timeout=60, agent_heartbeat_interval=0.3, backoff_base=1,
-    )
-    with Hypervisor(world.side, tmp_path / "vms") as hypervisor, plane:
-
-        def explain() -> str:
-            rows = [(a.number, a.zone, a.state, a.end_reason, a.warning, a.standby_for) for a in attempts_of(store, job_id)]
-            logs = "\n".join(f"== {i}\n{vm.log_tail()}" for i, vm in hypervisor.vms.items())
-            return f"job {job_of(store, job_id).state}; attempts {rows}; boot errors {hypervisor.errors}\n{logs}"
-
+    with job_on_emulated_cloud(world, store, tmp_path, ", on_rebalance: move") as run:
+        job_id, plane, hypervisor, explain = run.job_id, run.plane, run.hypervisor, run.explain
         first = wait_until("the trainer's first checkpoint", lambda: checkpointing_attempt(store, job_id), 40, explain)
         hypervisor.recommend_rebalance(first.instance_id)
         wait_until("the job's end", lambda: job_of(store, job_id).state in ("SUCCEEDED", "FAILED"), 60, explain)

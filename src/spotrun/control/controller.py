@@ -345,7 +345,7 @@ class Controller:
 
     def follow_spot_price(self, job: Job, attempt: Attempt, now: float) -> None:
         """Bill a running spot attempt at its zone's price as the cloud quotes it now (`repricing`)."""
-        if attempt.market != "spot" or attempt.started_at is None or attempt.ended_at is not None:
+        if not repricing.follows_price(attempt):
             return
         if (job.spec.get("resources") or {}).get("prices") is not None:  # the job's own prices: one for all time
             return
@@ -353,7 +353,9 @@ class Controller:
         if quoted is None or quoted == attempt.price_per_hour:
             return
         with self.store.session() as session:
-            repricing.reprice(session, session.get(Attempt, attempt.id), quoted, now)
+            fresh = session.get(Attempt, attempt.id)
+            if repricing.follows_price(fresh):  # not ended since it was read
+                repricing.reprice(session, fresh, quoted, now)
 
     def quoted_spot_price(self, cloud: str, instance_type: str, zone: str) -> float | None:
         """Spot's $/h in `zone` as the cloud quotes it (`MarketPrices.quotes`); None where there is no quote. A quote

@@ -29,7 +29,7 @@ from spotrun.control.moves import may_move
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
-from spotrun.policy import GiveUp, Launch, Wait
+from spotrun.policy import GiveUp, Launch, RunningDecision, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Generation, Job, add_event
@@ -84,8 +84,7 @@ class GangDriver:
         self._watch_nodes(job_id)
         self._steer_generation(job_id)
         self._moves.drive(job_id)
-        if not self._move_off_rebalance(job_id):
-            self._reconsider(job_id)
+        self._reconsider(job_id)
         self._advance(job_id)
         self._launch_pending_nodes(job_id)  # what _advance placed just now
 
@@ -214,8 +213,10 @@ class GangDriver:
     # ---- moving the gang ---------------------------------------------------------------------------------
 
     def _reconsider(self, job_id: int) -> None:
-        """Every `reconsider_every` seconds, ask the policy of a running gang that may want to be elsewhere (it has a
-        deadline, or fell back to on-demand) where it should run, and act on the answer."""
+        """Move a settled gang one of whose spot nodes EC2 recommends leaving (`spot.on_rebalance: move`: whole, to
+        spot in another zone, `rebalance`); else, every `reconsider_every` seconds, ask the policy of a running gang
+        that may want to be elsewhere (it has a deadline, or fell back to on-demand) where it should run. Then act on
+        the answer."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
@@ -223,14 +224,8 @@ class GangDriver:
             nodes = _settled_nodes(session, job)
             if nodes is None or any(a.state != "running" for a in nodes):
                 return
-            held = _asked_about(spec, nodes)
-            policy = self.c.policy(spec)
-            if not may_move(spec, held.market) or not hasattr(policy, "decide"):
-                return
-            if not self.c.reconsider_due(job_id, now) or self.c.moves.backing_off(job_id, now):
-                return
-            since = max(a.started_at or now for a in nodes if a.market == held.market)  # its youngest node there
-            decision = policy.decide(self.c.running_context(session, job, spec, held, since, now))
+            decision = (self._off_rebalance(session, job, spec, nodes, now)
+                        or self._policy_decision(session, job, spec, nodes, now))
         if isinstance(decision, GiveUp):
             self._end_nodes([a.id for a in nodes], Verdict("cancelled", decision.reason, job_failure=decision.reason))
         elif isinstance(decision, Launch):
@@ -240,22 +235,23 @@ class GangDriver:
         elif isinstance(decision, Wait):  # stop paying for the nodes; the gang is placed again (and waits) once saved
             self._stop_to_wait(job_id, decision.reason)
 
-    def _move_off_rebalance(self, job_id: int) -> bool:
-        """A settled gang one of whose spot nodes EC2 recommends leaving (`spot.on_rebalance: move`) moves whole to
-        spot in another zone, where its policy finds one (`rebalance`); whether a move was started."""
-        now = self.c.clock.now()
-        with self.c.store.session() as session:
-            job = session.get(Job, job_id)
-            spec = JobSpec.model_validate(job.spec)
-            nodes = _settled_nodes(session, job)
-            warned = [a for a in nodes or () if rebalance.wants_move(spec, a)]
-            if not warned or self.c.moves.backing_off(job_id, now):
-                return False
-            decision = rebalance.spot_elsewhere(self.c, session, job, spec, warned[0], now)
-        if decision is None:
-            return False
-        self._moves.start(job_id, decision, [a.id for a in nodes if (a.zone, a.market) != (decision.zone, "spot")])
-        return True
+    def _off_rebalance(self, session, job: Job, spec: JobSpec, nodes: list[Attempt], now: float) -> Launch | None:
+        warned = [a for a in nodes if rebalance.wants_move(spec, a)]
+        if not warned or self.c.moves.backing_off(job.id, now):
+            return None
+        return rebalance.spot_elsewhere(self.c, session, job, spec, warned[0], now)
+
+    def _policy_decision(
+        self, session, job: Job, spec: JobSpec, nodes: list[Attempt], now: float,
+    ) -> RunningDecision | None:
+        held = _asked_about(spec, nodes)
+        policy = self.c.policy(spec)
+        if not may_move(spec, held.market) or not hasattr(policy, "decide"):
+            return None
+        if not self.c.reconsider_due(job.id, now) or self.c.moves.backing_off(job.id, now):
+            return None
+        since = max(a.started_at or now for a in nodes if a.market == held.market)  # its youngest node there
+        return policy.decide(self.c.running_context(session, job, spec, held, since, now))
 
     def _stop_to_wait(self, job_id: int, reason: str) -> None:
         now = self.c.clock.now()

@@ -15,12 +15,13 @@ from spotrun.costs.ledger import held_dollars, held_seconds
 from spotrun.state import Attempt, add_event
 
 
-def reprice(session: Session, attempt: Attempt, price: float, now: float) -> bool:
-    """Bill the running spot `attempt` at `price` from `now` on; whether its price moved."""
-    if attempt.market != "spot" or attempt.started_at is None or attempt.ended_at is not None:
-        return False
-    if price == attempt.price_per_hour:
-        return False
+def follows_price(attempt: Attempt) -> bool:
+    """Whether the attempt's price follows its zone's quote: a spot instance held and running."""
+    return attempt.market == "spot" and attempt.started_at is not None and attempt.ended_at is None
+
+
+def reprice(session: Session, attempt: Attempt, price: float, now: float) -> None:
+    """Bill the running spot `attempt` (`follows_price`) at `price`, another than its own, from `now` on."""
     old = attempt.price_per_hour
     attempt.earlier_price_dollars = held_dollars(attempt, now)
     attempt.earlier_price_seconds = max(held_seconds(attempt, now), attempt.earlier_price_seconds)
@@ -31,4 +32,3 @@ def reprice(session: Session, attempt: Attempt, price: float, now: float) -> boo
         f"${attempt.earlier_price_dollars:.4f} for its first {attempt.earlier_price_seconds:.0f} s",
         data={"zone": attempt.zone, "from": old, "to": price},
     )
-    return True

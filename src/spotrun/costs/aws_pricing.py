@@ -13,16 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.ttl_cache import TtlCache
 
 PRICING_REGION = "us-east-1"  # where the Price List Query API is served (also ap-south-1, eu-central-1)
 URL_ENV_VAR = "SPOTRUN_AWS_PRICING_URL"  # another endpoint (tests' fake)
@@ -56,25 +52,17 @@ class OnDemandPrices:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client_factory = client_factory or _pricing_client
-        self._ttl = ttl
-        self._clock = clock
-        self._known: dict[tuple[str | None, str, str], tuple[float, float]] = {}
-        self._lock = threading.Lock()
+        self._cache: TtlCache[float] = TtlCache(ttl, clock)
 
     def price(self, region: str, instance_type: str) -> float:
         """$/h of `instance_type` on-demand (Linux) in `region`; UnknownPrice saying why when it cannot be had."""
-        key = (_endpoint(), region, instance_type)
-        with self._lock:
-            known = self._known.get(key)
-            if known is not None and self._clock() - known[0] < self._ttl:
-                return known[1]
-            found = self._ask(region, instance_type)
-            self._known[key] = (self._clock(), found)
-            return found
+        return self._cache.get((_endpoint(), region, instance_type), lambda: self._ask(region, instance_type))
 
     def _ask(self, region: str, instance_type: str) -> float:
         attributes = {**_PRODUCT_FILTERS, "instanceType": instance_type, "regionCode": region}
         filters = [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in attributes.items()]
+        from botocore.exceptions import BotoCoreError, ClientError  # here: boto3 costs the CLI's start ~0.15 s
+
         prices: list[float] = []
         try:
             client = self._client_factory()
@@ -114,6 +102,9 @@ def _endpoint() -> str | None:
 
 
 def _pricing_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
     # a job waits on this at launch: two tries, short timeouts (an unreachable list costs seconds, not a minute)
     config = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=5, read_timeout=15)
     return boto3.Session().client("pricing", region_name=PRICING_REGION, endpoint_url=_endpoint(), config=config)

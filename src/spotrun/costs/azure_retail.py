@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.ttl_cache import TtlCache
 
 RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 URL_ENV_VAR = "SPOTRUN_AZURE_PRICES_URL"
@@ -57,28 +55,22 @@ class RetailPrices:
     ) -> None:
         self._url = url
         self._timeout = timeout
-        self._ttl = ttl
-        self._clock = clock
-        self._known: dict[tuple[str, str], tuple[float, VmPrices]] = {}
-        self._lock = threading.Lock()
+        self._cache: TtlCache[VmPrices] = TtlCache(ttl, clock)
 
     def vm_prices(self, location: str, size: str) -> VmPrices:
         """The size's Linux prices in the location; UnknownPrice (saying why) when they cannot be had."""
         if not _NAME.fullmatch(size) or not _NAME.fullmatch(location):
             raise UnknownPrice(f"no Azure price for {size!r} in {location!r}: not a VM size and location name")
         url = self._url or os.environ.get(URL_ENV_VAR) or RETAIL_PRICES_URL
-        key = (url, location.lower(), size.lower())
-        with self._lock:
-            known = self._known.get(key)
-            if known is not None and self._clock() - known[0] < self._ttl:
-                return known[1]
-            found = _vm_prices(list(self._meters(url, location, size)), location, size)
-            self._known[key] = (self._clock(), found)
-            return found
+        return self._cache.get(
+            (url, location.lower(), size.lower()), lambda: _vm_prices(list(self._meters(url, location, size)), location, size),
+        )
 
     def _meters(self, first_page: str, location: str, size: str) -> Iterator[dict[str, Any]]:
         query = (f"serviceName eq 'Virtual Machines' and armRegionName eq '{location}' and armSkuName eq '{size}' "
                  "and priceType eq 'Consumption'")
+        import httpx  # here, not at the top: the CLI imports this module and seldom prices on Azure
+
         url: str | None = first_page
         params: dict[str, str] | None = {"$filter": query}
         try:

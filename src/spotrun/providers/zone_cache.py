@@ -11,20 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from spotrun.ttl_cache import TtlCache
+
 ZONES_CACHE_SECONDS = 600.0
 
 
 class ZoneCache:
     def __init__(self, seconds: float = ZONES_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
-        self._seconds = seconds
-        self._clock = clock
-        self._zones: dict[str, tuple[float, list[str]]] = {}
+        self._cache: TtlCache[tuple[str, ...]] = TtlCache(seconds, clock)
 
     def zones(self, key: str, list_zones: Callable[[], list[str]]) -> list[str]:
         """The zones cached under `key`, or those `list_zones()` gives (kept, unless it raised) once they are old."""
-        cached = self._zones.get(key)
-        if cached is not None and cached[0] > self._clock():
-            return list(cached[1])
-        found = list_zones()
-        self._zones[key] = (self._clock() + self._seconds, list(found))
-        return list(found)
+        return list(self._cache.get(key, lambda: tuple(list_zones())))
