@@ -158,10 +158,17 @@ def store(database_url: str) -> Iterator[Store]:
 
 @pytest.fixture(autouse=True)
 def _no_real_price_lists(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pricing an Azure size, or an EC2 type the catalog lacks, reads the cloud's price list; no test may reach the
-    real one. A test that prices there points SPOTRUN_AZURE_PRICES_URL at `fakes_azure.FakeRetailPrices` or
-    SPOTRUN_AWS_PRICING_URL at `fakes.FakeAwsPricing`; others get a closed port."""
-    from spotrun.costs import aws_pricing, azure_retail
+    """Pricing an Azure size, or an EC2 type or GCE machine the catalog lacks, reads the cloud's price list; no test
+    may reach the real one. A test that prices there points SPOTRUN_AZURE_PRICES_URL at
+    `fakes_azure.FakeRetailPrices`, SPOTRUN_AWS_PRICING_URL at `fakes.FakeAwsPricing`, or `gcp_billing.LIST_PRICES`
+    at `fakes_gcp.FakeBillingCatalog` and `FakeCompute`; others get a closed port."""
+    from google.auth.credentials import AnonymousCredentials
+
+    from spotrun.costs import aws_pricing, azure_retail, gcp_billing
 
     monkeypatch.setattr(azure_retail, "RETAIL_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")
     monkeypatch.setattr(aws_pricing, "DEFAULT_ENDPOINT", "http://127.0.0.1:9")  # nor EC2's price list
+    closed = {"api_endpoint": "http://127.0.0.1:9"}  # nor GCP's billing catalog, nor its machine types
+    monkeypatch.setattr(gcp_billing, "LIST_PRICES", gcp_billing.GcpListPrices(
+        credentials=AnonymousCredentials(), project="no-such-project", billing_options=closed, compute_options=closed,
+    ))

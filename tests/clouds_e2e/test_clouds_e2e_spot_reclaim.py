@@ -31,8 +31,11 @@ from moto.ec2.models import instance_types as moto_instance_types
 
 from fakes_azure import FakeArm, FakeCredential, FakeRetailPrices, LoopbackTransport, vm_meter, vm_sku
 from fakes_gcp import FakeCloud, FakeCompute, OperationError
+from fakes_gcp.billing_catalog import FakeBillingCatalog, compute_sku
 from spotrun.control import jobs
 from spotrun.control.placement import price_for
+from spotrun.costs import gcp_billing
+from spotrun.costs.gcp_billing import GcpListPrices
 from spotrun.providers import Provider
 from spotrun.providers.aws import AwsProvider
 from spotrun.providers.azure import AzureProvider, AzureSettings
@@ -110,13 +113,35 @@ GCP_PROJECT = "spotrun-e2e"
 GCP_ZONES = ["us-central1-a", "us-central1-b", "us-central1-f"]
 
 
+GCP_REGION = "us-central1"
+# Compute Engine's SKUs for an N1 machine with a T4 attached, which spotrun's catalog does not price: on-demand and
+# Spot, $ per vCPU-hour, GiB-hour and GPU-hour
+GCP_SKUS = [
+    compute_sku("N1 Predefined Instance Core running in Americas", 0.031611, [GCP_REGION]),
+    compute_sku("N1 Predefined Instance Ram running in Americas", 0.004237, [GCP_REGION], unit="GiBy.h"),
+    compute_sku("Nvidia Tesla T4 GPU running in Americas", 0.35, [GCP_REGION], resource_group="GPU"),
+    compute_sku("Spot Preemptible N1 Predefined Instance Core running in Americas", 0.00698, [GCP_REGION],
+                usage_type="Preemptible"),
+    compute_sku("Spot Preemptible N1 Predefined Instance Ram running in Americas", 0.000935, [GCP_REGION],
+                usage_type="Preemptible", unit="GiBy.h"),
+    compute_sku("Spot Preemptible Nvidia Tesla T4 GPU running in Americas", 0.14, [GCP_REGION],
+                usage_type="Preemptible", resource_group="GPU"),
+]
+
+
 @pytest.fixture
-def gcp_world() -> Iterator[CloudWorld]:
+def gcp_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWorld]:
     fake = FakeCloud(
         project=GCP_PROJECT, zones={zone: "UP" for zone in GCP_ZONES},
         machine_types={zone: {"n1-standard-8"} for zone in GCP_ZONES},
     )
-    with FakeCompute(fake) as compute:
+    with FakeCompute(fake) as compute, FakeBillingCatalog(GCP_SKUS) as billing:
+        # priced as GCP's billing catalog lists the machine's parts (faked); a job not yet placed in the region
+        monkeypatch.setattr(gcp_billing, "LIST_PRICES", GcpListPrices(
+            credentials=AnonymousCredentials(), project=GCP_PROJECT, billing_options={"api_endpoint": billing.url},
+            compute_options={"api_endpoint": compute.url},
+        ))
+        monkeypatch.setenv("SPOTRUN_GCP_REGION", GCP_REGION)
         provider = GcpProvider(
             credentials=AnonymousCredentials(), client_options={"api_endpoint": compute.url},
             project=GCP_PROJECT, call_timeout=5.0, poll_interval=0.01, operation_timeout=10.0,
@@ -124,7 +149,7 @@ def gcp_world() -> Iterator[CloudWorld]:
         )
         world = CloudWorld(
             side=GcpSide(fake), provider=provider, zones=GCP_ZONES,
-            resources="{cloud: gcp, instance_type: n1-standard-8, accelerators: {V100: 1}}",
+            resources="{cloud: gcp, instance_type: n1-standard-8, accelerators: {T4: 1}}",
             refuse_next_launch=lambda: fake.fail_next_insert_operation(
                 OperationError("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone does not have enough resources available.")
             ),
@@ -301,6 +326,10 @@ def test_aws_spot_reclaim_through_imds(aws_world, cloud_store, tmp_path, spotrun
 
 def test_gcp_spot_preemption_through_metadata_server(gcp_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):
     run_spot_reclaim(gcp_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits)
+    # the job named no prices, nor does the catalog list a T4: each attempt is billed at the billing catalog's rates
+    with cloud_store.session() as session:
+        [prices] = {(a.price_per_hour, a.on_demand_price_per_hour) for a in session.query(Attempt)}
+    assert prices == pytest.approx((8 * 0.00698 + 30 * 0.000935 + 0.14, 8 * 0.031611 + 30 * 0.004237 + 0.35))
 
 
 def test_azure_spot_eviction_through_scheduled_events(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):

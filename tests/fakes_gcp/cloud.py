@@ -85,6 +85,17 @@ class FakeCloud:
         "us-central1-c": {"n1-standard-8"},
         "europe-west4-a": {"e2-small"},
     })
+    # GCE's published shapes of the types above and of those the price tests ask about: vCPUs, memory in MB, the
+    # GPUs a type comes with, and whether its cores are shared
+    machine_shapes: dict[str, dict[str, Any]] = field(default_factory=lambda: {
+        "n1-standard-8": {"guestCpus": 8, "memoryMb": 30720},
+        "n2-standard-8": {"guestCpus": 8, "memoryMb": 32768},
+        "e2-small": {"guestCpus": 2, "memoryMb": 2048, "isSharedCpu": True},
+        "g2-standard-8": {"guestCpus": 8, "memoryMb": 32768,
+                          "accelerators": [{"guestAcceleratorType": "nvidia-l4", "guestAcceleratorCount": 1}]},
+        "a2-highgpu-1g": {"guestCpus": 12, "memoryMb": 87040,
+                          "accelerators": [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 1}]},
+    })
     operation_polls: int = 1  # looks (get or wait) an operation needs before it is DONE
     page_size: int = 500  # items per list page (maxResults from the client caps it further)
     deletes_at_once: bool = True  # False: a deleted instance stays STOPPING until its operation is looked at
@@ -172,7 +183,8 @@ class FakeCloud:
 
     def machine_type_resources(self, zone: str) -> list[dict[str, Any]]:
         return [
-            {"kind": "compute#machineType", "name": name, "zone": zone, "selfLink": f"{self._zone_link(zone)}/machineTypes/{name}"}
+            {"kind": "compute#machineType", "name": name, "zone": zone, "selfLink": f"{self._zone_link(zone)}/machineTypes/{name}",
+             **self.machine_shapes.get(name, {})}
             for name in sorted(self.machine_types.get(zone, ()))
         ]
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from spotrun.gcp_accelerators import accelerator_type
+
 MARKETS = ("spot", "on-demand")
 
 
@@ -111,14 +113,16 @@ def machine_price(
     total = price(cloud, instance_type, market, zone)
     if cloud == "gcp":
         for name, count in (accelerators or {}).items():
-            total += count * price(cloud, gcp_accelerator_type(name), market)
+            total += count * price(cloud, gcp_accelerator(name), market)
     return total
 
 
-def gcp_accelerator_type(name: str) -> str:
-    """A spec's accelerator name ("V100") as GCP's accelerator type ("nvidia-tesla-v100")."""
-    lowered = name.lower()
-    return lowered if lowered.startswith("nvidia-") else f"nvidia-tesla-{lowered}"
+def gcp_accelerator(name: str) -> str:
+    """A job file's GPU name ("V100") as GCE's accelerator type; UnknownPrice for a name GCE does not know."""
+    try:
+        return accelerator_type(name)
+    except ValueError as unknown:
+        raise UnknownPrice(str(unknown)) from None
 
 
 def instance_types(cloud: str) -> list[str]:

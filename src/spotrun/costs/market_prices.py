@@ -18,6 +18,7 @@ from spotrun.costs import catalog
 from spotrun.costs.aws_pricing import aws_on_demand
 from spotrun.costs.azure_retail import azure_prices
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.costs.gcp_billing import gcp_prices
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,13 @@ def catalog_prices(
     cloud: str, instance_type: str, market: str, zone: str | None, accelerators: Mapping[str, int] | None = None,
 ) -> tuple[float, float]:
     """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
-    accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold,
-    and on-demand's of an EC2 type it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per
-    zone, `MarketPrices`)."""
+    accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold;
+    a GCE machine or GPU it does not list from GCP's billing catalog (`gcp_billing`); and on-demand's of an EC2 type
+    it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per zone, `MarketPrices`)."""
     if cloud == "azure":
         return azure_prices(instance_type, market, zone)
+    if cloud == "gcp" and not _catalog_lists_gcp(instance_type, accelerators):
+        return gcp_prices(instance_type, market, zone, accelerators)
     if cloud == "aws" and not catalog.lists(cloud, instance_type):
         on_demand = aws_on_demand(instance_type, zone)
         if market == "on-demand":
@@ -43,6 +46,14 @@ def catalog_prices(
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
     )
+
+
+def _catalog_lists_gcp(instance_type: str, accelerators: Mapping[str, int] | None) -> bool:
+    try:
+        gpus = [catalog.gcp_accelerator(name) for name in accelerators or {}]
+    except UnknownPrice:
+        return False
+    return all(catalog.lists("gcp", name) for name in [instance_type, *gpus])
 
 
 class MarketPrices:

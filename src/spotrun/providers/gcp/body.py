@@ -6,33 +6,12 @@ from collections.abc import Mapping
 
 from google.cloud import compute_v1
 
+from spotrun.gcp_accelerators import accelerator_type
 from spotrun.providers.base import LaunchRequest
 from spotrun.providers.gcp.naming import JOB_LABEL, TOKEN_LABEL, TOKEN_METADATA_KEY, instance_name, label_value
 from spotrun.providers.gcp.settings import GcpSettings
 from spotrun.providers.gcp.startup import render_startup_script
 from spotrun.providers.startup import job_id_of
-
-# Short GPU names, as a job file writes them, to GCE's accelerator types; a GCE name passes unchanged.
-ACCELERATOR_TYPES: Mapping[str, str] = {
-    "K80": "nvidia-tesla-k80",
-    "P4": "nvidia-tesla-p4",
-    "P100": "nvidia-tesla-p100",
-    "V100": "nvidia-tesla-v100",
-    "T4": "nvidia-tesla-t4",
-    "A100": "nvidia-tesla-a100",
-    "A100-80GB": "nvidia-a100-80gb",
-    "L4": "nvidia-l4",
-    "H100": "nvidia-h100-80gb",
-}
-
-
-def accelerator_type(name: str) -> str:
-    if name.lower().startswith("nvidia-"):
-        return name.lower()
-    found = ACCELERATOR_TYPES.get(name.upper())
-    if found is None:
-        raise ValueError(f"unknown accelerator {name!r}; known: {', '.join(ACCELERATOR_TYPES)} or a GCE type (nvidia-...)")
-    return found
 
 
 def instance_resource(request: LaunchRequest, settings: GcpSettings, accelerators: Mapping[str, int]) -> compute_v1.Instance:

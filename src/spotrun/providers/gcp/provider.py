@@ -130,9 +130,7 @@ class GcpProvider:
 
     def launch(self, request: LaunchRequest) -> InstanceInfo:
         _validate(request)
-        # LaunchRequest has no accelerators field yet; a request that carries one (resources.accelerators) is honoured.
-        accelerators: Mapping[str, int] = request.accelerators or {}
-        body = instance_resource(request, self.settings, accelerators)
+        body = instance_resource(request, self.settings, request.accelerators or {})  # the job's resources.accelerators
         insert = compute_v1.InsertInstanceRequest(
             project=self.project, zone=request.zone, instance_resource=body, request_id=request_id(request.client_token)
         )
