@@ -17,6 +17,7 @@ _SDK_NAMES = {
     "ResumableLoader",
     "ResumableSampler",
     "exact_allreduce",
+    "TrainerCheckpoints",
     "TrainingState",
     "ignore_preemption_signals",
     "preemption_signals_held",

@@ -7,18 +7,10 @@ import time
 
 import pytest
 
-from harness import Spotrun, digits_job, final_result, reference_digits
+from harness import digits_job, final_result, reference_digits
 from spotrun.state import Attempt, Job
 
 pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e2e test at a time
-
-
-@pytest.fixture
-def spotrun(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))  # in-process reads see the same home
-    world = Spotrun(tmp_path / "home")
-    yield world
-    world.shutdown()
 
 
 def running_with_checkpoint(attempts: int, past_step: int = -1):

@@ -17,14 +17,6 @@ EPOCHS = 6  # 48 steps over 3 ranks: the last generation still trains ~30 steps 
 FIRST_STEP = re.compile(r"rank (\d+): first step (\d+) done at ([0-9.]+)")
 
 
-@pytest.fixture
-def spotrun(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
-    world = Spotrun(tmp_path / "home")
-    yield world
-    world.shutdown()
-
-
 def generations(world: Spotrun) -> list[Generation]:
     return world.rows(Generation, Generation.number)
 

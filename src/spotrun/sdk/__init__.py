@@ -40,6 +40,7 @@ _EXPORTS = {
     "RNGState": "state",
     "TrainingState": "state",
     "torch_state": "state",
+    "TrainerCheckpoints": "hf_trainer",
     "weights_sha256": "hashing",
     "exact_allreduce": "ddp",
 }

@@ -337,15 +337,8 @@ class Checkpointer:
             log.warning("could not remove old checkpoints", exc_info=True)
 
     def _prune(self, newest: int) -> None:
-        """Keep the ``keep_last`` newest committed checkpoints up to ``newest``; remove every other
-        checkpoint folder (older ones, half-written ones, and any from an abandoned later timeline)."""
         assert self.keep_last is not None
-        older = [step for step, _ in self.store.committed() if step < newest]
-        keep = {newest, *older[::-1][: self.keep_last - 1]}
-        for step, path in self.store.checkpoint_folders():
-            if step not in keep:
-                self.store.remove(path)
-        self.store.clean_staging()
+        self.store.prune(newest, self.keep_last)
 
     # -- restoring ----------------------------------------------------------------------------------------
 

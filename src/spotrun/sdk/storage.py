@@ -131,6 +131,16 @@ class CheckpointStore:
     def clean_staging(self) -> None:
         """Leftovers of saves that died half-way; an object store has none outside the checkpoint folders."""
 
+    def prune(self, newest: int, keep_last: int) -> None:
+        """Keep the ``keep_last`` newest committed checkpoints up to ``newest``; remove every other checkpoint
+        folder (older ones, half-written ones, and any from an abandoned later timeline)."""
+        older = [step for step, _ in self.committed() if step < newest]
+        keep = {newest, *older[::-1][: keep_last - 1]}
+        for step, path in self.checkpoint_folders():
+            if step not in keep:
+                self.remove(path)
+        self.clean_staging()
+
 
 class LocalStore(CheckpointStore):
     """A local (or mounted) disk: stage in a hidden folder, fsync files and folders, rename into place."""
