@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastapi.testclient import TestClient
 from server_world import Team
 from sqlalchemy import insert
 from typer.testing import CliRunner
@@ -64,8 +65,8 @@ def test_a_bad_selection_is_refused_and_names_the_parameter(team: Team, query: s
 def backend(request: pytest.FixtureRequest, team: Team):
     if request.param == "embedded":
         return EmbeddedBackend(team.store)
-    # the app in this process, through the test client's transport
-    return RemoteBackend("http://testserver", team.tokens["root"], transport=team.client._transport)
+    # the app in this process, through a test client of its own
+    return RemoteBackend("http://testserver", team.tokens["root"], client=TestClient(team.client.app))
 
 
 def test_status_lists_the_jobs_not_ended_and_the_newest_ended(team: Team, backend) -> None:

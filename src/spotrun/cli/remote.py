@@ -18,12 +18,12 @@ TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
 class RemoteBackend:
-    def __init__(self, server: str, token: str, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, server: str, token: str, *, client: httpx.Client | None = None) -> None:
+        """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
         self.server = server.rstrip("/")
-        self._client = httpx.Client(
-            base_url=f"{self.server}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT,
-            transport=transport,
-        )
+        self._client = client if client is not None else httpx.Client(timeout=TIMEOUT)
+        self._client.base_url = f"{self.server}/api/v1"
+        self._client.headers["Authorization"] = f"Bearer {token}"
 
     def launch(self, job_file: Path) -> Launched:
         load_spec(job_file)  # the same file errors as embedded mode, before anything is sent; the server checks again
