@@ -202,3 +202,16 @@ def test_what_would_break_an_exact_resume_is_refused(spot_run, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert TrainerCheckpoints(tmp_path / "empty", signals=()).resume_from() is None
+
+
+def test_a_manifest_that_lists_a_file_outside_its_folder_is_not_resumed_from(spot_run, tmp_path):
+    run, spot = spot_run(steps=10, save_steps=10)
+    run.train()
+    root = tmp_path / "checkpoints"
+    manifest_path = root / checkpoint_name(10) / MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    (tmp_path / "secret").write_bytes(b"x")
+    manifest["files"]["../../secret"] = {"size": 1, "xxh3_128": "0" * 32}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(NoValidCheckpoint, match=r"\.\./\.\./secret is outside the checkpoint"):
+        spot.resume_from()

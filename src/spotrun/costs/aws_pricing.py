@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
 PRICING_REGION = "us-east-1"  # where the Price List Query API is served (also ap-south-1, eu-central-1)
@@ -26,24 +27,17 @@ DEFAULT_ENDPOINT: str | None = None  # None: AWS's own
 REGION_ENV_VARS = ("SPOTRUN_AWS_REGION", "AWS_REGION", "AWS_DEFAULT_REGION")  # where a job with no zone is priced
 PRICES_LAST = 3600.0
 MAX_PAGES = 10
-_ZONE = re.compile(r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)(?:-[a-z]+-\d+)?[a-z]")  # us-east-1a, us-west-2-lax-1a
 _PRODUCT_FILTERS = {
     "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used",
     "licenseModel": "No License required",
 }
 
 
-def region_of(zone: str | None, environ: os._Environ | dict[str, str] = os.environ) -> str:
-    """The region of an availability zone ("us-east-1a"); with no zone, the provider's region from the environment."""
-    if zone:
-        found = _ZONE.fullmatch(zone)
-        if found is None:
-            raise UnknownPrice(f"{zone!r} is not an AWS availability zone such as us-east-1a")
-        return found["region"]
-    for name in REGION_ENV_VARS:
-        if environ.get(name, "").strip():
-            return environ[name].strip()
-    raise UnknownPrice(f"no AWS region to price in: set {REGION_ENV_VARS[0]} or AWS_REGION")
+AWS_ZONES = ZoneNames(
+    "AWS", "region", re.compile(r"(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+)(?:-[a-z]+-\d+)?[a-z]"),  # us-east-1a, us-west-2-lax-1a
+    "an AWS availability zone such as us-east-1a", REGION_ENV_VARS,
+)
+region_of = AWS_ZONES.region_of
 
 
 class OnDemandPrices:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotrun.costs.catalog import UnknownPrice
+from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
 RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
@@ -24,7 +25,6 @@ URL_ENV_VAR = "SPOTRUN_AZURE_PRICES_URL"
 LOCATION_ENV_VAR = "SPOTRUN_AZURE_LOCATION"  # the provider's location: where a job with no zone yet is priced
 PRICES_LAST = 3600.0
 MAX_PAGES = 20  # a location and size has a few dozen meters; a listing longer than this is not what was asked
-_ZONE = re.compile(r"(?P<location>[a-z0-9]+)(?:-\d+)?")
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -34,18 +34,11 @@ class VmPrices:
     spot: float | None  # $/h, Linux Spot (None: the size has no Spot meter there)
 
 
-def location_of(zone: str | None, environ: dict[str, str] | os._Environ = os.environ) -> str:
-    """The location a zone ("eastus-2", or "eastus" for a size without zones) is in; with no zone, the provider's
-    ($SPOTRUN_AZURE_LOCATION)."""
-    if zone:
-        found = _ZONE.fullmatch(zone)
-        if found is None:
-            raise UnknownPrice(f"{zone!r} is not an Azure zone such as eastus-1")
-        return found["location"]
-    location = environ.get(LOCATION_ENV_VAR, "").strip()
-    if not location:
-        raise UnknownPrice(f"no Azure location to price in: set {LOCATION_ENV_VAR}")
-    return location
+AZURE_ZONES = ZoneNames(
+    "Azure", "location", re.compile(r"(?P<region>[a-z0-9]+)(?:-\d+)?"),  # eastus-2, or eastus for a size without zones
+    "an Azure zone such as eastus-1", (LOCATION_ENV_VAR,),
+)
+location_of = AZURE_ZONES.region_of
 
 
 class RetailPrices:

@@ -13,7 +13,6 @@ priced here: such a job gives `resources.prices`.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import defaultdict
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotrun.costs.catalog import UnknownPrice, gcp_accelerator
+from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
 COMPUTE_ENGINE = "services/6F81-5844-456A"  # the Cloud Billing Catalog's id of the Compute Engine service
@@ -37,7 +37,6 @@ _PART_SKU = re.compile(r"(?:Spot )?(?:Preemptible )?(?P<label>.+?) (?:Instance )
 _LABEL_WORDS = {"AMD", "INTEL", "ARM", "PREDEFINED", "MEMORY-OPTIMIZED", "CUSTOM"}  # what may follow the family
 _LABEL_FAMILIES = {"COMPUTE OPTIMIZED": "C2", "MEMORY-OPTIMIZED": "M1"}  # families whose SKUs do not name them
 _CUSTOM = re.compile(r"(?:(?P<family>[a-z][a-z0-9]*)-)?custom-(?P<vcpus>\d+)-(?P<memory_mb>\d+)(?P<extended>-ext)?")
-_ZONE = re.compile(r"(?P<region>[a-z]+-[a-z]+\d+)-[a-z]")
 
 
 @dataclass(frozen=True)
@@ -62,17 +61,10 @@ class Rate:
     sku: str
 
 
-def region_of(zone: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """A zone's region ("us-central1-a" → "us-central1"); with no zone, $SPOTRUN_GCP_REGION."""
-    if zone:
-        found = _ZONE.fullmatch(zone)
-        if found is None:
-            raise UnknownPrice(f"{zone!r} is not a GCE zone such as us-central1-a")
-        return found["region"]
-    region = (environ if environ is not None else os.environ).get(REGION_ENV_VAR, "").strip()
-    if not region:
-        raise UnknownPrice(f"no GCP region to price in: set {REGION_ENV_VAR}")
-    return region
+GCE_ZONES = ZoneNames(
+    "GCP", "region", re.compile(r"(?P<region>[a-z]+-[a-z]+\d+)-[a-z]"), "a GCE zone such as us-central1-a", (REGION_ENV_VAR,),
+)
+region_of = GCE_ZONES.region_of
 
 
 def family_key(instance_type: str) -> str:

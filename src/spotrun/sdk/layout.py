@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import fsspec
 
@@ -78,6 +78,7 @@ def _is_file(fs: fsspec.AbstractFileSystem, path: str) -> bool:
 
 
 MANIFEST_FORMAT = 2
+READ_CHUNK = 16 << 20
 CHECKSUM = "xxh3_128"  # what new manifests use: about 10 GB/s here, against 0.7 GB/s for SHA-256
 
 
@@ -116,6 +117,16 @@ def describe_bytes(data: bytes, algorithm: str = CHECKSUM) -> dict[str, Any]:
     return {"size": len(data), algorithm: hasher.hexdigest()}
 
 
+def describe_file(fh: BinaryIO, algorithm: str = CHECKSUM) -> dict[str, Any]:
+    """The manifest entry of what an open file holds from its position on, read in chunks (nothing kept)."""
+    hasher = CHECKSUMS[algorithm]()
+    size = 0
+    while chunk := fh.read(READ_CHUNK):
+        hasher.update(chunk)
+        size += len(chunk)
+    return {"size": size, algorithm: hasher.hexdigest()}
+
+
 def checksum_algorithm(checkpoint_path: str, name: str, entry: dict[str, Any]) -> str:
     """The algorithm of the checksum a manifest entry records; CorruptCheckpoint when it records none we know."""
     for algorithm in CHECKSUMS:
@@ -146,6 +157,23 @@ def read_verified(
         check_entry(checkpoint_path, name, describe_bytes(data, checksum_algorithm(checkpoint_path, name, entry)), entry)
         contents[name] = data
     return contents
+
+
+def verify_files(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> None:
+    """CorruptCheckpoint naming the first file the manifest lists that is missing, outside the folder, or differs
+    in size or checksum; the files are streamed, not held in memory (`read_verified` keeps their bytes)."""
+    root = checkpoint_path.rstrip("/")
+    for name, entry in manifest_entries(fs, root):
+        if ".." in name.split("/"):
+            raise CorruptCheckpoint(f"{root}: {name} is outside the checkpoint")
+        try:
+            with fs.open(f"{root}/{name}", "rb") as fh:
+                described = describe_file(fh, checksum_algorithm(root, name, entry))
+        except FileNotFoundError:
+            raise CorruptCheckpoint(f"{root}: {name} is missing") from None
+        except OSError as error:
+            raise unreadable(root, name, error) from error
+        check_entry(root, name, described, entry)
 
 
 def manifest_entries(
