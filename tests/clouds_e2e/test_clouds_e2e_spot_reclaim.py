@@ -10,10 +10,8 @@ instance before the controller looks: it must then read the reclaim from the clo
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -42,10 +40,10 @@ from spotrun.providers.azure import AzureProvider, AzureSettings
 from spotrun.providers.gcp import GcpProvider
 from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Instance, Job, Store
+from vm_emulation.digits import DIGITS, TRAINER_ENV, uninterrupted_run
+from vm_emulation.waiting import wait_until
 from vm_emulation import AwsSide, AzureSide, CloudSide, ControlPlane, GcpSide, Hypervisor, ec2_repeated_terminate_keeps_reason
 
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
-TRAINER_ENV = {"EPOCHS": "3", "CHECKPOINT_EVERY": "5"}
 NOTICE_SECONDS = 10.0  # the emulated clouds' notice window (AWS gives 2 min, GCP and Azure 30 s); the trainer gets it less 2 s
 STEP_SECONDS = 0.05
 # The image already has spotrun (this virtualenv); the startup script's install step checks that it does.
@@ -196,13 +194,7 @@ def azure_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWorld]:
 
 @pytest.fixture(scope="module")
 def uninterrupted_digits(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """final.json of the same trainer run once from start to end, never preempted."""
-    checkpoints = tmp_path_factory.mktemp("digits-reference")
-    subprocess.run(
-        [sys.executable, "train.py"], cwd=DIGITS, check=True, capture_output=True, timeout=120,
-        env={**os.environ, **TRAINER_ENV, "STEP_SECONDS": "0", "SPOTRUN_CHECKPOINT_DIR": str(checkpoints)},
-    )
-    return json.loads((checkpoints / "final.json").read_text())
+    return uninterrupted_run(tmp_path_factory.mktemp("digits-reference"))
 
 
 def job_text(world: CloudWorld, spot_extra: str = "") -> str:
@@ -227,16 +219,6 @@ def attempts_of(store: Store, job_id: int) -> list[Attempt]:
 def job_of(store: Store, job_id: int) -> Job:
     with store.session() as session:
         return session.get(Job, job_id)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float, explain: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{explain()}")
 
 
 def checkpointing_attempt(store: Store, job_id: int) -> Attempt | None:

@@ -19,6 +19,7 @@ from spotrun.costs.aws_pricing import aws_on_demand
 from spotrun.costs.azure_retail import azure_prices
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.costs.gcp_billing import gcp_prices
+from spotrun.kubernetes_flavors import FLAVOR_ENV_VAR, NODES_CLOUD_ENV_VAR, nodes_cloud
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,10 @@ def catalog_prices(
     """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
     accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold;
     a GCE machine or GPU it does not list from GCP's billing catalog (`gcp_billing`); and on-demand's of an EC2 type
-    it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per zone, `MarketPrices`)."""
+    it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per zone, `MarketPrices`). A
+    Kubernetes job costs what its node costs on the cloud the cluster's nodes come from (`kubernetes_flavors`)."""
+    if cloud == "kubernetes":
+        return catalog_prices(_kubernetes_nodes_cloud(), instance_type, market, zone, accelerators)
     if cloud == "azure":
         return azure_prices(instance_type, market, zone)
     if cloud == "gcp" and not _catalog_lists_gcp(instance_type, accelerators):
@@ -46,6 +50,18 @@ def catalog_prices(
         catalog.machine_price(cloud, instance_type, accelerators, market, zone),
         catalog.machine_price(cloud, instance_type, accelerators, "on-demand"),
     )
+
+
+def _kubernetes_nodes_cloud() -> str:
+    try:
+        cloud = nodes_cloud()
+    except ValueError as error:
+        raise UnknownPrice(str(error)) from None
+    if cloud is None:
+        raise UnknownPrice(
+            f"a Kubernetes job is priced as its nodes: set {FLAVOR_ENV_VAR} or {NODES_CLOUD_ENV_VAR} (aws, gcp, azure)"
+        )
+    return cloud
 
 
 def _catalog_lists_gcp(instance_type: str, accelerators: Mapping[str, int] | None) -> bool:

@@ -15,7 +15,7 @@ from spotrun.providers.base import (
 )
 
 
-CLOUDS = ("local", "aws", "gcp", "azure")
+CLOUDS = ("local", "aws", "gcp", "azure", "kubernetes")
 
 
 def get_provider(name: str, **options: Any) -> Provider:
@@ -35,6 +35,10 @@ def get_provider(name: str, **options: Any) -> Provider:
         from spotrun.providers.azure import AzureProvider
 
         return AzureProvider(**options)
+    if name == "kubernetes":
+        from spotrun.providers.kubernetes import KubernetesProvider
+
+        return KubernetesProvider(**options)
     raise ValueError(f"unknown cloud {name!r}; known: {', '.join(CLOUDS)}")
 
 

@@ -51,6 +51,18 @@ class InstanceInfo:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+def check_token_and_market(request: LaunchRequest, max_token_length: int) -> None:
+    """What every cloud asks of a launch: a client token of at most `max_token_length` printable ASCII characters
+    (it becomes the cloud's idempotency token or part of a name) and a known market."""
+    token = request.client_token
+    if not token:
+        raise ValueError("launch request needs a client_token")
+    if len(token) > max_token_length or not token.isascii() or not token.isprintable():
+        raise ValueError(f"client_token must be at most {max_token_length} printable ASCII characters, got {token!r}")
+    if request.market not in ("spot", "on-demand"):
+        raise ValueError(f"unknown market {request.market!r}; expected spot or on-demand")
+
+
 @runtime_checkable
 class Provider(Protocol):
     name: str

@@ -37,19 +37,23 @@ def render_bootstrap(
     install_command: str,
     python: str,
     instance_disk: str,
-    agent_log: str,
+    agent_log: str | None,
     comment: str,
     env_before_boot: Mapping[str, str] | None = None,
     env_over_boot: Mapping[str, str] | None = None,
+    export_boot_env: bool = True,
 ) -> str:
     """A bash script that installs spotrun with `install_command` and execs the boot command with its env.
 
     The agent runs in `instance_disk` (its SPOTRUN_INSTANCE_DISK) with `python` first on PATH, and writes its
-    output to `agent_log`. `comment` is the script's second line. `env_before_boot` is exported before the
-    boot env (which may set the same names again); `env_over_boot` replaces the boot env's values.
+    output to `agent_log` (None: to the script's own output). `comment` is the script's second line.
+    `env_before_boot` is exported before the boot env (which may set the same names again); `env_over_boot`
+    replaces the boot env's values. `export_boot_env=False` leaves the boot env out of the script, for a
+    runtime that sets it apart (a Kubernetes secret).
     """
     argv = boot_argv(user_data)
-    env = {**boot_env(user_data), **(env_over_boot or {})}
+    env = {**boot_env(user_data), **(env_over_boot or {})} if export_boot_env else {}
+    output = f" >>{shlex.quote(agent_log)} 2>&1" if agent_log is not None else ""
     lines = [
         "#!/bin/bash",
         f"# {comment}",
@@ -62,7 +66,7 @@ def render_bootstrap(
         *(_export(name, value) for name, value in (env_before_boot or {}).items()),
         *_path_line(python),
         *(_export(name, value) for name, value in env.items()),
-        f"exec {shlex.join(_on_instance(argv, python))} >>{shlex.quote(agent_log)} 2>&1",
+        f"exec {shlex.join(_on_instance(argv, python))}{output}",
         "",
     ]
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from spotrun.providers.aws.errors import MALFORMED_ID_CODES, NOT_FOUND_CODES, er
 from spotrun.providers.aws.instances import JOB_TAG, TOKEN_TAG, instance_info, unknown_info
 from spotrun.providers.aws.settings import AwsSettings
 from spotrun.providers.aws.startup import render_startup_script
-from spotrun.providers.base import InstanceInfo, LaunchRequest
+from spotrun.providers.base import InstanceInfo, LaunchRequest, check_token_and_market
 from spotrun.providers.startup import job_id_of
 from spotrun.providers.zone_cache import ZoneCache
 
@@ -240,13 +240,7 @@ class AwsProvider:
 
 
 def _validate(request: LaunchRequest) -> None:
-    token = request.client_token
-    if not token:
-        raise ValueError("launch request needs a client_token")
-    if len(token) > MAX_CLIENT_TOKEN_LENGTH or not token.isascii():
-        raise ValueError(f"client_token must be at most {MAX_CLIENT_TOKEN_LENGTH} ASCII characters, got {token!r}")
-    if request.market not in ("spot", "on-demand"):
-        raise ValueError(f"unknown market {request.market!r}; expected spot or on-demand")
+    check_token_and_market(request, MAX_CLIENT_TOKEN_LENGTH)
     if not request.zone:
         raise ValueError("launch request needs a zone")
     if not request.instance_type:

@@ -6,13 +6,14 @@ instance or container roles) and spotrun never reads, stores or forwards them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+
+from spotrun.providers.env_settings import key_value_pairs, settings_values
 
 # Ubuntu 24.04 (Python 3.12) with NVIDIA's open kernel driver: G4dn, G5, G6, P4, P5 and newer, not P3 (V100).
 DEFAULT_IMAGE = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
@@ -57,16 +58,7 @@ class AwsSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> AwsSettings:
         """SPOTRUN_AWS_<FIELD> variables (lists comma-separated, subnets as zone=subnet,...), then `overrides`."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise TypeError(f"unknown AWS provider option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        values: dict[str, Any] = {}
-        for name in known:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw:
-                values[name] = _parse(name, raw)
-        values.update({name: value for name, value in overrides.items() if value is not None})
+        values = settings_values(cls, ENV_PREFIX, "AWS", environ, overrides, {"subnets": _read_subnets})
         if "security_group_ids" in values:
             values["security_group_ids"] = tuple(values["security_group_ids"])
         if "subnets" in values:
@@ -74,19 +66,5 @@ class AwsSettings:
         return cls(**values)
 
 
-def _parse(name: str, raw: str) -> Any:
-    if name == "security_group_ids":
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if name == "subnets":
-        return _parse_subnets(raw)
-    return raw
-
-
-def _parse_subnets(raw: str) -> dict[str, str]:
-    subnets = {}
-    for pair in filter(None, (part.strip() for part in raw.split(","))):
-        zone, sep, subnet = pair.partition("=")
-        if not sep or not zone.strip() or not subnet.strip():
-            raise ValueError(f"{ENV_PREFIX}SUBNETS must be zone=subnet-id pairs separated by commas, got {pair!r}")
-        subnets[zone.strip()] = subnet.strip()
-    return subnets
+def _read_subnets(variable: str, raw: str) -> dict[str, str]:
+    return dict(key_value_pairs(variable, raw, "zone=subnet-id"))

@@ -33,7 +33,15 @@ from spotrun.providers.azure.instances import (
 from spotrun.providers.azure.settings import AzureSettings
 from spotrun.providers.azure.skus import available_zones, location_filter
 from spotrun.providers.azure.vm_body import vm_body
-from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+from spotrun.providers.base import (
+    InstanceInfo,
+    LaunchRequest,
+    NoCapacity,
+    PriceTooLow,
+    ProviderError,
+    QuotaExceeded,
+    check_token_and_market,
+)
 from spotrun.providers.zone_cache import ZoneCache
 
 log = logging.getLogger(__name__)
@@ -277,13 +285,7 @@ def _arm(operation: str) -> Iterator[None]:
 
 
 def _validate(request: LaunchRequest, location: str) -> None:
-    token = request.client_token
-    if not token:
-        raise ValueError("launch request needs a client_token")
-    if len(token) > MAX_CLIENT_TOKEN_LENGTH or not token.isascii() or not token.isprintable():
-        raise ValueError(f"client_token must be at most {MAX_CLIENT_TOKEN_LENGTH} printable ASCII characters, got {token!r}")
-    if request.market not in ("spot", "on-demand"):
-        raise ValueError(f"unknown market {request.market!r}; expected spot or on-demand")
+    check_token_and_market(request, MAX_CLIENT_TOKEN_LENGTH)
     if not request.instance_type:
         raise ValueError("launch request needs an instance_type")
     if request.max_price is not None and request.max_price <= 0:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Literal
 
+from spotrun.providers.env_settings import settings_values
+
 EvictionPolicy = Literal["Delete", "Deallocate"]
 
 ENV_PREFIX = "SPOTRUN_AZURE_"
@@ -106,19 +108,11 @@ class AzureSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> AzureSettings:
         """SPOTRUN_AZURE_<FIELD> variables (AZURE_SUBSCRIPTION_ID for the subscription too), then `overrides`."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - set(fields))
-        if unknown:
-            raise TypeError(f"unknown Azure provider option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-        values: dict[str, Any] = {}
+        values = settings_values(cls, ENV_PREFIX, "Azure", environ, overrides)
         subscription = environ.get(SUBSCRIPTION_ENV_FALLBACK)
-        if subscription:
+        if subscription and "subscription_id" not in values:
             values["subscription_id"] = subscription
-        for name, spec in fields.items():
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw:
-                values[name] = _parse(name, spec.type, raw)
-        values.update({name: value for name, value in overrides.items() if value is not None})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         missing = [name for name, spec in fields.items() if _required(spec) and name not in values]
         if missing:
             hints = ", ".join(f"{name} ({ENV_PREFIX}{name.upper()})" for name in missing)
@@ -128,22 +122,6 @@ class AzureSettings:
 
 def _required(spec: dataclasses.Field[Any]) -> bool:
     return spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
-
-
-def _parse(name: str, annotation: Any, raw: str) -> Any:
-    text = str(annotation)
-    if text == "bool":
-        if raw.strip().lower() not in ("1", "0", "true", "false", "yes", "no"):
-            raise ValueError(f"{ENV_PREFIX}{name.upper()} must be true or false, got {raw!r}")
-        return raw.strip().lower() in ("1", "true", "yes")
-    try:
-        if text.startswith("float"):
-            return float(raw)
-        if text.startswith("int"):
-            return int(raw)
-    except ValueError:
-        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be a number, got {raw!r}") from None
-    return raw
 
 
 def _check(ok: Any, name: str, expected: str, got: Any) -> None:

@@ -21,7 +21,7 @@ from google.api_core.retry import Retry
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
-from spotrun.providers.base import InstanceInfo, LaunchRequest
+from spotrun.providers.base import InstanceInfo, LaunchRequest, check_token_and_market
 from spotrun.providers.gcp.body import instance_resource
 from spotrun.providers.gcp.errors import GcpApiError, is_refusal, translate_http, translate_operation
 from spotrun.providers.gcp.instances import (
@@ -319,13 +319,7 @@ def _default_project() -> str:
 
 
 def _validate(request: LaunchRequest) -> None:
-    token = request.client_token
-    if not token:
-        raise ValueError("launch request needs a client_token")
-    if len(token) > MAX_CLIENT_TOKEN_LENGTH or not token.isascii() or not token.isprintable():
-        raise ValueError(f"client_token must be at most {MAX_CLIENT_TOKEN_LENGTH} printable ASCII characters, got {token!r}")
-    if request.market not in ("spot", "on-demand"):
-        raise ValueError(f"unknown market {request.market!r}; expected spot or on-demand")
+    check_token_and_market(request, MAX_CLIENT_TOKEN_LENGTH)
     check_zone(request.zone)
     if not request.instance_type:
         raise ValueError("launch request needs an instance_type (a GCE machine type such as n1-standard-8)")

@@ -7,13 +7,14 @@ spotrun never reads, stores or forwards them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
+
+from spotrun.providers.env_settings import settings_values
 
 # Ubuntu 24.04 ships Python 3.12 (spotrun needs >= 3.11); it has no GPU driver (see docs/clouds/gcp.md).
 DEFAULT_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
@@ -25,7 +26,6 @@ DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 PREEMPTIBLE_MAX_LIFETIME_SECONDS = 24 * 3600
 ENV_PREFIX = "SPOTRUN_GCP_"
 _PROJECT_ID = re.compile(r"[a-z][-a-z0-9.:]{4,61}[a-z0-9]")
-_BOOLEAN = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 def default_install_command(venv: str = DEFAULT_VENV) -> str:
@@ -86,32 +86,7 @@ class GcpSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: Any) -> GcpSettings:
         """SPOTRUN_GCP_<FIELD> variables (scopes comma-separated, booleans true/false), then `overrides`."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - set(fields))
-        if unknown:
-            raise TypeError(f"unknown GCP provider option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-        values: dict[str, Any] = {}
-        for name, spec in fields.items():
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw:
-                values[name] = _parse(name, str(spec.type), raw)
-        values.update({name: value for name, value in overrides.items() if value is not None})
+        values = settings_values(cls, ENV_PREFIX, "GCP", environ, overrides)
         if "scopes" in values:
             values["scopes"] = tuple(values["scopes"])
         return cls(**values)
-
-
-def _parse(name: str, declared: str, raw: str) -> Any:
-    variable = ENV_PREFIX + name.upper()
-    if declared.startswith("tuple"):
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if declared == "bool":
-        if raw.strip().lower() not in _BOOLEAN:
-            raise ValueError(f"{variable} must be true or false, got {raw!r}")
-        return _BOOLEAN[raw.strip().lower()]
-    if declared.startswith(("int", "float")):
-        try:
-            return int(raw) if declared.startswith("int") else float(raw)
-        except ValueError:
-            raise ValueError(f"{variable} must be a number, got {raw!r}") from None
-    return raw

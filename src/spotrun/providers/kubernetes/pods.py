@@ -1,0 +1,188 @@
+"""Reading a pod (as the API's JSON) as the provider interface's InstanceInfo: its state, whether the spot node it
+ran on was taken back, and how its scheduling is going.
+
+A pod on a spot node ends through a disruption when the node goes: the kubelet's graceful node shutdown (GKE
+Spot, and any node whose cloud shuts it down) ends it with reason "Terminated"; a node that vanished has its pods
+deleted by the pod garbage collector; a drain (AWS's node termination handler, Karpenter's interruption handling)
+evicts them. Since Kubernetes 1.26 each of these adds a DisruptionTarget condition saying which. A pod evicted for
+the node's memory or disk pressure, or pushed out by a pod of higher priority, was not reclaimed: it is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from spotrun.providers.base import InstanceInfo, InstanceState, Market
+from spotrun.providers.kubernetes.naming import JOB_LABEL, MARKET_LABEL, TOKEN_ANNOTATION, instance_id
+
+Pod = Mapping[str, Any]
+
+NODE_SHUTDOWN_REASON = "Terminated"  # the kubelet's status.reason for a pod ended by a graceful node shutdown
+# DisruptionTarget reasons that mean the node went (or was drained) rather than the pod's own fault
+RECLAIM_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByPodGC", "DeletionByTaintManager", "EvictionByEvictionAPI"})
+NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-pressure eviction (TerminationByKubelet too)
+# Events of the cluster's node provisioner about a pod that waits for a node
+SCALING_UP = frozenset({"TriggeredScaleUp", "Nominated"})  # cluster-autoscaler; Karpenter
+NO_SCALE_UP = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+_STATES: dict[str, InstanceState] = {
+    "Pending": "pending", "Running": "running", "Succeeded": "terminated", "Failed": "terminated", "Unknown": "unknown",
+}
+
+
+def market_of(pod: Pod) -> Market:
+    return "spot" if _labels(pod).get(MARKET_LABEL) == "spot" else "on-demand"
+
+
+def state_of(pod: Pod) -> InstanceState:
+    """A pod being deleted before it ever ran will never run: it counts as terminated."""
+    state = _STATES.get(_status(pod).get("phase", ""), "unknown")
+    if state == "pending" and pod.get("metadata", {}).get("deletionTimestamp"):
+        return "terminated"
+    return state
+
+
+def disruption_of(pod: Pod) -> str | None:
+    """Why the cluster ended the pod, where it says: the DisruptionTarget condition's reason, else the kubelet's."""
+    for condition in _status(pod).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return str(condition.get("reason") or "DisruptionTarget")
+    reason = _status(pod).get("reason")
+    return str(reason) if reason else None
+
+
+def reclaimed(pod: Pod) -> bool:
+    """A spot pod that ended because its node went or was drained."""
+    if market_of(pod) != "spot" or state_of(pod) != "terminated":
+        return False
+    if _status(pod).get("reason") == NODE_PRESSURE_REASON:
+        return False
+    disruption = disruption_of(pod)
+    return disruption in RECLAIM_DISRUPTIONS or disruption == NODE_SHUTDOWN_REASON
+
+
+def pod_info(pod: Pod) -> InstanceInfo:
+    metadata, status = pod.get("metadata", {}), _status(pod)
+    state = state_of(pod)
+    detail: dict[str, Any] = {"phase": status.get("phase", "")}
+    if pod.get("spec", {}).get("nodeName"):
+        detail["node"] = pod["spec"]["nodeName"]
+    why = _why(pod)
+    if why:
+        detail["reason"] = why
+    if JOB_LABEL in _labels(pod):
+        detail["job"] = _labels(pod)[JOB_LABEL]
+    return InstanceInfo(
+        instance_id=instance_id(metadata.get("namespace", ""), metadata.get("name", "")),
+        zone=_node_selector(pod).get("topology.kubernetes.io/zone", ""),
+        market=market_of(pod),
+        instance_type=_node_selector(pod).get("node.kubernetes.io/instance-type", ""),
+        state=state,
+        reclaimed=reclaimed(pod),
+        address=status.get("podIP"),
+        launched_at=timestamp(metadata.get("creationTimestamp")),
+        terminated_at=ended_at(pod) if state == "terminated" else None,
+        client_token=(metadata.get("annotations") or {}).get(TOKEN_ANNOTATION),
+        detail=detail,
+    )
+
+
+def gone_info(namespace: str, name: str) -> InstanceInfo:
+    """A pod the API no longer has (someone removed it with spotrun's finalizer, or spotrun let it go)."""
+    return InstanceInfo(
+        instance_id=instance_id(namespace, name), zone="", market="on-demand", instance_type="", state="terminated",
+        detail={"phase": "NotFound", "reason": "pod no longer exists"},
+    )
+
+
+def unknown_info(namespace: str, name: str, why: str) -> InstanceInfo:
+    """What describe answers when the API could not be asked: never "terminated" on a failed probe."""
+    return InstanceInfo(
+        instance_id=instance_id(namespace, name), zone="", market="spot", instance_type="", state="unknown",
+        detail={"error": why},
+    )
+
+
+def ended_at(pod: Pod) -> float | None:
+    """When the pod's containers ended, else when its deletion was due."""
+    finished = [
+        timestamp(((container.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for container in _status(pod).get("containerStatuses") or ()
+    ]
+    known = [moment for moment in finished if moment is not None]
+    if known:
+        return max(known)
+    return timestamp(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def is_scheduled(pod: Pod) -> bool:
+    return bool(pod.get("spec", {}).get("nodeName")) or _condition(pod, "PodScheduled").get("status") == "True"
+
+
+def unschedulable_message(pod: Pod) -> str | None:
+    """The scheduler's message while it finds no node for the pod; None while it has not said so."""
+    condition = _condition(pod, "PodScheduled")
+    if condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
+        return str(condition.get("message") or "no node fits the pod")
+    return None
+
+
+def provisioner_verdict(events: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """The node provisioner's last word on a waiting pod: ("scaling", message) when it is bringing a node up,
+    ("refused", message) when it will not or could not; None when it said nothing."""
+    said = [event for event in events if event.get("reason") in SCALING_UP | NO_SCALE_UP]
+    if not said:
+        return None
+    last = max(said, key=_event_time)
+    verdict = "scaling" if last["reason"] in SCALING_UP else "refused"
+    return verdict, f"{last['reason']}: {last.get('message', '')}"
+
+
+def timestamp(value: Any) -> float | None:
+    """Seconds since the epoch of the API's RFC 3339 times ("2026-11-28T02:00:00Z")."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _why(pod: Pod) -> str | None:
+    status = _status(pod)
+    disruption = disruption_of(pod)
+    message = status.get("message") or unschedulable_message(pod)
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated")
+        waiting = (container.get("state") or {}).get("waiting")
+        if terminated and not message:
+            message = f"container exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+        elif waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            message = f"{waiting.get('reason')}: {waiting.get('message', '')}"
+    parts = [part for part in (disruption, message) if part]
+    return ": ".join(parts) if parts else None
+
+
+def _event_time(event: Mapping[str, Any]) -> float:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        moment = timestamp(event.get(key))
+        if moment is not None:
+            return moment
+    return timestamp((event.get("metadata") or {}).get("creationTimestamp")) or 0.0
+
+
+def _condition(pod: Pod, kind: str) -> Mapping[str, Any]:
+    return next((c for c in _status(pod).get("conditions") or () if c.get("type") == kind), {})
+
+
+def _status(pod: Pod) -> Mapping[str, Any]:
+    return pod.get("status") or {}
+
+
+def _labels(pod: Pod) -> Mapping[str, str]:
+    return pod.get("metadata", {}).get("labels") or {}
+
+
+def _node_selector(pod: Pod) -> Mapping[str, str]:
+    return pod.get("spec", {}).get("nodeSelector") or {}

@@ -1,0 +1,343 @@
+"""Kubernetes as a provider: each attempt is one pod on a node of the asked zone, instance type and market.
+
+The cluster's own node provisioner (Karpenter, the cluster autoscaler, GKE's or AKS's) brings spot nodes up and
+the cloud takes them back; spotrun only picks nodes by their labels (`kubernetes_flavors`). A pod that no node
+takes and no provisioner will bring a node up for is a refused launch (NoCapacity), so the placement moves on.
+
+Every pod carries a finalizer of spotrun's, so a pod that ended (a node reclaimed and its pods garbage collected)
+stays readable until spotrun has read how it ended; `terminate` lets it go. Reads ask for the API's JSON as it is
+(`_preload_content=False`): the pod is read as the API documents it, not through the client's models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, check_token_and_market
+from spotrun.providers.kubernetes.body import INSTANCE_TYPE_LABEL, ZONE_LABEL, owned_by, pod_manifest, secret_manifest
+from spotrun.providers.kubernetes.errors import CALL_ERRORS, KubernetesApiError, failure, translate
+from spotrun.providers.kubernetes.naming import (
+    FINALIZER,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TOKEN_ANNOTATION,
+    TOKEN_LABEL,
+    label_value,
+    parse_instance_id,
+)
+from spotrun.providers.kubernetes.pods import (
+    gone_info,
+    is_scheduled,
+    pod_info,
+    provisioner_verdict,
+    state_of,
+    unknown_info,
+    unschedulable_message,
+)
+from spotrun.providers.kubernetes.settings import KubernetesSettings
+from spotrun.providers.zone_cache import ZoneCache
+
+log = logging.getLogger(__name__)
+
+CLOUD = "kubernetes"
+MAX_CLIENT_TOKEN_LENGTH = 253
+MERGE_PATCH = "application/merge-patch+json"
+_LET_GO_TRIES = 5
+Pod = dict[str, Any]
+
+
+class KubernetesProvider:
+    """Pods in one namespace of one cluster, described by `KubernetesSettings` (arguments here override
+    SPOTRUN_KUBERNETES_* variables). `configuration` points the client elsewhere (tests: a fake API server);
+    otherwise it comes from the kubeconfig, or from the pod's service account inside a cluster."""
+
+    name = CLOUD
+    max_lifetime_seconds = None
+
+    def __init__(
+        self,
+        settings: KubernetesSettings | None = None,
+        *,
+        configuration: k8s.Configuration | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        **options: Any,
+    ) -> None:
+        if settings is not None and options:
+            raise TypeError("pass either settings or individual options, not both")
+        self.settings = settings or KubernetesSettings.from_env(**options)
+        self.namespace = self.settings.namespace
+        self.api = k8s.CoreV1Api(k8s.ApiClient(configuration or _configuration(self.settings)))
+        self._sleep = sleep
+        self._clock = clock
+        self._zone_cache = ZoneCache()
+        # How pods that spotrun let go had ended: a describe after terminate still tells a reclaim.
+        self._ended: dict[str, InstanceInfo] = {}
+        self._ended_lock = threading.Lock()
+
+    # -- where -------------------------------------------------------------------------------------------
+
+    def zones(self, instance_type: str) -> list[str]:
+        """The zones the settings name, else those of the cluster's nodes of the type (asked at most every 10
+        minutes). A cluster that scales a node pool from zero has no such nodes: name its zones then."""
+        if self.settings.zones:
+            return list(self.settings.zones)
+        return self._zone_cache.zones(instance_type, lambda: self._node_zones(instance_type))
+
+    def _node_zones(self, instance_type: str) -> list[str]:
+        selector = {**dict(self.settings.node_selector), **({INSTANCE_TYPE_LABEL: instance_type} if instance_type else {})}
+        nodes = self._call("list nodes", self.api.list_node, label_selector=_selector(selector))
+        return sorted({node["metadata"]["labels"][ZONE_LABEL] for node in nodes["items"]
+                       if ZONE_LABEL in (node["metadata"].get("labels") or {})})
+
+    # -- launch ------------------------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> InstanceInfo:
+        _validate(request)
+        manifest = pod_manifest(request, self.settings)
+        self._create_secret(request)
+        pod = self._create_pod(manifest, request)
+        self._own_secret(pod)
+        pod = self._await_node(pod, request)
+        info = pod_info(pod)
+        log.info(
+            "launched %s: %s %s in %s (client token %s)",
+            info.instance_id, request.market, request.instance_type, request.zone, request.client_token,
+        )
+        return info
+
+    def _create_secret(self, request: LaunchRequest) -> None:
+        try:
+            self.api.create_namespaced_secret(self.namespace, secret_manifest(request, self.namespace), **self._timeout())
+        except ApiException as error:
+            if error.status != 409:  # 409: this launch made it before
+                raise translate(error, "create secret") from error
+        except CALL_ERRORS as error:
+            raise translate(error, "create secret") from error
+
+    def _create_pod(self, manifest: Pod, request: LaunchRequest) -> Pod:
+        name = manifest["metadata"]["name"]
+        try:
+            response = self.api.create_namespaced_pod(self.namespace, manifest, _preload_content=False, **self._timeout())
+            return json.loads(response.data)
+        except ApiException as error:
+            if error.status != 409:
+                self._delete_secret(name)
+                raise translate(error, "create pod") from error
+        except CALL_ERRORS as error:
+            raise translate(error, "create pod") from error
+        # The name comes from the client token: a pod with it is this launch's, made before.
+        existing = self._read(name)
+        if existing is None:
+            raise KubernetesApiError("create pod", "Conflict", f"pod {name} exists, then did not")
+        _check_same_request(existing, request)
+        return existing
+
+    def _own_secret(self, pod: Pod) -> None:
+        name = pod["metadata"]["name"]
+        self._call("patch secret", self.api.patch_namespaced_secret, name, self.namespace, owned_by(pod),
+                   _content_type=MERGE_PATCH)
+
+    def _await_node(self, pod: Pod, request: LaunchRequest) -> Pod:
+        """The pod once a node took it or a provisioner is bringing one up; NoCapacity (the pod removed) once the
+        scheduler finds no node and the provisioner refused, or `schedule_timeout` passed."""
+        name = pod["metadata"]["name"]
+        deadline = self._clock() + self.settings.schedule_timeout
+        while True:
+            if is_scheduled(pod) or state_of(pod) != "pending":
+                return pod
+            verdict = provisioner_verdict(self._events(name))
+            if verdict is not None and verdict[0] == "scaling":
+                return pod
+            waiting = unschedulable_message(pod)
+            if waiting is not None and (verdict is not None or self._clock() >= deadline):
+                self._refuse(name, request, waiting if verdict is None else f"{waiting}; {verdict[1]}")
+            if self._clock() >= deadline:
+                return pod  # the scheduler has not judged it yet: the controller's boot timeout watches it
+            self._sleep(self.settings.poll_interval)
+            pod = self._read(name) or pod
+
+    def _refuse(self, name: str, request: LaunchRequest, why: str) -> None:
+        self._delete(name, grace=0)
+        self._let_go(name)
+        self._delete_secret(name)
+        where = f"{request.market} {request.instance_type or 'node'} in {request.zone}"
+        raise NoCapacity(f"no node for {where} ({why})")
+
+    def _events(self, name: str) -> list[dict[str, Any]]:
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        return self._call("list events", self.api.list_namespaced_event, self.namespace, field_selector=selector)["items"]
+
+    # -- look --------------------------------------------------------------------------------------------
+
+    def describe(self, instance_id: str) -> InstanceInfo:
+        """The API's view; a failed call answers state="unknown". A pod spotrun already let go is answered as it
+        had ended, if this process let it go, else as gone."""
+        namespace, name = parse_instance_id(instance_id)
+        try:
+            pod = self._read(name, namespace)
+        except CALL_ERRORS + (KubernetesApiError,) as error:
+            return unknown_info(namespace, name, failure(error, "describe"))
+        if pod is None:
+            with self._ended_lock:
+                return self._ended.get(instance_id) or gone_info(namespace, name)
+        return pod_info(pod)
+
+    def find_by_token(self, client_token: str) -> InstanceInfo | None:
+        pods = self._list_pods(f"{TOKEN_LABEL}={label_value(client_token)}")
+        mine = [pod for pod in pods if (pod["metadata"].get("annotations") or {}).get(TOKEN_ANNOTATION) == client_token]
+        return pod_info(mine[0]) if mine else None
+
+    def list_instances(self) -> list[InstanceInfo]:
+        """Every pod spotrun launched in the namespace, ended ones still held by its finalizer included."""
+        return [pod_info(pod) for pod in self._list_pods(f"{MANAGED_BY_LABEL}={MANAGED_BY}")]
+
+    def _list_pods(self, selector: str) -> list[Pod]:
+        return self._call("list pods", self.api.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
+
+    def _read(self, name: str, namespace: str | None = None) -> Pod | None:
+        try:
+            response = self.api.read_namespaced_pod(name, namespace or self.namespace, _preload_content=False,
+                                                    **self._timeout())
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
+
+    # -- end ---------------------------------------------------------------------------------------------
+
+    def terminate(self, instance_id: str) -> None:
+        """Idempotent. Deletes the pod (its containers get the pod's grace) and lets go of it, so it is removed once
+        its containers have stopped; how it had ended is kept for `describe`."""
+        namespace, name = parse_instance_id(instance_id)
+        if namespace != self.namespace:
+            raise ValueError(f"{instance_id} is not in this provider's namespace {self.namespace}")
+        try:
+            pod = self._read(name)
+        except CALL_ERRORS as error:
+            raise translate(error, "read pod") from error
+        if pod is None:
+            return
+        if state_of(pod) == "terminated":
+            with self._ended_lock:
+                self._ended[instance_id] = pod_info(pod)
+        self._delete(name)
+        self._let_go(name)
+        log.info("deleting %s", instance_id)
+
+    def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
+        """Chaos: evict the pod as a drain of its node would, its containers given `notice_seconds` (else the
+        pod's own grace)."""
+        namespace, name = parse_instance_id(instance_id)
+        options = k8s.V1DeleteOptions(grace_period_seconds=round(notice_seconds)) if notice_seconds is not None else None
+        eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), delete_options=options)
+        self._call("evict pod", self.api.create_namespaced_pod_eviction, name, namespace, eviction, json_answer=False)
+
+    def _delete(self, name: str, grace: int | None = None) -> None:
+        options = k8s.V1DeleteOptions(grace_period_seconds=grace, propagation_policy="Background")
+        try:
+            self.api.delete_namespaced_pod(name, self.namespace, body=options, _preload_content=False, **self._timeout())
+        except ApiException as error:
+            if error.status != 404:
+                raise translate(error, "delete pod") from error
+        except CALL_ERRORS as error:
+            raise translate(error, "delete pod") from error
+
+    def _let_go(self, name: str) -> None:
+        """Take spotrun's finalizer off the pod, leaving any other's (a merge patch with the resourceVersion read,
+        so a finalizer added meanwhile is not lost: a conflict reads again)."""
+        for _ in range(_LET_GO_TRIES):
+            try:
+                pod = self._read(name)
+            except CALL_ERRORS as error:
+                raise translate(error, "read pod") from error
+            finalizers = (pod or {}).get("metadata", {}).get("finalizers") or []
+            if pod is None or FINALIZER not in finalizers:
+                return
+            rest = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
+            patch = {"metadata": {"finalizers": rest, "resourceVersion": pod["metadata"]["resourceVersion"]}}
+            try:
+                self.api.patch_namespaced_pod(name, self.namespace, patch, _content_type=MERGE_PATCH,
+                                              _preload_content=False, **self._timeout())
+                return
+            except ApiException as error:
+                if error.status == 404:
+                    return
+                if error.status != 409:
+                    raise translate(error, "remove finalizer") from error
+            except CALL_ERRORS as error:
+                raise translate(error, "remove finalizer") from error
+        raise KubernetesApiError("remove finalizer", "Conflict", f"pod {name} kept changing; tried {_LET_GO_TRIES} times")
+
+    def _delete_secret(self, name: str) -> None:
+        try:
+            self.api.delete_namespaced_secret(name, self.namespace, _preload_content=False, **self._timeout())
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("deleting secret %s/%s failed: %s", self.namespace, name, failure(error, "delete secret"))
+        except CALL_ERRORS as error:
+            log.warning("deleting secret %s/%s failed: %s", self.namespace, name, error)
+
+    # -- calls -------------------------------------------------------------------------------------------
+
+    def _timeout(self) -> dict[str, Any]:
+        return {"_request_timeout": self.settings.call_timeout}
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, json_answer: bool = True, **kwargs: Any) -> Any:
+        """The call's answer as the API's JSON; its failure translated."""
+        try:
+            response = method(*args, _preload_content=False, **kwargs, **self._timeout())
+        except CALL_ERRORS as error:
+            raise translate(error, what) from error
+        return json.loads(response.data) if json_answer else None
+
+
+def _configuration(settings: KubernetesSettings) -> k8s.Configuration:
+    """The kubeconfig's cluster and credentials (the named file and context, else the defaults); inside a cluster
+    without a kubeconfig, the pod's service account."""
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_kube_config(
+            config_file=settings.kubeconfig, context=settings.context, client_configuration=configuration,
+            persist_config=False,
+        )
+    except (k8s_config.ConfigException, FileNotFoundError) as error:
+        if settings.kubeconfig or settings.context:
+            raise ValueError(f"cannot use the kubeconfig ({settings.kubeconfig or 'default'}): {error}") from error
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException as inside:
+            raise ValueError(f"no Kubernetes cluster: no usable kubeconfig ({error}) and not in a cluster ({inside})") from inside
+    return configuration
+
+
+def _selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+def _validate(request: LaunchRequest) -> None:
+    check_token_and_market(request, MAX_CLIENT_TOKEN_LENGTH)
+    if not request.zone:
+        raise ValueError("launch request needs a zone (a node's topology.kubernetes.io/zone)")
+    # The cluster's nodes have their prices; a pod takes no bid: max_price is not sent.
+
+
+def _check_same_request(existing: Pod, request: LaunchRequest) -> None:
+    info = pod_info(existing)
+    if info.client_token != request.client_token:
+        raise ValueError(f"pod {info.instance_id} exists but was not launched for client token {request.client_token!r}")
+    had = (info.zone, info.market, info.instance_type)
+    asked = (request.zone, request.market, request.instance_type)
+    if had != asked:
+        raise ValueError(f"client token {request.client_token!r} was used for {info.instance_id} {had}, not for {asked}")
+

@@ -1,0 +1,74 @@
+"""Reading pods as the API describes them (JSON as the API server writes it): state, reclaims told from other
+ends, scheduling, and the node provisioner's word."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotrun.providers.kubernetes.pods import pod_info, provisioner_verdict, reclaimed, state_of, unschedulable_message
+
+
+def pod(phase: str, market: str = "spot", conditions=(), reason: str | None = None, deleting: bool = False,
+        finished: str | None = None) -> dict:
+    status: dict = {"phase": phase, "conditions": list(conditions), "podIP": "10.0.3.7"}
+    if reason:
+        status["reason"] = reason
+    if finished:
+        status["containerStatuses"] = [{"name": "spotrun", "state": {"terminated": {"exitCode": 143, "finishedAt": finished}}}]
+    metadata = {
+        "name": "spotrun-sr-1-abc", "namespace": "ml", "creationTimestamp": "2026-11-28T02:00:00Z",
+        "labels": {"spotrun.dev/market": market}, "annotations": {"spotrun.dev/client-token": "sr-1-abc"},
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-28T02:10:00Z"
+    spec = {"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1b", "node.kubernetes.io/instance-type": "g5.xlarge"}}
+    return {"metadata": metadata, "spec": spec, "status": status}
+
+
+def disruption(reason: str) -> dict:
+    return {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": "..."}
+
+
+@pytest.mark.parametrize("ended, expected", [
+    (pod("Failed", reason="Terminated"), True),  # graceful node shutdown (GKE Spot)
+    (pod("Failed", conditions=[disruption("DeletionByPodGC")], deleting=True), True),  # the node vanished
+    (pod("Failed", conditions=[disruption("EvictionByEvictionAPI")], deleting=True), True),  # a drain of the node
+    (pod("Failed", conditions=[disruption("DeletionByTaintManager")], deleting=True), True),
+    (pod("Failed", conditions=[disruption("TerminationByKubelet")], reason="Evicted"), False),  # memory pressure
+    (pod("Failed", conditions=[disruption("PreemptionByScheduler")], deleting=True), False),  # a pod of higher priority
+    (pod("Failed", "on-demand", reason="Terminated"), False),  # only spot is reclaimed
+    (pod("Succeeded"), False),
+    (pod("Running", conditions=[disruption("EvictionByEvictionAPI")], deleting=True), False),  # not ended yet
+])
+def test_a_reclaim_is_a_spot_pod_ended_because_its_node_went(ended, expected):
+    assert reclaimed(ended) is expected
+
+
+def test_pod_info_of_a_reclaimed_pod():
+    info = pod_info(pod("Failed", reason="Terminated", finished="2026-11-28T02:05:00Z"))
+    assert (info.instance_id, info.zone, info.instance_type, info.market) == ("ml/spotrun-sr-1-abc", "us-east-1b", "g5.xlarge", "spot")
+    assert (info.state, info.reclaimed, info.client_token, info.address) == ("terminated", True, "sr-1-abc", "10.0.3.7")
+    assert info.terminated_at - info.launched_at == 300
+    assert info.detail["reason"].startswith("Terminated")
+
+
+def test_states():
+    assert state_of(pod("Pending")) == "pending"
+    assert state_of(pod("Pending", deleting=True)) == "terminated", "deleted before it ran: it never will"
+    assert state_of(pod("Running", deleting=True)) == "running", "its agent is still saving within its grace"
+    assert state_of(pod("Unknown")) == "unknown"
+
+
+def test_scheduling_and_the_provisioner():
+    waiting = pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                          "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])
+    assert unschedulable_message(waiting) == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert unschedulable_message(pod("Pending")) is None
+    events = [
+        {"reason": "FailedScheduling", "message": "0/3 nodes", "lastTimestamp": "2026-11-28T02:00:01Z"},
+        {"reason": "NotTriggerScaleUp", "message": "no node group fits", "lastTimestamp": "2026-11-28T02:00:02Z"},
+    ]
+    assert provisioner_verdict(events) == ("refused", "NotTriggerScaleUp: no node group fits")
+    events.append({"reason": "TriggeredScaleUp", "message": "pool 0->1", "lastTimestamp": "2026-11-28T02:00:09Z"})
+    assert provisioner_verdict(events)[0] == "scaling"
+    assert provisioner_verdict(events[:1]) is None
