@@ -1,6 +1,6 @@
 """Kubernetes end to end with no network: a spot job launched through the controller as a pod on the fake cluster
 (tests/fakes_k8s), whose kubelet runs the pod's script as local processes. The spot node is shut down as GKE's
-graceful node shutdown does: the agent, the container's PID 1, takes the kubelet's SIGTERM as its notice, the
+graceful node shutdown does: the agent, the container's first process, takes the kubelet's SIGTERM as its notice, the
 trainer checkpoints, the pod ends and the node is gone. The controller, paused meanwhile, reads the reclaim from the
 pod that spotrun's finalizer kept; the job resumes on a spot node elsewhere (past a zone with no node) and ends with
 the weights of an uninterrupted run.

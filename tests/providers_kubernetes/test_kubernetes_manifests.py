@@ -42,6 +42,7 @@ def test_a_karpenter_spot_pod_selects_zone_type_and_capacity_type_and_keeps_the_
     }
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["tolerations"] == []
     assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["shareProcessNamespace"] is True, "the pause process, not the agent, reaps orphans as PID 1"
     [container] = pod["spec"]["containers"]
     assert container["image"] == "ghcr.io/acme/train:1"
     assert container["envFrom"] == [{"secretRef": {"name": pod["metadata"]["name"]}}]

@@ -37,8 +37,8 @@ _DISK_VOLUME = "instance-disk"
 
 
 def pod_script(user_data: Mapping[str, Any], settings: KubernetesSettings) -> str:
-    """The container's bash script: install spotrun if asked, then exec the agent (PID 1 of the container, so
-    the kubelet's SIGTERM reaches it), its output left to the container's log."""
+    """The container's bash script: install spotrun if asked, then exec the agent (the container's first process,
+    so the kubelet's SIGTERM reaches it), its output left to the container's log."""
     return render_bootstrap(
         user_data, install_command=settings.bootstrap_command, python=settings.python, instance_disk=INSTANCE_DISK,
         agent_log=None, comment="spotrun pod bootstrap, rendered by spotrun.providers.kubernetes",
@@ -73,6 +73,9 @@ def pod_manifest(request: LaunchRequest, settings: KubernetesSettings) -> dict[s
         "nodeSelector": _node_selector(request, settings, nodes),
         "tolerations": _tolerations(request, nodes),
         "automountServiceAccountToken": settings.service_account is not None,
+        # the pod's pause process is then PID 1 and reaps the trainer's orphaned children; the agent is still the
+        # container's first process, which the kubelet signals
+        "shareProcessNamespace": True,
         "containers": [_container(request, settings, name)],
         "volumes": [{"name": _DISK_VOLUME, "emptyDir": {}}],
     }
