@@ -29,6 +29,7 @@ N2_CORE, N2_RAM, N2_SPOT_CORE, N2_SPOT_RAM = 0.031611, 0.004237, 0.00765, 0.0010
 G2_CORE, G2_RAM, G2_SPOT_CORE, G2_SPOT_RAM = 0.024988, 0.002927, 0.00999, 0.00117
 L4, L4_SPOT, T4, T4_SPOT = 0.56, 0.224, 0.35, 0.14
 N1_CORE, N1_RAM = 0.031611, 0.004237
+N1_CORE_NL, N1_RAM_NL, V100_NL = 0.034773, 0.004661, 2.55
 SKUS = [
     compute_sku("N2 Instance Core running in Americas", N2_CORE, AMERICAS),
     compute_sku("N2 Instance Ram running in Americas", N2_RAM, AMERICAS, unit="GiBy.h", resource_group="RAM"),
@@ -62,6 +63,10 @@ SKUS = [
     compute_sku("Nvidia Tesla T4 Virtual Workstation GPU running in Americas", 0.55, AMERICAS, resource_group="GPU"),
     compute_sku("N2 Instance Core running in Americas", 9.99, AMERICAS, unit="GiBy.mo"),
     compute_sku("G2 Instance Core running in Americas (DWS Defined Duration)", 0.0125, AMERICAS),
+    # a type and GPU spotrun's catalog lists (at us-central1's prices), in another region
+    compute_sku("N1 Predefined Instance Core running in Netherlands", N1_CORE_NL, ["europe-west4"]),
+    compute_sku("N1 Predefined Instance Ram running in Netherlands", N1_RAM_NL, ["europe-west4"], unit="GiBy.h"),
+    compute_sku("Nvidia Tesla V100 GPU running in Netherlands", V100_NL, ["europe-west4"], resource_group="GPU"),
 ]
 
 
@@ -121,7 +126,11 @@ def test_the_gpus_a_type_comes_with_are_priced_once_and_attached_ones_on_top(pri
     # a type the catalog lists, with a GPU it does not: the whole machine from the billing catalog
     n1 = catalog_prices("gcp", "n1-standard-8", "on-demand", "us-central1-a", {"T4": 2})
     assert n1[0] == pytest.approx(8 * N1_CORE + 30 * N1_RAM + 2 * T4)
-    # and with a GPU the catalog lists too, the catalog's prices stand
+    # a type and GPU the catalog lists, in a region the billing catalog prices: its prices, not us-central1's
+    n1_netherlands = 8 * N1_CORE_NL + 30 * N1_RAM_NL + V100_NL
+    assert catalog_prices("gcp", "n1-standard-8", "on-demand", "europe-west4-a", {"V100": 1}) == pytest.approx(
+        (n1_netherlands, n1_netherlands))
+    # where the billing catalog has no V100 (its Americas SKU is not listed here), the catalog's prices stand
     assert catalog_prices("gcp", "n1-standard-8", "on-demand", "us-central1-a", {"V100": 1}) == (0.38 + 2.48, 0.38 + 2.48)
 
 
@@ -168,7 +177,9 @@ def test_with_no_zone_the_job_is_priced_in_the_configured_region(prices, monkeyp
     assert region_of("northamerica-northeast1-b") == "northamerica-northeast1"
 
 
-def test_a_gcp_job_is_priced_without_its_own_prices_or_refused_naming_them(prices, billing, monkeypatch, store):
+def test_a_gcp_job_is_priced_without_its_own_prices_or_refused_naming_them(compute, billing, monkeypatch, store):
+    now = [0.0]
+    monkeypatch.setattr(gcp_billing, "LIST_PRICES", list_prices(compute, billing, retry_after=300, clock=lambda: now[0]))
     monkeypatch.setenv("SPOTRUN_GCP_REGION", "us-central1")
     text = "run: 'true'\nresources: {cloud: gcp, instance_type: g2-standard-8}\n"
     billing.failure = (403, "Permission 'billing.services.skus.list' denied")
@@ -178,7 +189,13 @@ def test_a_gcp_job_is_priced_without_its_own_prices_or_refused_naming_them(price
     assert problem.field == "resources.instance_type" and "resources.prices" in problem.message
     assert "billing catalog could not be read" in problem.message and "403" in problem.message
     billing.failure = None
-    assert jobs.submit(store, parse_spec(text), 0.0, source="job.yaml") > 0  # the failure was not kept
+    asked = len(billing.requests)
+    # the failure stands for a while without asking again: not an API call at every placement
+    with pytest.raises(SpecError, match="403"):
+        jobs.submit(store, parse_spec(text), 0.0, source="job.yaml")
+    assert len(billing.requests) == asked
+    now[0] = 301.0
+    assert jobs.submit(store, parse_spec(text), 0.0, source="job.yaml") > 0
 
 
 def test_only_the_skus_of_a_machines_parts_are_read_as_rates():

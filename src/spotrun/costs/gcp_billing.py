@@ -27,6 +27,7 @@ from spotrun.ttl_cache import TtlCache
 COMPUTE_ENGINE = "services/6F81-5844-456A"  # the Cloud Billing Catalog's id of the Compute Engine service
 REGION_ENV_VAR = "SPOTRUN_GCP_REGION"  # where a job with no zone yet is priced
 PRICES_LAST = 3600.0
+RETRY_AFTER = 300.0  # seconds a failed read stands before it is tried again
 _MARKETS = {"OnDemand": "on-demand", "Preemptible": "spot"}
 _UNITS = {"core": "h", "ram": "GiBy.h", "gpu": "h"}
 _GPU_SKU = re.compile(
@@ -181,19 +182,20 @@ class GcpListPrices:
     Both are asked with google-auth's credentials (or `credentials`), machine types in the project of
     SPOTRUN_GCP_PROJECT or of the credentials (or `project`); `billing_options` and `compute_options` are the
     clients' client_options (tests point them at local fakes). Answers are kept for `ttl`; a failure is
-    UnknownPrice, saying why, and is asked again next time."""
+    UnknownPrice, saying why, and is answered again without asking for `retry_after`: a controller that cannot
+    read them (no credentials, an outage) asks once in a while, not at every placement."""
 
     def __init__(
         self, *, credentials: Any = None, project: str | None = None,
         billing_options: Mapping[str, Any] | None = None, compute_options: Mapping[str, Any] | None = None,
-        ttl: float = PRICES_LAST, clock: Callable[[], float] = time.monotonic,
+        ttl: float = PRICES_LAST, retry_after: float = RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._credentials = credentials
         self._project = project
         self._billing_options = dict(billing_options or {})
         self._compute_options = dict(compute_options or {})
-        self._rates: TtlCache[RateIndex] = TtlCache(ttl, clock)
-        self._shapes: TtlCache[MachineShape] = TtlCache(ttl, clock)
+        self._rates: TtlCache[RateIndex] = TtlCache(ttl, clock, failure_seconds=retry_after)
+        self._shapes: TtlCache[MachineShape] = TtlCache(ttl, clock, failure_seconds=retry_after)
 
     def prices(
         self, instance_type: str, market: str, zone: str | None, accelerators: Mapping[str, int] | None = None,

@@ -32,15 +32,21 @@ def catalog_prices(
 ) -> tuple[float, float]:
     """($/h in that market and zone (None: the reference spot price), $/h on-demand) from the catalog, attached
     accelerators included; Azure's from its public retail prices (`azure_retail`), which the catalog does not hold;
-    a GCE machine or GPU it does not list from GCP's billing catalog (`gcp_billing`); and on-demand's of an EC2 type
+    a GCE machine from GCP's billing catalog (`gcp_billing`) in its region, or the catalog's where that cannot be
+    read and the catalog lists the machine and its GPUs; and on-demand's of an EC2 type
     it does not list from EC2's price list (`aws_pricing`; spot's is EC2's quote per zone, `MarketPrices`). A
     Kubernetes job costs what its node costs on the cloud the cluster's nodes come from (`kubernetes_flavors`)."""
     if cloud == "kubernetes":
         return catalog_prices(_kubernetes_nodes_cloud(), instance_type, market, zone, accelerators)
     if cloud == "azure":
         return azure_prices(instance_type, market, zone)
-    if cloud == "gcp" and not _catalog_lists_gcp(instance_type, accelerators):
-        return gcp_prices(instance_type, market, zone, accelerators)
+    if cloud == "gcp":
+        if not _catalog_lists_gcp(instance_type, accelerators):
+            return gcp_prices(instance_type, market, zone, accelerators)
+        try:  # the zone's region's list prices, where they can be read: the catalog's are us-central1's
+            return gcp_prices(instance_type, market, zone, accelerators)
+        except UnknownPrice as unknown:
+            log.debug("GCP's list prices of %s in %s: %s; the catalog's stand in", instance_type, zone, unknown)
     if cloud == "aws" and not catalog.lists(cloud, instance_type):
         on_demand = aws_on_demand(instance_type, zone)
         if market == "on-demand":
