@@ -18,6 +18,7 @@ _SDK_NAMES = {
     "ResumableSampler",
     "exact_allreduce",
     "TrainerCheckpoints",
+    "LightningCheckpoints",
     "TrainingState",
     "ignore_preemption_signals",
     "preemption_signals_held",

@@ -22,7 +22,8 @@ pytest.importorskip("transformers")
 from transformers import TrainerCallback  # noqa: E402
 
 from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint  # noqa: E402
-from spotrun.sdk.hf_trainer import PAYLOAD, TrainerCheckpoints, commit  # noqa: E402
+from spotrun.sdk.foreign import commit  # noqa: E402
+from spotrun.sdk.hf_trainer import PAYLOAD, TrainerCheckpoints  # noqa: E402
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name  # noqa: E402
 from spotrun.sdk.preemption import PreemptionFlag  # noqa: E402
 
@@ -198,7 +199,7 @@ def test_what_would_break_an_exact_resume_is_refused(spot_run, tmp_path):
     with pytest.raises(ValueError, match="every_seconds"):
         TrainerCheckpoints(tmp_path, every_seconds=0, signals=())
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        commit(TrainerCheckpoints(tmp_path, signals=()).store, str(tmp_path / "nowhere"), 3)
+        commit(TrainerCheckpoints(tmp_path, signals=()).store, str(tmp_path / "nowhere"), 3, payload=PAYLOAD)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert TrainerCheckpoints(tmp_path / "empty", signals=()).resume_from() is None

@@ -50,6 +50,20 @@ def test_a_loader_resumed_from_its_state_continues_with_the_same_batches(workers
     assert_same_batches(head + batches_of(resumed, 9), uninterrupted)
 
 
+def test_an_epoch_taken_to_its_length_is_over_though_its_iterator_was_not_finished() -> None:
+    """Lightning takes len(loader) batches of an epoch and starts the next epoch's iterator without asking the old
+    one for more: the new one must give the next epoch, not the empty rest of the last one."""
+    loader = spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=3)
+    uninterrupted = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=3), 16)
+    first_epoch = [batch.clone() for batch in islice(iter(loader), len(loader))]
+    assert (loader.state_dict()["epoch"], loader.state_dict()["position"]) == (1, 0), "its last batch is delivered"
+    resumed = spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=3)
+    resumed.load_state_dict(loader.state_dict())
+    second_epoch = [batch.clone() for batch in islice(iter(loader), len(loader))]
+    assert_same_batches(first_epoch + second_epoch, uninterrupted)
+    assert resumed.epoch == 1 and torch.equal(next(iter(resumed)), second_epoch[0])
+
+
 def test_workers_and_the_training_process_fetch_the_same_items() -> None:
     in_process = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1), 12)
     with_workers = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1, num_workers=3), 12)

@@ -41,6 +41,7 @@ _EXPORTS = {
     "TrainingState": "state",
     "torch_state": "state",
     "TrainerCheckpoints": "hf_trainer",
+    "LightningCheckpoints": "lightning",
     "weights_sha256": "hashing",
     "exact_allreduce": "ddp",
 }

@@ -38,13 +38,7 @@ import fsspec
 
 from spotrun.sdk import distributed, layout, tensorfile
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
-from spotrun.sdk.preemption import (
-    DEFAULT_SIGNALS,
-    PREEMPTED_EXIT_CODE,
-    PreemptionFlag,
-    ignore_preemption_signals,
-    preemption_flag,
-)
+from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.snapshot import SnapshotCopies
 from spotrun.sdk.state import TrainingState
 from spotrun.sdk.storage import open_store
@@ -202,13 +196,9 @@ class Checkpointer:
         distributed job the SDK's own process groups are destroyed first (`distributed.TorchDistributed.leave`)."""
         if self._should_stop:
             self.wait()
-            if threading.current_thread() is threading.main_thread():
-                # The stop is honoured and committed: a second SIGTERM (the agent stopping every rank) must not
-                # kill the exit half-way and turn "saved, resume me" into a death by signal.
-                ignore_preemption_signals(signals=self._signals)
             self.close()  # the writer thread and its collectives are done before the SDK's groups go
             self._ranks.leave()
-            raise SystemExit(PREEMPTED_EXIT_CODE)
+            exit_preempted(self._signals)
 
     def wait(self) -> None:
         """Block until the save in flight (if any) is committed; raise CheckpointError if it failed. Older

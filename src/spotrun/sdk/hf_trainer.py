@@ -35,32 +35,23 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from spotrun.sdk import distributed, layout
-from spotrun.sdk.checkpointer import CHECKPOINT_DIR_ENV, DEFAULT_EVERY_SECONDS, DEFAULT_LOCATION
-from spotrun.sdk.errors import CheckpointError, CheckpointWarning, NoValidCheckpoint
-from spotrun.sdk.preemption import (
-    DEFAULT_SIGNALS,
-    PREEMPTED_EXIT_CODE,
-    PreemptionFlag,
-    ignore_preemption_signals,
-    preemption_flag,
-)
-from spotrun.sdk.storage import LocalStore, open_store
+from spotrun.sdk import distributed, foreign
+from spotrun.sdk.checkpointer import DEFAULT_EVERY_SECONDS
+from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 
 log = logging.getLogger(__name__)
 
 PAYLOAD = "transformers-trainer"  # the manifest's mark of a Trainer checkpoint (Checkpointer's have none)
+FRAMEWORK = "Trainer"
 
 
 class TrainerCheckpoints(TrainerCallback):
@@ -82,12 +73,7 @@ class TrainerCheckpoints(TrainerCallback):
             raise ValueError(f"every_seconds must be positive (or None), got {every_seconds}")
         if keep_last is not None and keep_last < 1:
             raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
-        store = open_store(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV) or DEFAULT_LOCATION)
-        if not isinstance(store, LocalStore):
-            raise ValueError(
-                f"{store!r}: the Trainer resumes from a local folder; give a local path (the agent backs it up)"
-            )
-        self.store = store
+        self.store = foreign.local_store(location, FRAMEWORK)
         self.every_seconds = every_seconds
         self.keep_last = keep_last
         self._signals = tuple(signals)
@@ -105,25 +91,7 @@ class TrainerCheckpoints(TrainerCallback):
         """The folder of the newest checkpoint whose every file matches its manifest, for
         ``trainer.train(resume_from_checkpoint=...)``; None when there is none. A damaged one is skipped with a
         CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
-        rejected = []
-        for steps, path in reversed(self.store.candidates()):
-            try:
-                _verify(self.store, path)
-            except layout.CorruptCheckpoint as error:
-                rejected.append(str(error))
-                continue
-            for reason in rejected:
-                warnings.warn(f"skipping checkpoint {reason}", CheckpointWarning, stacklevel=2)
-            self.store.clean_staging()
-            log.info("resuming from %s (%d steps done)", path, steps)
-            return path
-        if rejected:
-            listed = "\n  ".join(rejected)
-            raise NoValidCheckpoint(
-                f"no valid checkpoint in {self.store.root}; nothing was loaded or deleted (move these aside to start "
-                f"from scratch):\n  {listed}"
-            )
-        return None
+        return foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
 
     def exit_if_stopped(self) -> None:
         """After training stopped at a preemption signal, its checkpoint committed: exit with PREEMPTED_EXIT_CODE
@@ -134,15 +102,9 @@ class TrainerCheckpoints(TrainerCallback):
         failed command; in 0 of 8 with `os._exit`."""
         if not self.should_stop:
             return
-        if threading.current_thread() is threading.main_thread():
-            ignore_preemption_signals(signals=self._signals)
         distributed_run = self._ranks.world_size > 1
         self._ranks.leave()
-        if distributed_run:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(PREEMPTED_EXIT_CODE)
-        raise SystemExit(PREEMPTED_EXIT_CODE)
+        exit_preempted(self._signals, at_once=distributed_run)
 
     # -- the Trainer's events -------------------------------------------------------------------------------
 
@@ -194,7 +156,7 @@ class TrainerCheckpoints(TrainerCallback):
                 "output_dir; with several nodes, output_dir and the checkpoint folder must be one shared folder"
             )
         keep_theirs = bool(args.load_best_model_at_end)  # the Trainer reads it back at the end
-        commit(self.store, written, steps, total_steps=max_steps or None, move=not keep_theirs)
+        foreign.commit(self.store, written, steps, payload=PAYLOAD, total_steps=max_steps or None, move=not keep_theirs)
         if self.keep_last is not None:
             self.store.prune(steps, self.keep_last)
 
@@ -202,48 +164,3 @@ class TrainerCheckpoints(TrainerCallback):
 def _rank_files(world_size: int) -> list[str]:
     """The RNG state files the Trainer writes into a checkpoint, one per process (their names since 4.x)."""
     return ["rng_state.pth"] if world_size == 1 else [f"rng_state_{rank}.pth" for rank in range(world_size)]
-
-
-def commit(store: LocalStore, folder: str, steps: int, *, total_steps: int | None = None, move: bool = True) -> str:
-    """Commit the Trainer's checkpoint ``folder`` as ``ckpt-<steps>``: every file moved (or copied) into staging,
-    fsynced and checksummed, the manifest written last, the staging folder renamed into place. The path."""
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"the Trainer wrote no checkpoint at {folder}")
-    staging = store.prepare(steps)
-    files = {}
-    for name in _files_under(folder):
-        target = os.path.join(staging, name)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        (shutil.move if move else shutil.copy2)(os.path.join(folder, name), target)
-        files[name] = _describe_and_sync(target)
-    progress = {} if total_steps is None else {"total_steps": total_steps}
-    manifest = layout.build_manifest(steps, files, created=time.time(), payload=PAYLOAD, **progress)
-    store.commit(staging, steps, manifest)
-    if move:
-        shutil.rmtree(folder, ignore_errors=True)
-    return store.path(steps)
-
-
-def _files_under(folder: str) -> list[str]:
-    names = []
-    for parent, _, files in os.walk(folder):
-        names += [os.path.relpath(os.path.join(parent, file), folder).replace(os.sep, "/") for file in files]
-    return sorted(names)
-
-
-def _describe_and_sync(path: str) -> dict[str, Any]:
-    """The manifest entry of a file moved into staging, once it is on the disk."""
-    with open(path, "rb") as fh:
-        described = layout.describe_file(fh)
-        os.fsync(fh.fileno())
-    return described
-
-
-def _verify(store: LocalStore, path: str) -> None:
-    """CorruptCheckpoint unless the folder is a Trainer checkpoint whose every listed file matches the manifest."""
-    manifest = layout.read_manifest(store.fs, path)
-    if manifest is None:
-        raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
-    if manifest.get("payload") != PAYLOAD:
-        raise layout.CorruptCheckpoint(f"{path}: not a Trainer checkpoint (saved by spotrun.Checkpointer?)")
-    layout.verify_files(store.fs, path)

@@ -80,7 +80,9 @@ class ResumableLoader:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[Any]:
-        """The rest of the current epoch's batches; then the epoch is over."""
+        """The rest of the current epoch's batches; then the epoch is over. An epoch whose every batch was
+        delivered is over even if its iterator was left unfinished (Lightning stops at ``len``)."""
+        self._roll_over_delivered_epoch()
         self.sampler.epoch, self.sampler.position = self.epoch, self.position  # drop what was read ahead
         self.dataloader.generator.manual_seed(_words(self.sampler, self.epoch, -1, 1, np.uint64)[0].item())
         with preemption_signals_held():  # workers start here: see preemption_signals_held
@@ -96,7 +98,9 @@ class ResumableLoader:
             yield from self
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.sampler.state_dict(), "epoch": self.epoch, "position": self.position}
+        """Where the loop is; after an epoch's last batch, at the start of the next one."""
+        epoch, position = self._next_position()
+        return {**self.sampler.state_dict(), "epoch": epoch, "position": position}
 
     def state_dict_mismatches(self, state: Any) -> list[str]:
         return self.sampler.state_dict_mismatches(state)
@@ -104,6 +108,15 @@ class ResumableLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state)
         self.epoch, self.position = self.sampler.epoch, self.sampler.position
+        self._roll_over_delivered_epoch()
+
+    def _next_position(self) -> tuple[int, int]:
+        if self.position >= self.sampler.samples_per_epoch:
+            return self.epoch + 1, 0
+        return self.epoch, self.position
+
+    def _roll_over_delivered_epoch(self) -> None:
+        self.epoch, self.position = self._next_position()
 
 
 def _check_arguments(dataset: Dataset, arguments: dict[str, Any]) -> None:

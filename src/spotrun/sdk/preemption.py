@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: the agent reads it as "preempted, resume me"
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
@@ -54,6 +55,18 @@ class PreemptionFlag:
             if signum not in self._previous:
                 self._previous[signum] = signal.signal(signum, self._handle)
 
+    def hold(self, signals: Iterable[int] = DEFAULT_SIGNALS) -> dict[int, Any]:
+        """Route the given signals to this flag alone for a while, whatever handles them now (a framework's handler
+        that would act on the signal itself); the handlers they had, for giving them back. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("preemption signal handlers can only be installed from the main thread")
+        self._owner_pid = os.getpid()
+        held = {}
+        for signum in signals:
+            held[signum] = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, None)  # not chained: the handler held must not see the signal
+        return held
+
     def uninstall(self) -> None:
         """Give the signals back to the handlers they had before ``install``."""
         for signum, previous in self._previous.items():
@@ -68,6 +81,20 @@ class PreemptionFlag:
         previous = self._previous.get(signum)
         if callable(previous):
             previous(signum, frame)
+
+
+def exit_preempted(signals: Iterable[int] = DEFAULT_SIGNALS, *, at_once: bool = False) -> NoReturn:
+    """Exit with PREEMPTED_EXIT_CODE (75, "resume me") once the stop is saved. The preemption signals are ignored
+    first: a second SIGTERM (the agent stopping every rank) must not kill the exit half-way and turn "saved, resume
+    me" into a death by signal. ``at_once`` ends the process without the interpreter's teardown (``os._exit``, its
+    output flushed): under torch.distributed on CPU, gloo has aborted ranks torn down by it (SIGABRT)."""
+    if threading.current_thread() is threading.main_thread():
+        ignore_preemption_signals(signals=signals)
+    if at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT_CODE)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
 def ignore_preemption_signals(worker_id: int | None = None, signals: Iterable[int] = DEFAULT_SIGNALS) -> None:

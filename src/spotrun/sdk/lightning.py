@@ -1,0 +1,201 @@
+"""A Lightning ``Trainer`` run made reentrant: its checkpoints kept crash-safe in spotrun's layout, one saved and
+the run stopped at the step a preemption notice arrives, and the next attempt resumed exactly from the newest
+intact one.
+
+```python
+import spotrun
+
+spot = spotrun.LightningCheckpoints()                # $SPOTRUN_CHECKPOINT_DIR, else ./checkpoints
+loader = spotrun.ResumableLoader(dataset, batch_size=64, seed=0)   # resumes mid-epoch, exactly
+trainer = L.Trainer(max_steps=10_000, callbacks=[spot])
+trainer.fit(model, loader, ckpt_path=spot.resume_from())   # None: nothing saved yet, start afresh
+spot.exit_if_stopped()                               # after a notice: saved, exit 75 ("resume me")
+```
+
+Lightning's own checkpoint holds the weights, optimizers, schedulers, loops and callbacks' states, and the state
+of a train loader that has one: a ``spotrun.ResumableLoader`` resumes at the batch where the run stopped (a plain
+DataLoader would start its epoch over, with a warning). What Lightning does not save, this callback adds to it: the
+Python, NumPy and torch (and CUDA) RNG states, so dropout and augmentation continue their streams. A resumed run
+ends with the weights of an uninterrupted one.
+
+Each save goes through ``trainer.save_checkpoint`` into a staging folder and is committed as spotrun's checkpoints
+are (``foreign``): fsynced, checksummed, a manifest written last, renamed into place as ``ckpt-<step>``; the agent
+backs it up. Saves happen every ``every_steps`` optimizer steps, every ``every_seconds`` of wall time (default
+300), and at a preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of that step. Lightning
+would answer SIGTERM by raising out of ``fit`` after the step (``SIGTERMException``); while training, this
+callback holds the signals instead and gives them back at the end. Under DDP every rank agrees each step whether to
+save or stop (Lightning's ``reduce_boolean_decision``) and learns whether rank 0's commit worked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from spotrun.sdk import foreign
+from spotrun.sdk.checkpointer import DEFAULT_EVERY_SECONDS
+from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
+from spotrun.sdk.state import RNGState
+from spotrun.sdk.storage import STAGING_PREFIX
+
+log = logging.getLogger(__name__)
+
+PAYLOAD = "lightning"  # the manifest's mark of a Lightning checkpoint
+FRAMEWORK = "Lightning"
+CHECKPOINT_FILE = "lightning.ckpt"
+
+
+class LightningCheckpoints(pl.Callback):
+    """A Lightning ``Callback`` that keeps the Trainer's checkpoints in spotrun's store (a local folder: the agent
+    backs it up), adds the RNG states to them, and stops training at a preemption signal, after a save.
+    ``keep_last`` committed checkpoints are kept."""
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = DEFAULT_EVERY_SECONDS,
+        keep_last: int | None = 2,
+        signals: Iterable[int] = DEFAULT_SIGNALS,
+        flag: PreemptionFlag = preemption_flag,
+    ) -> None:
+        if every_steps is not None and every_steps < 1:
+            raise ValueError(f"every_steps must be at least 1 (or None), got {every_steps}")
+        if every_seconds is not None and every_seconds <= 0:
+            raise ValueError(f"every_seconds must be positive (or None), got {every_seconds}")
+        if keep_last is not None and keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
+        self.store = foreign.local_store(location, FRAMEWORK)
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.keep_last = keep_last
+        self._signals = tuple(signals)
+        self._flag = flag
+        self._held: dict[int, Any] = {}  # Lightning's handlers of the signals, while this callback holds them
+        if self._signals and threading.current_thread() is threading.main_thread():
+            flag.install(self._signals)  # a notice before training starts is not lost
+        self._last_save = time.monotonic()
+        self._saved_step = -1
+        self._distributed = False
+        self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
+
+    # -- the script's calls ---------------------------------------------------------------------------------
+
+    def resume_from(self) -> str | None:
+        """The checkpoint file of the newest checkpoint whose every file matches its manifest, for
+        ``trainer.fit(..., ckpt_path=...)``; None when there is none. A damaged one is skipped with a
+        CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
+        folder = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
+        return None if folder is None else os.path.join(folder, CHECKPOINT_FILE)
+
+    def exit_if_stopped(self) -> None:
+        """After training stopped at a preemption signal, its checkpoint committed: exit with PREEMPTED_EXIT_CODE
+        (75), which tells the agent "resume me". Under torch.distributed the process ends at once (`os._exit`,
+        after flushing its output), as ``TrainerCheckpoints`` does: gloo has aborted ranks torn down by the
+        interpreter's exit."""
+        if self.should_stop:
+            exit_preempted(self._signals, at_once=self._distributed)
+
+    # -- what Lightning keeps in its checkpoint -------------------------------------------------------------
+
+    @property
+    def state_key(self) -> str:
+        return "spotrun.LightningCheckpoints"  # one name whatever the arguments, so a resume finds it
+
+    def state_dict(self) -> dict[str, Any]:
+        """The global RNG states as they are at the save, in types ``torch.load(weights_only=True)`` reads."""
+        return {"rng": _portable(RNGState().state_dict())}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        RNGState().load_state_dict(_restored(state_dict["rng"]))
+
+    # -- Lightning's events ---------------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._distributed = trainer.world_size > 1
+        self._hold_signals()
+        self._last_save = time.monotonic()
+        self._saved_step = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+    ) -> None:
+        step = trainer.global_step
+        if step == self._saved_step:
+            return  # gradients still accumulating: no optimizer step since the last save
+        due = (self.every_steps is not None and step % self.every_steps == 0) or (
+            self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
+        )
+        stop = trainer.strategy.reduce_boolean_decision(self._flag.is_set, all=False)
+        due = trainer.strategy.reduce_boolean_decision(bool(due), all=False)
+        if stop:
+            log.warning("preemption requested: saving %d steps and stopping", step)
+        if stop or due:
+            self._save(trainer, step)
+        if stop:
+            trainer.should_stop = True
+            self.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._give_signals_back()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._give_signals_back()
+
+    # -- saving ---------------------------------------------------------------------------------------------
+
+    def _save(self, trainer: pl.Trainer, step: int) -> None:
+        """Every rank asks Lightning to save (rank 0 writes); rank 0 commits; every rank learns the outcome."""
+        folder = f"{self.store.root}/{STAGING_PREFIX}lightning-{step}"  # cleaned away if a save dies half-way
+        trainer.save_checkpoint(os.path.join(folder, CHECKPOINT_FILE))
+        trainer.strategy.barrier("spotrun-save")
+        failure = None
+        if trainer.is_global_zero:
+            try:
+                total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+                foreign.commit(self.store, folder, step, payload=PAYLOAD, total_steps=total)
+                if self.keep_last is not None:
+                    self.store.prune(step, self.keep_last)
+            except Exception as error:  # every rank raises it, none waits for a commit that will not come
+                failure = f"{type(error).__name__}: {error}"
+        failure = trainer.strategy.broadcast(failure, src=0)
+        if failure:
+            raise CheckpointError(f"checkpoint of {step} steps not committed: {failure}")
+        self._last_save = time.monotonic()
+        self._saved_step = step
+
+    # -- signals --------------------------------------------------------------------------------------------
+
+    def _hold_signals(self) -> None:
+        """The preemption signals set the flag only, not Lightning's SIGTERM handler (which would end ``fit`` with
+        an exception after the step)."""
+        if self._signals and threading.current_thread() is threading.main_thread():
+            self._held = self._flag.hold(self._signals)
+
+    def _give_signals_back(self) -> None:
+        for signum, handler in self._held.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._held.clear()
+
+
+def _portable(state: Mapping[str, Any]) -> dict[str, Any]:
+    """NumPy's RNG state with its key array as a tensor: ``torch.load(weights_only=True)`` refuses NumPy arrays."""
+    kind, keys, position, has_gauss, gauss = state["numpy"]
+    return {**state, "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)}
+
+
+def _restored(state: Mapping[str, Any]) -> dict[str, Any]:
+    kind, keys, position, has_gauss, gauss = state["numpy"]
+    return {**state, "numpy": (kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss)}
+

@@ -1,0 +1,132 @@
+"""spotrun.LightningCheckpoints (sdk/lightning.py) with a real Lightning Trainer (examples/lightning/train.py): a run
+preempted by SIGTERM mid-epoch saves at the end of the step, exits 75 (Lightning's own SIGTERM exception never
+reaches the script) and resumes to the weights of an uninterrupted run, also under DDP with the notice on one rank;
+its checkpoints are committed in spotrun's layout; a damaged one is skipped, none intact is an error that deletes
+nothing; saves every so many steps, keep_last, and bad settings refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+
+from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint  # noqa: E402
+from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name  # noqa: E402
+from spotrun.sdk.lightning import CHECKPOINT_FILE, PAYLOAD, LightningCheckpoints  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning"
+STEPS = 90  # digits: 57 batches of 32 an epoch, so the notice at step 70 lands mid-epoch
+# the example's run, with a SIGTERM the trainer sends itself at the end of step NOTICE_AT_STEP, as the agent sends it
+# at a notice; under torchrun only rank 1 gets it. DEVICES > 1: DDP over gloo, each rank its share of the data.
+PREEMPTED_TRAINER = f"""
+import os, signal, sys
+sys.path.insert(0, {str(EXAMPLE)!r})
+import lightning as L
+import spotrun, train
+
+class Notice(L.Callback):
+    def on_train_batch_end(self, trainer, *_):
+        if trainer.global_step == int(os.environ.get("NOTICE_AT_STEP", "0")) and os.environ.get("RANK", "1") == "1":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+L.seed_everything(7, verbose=False)
+model = train.Net()
+world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+loader = spotrun.ResumableLoader(train.digits(), batch_size=32, seed=7, world_size=world, rank=rank)
+spot = spotrun.LightningCheckpoints(every_steps=int(os.environ.get("SAVE_STEPS", "1000")), every_seconds=None)
+options = dict(strategy="ddp", devices=world, num_nodes=1) if world > 1 else dict(devices=1)
+run = L.Trainer(max_steps={STEPS}, accelerator="cpu", logger=False, enable_checkpointing=False,
+                enable_progress_bar=False, enable_model_summary=False, callbacks=[Notice(), spot], **options)
+start = spot.resume_from()
+print(f"starting from {{start or 'scratch'}}", flush=True)
+run.fit(model, loader, ckpt_path=start)
+spot.exit_if_stopped()
+print(f"weights sha256: {{spotrun.weights_sha256(model.state_dict())}} at {{run.global_step}}", flush=True)
+if world > 1:  # gloo on CPU may abort a rank in the interpreter's exit after a run (the note in sdk/hf_trainer.py)
+    os._exit(0)
+"""
+
+
+def run_trainer(tmp_path: Path, store: Path, *, ranks: int = 1, **env: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "preempted.py"
+    script.write_text(PREEMPTED_TRAINER)
+    command = [sys.executable, str(script)]
+    if ranks > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(script)]
+    environment = {**os.environ, "SPOTRUN_CHECKPOINT_DIR": str(store), "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240)
+
+
+def weights(result: subprocess.CompletedProcess) -> str:
+    found = re.findall(r"weights sha256: (\w+) at (\d+)", result.stdout)
+    assert found, result.stdout[-2000:] + result.stderr[-3000:]
+    assert int(found[0][1]) == STEPS
+    return found[0][0]
+
+
+@pytest.mark.parametrize("ranks", [1, 2], ids=["one process", "ddp"])
+def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ranks):
+    reference = weights(run_trainer(tmp_path, tmp_path / "reference", ranks=ranks))
+    store = tmp_path / "store"
+    preempted = run_trainer(tmp_path, store, ranks=ranks, NOTICE_AT_STEP="40")
+    if ranks == 1:
+        assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.stdout[-2000:] + preempted.stderr[-3000:]
+    else:  # torchrun reports each rank's exit: both stopped at rank 1's notice
+        assert preempted.stderr.count(f"exitcode  : {PREEMPTED_EXIT_CODE}") == 2, preempted.stderr[-3000:]
+    assert "SIGTERMException" not in preempted.stderr
+    assert [p.name for p in store.iterdir()] == [checkpoint_name(40)]
+    manifest = json.loads((store / checkpoint_name(40) / MANIFEST_NAME).read_text())
+    assert (manifest["payload"], manifest["total_steps"], list(manifest["files"])) == (PAYLOAD, STEPS, [CHECKPOINT_FILE])
+    resumed = run_trainer(tmp_path, store, ranks=ranks)
+    assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
+    assert weights(resumed) == reference
+
+
+def test_saves_every_so_many_steps_keep_the_last_ones(tmp_path):
+    store = tmp_path / "store"
+    finished = run_trainer(tmp_path, store, SAVE_STEPS="20")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(60), checkpoint_name(80)]
+
+
+def test_a_damaged_checkpoint_is_skipped_and_none_intact_is_an_error_that_deletes_nothing(tmp_path):
+    store = tmp_path / "store"
+    assert run_trainer(tmp_path, store, SAVE_STEPS="30").returncode == 0  # ckpt-60 and ckpt-90 kept
+    spot = LightningCheckpoints(store, signals=())
+    newest = store / checkpoint_name(90) / CHECKPOINT_FILE
+    assert spot.resume_from() == str(newest)
+    newest.write_bytes(newest.read_bytes()[:-10] + b"0123456789")
+    (store / ".staging-lightning-120").mkdir()  # a save killed before its commit
+    with pytest.warns(CheckpointWarning, match="does not match"):
+        assert spot.resume_from() == str(store / checkpoint_name(60) / CHECKPOINT_FILE)
+    assert not (store / ".staging-lightning-120").exists()
+    native = store / checkpoint_name(100)  # a spotrun.Checkpointer's checkpoint is not Lightning's
+    native.mkdir()
+    (native / MANIFEST_NAME).write_text(json.dumps({"format": 2, "step": 100, "files": {}}))
+    with pytest.warns(CheckpointWarning, match="not a Lightning checkpoint"):
+        spot.resume_from()
+    (store / checkpoint_name(60) / CHECKPOINT_FILE).unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckpointWarning)
+        with pytest.raises(NoValidCheckpoint, match="nothing was loaded or deleted"):
+            spot.resume_from()
+    assert {p.name for p in store.iterdir()} == {checkpoint_name(60), checkpoint_name(90), checkpoint_name(100)}
+
+
+def test_bad_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="every_steps must be at least 1"):
+        LightningCheckpoints(tmp_path, every_steps=0, signals=())
+    with pytest.raises(ValueError, match="every_seconds must be positive"):
+        LightningCheckpoints(tmp_path, every_seconds=0, signals=())
+    with pytest.raises(ValueError, match="keep_last must be at least 1"):
+        LightningCheckpoints(tmp_path, keep_last=0, signals=())
+    with pytest.raises(ValueError, match="Lightning resumes from a local folder"):
+        LightningCheckpoints("memory://checkpoints", signals=())
