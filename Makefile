@@ -43,7 +43,7 @@ test: $(DEVSTAMP) browser
 	$(PY) -m pytest -q --numprocesses 2 --dist loadgroup
 
 # The runs `make test` leaves out (marked soak): the policy research's diagnostics on small traces, and the long
-# checkpoint-kill trials.
+# checkpoint-kill trials, and the Lightning job through the agent.
 soak: $(DEVSTAMP)
 	$(PY) -m pytest -q --numprocesses 2 -m soak
 

@@ -1,5 +1,5 @@
 """End to end on one machine, for each framework callback: a 🤗 Trainer job (examples/hf_trainer) and a Lightning
-job (examples/lightning) through the real CLI, controller daemon, local cloud and agent, preempted with its notice
+job (examples/lightning, a soak run) through the real CLI, controller daemon, local cloud and agent, preempted with its notice
 once it has a checkpoint; the next attempt restores the backed-up checkpoint and the job ends with the weights of
 an uninterrupted run."""
 
@@ -21,7 +21,11 @@ pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e
 STEPS = 240
 
 
-@pytest.mark.parametrize("example, library", [("hf_trainer", "transformers"), ("lightning", "lightning")])
+# Lightning's run through the agent is a soak run (`make soak`): the agent's side is the same for every payload,
+# and tests/sdk/test_sdk_lightning.py preempts and resumes Lightning itself, alone and under DDP
+@pytest.mark.parametrize("example, library", [
+    ("hf_trainer", "transformers"), pytest.param("lightning", "lightning", marks=pytest.mark.soak),
+])
 def test_a_preempted_framework_job_resumes_from_its_backed_up_checkpoint_exactly(spotrun, tmp_path, example, library):
     if importlib.util.find_spec(library) is None:
         pytest.skip(f"{library} is not installed")
