@@ -24,7 +24,7 @@ backs it up. Saves happen every ``every_steps`` optimizer steps, every ``every_s
 300), and at a preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of that step. Lightning
 would answer SIGTERM by raising out of ``fit`` after the step (``SIGTERMException``); while training, this
 callback holds the signals instead and gives them back at the end. Under DDP every rank agrees each step whether to
-save or stop (Lightning's ``reduce_boolean_decision``) and learns whether rank 0's commit worked.
+save or stop (one all_reduce) and learns whether rank 0's commit worked.
 """
 
 from __future__ import annotations
@@ -137,8 +137,7 @@ class LightningCheckpoints(pl.Callback):
         due = (self.every_steps is not None and step % self.every_steps == 0) or (
             self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
         )
-        stop = trainer.strategy.reduce_boolean_decision(self._flag.is_set, all=False)
-        due = trainer.strategy.reduce_boolean_decision(bool(due), all=False)
+        stop, due = _any_rank(trainer, [self._flag.is_set, bool(due)])
         if stop:
             log.warning("preemption requested: saving %d steps and stopping", step)
         if stop or due:
@@ -187,6 +186,12 @@ class LightningCheckpoints(pl.Callback):
         for signum, handler in self._held.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._held.clear()
+
+
+def _any_rank(trainer: pl.Trainer, flags: list[bool]) -> list[bool]:
+    """Each flag, true where any rank's is: one all_reduce for all of them under DDP (none in one process)."""
+    votes = torch.tensor([int(flag) for flag in flags], device=trainer.strategy.root_device)
+    return [bool(vote) for vote in trainer.strategy.reduce(votes, reduce_op="sum").tolist()]
 
 
 def _portable(state: Mapping[str, Any]) -> dict[str, Any]:
