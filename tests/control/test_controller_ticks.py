@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,7 @@ from spotrun.control.placement import placement_context
 from spotrun.policy import DefaultPolicy
 from spotrun.server.views import job_row
 from spotrun.spec import parse_spec
-from spotrun.state import Job
+from spotrun.state import Event, Job
 
 # tests/control is on sys.path via conftest
 from memory_cloud import Crash  # noqa: E402
@@ -101,6 +102,31 @@ def test_a_crash_is_counted_and_too_many_fail_the_job(world):
     job = world.job(job_id)
     assert job.state == "FAILED" and "failed 2 times" in job.failure_reason
     assert world.cloud.running() == []
+
+
+def test_an_instance_that_cannot_start_the_agent_fails_the_attempt_at_the_boot_timeout_and_counts(world):
+    """A provider that knows why the agent never started (Kubernetes: an image that cannot be pulled) makes the
+    attempt fail, counted against max_restarts_on_error, where silence alone is lost and relaunched without end."""
+    job_id = world.submit()
+    world.tick()
+    silent = world.attempts(job_id)[0].instance_id
+    world.tick(61)  # past boot_timeout (60 s): no start failure known, the instance is lost
+    assert world.attempts(job_id)[0].end_reason == "lost" and world.job(job_id).restarts_on_error == 0
+    for _ in range(2):  # max_restarts_on_error: 1
+        world.tick()
+        pulling = world.attempts(job_id)[-1].instance_id
+        assert pulling != silent
+        info = world.cloud.instances[pulling]
+        world.cloud.instances[pulling] = replace(
+            info, state="pending", detail={"start_failure": "ImagePullBackOff: Back-off pulling image \"acme/trian:1\""})
+        world.tick(61)
+    failed = world.attempts(job_id)[-1]
+    assert failed.end_reason == "failed"
+    job = world.job(job_id)
+    assert job.state == "FAILED" and job.restarts_on_error == 2
+    with world.store.session() as session:
+        endings = [e.message for e in session.query(Event).filter_by(job_id=job_id, kind="attempt_ending")]
+    assert any("could not start the agent: ImagePullBackOff" in message for message in endings), endings
 
 
 def test_lost_heartbeat_replaces_the_instance(world):

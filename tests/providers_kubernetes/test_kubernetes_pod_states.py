@@ -72,3 +72,15 @@ def test_scheduling_and_the_provisioner():
     events.append({"reason": "TriggeredScaleUp", "message": "pool 0->1", "lastTimestamp": "2026-11-28T02:00:09Z"})
     assert provisioner_verdict(events)[0] == "scaling"
     assert provisioner_verdict(events[:1]) is None
+
+
+def test_a_container_that_cannot_start_is_told_apart_from_one_still_pulling():
+    pulling = pod("Pending")
+    pulling["status"]["containerStatuses"] = [{"name": "spotrun", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    assert "start_failure" not in pod_info(pulling).detail
+    stuck = pod("Pending")
+    stuck["status"]["containerStatuses"] = [{"name": "spotrun", "state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": 'Back-off pulling image "acme/trian:1"'}}}]
+    info = pod_info(stuck)
+    assert info.state == "pending"
+    assert info.detail["start_failure"] == 'ImagePullBackOff: Back-off pulling image "acme/trian:1"'

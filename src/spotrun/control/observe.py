@@ -49,14 +49,20 @@ def judge_attempt(
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
         return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")
-    return _judge_agent(job, attempt, now, settings, controller_started_at)
+    return _judge_agent(job, attempt, info, now, settings, controller_started_at)
 
 
 def _judge_agent(
-    job: Job, attempt: Attempt, now: float, settings: ControllerSettings, controller_started_at: float
+    job: Job, attempt: Attempt, info: InstanceInfo, now: float, settings: ControllerSettings,
+    controller_started_at: float,
 ) -> Verdict | None:
     if attempt.agent_started_at is None:
         if now - max(attempt.started_at or now, controller_started_at) > settings.boot_timeout:
+            # the provider knows why the agent never started (a container image that cannot be pulled): another
+            # instance would fail alike, so the job's restarts count it, rather than relaunching without end
+            failure = info.detail.get("start_failure")
+            if failure:
+                return Verdict("failed", f"instance {info.instance_id} could not start the agent: {failure}")
             return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
         return None
     # Heartbeats sent while this controller was down went nowhere: count silence from its start at the earliest.

@@ -26,6 +26,12 @@ NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-press
 # Events of the cluster's node provisioner about a pod that waits for a node
 SCALING_UP = frozenset({"TriggeredScaleUp", "Nominated"})  # cluster-autoscaler; Karpenter
 NO_SCALE_UP = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+# A container the kubelet cannot start: the image cannot be pulled, the pod's config is wrong. The kubelet retries;
+# the controller's boot timeout then ends the attempt as failed, not lost (a new pod would fail the same way).
+START_FAILURES = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
+    "CreateContainerError", "RunContainerError",
+})
 _STATES: dict[str, InstanceState] = {
     "Pending": "pending", "Running": "running", "Succeeded": "terminated", "Failed": "terminated", "Unknown": "unknown",
 }
@@ -73,6 +79,9 @@ def pod_info(pod: Pod) -> InstanceInfo:
         detail["reason"] = why
     if JOB_LABEL in _labels(pod):
         detail["job"] = _labels(pod)[JOB_LABEL]
+    failure = start_failure(pod)
+    if failure:
+        detail["start_failure"] = failure
     return InstanceInfo(
         instance_id=instance_id(metadata.get("namespace", ""), metadata.get("name", "")),
         zone=_node_selector(pod).get("topology.kubernetes.io/zone", ""),
@@ -114,6 +123,15 @@ def ended_at(pod: Pod) -> float | None:
     if known:
         return max(known)
     return timestamp(pod.get("metadata", {}).get("deletionTimestamp"))
+
+
+def start_failure(pod: Pod) -> str | None:
+    """Why the kubelet cannot start the pod's container (a bad image, a missing secret), while it says so."""
+    for container in _status(pod).get("containerStatuses") or ():
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in START_FAILURES:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
 
 
 def is_scheduled(pod: Pod) -> bool:
