@@ -211,3 +211,17 @@ def test_the_secret_carries_the_boot_env_without_the_controllers_path(provider):
     launch(provider)
     secret = provider.api.read_namespaced_secret("spotrun-sr-3-00aa11bb22cc33dd", NAMESPACE)
     assert {key: base64.b64decode(value).decode() for key, value in secret.data.items()} == {"SPOTRUN_AGENT_CONFIG": CONFIG}
+
+
+def test_the_cluster_and_token_come_from_the_kubeconfig_and_a_bad_one_is_refused(k8s, nodes, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({  # JSON is YAML: the kubeconfig as kubectl writes it
+        "apiVersion": "v1", "kind": "Config", "current-context": "training",
+        "clusters": [{"name": "fake", "cluster": {"server": k8s.url}}],
+        "users": [{"name": "spotrun", "user": {"token": k8s.token}}],
+        "contexts": [{"name": "training", "context": {"cluster": "fake", "user": "spotrun", "namespace": NAMESPACE}}],
+    }))
+    settings = KubernetesSettings(flavor="karpenter", namespace=NAMESPACE, kubeconfig=str(kubeconfig))
+    assert KubernetesProvider(settings).zones(TYPE) == ["us-east-1a", "us-east-1b"]  # authenticated: not a 401
+    with pytest.raises(ValueError, match="cannot use the kubeconfig"):
+        KubernetesProvider(KubernetesSettings(flavor="karpenter", kubeconfig=str(kubeconfig), context="nowhere"))
