@@ -2,7 +2,7 @@
 (tests/fakes_k8s), whose kubelet runs the pod's script as local processes. The spot node is shut down as GKE's
 graceful node shutdown does: the agent, the container's first process, takes the kubelet's SIGTERM as its notice, the
 trainer checkpoints, the pod ends and the node is gone. The controller, paused meanwhile, reads the reclaim from the
-pod that spotrun's finalizer kept; the job resumes on a spot node elsewhere (past a zone with no node) and ends with
+pod that spotrun's finalizer kept; the job resumes on a spot node elsewhere (past any try in the zone with no node) and ends with
 the weights of an uninterrupted run.
 """
 

@@ -118,7 +118,7 @@ def test_an_instance_that_cannot_start_the_agent_fails_the_attempt_at_the_boot_t
         assert pulling != silent
         info = world.cloud.instances[pulling]
         world.cloud.instances[pulling] = replace(
-            info, state="pending", detail={"start_failure": "ImagePullBackOff: Back-off pulling image \"acme/trian:1\""})
+            info, state="pending", start_failure='ImagePullBackOff: Back-off pulling image "acme/trian:1"')
         world.tick(61)
     failed = world.attempts(job_id)[-1]
     assert failed.end_reason == "failed"

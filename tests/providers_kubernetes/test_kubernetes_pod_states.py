@@ -77,10 +77,10 @@ def test_scheduling_and_the_provisioner():
 def test_a_container_that_cannot_start_is_told_apart_from_one_still_pulling():
     pulling = pod("Pending")
     pulling["status"]["containerStatuses"] = [{"name": "spotrun", "state": {"waiting": {"reason": "ContainerCreating"}}}]
-    assert "start_failure" not in pod_info(pulling).detail
+    assert pod_info(pulling).start_failure is None
     stuck = pod("Pending")
     stuck["status"]["containerStatuses"] = [{"name": "spotrun", "state": {"waiting": {
         "reason": "ImagePullBackOff", "message": 'Back-off pulling image "acme/trian:1"'}}}]
     info = pod_info(stuck)
     assert info.state == "pending"
-    assert info.detail["start_failure"] == 'ImagePullBackOff: Back-off pulling image "acme/trian:1"'
+    assert info.start_failure == 'ImagePullBackOff: Back-off pulling image "acme/trian:1"'

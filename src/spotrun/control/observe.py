@@ -58,11 +58,8 @@ def _judge_agent(
 ) -> Verdict | None:
     if attempt.agent_started_at is None:
         if now - max(attempt.started_at or now, controller_started_at) > settings.boot_timeout:
-            # the provider knows why the agent never started (a container image that cannot be pulled): another
-            # instance would fail alike, so the job's restarts count it, rather than relaunching without end
-            failure = info.detail.get("start_failure")
-            if failure:
-                return Verdict("failed", f"instance {info.instance_id} could not start the agent: {failure}")
+            if info.start_failure:  # counted against the job's restarts, not relaunched without end
+                return Verdict("failed", f"instance {info.instance_id} could not start the agent: {info.start_failure}")
             return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
         return None
     # Heartbeats sent while this controller was down went nowhere: count silence from its start at the earliest.

@@ -41,11 +41,11 @@ def catalog_prices(
     if cloud == "azure":
         return azure_prices(instance_type, market, zone)
     if cloud == "gcp":
-        if not _catalog_lists_gcp(instance_type, accelerators):
-            return gcp_prices(instance_type, market, zone, accelerators)
-        try:  # the zone's region's list prices, where they can be read: the catalog's are us-central1's
+        try:  # the zone's region's list prices: the catalog's are us-central1's
             return gcp_prices(instance_type, market, zone, accelerators)
         except UnknownPrice as unknown:
+            if not _catalog_lists_gcp(instance_type, accelerators):
+                raise
             log.debug("GCP's list prices of %s in %s: %s; the catalog's stand in", instance_type, zone, unknown)
     if cloud == "aws" and not catalog.lists(cloud, instance_type):
         on_demand = aws_on_demand(instance_type, zone)

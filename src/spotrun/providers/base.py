@@ -49,6 +49,9 @@ class InstanceInfo:
     terminated_at: float | None = None
     client_token: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    # why the instance cannot start the agent, where the provider knows (a pod's image that cannot be pulled):
+    # another instance would fail alike, so the controller counts the attempt as failed at its boot timeout
+    start_failure: str | None = None
 
 
 def check_token_and_market(request: LaunchRequest, max_token_length: int) -> None:

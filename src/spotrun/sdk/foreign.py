@@ -32,6 +32,16 @@ def local_store(location: str | os.PathLike[str] | None, framework: str) -> Loca
     return store
 
 
+def check_schedule(*, every_seconds: float | None, keep_last: int | None, every_steps: int | None = None) -> None:
+    """ValueError naming a save schedule a framework callback cannot keep."""
+    if every_steps is not None and every_steps < 1:
+        raise ValueError(f"every_steps must be at least 1 (or None), got {every_steps}")
+    if every_seconds is not None and every_seconds <= 0:
+        raise ValueError(f"every_seconds must be positive (or None), got {every_seconds}")
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
+
+
 def commit(
     store: LocalStore, folder: str, steps: int, *, payload: str, total_steps: int | None = None, move: bool = True,
 ) -> str:

@@ -69,10 +69,7 @@ class TrainerCheckpoints(TrainerCallback):
         signals: Iterable[int] = DEFAULT_SIGNALS,
         flag: PreemptionFlag = preemption_flag,
     ) -> None:
-        if every_seconds is not None and every_seconds <= 0:
-            raise ValueError(f"every_seconds must be positive (or None), got {every_seconds}")
-        if keep_last is not None and keep_last < 1:
-            raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
+        foreign.check_schedule(every_seconds=every_seconds, keep_last=keep_last)
         self.store = foreign.local_store(location, FRAMEWORK)
         self.every_seconds = every_seconds
         self.keep_last = keep_last

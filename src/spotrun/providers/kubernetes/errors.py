@@ -42,9 +42,3 @@ def translate(error: BaseException, operation: str) -> Exception:
         return KubernetesApiError(operation, f"{error.status} {reason}", message)
     return KubernetesApiError(operation, type(error).__name__, str(error))
 
-
-def failure(error: BaseException, what: str) -> str:
-    if isinstance(error, ApiException):
-        reason, message = status_of(error)
-        return f"{error.status} {reason}: {what} failed: {message}"
-    return f"{type(error).__name__}: {what} failed: {error}"

@@ -27,7 +27,7 @@ NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-press
 SCALING_UP = frozenset({"TriggeredScaleUp", "Nominated"})  # cluster-autoscaler; Karpenter
 NO_SCALE_UP = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
 # A container the kubelet cannot start: the image cannot be pulled, the pod's config is wrong. The kubelet retries;
-# the controller's boot timeout then ends the attempt as failed, not lost (a new pod would fail the same way).
+# the controller's boot timeout then ends the attempt as failed, not lost (InstanceInfo.start_failure).
 START_FAILURES = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
     "CreateContainerError", "RunContainerError",
@@ -79,9 +79,6 @@ def pod_info(pod: Pod) -> InstanceInfo:
         detail["reason"] = why
     if JOB_LABEL in _labels(pod):
         detail["job"] = _labels(pod)[JOB_LABEL]
-    failure = start_failure(pod)
-    if failure:
-        detail["start_failure"] = failure
     return InstanceInfo(
         instance_id=instance_id(metadata.get("namespace", ""), metadata.get("name", "")),
         zone=_node_selector(pod).get("topology.kubernetes.io/zone", ""),
@@ -94,6 +91,7 @@ def pod_info(pod: Pod) -> InstanceInfo:
         terminated_at=ended_at(pod) if state == "terminated" else None,
         client_token=(metadata.get("annotations") or {}).get(TOKEN_ANNOTATION),
         detail=detail,
+        start_failure=start_failure(pod),
     )
 
 

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from spotrun.providers.base import InstanceInfo, LaunchRequest, NoCapacity, check_token_and_market
 from spotrun.providers.kubernetes.body import INSTANCE_TYPE_LABEL, ZONE_LABEL, owned_by, pod_manifest, secret_manifest
-from spotrun.providers.kubernetes.errors import CALL_ERRORS, KubernetesApiError, failure, translate
+from spotrun.providers.kubernetes.errors import CALL_ERRORS, KubernetesApiError, translate
 from spotrun.providers.kubernetes.naming import (
     FINALIZER,
     MANAGED_BY,
@@ -52,6 +52,8 @@ CLOUD = "kubernetes"
 MAX_CLIENT_TOKEN_LENGTH = 253
 MERGE_PATCH = "application/merge-patch+json"
 _LET_GO_TRIES = 5
+_ENDED_KEPT = 1024  # pods whose end this process remembers after letting them go
+_NOT_FOUND, _CONFLICT = 404, 409
 Pod = dict[str, Any]
 
 
@@ -116,25 +118,19 @@ class KubernetesProvider:
         return info
 
     def _create_secret(self, request: LaunchRequest) -> None:
-        try:
-            self.api.create_namespaced_secret(self.namespace, secret_manifest(request, self.namespace), **self._timeout())
-        except ApiException as error:
-            if error.status != 409:  # 409: this launch made it before
-                raise translate(error, "create secret") from error
-        except CALL_ERRORS as error:
-            raise translate(error, "create secret") from error
+        secret = secret_manifest(request, self.namespace)
+        self._call("create secret", self.api.create_namespaced_secret, self.namespace, secret, tolerate=(_CONFLICT,))
 
     def _create_pod(self, manifest: Pod, request: LaunchRequest) -> Pod:
         name = manifest["metadata"]["name"]
         try:
-            response = self.api.create_namespaced_pod(self.namespace, manifest, _preload_content=False, **self._timeout())
-            return json.loads(response.data)
-        except ApiException as error:
-            if error.status != 409:
-                self._delete_secret(name)
-                raise translate(error, "create pod") from error
-        except CALL_ERRORS as error:
-            raise translate(error, "create pod") from error
+            created = self._call("create pod", self.api.create_namespaced_pod, self.namespace, manifest,
+                                 tolerate=(_CONFLICT,))
+        except Exception:
+            self._delete_secret(name)
+            raise
+        if created is not None:
+            return created
         # The name comes from the client token: a pod with it is this launch's, made before.
         existing = self._read(name)
         if existing is None:
@@ -185,8 +181,8 @@ class KubernetesProvider:
         namespace, name = parse_instance_id(instance_id)
         try:
             pod = self._read(name, namespace)
-        except CALL_ERRORS + (KubernetesApiError,) as error:
-            return unknown_info(namespace, name, failure(error, "describe"))
+        except KubernetesApiError as error:
+            return unknown_info(namespace, name, str(error))
         if pod is None:
             with self._ended_lock:
                 return self._ended.get(instance_id) or gone_info(namespace, name)
@@ -205,14 +201,9 @@ class KubernetesProvider:
         return self._call("list pods", self.api.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
 
     def _read(self, name: str, namespace: str | None = None) -> Pod | None:
-        try:
-            response = self.api.read_namespaced_pod(name, namespace or self.namespace, _preload_content=False,
-                                                    **self._timeout())
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
+        """The pod as the API describes it; None when it has none."""
+        return self._call("read pod", self.api.read_namespaced_pod, name, namespace or self.namespace,
+                          tolerate=(_NOT_FOUND,))
 
     # -- end ---------------------------------------------------------------------------------------------
 
@@ -222,15 +213,11 @@ class KubernetesProvider:
         namespace, name = parse_instance_id(instance_id)
         if namespace != self.namespace:
             raise ValueError(f"{instance_id} is not in this provider's namespace {self.namespace}")
-        try:
-            pod = self._read(name)
-        except CALL_ERRORS as error:
-            raise translate(error, "read pod") from error
+        pod = self._read(name)
         if pod is None:
             return
         if state_of(pod) == "terminated":
-            with self._ended_lock:
-                self._ended[instance_id] = pod_info(pod)
+            self._remember_end(instance_id, pod_info(pod))
         self._delete(name)
         self._let_go(name)
         log.info("deleting %s", instance_id)
@@ -241,65 +228,61 @@ class KubernetesProvider:
         namespace, name = parse_instance_id(instance_id)
         options = k8s.V1DeleteOptions(grace_period_seconds=round(notice_seconds)) if notice_seconds is not None else None
         eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), delete_options=options)
-        self._call("evict pod", self.api.create_namespaced_pod_eviction, name, namespace, eviction, json_answer=False)
+        self._call("evict pod", self.api.create_namespaced_pod_eviction, name, namespace, eviction)
+
+    def _remember_end(self, instance_id: str, info: InstanceInfo) -> None:
+        """Kept for the describe that follows a terminate; the oldest are dropped, so a long-lived controller
+        does not keep every pod it ever ended."""
+        with self._ended_lock:
+            self._ended[instance_id] = info
+            while len(self._ended) > _ENDED_KEPT:
+                del self._ended[next(iter(self._ended))]
 
     def _delete(self, name: str, grace: int | None = None) -> None:
         options = k8s.V1DeleteOptions(grace_period_seconds=grace, propagation_policy="Background")
-        try:
-            self.api.delete_namespaced_pod(name, self.namespace, body=options, _preload_content=False, **self._timeout())
-        except ApiException as error:
-            if error.status != 404:
-                raise translate(error, "delete pod") from error
-        except CALL_ERRORS as error:
-            raise translate(error, "delete pod") from error
+        self._call("delete pod", self.api.delete_namespaced_pod, name, self.namespace, body=options,
+                   tolerate=(_NOT_FOUND,))
 
     def _let_go(self, name: str) -> None:
         """Take spotrun's finalizer off the pod, leaving any other's (a merge patch with the resourceVersion read,
         so a finalizer added meanwhile is not lost: a conflict reads again)."""
         for _ in range(_LET_GO_TRIES):
-            try:
-                pod = self._read(name)
-            except CALL_ERRORS as error:
-                raise translate(error, "read pod") from error
+            pod = self._read(name)
             finalizers = (pod or {}).get("metadata", {}).get("finalizers") or []
             if pod is None or FINALIZER not in finalizers:
                 return
             rest = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
             patch = {"metadata": {"finalizers": rest, "resourceVersion": pod["metadata"]["resourceVersion"]}}
-            try:
-                self.api.patch_namespaced_pod(name, self.namespace, patch, _content_type=MERGE_PATCH,
-                                              _preload_content=False, **self._timeout())
+            patched = self._call("remove finalizer", self.api.patch_namespaced_pod, name, self.namespace, patch,
+                                 _content_type=MERGE_PATCH, tolerate=(_NOT_FOUND, _CONFLICT))
+            if patched is not None:
                 return
-            except ApiException as error:
-                if error.status == 404:
-                    return
-                if error.status != 409:
-                    raise translate(error, "remove finalizer") from error
-            except CALL_ERRORS as error:
-                raise translate(error, "remove finalizer") from error
+            # gone (the next read says so) or changed meanwhile (read again)
         raise KubernetesApiError("remove finalizer", "Conflict", f"pod {name} kept changing; tried {_LET_GO_TRIES} times")
 
     def _delete_secret(self, name: str) -> None:
+        """Best effort: the pod owns its secret, and the cluster deletes it with the pod anyway."""
         try:
-            self.api.delete_namespaced_secret(name, self.namespace, _preload_content=False, **self._timeout())
-        except ApiException as error:
-            if error.status != 404:
-                log.warning("deleting secret %s/%s failed: %s", self.namespace, name, failure(error, "delete secret"))
-        except CALL_ERRORS as error:
-            log.warning("deleting secret %s/%s failed: %s", self.namespace, name, error)
+            self._call("delete secret", self.api.delete_namespaced_secret, name, self.namespace, tolerate=(_NOT_FOUND,))
+        except KubernetesApiError as error:
+            log.warning("deleting secret %s/%s: %s", self.namespace, name, error)
 
     # -- calls -------------------------------------------------------------------------------------------
 
-    def _timeout(self) -> dict[str, Any]:
-        return {"_request_timeout": self.settings.call_timeout}
-
-    def _call(self, what: str, method: Callable[..., Any], *args: Any, json_answer: bool = True, **kwargs: Any) -> Any:
-        """The call's answer as the API's JSON; its failure translated."""
+    def _call(
+        self, what: str, method: Callable[..., Any], *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any,
+    ) -> Any:
+        """The call's answer as the API's JSON; None where the API answered a status of `tolerate` (404: none,
+        409: made before, or changed meanwhile); any other failure translated (QuotaExceeded, KubernetesApiError)."""
         try:
-            response = method(*args, _preload_content=False, **kwargs, **self._timeout())
+            response = method(*args, _preload_content=False, _request_timeout=self.settings.call_timeout, **kwargs)
+        except ApiException as error:
+            if error.status in tolerate:
+                return None
+            raise translate(error, what) from error
         except CALL_ERRORS as error:
             raise translate(error, what) from error
-        return json.loads(response.data) if json_answer else None
+        return json.loads(response.data) if response.data else None
 
 
 def _configuration(settings: KubernetesSettings) -> k8s.Configuration:
