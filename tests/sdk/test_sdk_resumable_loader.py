@@ -64,6 +64,17 @@ def test_an_epoch_taken_to_its_length_is_over_though_its_iterator_was_not_finish
     assert resumed.epoch == 1 and torch.equal(next(iter(resumed)), second_epoch[0])
 
 
+def test_a_loader_of_another_number_of_ranks_delivers_the_rest_of_the_epoch_then_whole_epochs() -> None:
+    pair = [spotrun.ResumableLoader(NoisyDataset(), batch_size=3, seed=5, world_size=2, rank=rank) for rank in range(2)]
+    seen = [int(item) for loader in pair for batch in batches_of(loader, 2) for item in batch[:, 0]]  # 12 of 37
+    alone = spotrun.ResumableLoader(NoisyDataset(), batch_size=3, seed=5)
+    alone.load_state_dict(pair[0].state_dict())
+    assert len(alone) == 9  # the 25 left, in batches of 3
+    rest = [int(item) for batch in batches_of(alone, 9) for item in batch[:, 0]]
+    assert sorted(seen + rest) == list(range(37))
+    assert alone.state_dict()["epoch"] == 1 and len(alone) == 13  # then whole epochs: 37 in batches of 3
+
+
 def test_workers_and_the_training_process_fetch_the_same_items() -> None:
     in_process = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1), 12)
     with_workers = batches_of(spotrun.ResumableLoader(NoisyDataset(), batch_size=4, seed=1, num_workers=3), 12)

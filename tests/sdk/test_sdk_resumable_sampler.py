@@ -64,3 +64,59 @@ def test_bad_arguments_are_named() -> None:
         ResumableSampler(5, batch_size=0)
     with pytest.raises(ValueError, match="rank"):
         ResumableSampler(5, world_size=2, rank=2)
+
+
+def ranks(world: int, **settings: object) -> list[ResumableSampler]:
+    return [ResumableSampler(30, batch_size=2, seed=4, world_size=world, rank=rank, **settings) for rank in range(world)]
+
+
+def take(samplers: list[ResumableSampler], batches: int) -> list[int]:
+    """``batches`` batches from each rank, in lockstep (as ranks training together take them)."""
+    streams = [sampler.stream() for sampler in samplers]
+    return [index for _ in range(batches) for stream in streams for index in next(stream)]
+
+
+def test_another_number_of_ranks_takes_over_the_rest_of_the_epoch_each_sample_once() -> None:
+    two = ranks(2)
+    seen = take(two, 3)  # each rank 3 batches of 2: the first 12 of the epoch's order of 30
+    order = ResumableSampler(30, seed=4).epoch_order(0).tolist()
+    assert sorted(seen) == sorted(order[:12])
+    three = ranks(3)
+    for sampler in three:  # rank 0's state is everyone's (the sampler is shared state)
+        sampler.load_state_dict(two[0].state_dict())
+    assert [len(sampler) for sampler in three] == [3, 3, 3]  # 18 left: 6 each, in batches of 2
+    rest = take(three, 3)
+    assert sorted(rest) == sorted(order[12:])  # every sample of the epoch once
+    following = ranks(3)
+    for sampler in following:
+        sampler.epoch = 1
+    assert take(three, 2) == take(following, 2)  # the next epoch is shared out as usual
+
+
+def test_a_taken_over_epoch_saved_again_resumes_on_any_number_of_ranks() -> None:
+    two = ranks(2)
+    seen = take(two, 2)  # 8 of 30
+    three = ranks(3)
+    for sampler in three:
+        sampler.load_state_dict(two[0].state_dict())
+    seen += take(three, 1)  # 6 more: 14
+    saved = three[0].state_dict()
+    assert (saved["epoch"], saved["position"], saved["start"]) == (0, 2, 8)
+    same = ranks(3)
+    for sampler in same:
+        sampler.load_state_dict(saved)
+    assert take(same, 2) == take(three, 2)  # the same number of ranks goes on exactly
+    [one] = ranks(1)
+    one.load_state_dict(saved)
+    rest = take([one], len(one))
+    assert len(rest) == 16 and sorted(seen + rest) == list(range(30))
+
+
+def test_an_epoch_the_other_ranks_finished_is_not_taken_over() -> None:
+    two = ranks(2, drop_last=True)
+    take(two, 7)  # 7 batches of 2 each: 28 of 30; the 2 dropped are no one's to take
+    state = two[0].state_dict()
+    assert (state["epoch"], state["position"]) == (0, 14)
+    [one] = ranks(1, drop_last=True)
+    one.load_state_dict(state)
+    assert (one.epoch, one.position, one.start_of(0)) == (1, 0, 0)

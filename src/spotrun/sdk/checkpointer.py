@@ -16,8 +16,12 @@ sampler, user values) to ``shared.pt``; every rank writes its own per-rank state
 shared disk or an object store). Rank 0 commits (manifest) only after every rank has reported its files
 written, and every rank's save returns only after the commit. The stop flag and the decision to save are
 agreed each step (all_reduce MAX), so all ranks save and stop at the same step. Every rank must create its
-Checkpointer in the same order and call ``step``/``save``/``restore`` at the same steps. Sharded (FSDP)
-state is not supported: rank 0's state is taken as everyone's.
+Checkpointer in the same order and call ``step``/``save``/``restore`` at the same steps.
+
+Sharded state (FSDP2's ``fully_shard``, tensor parallelism: DTensors anywhere in the state) is saved in pieces:
+each rank writes its piece of every DTensor to ``shards-<rank:05d>.pt`` and rank 0 an index of them; a restore
+reads the pieces the live layout needs, so a checkpoint loads into another number of ranks, or into a plain
+model in one process (see ``sharding``).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import torch
 
-from spotrun.sdk import distributed, layout, tensorfile
-from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
+from spotrun.sdk import distributed, layout, sharding, tensorfile
+from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.snapshot import SnapshotCopies
 from spotrun.sdk.state import TrainingState
@@ -60,6 +65,8 @@ class _Snapshot:
     steps_done: int
     shared: dict[str, Any] | None  # rank 0 only
     own: dict[str, Any]
+    pieces: dict[sharding.Path, torch.Tensor]  # this rank's pieces of the sharded tensors (DTensors)
+    boxes: list[tuple[sharding.Path, tuple[int, ...], tuple[int, ...]]]  # and where each sits in its tensor
     copies: SnapshotCopies  # the writer waits on it for each storage's copy
 
 
@@ -142,26 +149,42 @@ class Checkpointer:
         index of the next step to run), or None when there is none (folders without a manifest, i.e. saves
         that died half-way, do not count). Corrupt ones are skipped with a CheckpointWarning.
 
+        Each rank reads and verifies the files it needs (the shared state, its own, the pieces of sharded
+        tensors its layout covers); a checkpoint any rank finds damaged is skipped by all.
+
         Raises NoValidCheckpoint when checkpoints exist but none verifies, and IncompatibleCheckpoint when
         the chosen one does not fit ``state`` (another model shape, ...); either way ``state`` is unchanged
         and nothing in the folder is deleted."""
         _require_training_state(state)
         self.wait()
-        found, failure = self._newest_intact() if self.rank == 0 else (None, None)
-        chosen, failure = self._ranks.broadcast_from_first((found[:2] if found else None, failure))
-        if failure is not None:
-            raise NoValidCheckpoint(failure)
-        if chosen is None:
-            return None
-        steps_done, path = chosen
-        try:
-            state.load_state_dict(found[2] if found else self._read_payload(path))
-        except IncompatibleCheckpoint as error:
-            raise type(error)(f"{path}: {error}") from None
-        self._last_saved = steps_done
-        self._last_save_time = time.monotonic()
-        log.info("restored checkpoint %s (%d steps done)", path, steps_done)
-        return steps_done
+        candidates = self._ranks.broadcast_from_first(
+            list(reversed(self.store.candidates())) if self.rank == 0 else None
+        )
+        rejected: list[str] = []
+        for steps_done, path in candidates:
+            payload, failure, misfit = self._load_candidate(path, state)
+            failures, misfits = zip(*self._ranks.exchange((failure, misfit)), strict=True)
+            if any(misfits):
+                raise IncompatibleCheckpoint(f"{path}: {misfit or next(filter(None, misfits))}")
+            if any(failures):
+                rejected += [reason for reason in dict.fromkeys(failures) if reason]
+                log.warning("skipping checkpoint %s", rejected[-1])
+                continue
+            for reason in rejected:
+                warnings.warn(f"skipping checkpoint {reason}", CheckpointWarning, stacklevel=2)
+            self._clean_staging()
+            try:
+                state.load_state_dict(payload)
+            except IncompatibleCheckpoint as error:
+                raise type(error)(f"{path}: {error}") from None
+            self._last_saved = steps_done
+            self._last_save_time = time.monotonic()
+            log.info("restored checkpoint %s (%d steps done)", path, steps_done)
+            return steps_done
+        if rejected:
+            raise no_valid_checkpoint(self.store.fs.unstrip_protocol(self.root), rejected)
+        self._clean_staging()
+        return None
 
     def step(self, state: TrainingState, step: int) -> None:
         """Call after training step ``step`` (0-based) has finished: saves when one is due (in the
@@ -258,12 +281,15 @@ class Checkpointer:
         than that."""
         earlier = self._previous if not self._busy() else None
         self._previous = None
+        own, shared = sharding.split(state.state_dict("rank")), sharding.split(state.state_dict("shared"))
+        pieces = {path: local for path, (_, local) in (own.pieces | shared.pieces).items()}
         copies = SnapshotCopies()
-        own = copies.snapshot(state.state_dict("rank"), earlier and earlier.own)  # first: its file is written first
-        snapshot = _Snapshot(
+        snapshot = _Snapshot(  # copied in the order the files are written
             steps_done=steps_done,
-            shared=copies.snapshot(state.state_dict("shared"), earlier and earlier.shared) if self.rank == 0 else None,
-            own=own,
+            own=copies.snapshot(own.structure, earlier and earlier.own),
+            pieces=copies.snapshot(pieces, earlier and earlier.pieces),
+            boxes=own.boxes() + shared.boxes(),
+            shared=copies.snapshot(shared.structure, earlier and earlier.shared) if self.rank == 0 else None,
             copies=copies,
         )
         self._last_saved = steps_done
@@ -282,15 +308,10 @@ class Checkpointer:
         self._ranks.barrier()
         if error is None:
             files, error = _attempt(self._write_own_files, snapshot)
-        reports = self._ranks.all_gather(error or files)
+        reports = self._ranks.all_gather(error or (files, snapshot.boxes))
         errors = [report for report in reports if isinstance(report, str)]
         if self.rank == 0 and not errors:
-            listed = {name: entry for report in reports for name, entry in report.items()}
-            progress = {} if self.total_steps is None else {"total_steps": self.total_steps}
-            manifest = layout.build_manifest(
-                steps, listed, world_size=self._ranks.world_size, created=time.time(), **progress
-            )
-            failed_commit = _attempt(self._commit, steps, manifest)[1]
+            failed_commit = _attempt(self._commit_reported, steps, reports)[1]
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
         if outcome:
@@ -298,7 +319,9 @@ class Checkpointer:
         log.debug("committed %s", self.store.path(steps))
 
     def _write_own_files(self, snapshot: _Snapshot) -> dict[str, dict[str, Any]]:
-        payloads = {rank_file(self.rank): snapshot.own}
+        payloads: dict[str, Any] = {rank_file(self.rank): snapshot.own}
+        if snapshot.pieces:
+            payloads[sharding.shards_file(self.rank)] = snapshot.pieces
         if snapshot.shared is not None:
             payloads[SHARED_FILE] = snapshot.shared
         staging = self.store.staging_path(snapshot.steps_done)
@@ -308,6 +331,22 @@ class Checkpointer:
             )
             for name, payload in payloads.items()
         }
+
+    def _commit_reported(self, steps: int, reports: list[tuple[dict[str, dict[str, Any]], list]]) -> None:
+        """Rank 0: the index of the sharded tensors' pieces (when there are any), then the manifest of every file
+        the ranks reported, and the commit."""
+        listed = {name: entry for files, _ in reports for name, entry in files.items()}
+        index = sharding.build_index(
+            [(sharding.shards_file(rank), boxes) for rank, (_, boxes) in enumerate(reports) if boxes]
+        )
+        if index:
+            staging = self.store.staging_path(steps)
+            listed[sharding.INDEX_FILE] = self.store.write_payload(
+                staging, sharding.INDEX_FILE, functools.partial(tensorfile.write, index)
+            )
+        progress = {} if self.total_steps is None else {"total_steps": self.total_steps}
+        manifest = layout.build_manifest(steps, listed, world_size=self._ranks.world_size, created=time.time(), **progress)
+        self._commit(steps, manifest)
 
     def _commit(self, steps: int, manifest: dict[str, Any]) -> None:
         """Commit the checkpoint; removing older ones is queued behind it in the writer thread, so that ``wait``
@@ -332,39 +371,40 @@ class Checkpointer:
 
     # -- restoring ----------------------------------------------------------------------------------------
 
-    def _newest_intact(self) -> tuple[tuple[int, str, dict[str, Any]] | None, str | None]:
-        """Rank 0: ((steps, path, rank 0's payload) of the newest checkpoint whose every file matches the
-        manifest and unpickles, None), or (None, why none does) when there are candidates but none is
-        intact, or (None, None) when there is no candidate. Leftover staging folders are removed only
-        when the outcome is not a failure."""
-        rejected: list[str] = []
-        for steps_done, path in reversed(self.store.candidates()):
-            try:
-                payload = self._decode(path, self.store.load_verified(path))
-            except Exception as error:  # any unreadable checkpoint is skipped here, whatever the damage
-                rejected.append(_reason(path, error))
-                log.warning("skipping checkpoint %s", rejected[-1])
-                continue
-            for reason in rejected:
-                warnings.warn(f"skipping checkpoint {reason}", CheckpointWarning, stacklevel=3)
-            self.store.clean_staging()
-            return (steps_done, path, payload), None
-        if rejected:
-            listed = "\n  ".join(rejected)
-            return None, (
-                f"no valid checkpoint in {self.store.fs.unstrip_protocol(self.root)}; nothing was loaded or "
-                f"deleted (move these aside to start from scratch):\n  {listed}"
-            )
-        self.store.clean_staging()
-        return None, None
+    def _load_candidate(self, path: str, state: TrainingState) -> tuple[dict[str, Any] | None, str | None, str | None]:
+        """This rank's payload from the checkpoint at ``path``, ready to load into ``state``: (payload, None, None);
+        (None, why it is unreadable, None) for a damaged checkpoint, whatever the damage; (None, None, why it
+        does not fit) when its sharded tensors do not fit ``state``."""
+        try:
+            payload = self._decode(path, self.store.load_verified(path, self._files_to_read(path)))
+        except Exception as error:
+            return None, _reason(path, error), None
+        try:
+            assembly = sharding.Assembly(payload, state.state_dict("all"), state.components)
+        except IncompatibleCheckpoint as error:
+            return None, None, str(error)
+        if not assembly.needed:
+            return payload, None, None
+        try:
+            index = self.store.load_verified(path, [sharding.INDEX_FILE])[sharding.INDEX_FILE] if assembly.targets else {}
+            if not isinstance(index, dict):
+                raise layout.CorruptCheckpoint(f"{path}: {sharding.INDEX_FILE} holds a {type(index).__name__}")
+            load = functools.partial(self._load_one, path)
+            return assembly.fill(assembly.plan(index), load), None, None
+        except Exception as error:
+            return None, _reason(path, error), None
 
-    def _read_payload(self, path: str) -> dict[str, Any]:
-        names = [SHARED_FILE] + ([rank_file(self.rank)] if self._has_file(path, rank_file(self.rank)) else [])
-        return self._decode(path, self.store.load_verified(path, names))
-
-    def _has_file(self, path: str, name: str) -> bool:
+    def _files_to_read(self, path: str) -> list[str]:
         manifest = layout.read_manifest(self.fs, path)
-        return manifest is not None and name in manifest["files"]
+        own = rank_file(self.rank)
+        return [SHARED_FILE] + ([own] if manifest is not None and own in manifest["files"] else [])
+
+    def _load_one(self, path: str, name: str) -> Any:
+        return self.store.load_verified(path, [name])[name]
+
+    def _clean_staging(self) -> None:
+        if self.rank == 0:
+            self.store.clean_staging()
 
     def _decode(self, path: str, files: dict[str, Any]) -> dict[str, Any]:
         """Rank ``self.rank``'s payload from the loaded files: the shared components plus its own."""

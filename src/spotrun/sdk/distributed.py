@@ -29,6 +29,9 @@ class SingleProcess:
     def broadcast_from_first(self, value: Any) -> Any:
         return value
 
+    def exchange(self, value: Any) -> list[Any]:
+        return [value]
+
     def leave(self) -> None:
         pass
 
@@ -64,6 +67,12 @@ class TorchDistributed:
         box = [value]
         dist.broadcast_object_list(box, src=0, group=self._step_group)
         return box[0]
+
+    def exchange(self, value: Any) -> list[Any]:
+        """Every rank's value, indexed by rank (training thread)."""
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, value, group=self._step_group)
+        return gathered
 
     def barrier(self) -> None:
         """Wait for every rank (writer thread)."""

@@ -12,6 +12,15 @@ class NoValidCheckpoint(CheckpointError):
     and nothing was deleted."""
 
 
+def no_valid_checkpoint(root: str, rejected: list[str]) -> NoValidCheckpoint:
+    """The error for a folder whose every checkpoint was rejected, each listed with its reason."""
+    listed = "\n  ".join(rejected)
+    return NoValidCheckpoint(
+        f"no valid checkpoint in {root}; nothing was loaded or deleted (move these aside to start from scratch):"
+        f"\n  {listed}"
+    )
+
+
 class IncompatibleCheckpoint(CheckpointError):
     """The checkpoint's state does not fit the training state (another model shape, optimizer or sampler
     configuration); each mismatch is named. Nothing was loaded."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from spotrun.sdk import layout
 from spotrun.sdk.checkpointer import CHECKPOINT_DIR_ENV, DEFAULT_LOCATION
-from spotrun.sdk.errors import CheckpointWarning, NoValidCheckpoint
+from spotrun.sdk.errors import CheckpointWarning, no_valid_checkpoint
 from spotrun.sdk.storage import LocalStore, open_store
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,7 @@ def newest_intact(store: LocalStore, payload: str, framework: str) -> str | None
         log.info("resuming from %s (%d steps done)", path, steps)
         return path
     if rejected:
-        listed = "\n  ".join(rejected)
-        raise NoValidCheckpoint(
-            f"no valid checkpoint in {store.root}; nothing was loaded or deleted (move these aside to start "
-            f"from scratch):\n  {listed}"
-        )
+        raise no_valid_checkpoint(store.root, rejected)
     return None
 
 

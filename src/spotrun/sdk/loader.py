@@ -76,8 +76,8 @@ class ResumableLoader:
         )
 
     def __len__(self) -> int:
-        """Batches in one full epoch."""
-        return len(self.sampler)
+        """Batches in the epoch the loop is in, or starts next once this one's last batch was delivered."""
+        return self.sampler.items_in(self._next_position()[0])
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch's batches; then the epoch is over. An epoch whose every batch was
@@ -88,7 +88,7 @@ class ResumableLoader:
         with preemption_signals_held():  # workers start here: see preemption_signals_held
             batches = iter(self.dataloader)
         for batch in batches:
-            self.position = min(self.position + self.sampler.batch_size, self.sampler.samples_per_epoch)
+            self.position = min(self.position + self.sampler.batch_size, self.sampler.samples_in(self.epoch))
             yield batch
         self.epoch, self.position = self.epoch + 1, 0
 
@@ -100,7 +100,7 @@ class ResumableLoader:
     def state_dict(self) -> dict[str, Any]:
         """Where the loop is; after an epoch's last batch, at the start of the next one."""
         epoch, position = self._next_position()
-        return {**self.sampler.state_dict(), "epoch": epoch, "position": position}
+        return self.sampler.state_at(epoch, position)
 
     def state_dict_mismatches(self, state: Any) -> list[str]:
         return self.sampler.state_dict_mismatches(state)
@@ -111,7 +111,7 @@ class ResumableLoader:
         self._roll_over_delivered_epoch()
 
     def _next_position(self) -> tuple[int, int]:
-        if self.position >= self.sampler.samples_per_epoch:
+        if self.position >= self.sampler.samples_in(self.epoch):
             return self.epoch + 1, 0
         return self.epoch, self.position
 
