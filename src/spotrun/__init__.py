@@ -14,6 +14,7 @@ _SDK_NAMES = {
     "CheckpointError",
     "CheckpointWarning",
     "Checkpointer",
+    "load_checkpoint",
     "ResumableLoader",
     "ResumableSampler",
     "exact_allreduce",

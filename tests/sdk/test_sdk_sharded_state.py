@@ -21,8 +21,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Shard, distribute_tensor
+from typer.testing import CliRunner
 
 import spotrun
+from spotrun.cli.main import app
 from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, NoValidCheckpoint
 
@@ -48,6 +50,13 @@ def test_fsdp_resumes_exactly_and_its_checkpoint_loads_into_other_layouts(tmp_pa
     # one process, a plain model: every piece put together
     assert plain["restored"] == 7
     assert plain["weights"] == at_stop["weights"] and plain["moments"] == at_stop["moments"]
+
+    # and through the command line, into a file torch.load reads without spotrun
+    exported = CliRunner().invoke(app, ["checkpoints", "export", str(tmp_path / "model.pt"), str(tmp_path / "sharded"),
+                                        "--component", "model"])
+    assert exported.exit_code == 0, exported.output
+    model = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert {name: tensor.tolist() for name, tensor in model.items()} == at_stop["weights"]
 
     # three ranks: other boxes (7 rows as 3, 3, 1), from the sharded checkpoint and from the plain one
     for source in ("from_sharded", "from_plain"):

@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 
+from spotrun.cli import checkpoints as checkpoints_cli
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
@@ -49,6 +50,7 @@ app = typer.Typer(
     cls=_Commands,
 )
 app.add_typer(market_cli.app, name="market")
+app.add_typer(checkpoints_cli.app, name="checkpoints")
 app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)

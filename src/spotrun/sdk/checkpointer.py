@@ -41,7 +41,8 @@ from typing import Any
 import fsspec
 import torch
 
-from spotrun.sdk import distributed, layout, sharding, tensorfile
+from spotrun.sdk import distributed, layout, reading, sharding, tensorfile
+from spotrun.sdk.reading import CHECKPOINT_DIR_ENV, SHARED_FILE, rank_file
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.snapshot import SnapshotCopies
@@ -50,14 +51,8 @@ from spotrun.sdk.storage import open_store
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
 DEFAULT_LOCATION = "checkpoints"
 DEFAULT_EVERY_SECONDS = 300.0
-SHARED_FILE = "shared.pt"
-
-
-def rank_file(rank: int) -> str:
-    return f"rank-{rank:05d}.pt"
 
 
 @dataclass(frozen=True)
@@ -116,6 +111,7 @@ class Checkpointer:
         self._signals = tuple(signals)
         self._install_signals(self._signals)
         self._ranks = distributed.current()
+        self._reader = reading.Reader(self.store, self._ranks.rank)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotrun-checkpoint")
         self._inflight: Future[None] | None = None
         self._previous: _Snapshot | None = None
@@ -376,45 +372,15 @@ class Checkpointer:
         (None, why it is unreadable, None) for a damaged checkpoint, whatever the damage; (None, None, why it
         does not fit) when its sharded tensors do not fit ``state``."""
         try:
-            payload = self._decode(path, self.store.load_verified(path, self._files_to_read(path)))
-        except Exception as error:
-            return None, _reason(path, error), None
-        try:
-            assembly = sharding.Assembly(payload, state.state_dict("all"), state.components)
+            return self._reader.payload(path, state.state_dict("all"), state.components), None, None
         except IncompatibleCheckpoint as error:
             return None, None, str(error)
-        if not assembly.needed:
-            return payload, None, None
-        try:
-            index = self.store.load_verified(path, [sharding.INDEX_FILE])[sharding.INDEX_FILE] if assembly.targets else {}
-            if not isinstance(index, dict):
-                raise layout.CorruptCheckpoint(f"{path}: {sharding.INDEX_FILE} holds a {type(index).__name__}")
-            load = functools.partial(self._load_one, path)
-            return assembly.fill(assembly.plan(index), load), None, None
-        except Exception as error:
-            return None, _reason(path, error), None
-
-    def _files_to_read(self, path: str) -> list[str]:
-        manifest = layout.read_manifest(self.fs, path)
-        own = rank_file(self.rank)
-        return [SHARED_FILE] + ([own] if manifest is not None and own in manifest["files"] else [])
-
-    def _load_one(self, path: str, name: str) -> Any:
-        return self.store.load_verified(path, [name])[name]
+        except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
+            return None, reading.reason(path, error), None
 
     def _clean_staging(self) -> None:
         if self.rank == 0:
             self.store.clean_staging()
-
-    def _decode(self, path: str, files: dict[str, Any]) -> dict[str, Any]:
-        """Rank ``self.rank``'s payload from the loaded files: the shared components plus its own."""
-        if SHARED_FILE not in files:
-            raise layout.CorruptCheckpoint(f"{path}: no {SHARED_FILE}")
-        payload = _components(path, SHARED_FILE, files[SHARED_FILE])
-        own = rank_file(self.rank)
-        if own in files:  # absent when the checkpoint was saved by fewer ranks
-            payload.update(_components(path, own, files[own]))
-        return payload
 
 
 def _require_training_state(state: object) -> None:
@@ -432,20 +398,6 @@ def _attempt(action: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     except Exception as error:
         log.exception("checkpoint save failed in %s", getattr(action, "__name__", action))
         return None, f"{type(error).__name__}: {error}"
-
-
-def _components(path: str, name: str, payload: Any) -> dict[str, Any]:
-    if not isinstance(payload, dict) or not all(isinstance(key, str) for key in payload):
-        raise layout.CorruptCheckpoint(f"{path}: {name} holds a {type(payload).__name__}, not named components")
-    return payload
-
-
-def _reason(path: str, error: Exception) -> str:
-    """``path: what is wrong with it``, for any failure to read a checkpoint."""
-    message = str(error)
-    if isinstance(error, layout.CorruptCheckpoint) and message.startswith(path):
-        return message
-    return f"{path}: {type(error).__name__}: {message}"
 
 
 def _log_failure(future: Future[None]) -> None:

@@ -35,3 +35,9 @@ class UnknownComponents(IncompatibleCheckpoint, KeyError):
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped on restore (corrupt or unreadable) or only partly applied."""
+
+
+class MissingComponents(CheckpointError, KeyError):
+    """Components asked for by name that the checkpoint does not hold."""
+
+    __str__ = RuntimeError.__str__

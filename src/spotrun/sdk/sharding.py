@@ -117,13 +117,15 @@ def _own_piece(tensor: Any, path: Path) -> tuple[tuple[int, ...], torch.Tensor, 
             "not values: redistribute it (Replicate or Shard) before saving"
         )
     local = tensor.to_local().detach()
+    coordinate = tensor.device_mesh.get_coordinate()
+    if coordinate is None:  # this rank is not in the tensor's mesh: it holds none of it
+        return (), local, False
     shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
     if tuple(shape) != tuple(local.shape):
         raise CheckpointError(
             f"{dotted(path)}: its local tensor is {tuple(local.shape)}, its placements {tensor.placements} say "
             f"{tuple(shape)}: a layout this SDK cannot save"
         )
-    coordinate = tensor.device_mesh.get_coordinate() or ()
     owned = all(
         coordinate[dim] == 0 for dim, placement in enumerate(tensor.placements) if placement.is_replicate()
     )

@@ -151,6 +151,7 @@ class JobDetail(BaseModel):
     owner: str
     attempts: list[AttemptView]
     bill: BillView
+    checkpoint_store: str | None = None  # where the job's checkpoints are kept (resolved when it was submitted)
 
 
 def job_row(job: Job, now: float) -> JobRow:
@@ -211,4 +212,5 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
     return JobDetail(
         job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts), now),
         bill=BillView.of(bill(job.placed_attempts, now)),
+        checkpoint_store=(job.spec.get("checkpoint") or {}).get("store"),
     )

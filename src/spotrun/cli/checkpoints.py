@@ -1,0 +1,178 @@
+"""`spotrun checkpoints`: what a job's checkpoint store holds, and its weights taken out whole.
+
+A location is a folder or URL (`s3://`, `gs://`, ...: credentials and endpoints as fsspec reads them, e.g.
+`FSSPEC_S3_ENDPOINT_URL`), or a job's own store (`--job ID`, as the store of `spotrun status` knows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import fsspec
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from spotrun.sdk import layout
+
+app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
+console = Console()
+errors = Console(stderr=True)
+
+Location = Annotated[Optional[str], typer.Argument(help="checkpoint folder or URL (or give --job)", show_default=False)]
+JobOption = Annotated[Optional[int], typer.Option("--job", help="the checkpoint store of this job")]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _location(location: str | None, job: int | None) -> str:
+    if (location is None) == (job is None):
+        raise _fail("give a checkpoint location or --job ID (one of them)", 2)
+    if location is not None:
+        return location
+    from spotrun.cli.backend import current_backend
+    from spotrun.control.jobs import JobNotFound
+
+    try:
+        store = current_backend().detail(job).checkpoint_store  # type: ignore[arg-type]
+    except JobNotFound as missing:
+        raise _fail(str(missing)) from None
+    if not store:
+        raise _fail(f"job {job} has no checkpoint store on record")
+    return store
+
+
+@app.command(name="list")
+def list_checkpoints(
+    location: Location = None,
+    job: JobOption = None,
+    verify: Annotated[bool, typer.Option("--verify", help="read every file and check it against its manifest")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """The checkpoints in a store, newest last: steps, size, ranks, and whether each is complete (and intact)."""
+    where = _location(location, job)
+    fs, root = fsspec.core.url_to_fs(where)
+    if not fs.isdir(root):
+        raise _fail(f"{where}: no such checkpoint folder")
+    rows = [_describe(fs, path, step, verify) for step, path in _folders(fs, root)]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.print(f"{escape(where)}: no checkpoints")
+        return
+    table = Table("steps", "state", "size", "files", "ranks", "kind", "written", title=escape(where))
+    for row in rows:
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"])) if row["created"] else "-"
+        table.add_row(
+            str(row["steps"]), escape(row["state"]), _size(row["bytes"]), str(row["files"]),
+            str(row["world_size"] or "-"), row["kind"], written,
+        )
+    console.print(table)
+
+
+def _folders(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
+    fs.invalidate_cache(root)
+    return sorted((step, path) for path in fs.ls(root, detail=False) if (step := layout.parse_step(path)) is not None)
+
+
+def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool) -> dict[str, Any]:
+    manifest = layout.read_manifest(fs, path)
+    row: dict[str, Any] = {"steps": step, "path": fs.unstrip_protocol(path), "bytes": 0, "files": 0, "world_size": None,
+                           "kind": "-", "created": None, "total_steps": None}
+    if manifest is None:
+        return {**row, "state": "incomplete (no manifest: a save cut short)"}
+    files = manifest["files"]
+    row.update(
+        bytes=sum(entry.get("size", 0) for entry in files.values() if isinstance(entry, dict)),
+        files=len(files), world_size=manifest.get("world_size"), created=manifest.get("created"),
+        total_steps=manifest.get("total_steps"),
+        kind=manifest.get("payload") or ("sharded" if "shards.idx" in files else "checkpointer"),
+    )
+    if not verify:
+        return {**row, "state": "complete"}
+    try:
+        layout.verify_files(fs, path)
+    except layout.CorruptCheckpoint as damage:
+        return {**row, "state": f"damaged: {damage}"}
+    return {**row, "state": "intact"}
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    return str(count)
+
+
+@app.command()
+def export(
+    output: Annotated[Path, typer.Argument(help="the file to write (torch.save format)", show_default=False)],
+    location: Location = None,
+    job: JobOption = None,
+    step: Annotated[Optional[int], typer.Option(help="the checkpoint of this many steps (default: newest intact)")] = None,
+    component: Annotated[Optional[list[str]], typer.Option(
+        help="only this component (repeatable); with one, the file holds its state alone, e.g. a model's state dict")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace OUTPUT if it exists")] = False,
+) -> None:
+    """Write a checkpoint's state to one file, sharded tensors put together whole: load it with
+    `torch.load(OUTPUT, weights_only=False)` anywhere, without spotrun (e.g. `--component model` for a state dict)."""
+    where = _location(location, job)
+    if output.exists() and not force:
+        raise _fail(f"{output} exists: give --force to replace it", 2)
+    import torch
+
+    from spotrun.sdk.errors import CheckpointError, CheckpointWarning
+    from spotrun.sdk.reading import load_checkpoint
+
+    try:
+        with warnings.catch_warnings(record=True) as skipped:
+            warnings.simplefilter("always", CheckpointWarning)
+            loaded = load_checkpoint(where, step=step, components=component)
+    except CheckpointError as problem:
+        raise _fail(str(problem)) from None
+    finally:
+        for warning in skipped:
+            errors.print(f"[yellow]warning:[/] {escape(str(warning.message))}", soft_wrap=True)
+    content = loaded.state[component[0]] if component and len(component) == 1 else loaded.state
+    _write_atomically(output, lambda fh: torch.save(content, fh))
+    tensors = [value for value in _leaves(content) if isinstance(value, torch.Tensor)]
+    size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    what = ", ".join(component) if component else ", ".join(loaded.state)
+    console.print(f"wrote {escape(what)} of {escape(loaded.path)} ({loaded.steps} steps): {len(tensors)} tensors, "
+                  f"{_size(size)}, to {escape(str(output))}")
+
+
+def _write_atomically(output: Path, write: Any) -> None:
+    """Write beside ``output``, then rename over it: an interrupted export leaves no half-written file."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+    try:
+        with os.fdopen(handle, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, output)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]

@@ -1,0 +1,143 @@
+"""Reading one Checkpointer checkpoint for one rank: the shared state, the rank's own, and the pieces of sharded
+tensors it needs (see ``sharding``), every file checked against the manifest as it is read.
+
+Used by ``Checkpointer.restore`` (each rank, for its live state) and by ``load_checkpoint`` (one process, whole
+tensors: the weights out of a checkpoint, for evaluation or export).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from spotrun.sdk import layout, sharding
+from spotrun.sdk.errors import (
+    CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, no_valid_checkpoint,
+)
+from spotrun.sdk.storage import CheckpointStore, open_store
+
+CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
+
+SHARED_FILE = "shared.pt"
+FOREIGN_PAYLOAD_FILES = {"transformers-trainer": "the Trainer's own files", "lightning": "lightning.ckpt"}
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Reads the checkpoints of ``store`` as rank ``rank``."""
+
+    store: CheckpointStore
+    rank: int = 0
+
+    def payload(
+        self, path: str, live: Mapping[str, Any], components: Mapping[str, Any], only: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        """The components of the checkpoint at ``path`` (``only`` those named, when given), ready to load into the
+        live state ``live`` (a state dict per component; ``components``: the objects behind it). Raises
+        IncompatibleCheckpoint when sharded tensors do not fit ``live`` (before any piece is read), and any other
+        exception for a damaged checkpoint."""
+        manifest = layout.read_manifest(self.store.fs, path)
+        if manifest is None:
+            raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
+        foreign = FOREIGN_PAYLOAD_FILES.get(manifest.get("payload"))  # type: ignore[arg-type]
+        if foreign is not None:
+            raise layout.CorruptCheckpoint(
+                f"{path}: a {manifest['payload']} checkpoint ({foreign}), not the Checkpointer's: load it with that framework"
+            )
+        own = rank_file(self.rank)
+        names = [SHARED_FILE] + ([own] if own in manifest["files"] else [])  # no own file: saved by fewer ranks
+        files = self.store.load_verified(path, names)
+        payload = {name: value for file in names for name, value in _components(path, file, files[file]).items()}
+        if only is not None:
+            wanted = set(only)
+            missing = sorted(wanted - payload.keys())
+            if missing:
+                raise MissingComponents(f"{path}: no component {', '.join(map(repr, missing))}; it holds {sorted(payload)}")
+            payload = {name: value for name, value in payload.items() if name in wanted}
+        assembly = sharding.Assembly(payload, live, components)
+        if not assembly.needed:
+            return payload
+        index = self.store.load_verified(path, [sharding.INDEX_FILE])[sharding.INDEX_FILE] if assembly.targets else {}
+        if not isinstance(index, dict):
+            raise layout.CorruptCheckpoint(f"{path}: {sharding.INDEX_FILE} holds a {type(index).__name__}")
+        return assembly.fill(assembly.plan(index), functools.partial(self._load_one, path))
+
+    def _load_one(self, path: str, name: str) -> Any:
+        return self.store.load_verified(path, [name])[name]
+
+
+def _components(path: str, name: str, payload: Any) -> dict[str, Any]:
+    if not isinstance(payload, dict) or not all(isinstance(key, str) for key in payload):
+        raise layout.CorruptCheckpoint(f"{path}: {name} holds a {type(payload).__name__}, not named components")
+    return payload
+
+
+def reason(path: str, error: Exception) -> str:
+    """``path: what is wrong with it``, for any failure to read a checkpoint."""
+    message = str(error)
+    if isinstance(error, layout.CorruptCheckpoint) and message.startswith(path):
+        return message
+    return f"{path}: {type(error).__name__}: {message}"
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint read whole: its step count, where it is, and its components' state (sharded tensors whole)."""
+
+    steps: int
+    path: str
+    state: dict[str, Any]
+
+
+def load_checkpoint(
+    location: str | os.PathLike[str] | None = None,
+    *,
+    step: int | None = None,
+    components: Iterable[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> LoadedCheckpoint:
+    """The newest intact Checkpointer checkpoint at ``location`` (default ``$SPOTRUN_CHECKPOINT_DIR``), or the one
+    holding ``step`` steps, read in this process with every sharded tensor put together whole: the weights out of a
+    run for evaluation or export, e.g. ``load_checkpoint("s3://bucket/run")``.state["model"]. ``components``: only
+    those (the others' files and pieces are not read). Damaged checkpoints are skipped with a CheckpointWarning
+    (not when ``step`` names one); NoValidCheckpoint when none is intact, CheckpointError when there is none."""
+    location = os.fspath(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV, ""))
+    if not location:
+        raise CheckpointError(f"no checkpoint location: give one, or set {CHECKPOINT_DIR_ENV}")
+    fs, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+    if not fs.isdir(root):
+        raise CheckpointError(f"{location}: no such checkpoint folder")
+    store = open_store(location, storage_options)
+    candidates = list(reversed(store.candidates()))
+    if step is not None:
+        candidates = [(steps, path) for steps, path in candidates if steps == step]
+        if not candidates:
+            held = ", ".join(str(steps) for steps, _ in store.candidates()) or "none"
+            raise CheckpointError(f"{location}: no checkpoint of {step} steps (it holds: {held})")
+    reader, rejected = Reader(store), []
+    for steps, path in candidates:
+        try:
+            state = reader.payload(path, {}, {}, components)
+        except MissingComponents:
+            raise
+        except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
+            if step is not None:
+                raise NoValidCheckpoint(reason(path, error)) from error
+            rejected.append(reason(path, error))
+            continue
+        for why in rejected:
+            warnings.warn(f"skipping checkpoint {why}", CheckpointWarning, stacklevel=2)
+        return LoadedCheckpoint(steps, store.fs.unstrip_protocol(path), state)
+    if rejected:
+        raise no_valid_checkpoint(store.fs.unstrip_protocol(store.root), rejected)
+    raise CheckpointError(f"{location}: no checkpoint yet (no folder with a manifest)")

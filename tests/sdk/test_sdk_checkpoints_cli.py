@@ -1,0 +1,111 @@
+"""`spotrun checkpoints list / export` and `spotrun.load_checkpoint`: a store's checkpoints told apart (complete,
+cut short, damaged), and a checkpoint's state written whole to one file that torch.load reads without spotrun."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import spotrun
+from spotrun.cli.embedded import EmbeddedBackend
+from spotrun.cli.main import app
+from spotrun.control import jobs as jobs_api
+from spotrun.sdk import layout
+from spotrun.spec import parse_spec
+
+
+@pytest.fixture
+def store_of_three(tmp_path: Path) -> tuple[Path, list[dict[str, torch.Tensor]]]:
+    """Checkpoints of 1, 2 and 3 steps (the third damaged) and a save cut short at 4; the model's weights at each."""
+    model = nn.Linear(3, 2)
+    state = spotrun.torch_state(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), extra={"note": "x"})
+    weights = []
+    with spotrun.Checkpointer(tmp_path / "store", keep_last=None, signals=()) as ckpt:
+        for step in range(3):
+            with torch.no_grad():
+                model.weight.add_(1.0)
+            ckpt.save(state, step)
+            weights.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
+    damaged = tmp_path / "store" / layout.checkpoint_name(3) / "shared.pt"
+    damaged.write_bytes(damaged.read_bytes()[:-10] + b"0123456789")
+    cut_short = tmp_path / "store" / layout.checkpoint_name(4)
+    cut_short.mkdir()
+    (cut_short / "shared.pt").write_bytes(b"half")
+    return tmp_path / "store", weights
+
+
+def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_three, tmp_path: Path) -> None:
+    store, _ = store_of_three
+    runner = CliRunner()
+    listed = runner.invoke(app, ["checkpoints", "list", str(store), "--verify", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [(row["steps"], row["state"].split(":")[0]) for row in rows] == [
+        (1, "intact"), (2, "intact"), (3, "damaged"), (4, "incomplete (no manifest")]
+    assert "shared.pt does not match its size/checksum" in rows[2]["state"]
+    assert rows[0]["world_size"] == 1 and rows[0]["kind"] == "checkpointer" and rows[0]["bytes"] > 0
+
+    table = runner.invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and table.output.count("complete") == 4  # without --verify: not read, not judged
+
+    missing = runner.invoke(app, ["checkpoints", "list", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 1 and "no such checkpoint folder" in missing.output
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_do(store_of_three, tmp_path: Path) -> None:
+    store, weights = store_of_three
+    runner = CliRunner()
+    out = tmp_path / "model.pt"
+    done = runner.invoke(app, ["checkpoints", "export", str(out), str(store), "--component", "model"])
+    assert done.exit_code == 0, done.output
+    said = done.output.replace("\n", "")
+    assert "warning: skipping checkpoint" in said and "ckpt-000000000003: shared.pt does not match" in said
+    assert "ckpt-000000000002 (2 steps): 2 tensors" in said  # the damaged 3 skipped
+    exported = torch.load(out, weights_only=True)
+    assert exported.keys() == weights[1].keys()
+    assert all(torch.equal(exported[name], weights[1][name]) for name in exported)
+
+    everything = runner.invoke(app, ["checkpoints", "export", str(tmp_path / "all.pt"), str(store), "--step", "1"])
+    assert everything.exit_code == 0, everything.output
+    whole = torch.load(tmp_path / "all.pt", weights_only=False)
+    assert sorted(whole) == ["extra", "model", "optimizer", "rng"] and whole["extra"] == {"note": "x"}
+    assert torch.equal(whole["model"]["weight"], weights[0]["weight"])
+
+    before = out.read_bytes()
+    refusals = {
+        "exists: give --force": ["checkpoints", "export", str(out), str(store)],
+        "no checkpoint of 9 steps (it holds: 1, 2, 3)": ["checkpoints", "export", str(tmp_path / "a.pt"), str(store), "--step", "9"],
+        "shared.pt does not match": ["checkpoints", "export", str(tmp_path / "b.pt"), str(store), "--step", "3"],
+        "no component 'modle'": ["checkpoints", "export", str(tmp_path / "c.pt"), str(store), "--component", "modle"],
+        "one of them": ["checkpoints", "export", str(tmp_path / "d.pt")],
+    }
+    for message, arguments in refusals.items():
+        refused = runner.invoke(app, arguments, env={"COLUMNS": "300"})
+        assert refused.exit_code in (1, 2) and message in refused.output.replace("\n", ""), (message, refused.output)
+    assert out.read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["all.pt", "model.pt", "store"]  # no half-written file
+
+
+def test_a_jobs_own_store_is_found_by_its_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPOTRUN_SERVER", raising=False)
+    spec = parse_spec(f"name: kept\nrun: 'true'\nresources: {{cloud: local, instance_type: local.cpu}}\n"
+                      f"checkpoint: {{store: '{(tmp_path / 'kept').as_uri()}'}}\n")
+    job_id = jobs_api.submit(EmbeddedBackend().store, spec, time.time())
+    model = nn.Linear(2, 2)
+    with spotrun.Checkpointer(tmp_path / "kept", signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=model, rng=False), 4)
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["checkpoints", "list", "--job", str(job_id), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["steps"] for row in json.loads(listed.stdout)] == [5]
+    unknown = runner.invoke(app, ["checkpoints", "list", "--job", "99"])
+    assert unknown.exit_code == 1 and "99" in unknown.output
