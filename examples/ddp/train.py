@@ -1,10 +1,13 @@
-"""The digits MLP trained with DistributedDataParallel over every node of a multi-node spotrun job.
+"""The digits MLP trained with DistributedDataParallel (or FSDP2: PARALLEL=fsdp) over every node of a multi-node
+spotrun job.
 
 Each node runs one process; torch.distributed reads MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK from the
 environment the spotrun agent sets (or torchrun's). The sampler gives every rank its share of each epoch, and
 the Checkpointer commits a checkpoint only once every rank has written its part, so all ranks resume from the
 same step. Environment: EPOCHS (default 20), STEP_SECONDS (a sleep per step, default 0), CHECKPOINT_EVERY
-(default 10), COLLECTIVE_TIMEOUT (seconds a rank waits for a lost peer, default 60). Rank 0 writes final.json
+(default 10), COLLECTIVE_TIMEOUT (seconds a rank waits for a lost peer, default 60), PARALLEL (ddp, the default:
+every rank holds the whole model; fsdp: `fully_shard`, every rank holds and saves its shard of the weights and of
+Adam's moments, see spotrun.sdk.sharding). Rank 0 writes final.json
 ({"sha256", "accuracy", "steps"}) into the checkpoint folder; every rank prints when its first step after a
 (re)start is done, which benchmarks/multinode_recovery.py reads.
 """
@@ -23,6 +26,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 import spotrun
@@ -37,6 +42,26 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def parallel(model: nn.Module, how: str, world_size: int) -> nn.Module:
+    if how == "fsdp":
+        mesh = init_device_mesh("cpu", (world_size,))
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        return fully_shard(model, mesh=mesh)
+    if how != "ddp":
+        raise SystemExit(f"PARALLEL must be ddp or fsdp, not {how!r}")
+    wrapped = DistributedDataParallel(model)
+    wrapped.register_comm_hook(None, spotrun.exact_allreduce)  # bit-exact resume with 3+ ranks (see its doc)
+    return wrapped
+
+
+def whole_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full weights on every rank (FSDP's shards gathered: every rank must call this)."""
+    state = model.module.state_dict() if isinstance(model, DistributedDataParallel) else model.state_dict()
+    return {name: tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor for name, tensor in state.items()}
+
+
 def main() -> None:
     epochs = int(os.environ.get("EPOCHS", "20"))
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
@@ -48,8 +73,7 @@ def main() -> None:
     x_train, y_train, x_test, y_test = load_data()
 
     seed_everything(SEED)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = DistributedDataParallel(build_model())
-    model.register_comm_hook(None, spotrun.exact_allreduce)  # bit-exact resume with 3+ ranks (see its doc)
+    model = parallel(build_model(), os.environ.get("PARALLEL", "ddp"), world_size)
     seed_everything(SEED + rank)  # each rank its own dropout stream, saved and restored per rank
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     sampler = spotrun.ResumableSampler(
@@ -83,12 +107,10 @@ def main() -> None:
         ckpt.exit_if_stopped()  # every rank stops at the same step, after the same committed checkpoint
 
     ckpt.save(state, total_steps - 1)
+    weights = whole_weights(model)
+    tested = accuracy(model, x_test, y_test)  # every rank: FSDP gathers each layer for the forward pass
     if rank == 0:
-        result = {
-            "sha256": spotrun.weights_sha256(model.module),
-            "accuracy": accuracy(model.module, x_test, y_test),
-            "steps": total_steps,
-        }
+        result = {"sha256": spotrun.weights_sha256(weights), "accuracy": tested, "steps": total_steps}
         with ckpt.fs.open(f"{ckpt.root}/final.json", "w") as fh:
             json.dump(result, fh)
         print(f"test accuracy {result['accuracy']:.4f}; weights sha256 {result['sha256']}", flush=True)

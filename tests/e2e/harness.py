@@ -172,14 +172,16 @@ def final_result(home: Path, job_id: int, name: str = "digits-e2e") -> dict:
     return json.loads((home / "checkpoints" / f"{job_id}-{name}" / "final.json").read_text())
 
 
-def ddp_job(tmp_path: Path, *, nodes: int = 3, epochs: int = 10, step_seconds: float = 0.15, extra: str = "") -> Path:
+def ddp_job(
+    tmp_path: Path, *, nodes: int = 3, epochs: int = 10, step_seconds: float = 0.15, extra: str = "", parallel: str = "ddp"
+) -> Path:
     job = tmp_path / "ddp.yaml"
     job.write_text(
         f"""
 name: ddp-e2e
 workdir: {DDP}
 run: python train.py
-env: {{EPOCHS: {epochs}, STEP_SECONDS: {step_seconds}, CHECKPOINT_EVERY: 5, COLLECTIVE_TIMEOUT: 30}}
+env: {{EPOCHS: {epochs}, STEP_SECONDS: {step_seconds}, CHECKPOINT_EVERY: 5, COLLECTIVE_TIMEOUT: 30, PARALLEL: {parallel}}}
 resources: {{cloud: local, instance_type: local.cpu, nodes: {nodes}}}
 spot: {{preemptions_before_fallback: 5}}
 checkpoint: {{sync_interval: 1s}}
@@ -189,23 +191,24 @@ checkpoint: {{sync_interval: 1s}}
     return job
 
 
-_reference_ddp_results: dict[tuple[int, int], dict] = {}
+_reference_ddp_results: dict[tuple[int, int, str], dict] = {}
 
 
-def reference_ddp(tmp_path: Path, *, nodes: int = 3, epochs: int = 10) -> dict:
-    """The same DDP training, never interrupted: `nodes` processes on 127.0.0.1, no spotrun platform. Run once per
-    (nodes, epochs) in a test session: the training is deterministic, and each run costs ~15 s on 2 cores."""
-    if (nodes, epochs) not in _reference_ddp_results:
-        _reference_ddp_results[nodes, epochs] = _run_reference_ddp(tmp_path, nodes, epochs)
-    return _reference_ddp_results[nodes, epochs]
+def reference_ddp(tmp_path: Path, *, nodes: int = 3, epochs: int = 10, parallel: str = "ddp") -> dict:
+    """The same DDP (or FSDP) training, never interrupted: `nodes` processes on 127.0.0.1, no spotrun platform. Run
+    once per (nodes, epochs, parallel) in a test session: the training is deterministic, and each run costs ~15 s on
+    2 cores."""
+    if (nodes, epochs, parallel) not in _reference_ddp_results:
+        _reference_ddp_results[nodes, epochs, parallel] = _run_reference_ddp(tmp_path, nodes, epochs, parallel)
+    return _reference_ddp_results[nodes, epochs, parallel]
 
 
-def _run_reference_ddp(tmp_path: Path, nodes: int, epochs: int) -> dict:
+def _run_reference_ddp(tmp_path: Path, nodes: int, epochs: int, parallel: str) -> dict:
     checkpoints = tmp_path / "reference-ddp"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "EPOCHS": str(epochs), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "5",
+    env = {**os.environ, "EPOCHS": str(epochs), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "5", "PARALLEL": parallel,
            "SPOTRUN_CHECKPOINT_DIR": str(checkpoints), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "WORLD_SIZE": str(nodes)}
     ranks = [

@@ -127,3 +127,19 @@ def test_torchrun_launcher_runs_each_node_under_torchrun_and_resumes_exactly(spo
     assert "──── attempt 1 · node 0 · spot" in logs and "──── attempt 2 · node 1 · spot" in logs
     assert "rank 1/2: starting at step 0 of 72 (launcher torchrun)" in logs
     assert "(launcher env)" not in logs
+
+
+@pytest.mark.soak  # the SDK's sharded saves are tested in tests/sdk; the platform's side is DDP's, tested above
+def test_fsdp_over_two_nodes_loses_the_master_and_resumes_from_every_ranks_shards_exactly(spotrun, tmp_path):
+    reference = reference_ddp(tmp_path, nodes=2, epochs=6, parallel="fsdp")
+    spotrun.run("launch", str(ddp_job(tmp_path, nodes=2, epochs=6, parallel="fsdp")))
+    wait_training(spotrun, 10, generation=1)
+    spotrun.run("preempt", "1", "--node", "0")
+    spotrun.wait_for(1, lambda r: r["preemptions"] == 1, what="the preemption")
+    done = assert_done_and_exact(spotrun, reference)
+    assert done["preemptions"] == 1
+    logs = spotrun.run("logs", "1").stdout
+    resumed = re.findall(r"rank 1/2: starting at step (\d+) of 72", logs)
+    assert len(resumed) == 2 and int(resumed[1]) > 10, resumed  # node 1 restarted from the shards, not from 0
+    listed = spotrun.run("checkpoints", "list", "--job", "1", "--json").stdout
+    assert "sharded" in listed
