@@ -269,17 +269,21 @@ class Assembly:
 
     def _optimizer_parameter(self, path: Path) -> Any:
         name = path[0]
-        optimizer = self.components.get(name)
-        if not (isinstance(optimizer, torch.optim.Optimizer) and len(path) == 4 and path[1] == "state"):
+        if not (isinstance(self.components.get(name), torch.optim.Optimizer) and len(path) == 4 and path[1] == "state"):
             return None
-        groups = self.payload.get(name, {}).get("param_groups") if isinstance(self.payload.get(name), dict) else None
-        saved_ids = [pid for group in groups or [] if isinstance(group, dict) for pid in group.get("params", [])]
-        params = [param for group in optimizer.param_groups for param in group["params"]]
-        if path[2] not in saved_ids or len(saved_ids) != len(params):
-            return None
-        param = params[saved_ids.index(path[2])]
+        param = self._parameters_by_saved_id(name).get(path[2])
         saved = _lookup(self.payload, path)
-        return param if getattr(saved, "shape", None) == tuple(param.shape) else None
+        return param if param is not None and getattr(saved, "shape", None) == tuple(param.shape) else None
+
+    @functools.cache  # noqa: B019 (an Assembly lives for one restore)
+    def _parameters_by_saved_id(self, name: str) -> dict[Any, Any]:
+        """The optimizer's live parameters by the ids its saved state uses (both in parameter-group order); empty
+        when the groups do not match."""
+        saved = self.payload.get(name)
+        groups = saved.get("param_groups") if isinstance(saved, dict) else None
+        saved_ids = [pid for group in groups or [] if isinstance(group, dict) for pid in group.get("params", [])]
+        params = [param for group in self.components[name].param_groups for param in group["params"]]
+        return dict(zip(saved_ids, params, strict=True)) if len(saved_ids) == len(params) else {}
 
 
 def _copy_overlap(pieces: dict, file: str, path: Path, piece: Box, target: _Target, buffer: torch.Tensor) -> int:
