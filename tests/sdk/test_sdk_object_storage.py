@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import fsspec
 import pytest
 import torch
 
 import spotrun
-from spotrun.sdk import CheckpointWarning
+from spotrun.sdk import CheckpointWarning, layout, tensorfile
+from spotrun.sdk.storage import WRITE_CHUNK, CheckpointStore
 
 SERVERS = Path(sys.executable).parent
 BUCKET = "spotrun-sdk-test"
@@ -134,3 +136,48 @@ def test_corrupt_object_falls_back_with_warning(remote: tuple[str, dict[str, Any
         with pytest.warns(CheckpointWarning, match="ckpt-000000000002"):
             assert ckpt.restore(state) == 1
     assert torch.equal(model.weight, torch.full((2, 5), 1.0))
+
+
+class RecordingUpload:
+    """An object being written: records each write's size; ``discard`` abandons it, ``close`` stores it."""
+
+    def __init__(self, stored: dict[str, bytes], path: str) -> None:
+        self.stored, self.path, self.data, self.writes, self.discarded = stored, path, bytearray(), [], False
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(memoryview(data).cast("B"))
+        self.writes.append(len(chunk))
+        self.data += chunk
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.stored[self.path] = bytes(self.data)
+
+    def discard(self) -> None:
+        self.discarded = True
+
+
+def test_a_payload_streams_to_the_object_store_in_bounded_writes_and_a_failed_one_is_abandoned(monkeypatch) -> None:
+    store, stored, uploads = CheckpointStore(fsspec.filesystem("memory"), "/bucket/run"), {}, []
+
+    def upload(path: str, mode: str) -> RecordingUpload:
+        uploads.append(RecordingUpload(stored, path))
+        return uploads[-1]
+
+    monkeypatch.setattr(store.fs, "open", upload)
+    payload = {"big": torch.arange(3 * WRITE_CHUNK // 8 + 5, dtype=torch.float64)}  # 3 pieces and a bit
+    entry = store.write_payload("/bucket/run/ckpt-000000000001", "shared.pt", lambda fh: tensorfile.write(payload, fh))
+    [done] = uploads
+    assert max(done.writes) <= WRITE_CHUNK and sum(done.writes) > 3 * WRITE_CHUNK  # never the whole payload at once
+    assert entry == layout.describe_bytes(stored["/bucket/run/ckpt-000000000001/shared.pt"])
+
+    def fails_half_way(fh: Any) -> None:
+        fh.write(b"x" * 100)
+        raise OSError("connection reset")
+
+    with pytest.raises(OSError, match="connection reset"):
+        store.write_payload("/bucket/run/ckpt-000000000002", "shared.pt", fails_half_way)
+    assert uploads[-1].discarded and "/bucket/run/ckpt-000000000002/shared.pt" not in stored

@@ -6,6 +6,7 @@ Either way a folder counts as a checkpoint only once its manifest is there (see 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import os
@@ -108,14 +109,23 @@ class CheckpointStore:
         self.fs.pipe_file(f"{staging}/{name}", data)
 
     def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
-        """Write what ``serialize`` writes to the file it is given; its manifest entry (size, sha256).
-        An object is uploaded whole, so the payload is gathered in memory first."""
-        buffer = io.BytesIO()
-        serialize(buffer)
-        data = buffer.getvalue()
-        del buffer
-        self.write(staging, name, data)
-        return layout.describe_bytes(data)
+        """Stream what ``serialize`` writes to the object, checksumming it on the way; its manifest entry. The
+        filesystem uploads it in parts as its buffer fills (s3fs: a multipart upload of ``block_size`` parts; gcsfs:
+        a resumable upload), and large writes reach it ``WRITE_CHUNK`` at a time, so a save holds about one part in
+        memory, not the serialized payload. An upload that fails is abandoned, where the filesystem can (an object
+        left behind is in a folder no manifest commits, and is removed with it)."""
+        fh = self.fs.open(f"{staging}/{name}", "wb")
+        try:
+            with ThreadPoolExecutor(1, "spotrun-hash") as hasher:
+                hashing = _HashingWriter(fh, hasher, start_writeback=False, piece_bytes=WRITE_CHUNK)
+                serialize(hashing)
+            fh.close()
+        except BaseException:
+            discard = getattr(fh, "discard", None)  # fsspec's buffered files: abort the multipart upload
+            with contextlib.suppress(Exception):
+                discard() if callable(discard) else fh.close()
+            raise
+        return hashing.describe()
 
     def commit(self, staging: str, step: int, manifest: dict[str, Any]) -> None:
         self.fs.pipe_file(f"{staging}/{layout.MANIFEST_NAME}", layout.encode_manifest(manifest))
@@ -222,11 +232,16 @@ class _HashingWriter:
     reuse its buffer."""
 
     def __init__(
-        self, raw: io.RawIOBase | directio.DirectWriter, hasher: ThreadPoolExecutor, start_writeback: bool = True
+        self,
+        raw: io.RawIOBase | directio.DirectWriter | BinaryIO,
+        hasher: ThreadPoolExecutor,
+        start_writeback: bool = True,
+        piece_bytes: int | None = None,
     ) -> None:
         self._raw = raw
         self._hasher = hasher
         self._start_writeback = start_writeback
+        self._piece_bytes = WRITE_CHUNK if start_writeback else piece_bytes  # None: a large chunk in one write
         self._checksum = layout.CHECKSUMS[layout.CHECKSUM]()
         self._size = 0
 
@@ -238,13 +253,12 @@ class _HashingWriter:
             return chunk.nbytes
         hashed = self._hasher.submit(self._checksum.update, chunk)
         try:
-            if not self._start_writeback:
-                self._write_all(chunk)
-                return chunk.nbytes
-            for offset in range(0, chunk.nbytes, WRITE_CHUNK):
-                piece = chunk[offset : offset + WRITE_CHUNK]
+            step = self._piece_bytes or chunk.nbytes
+            for offset in range(0, chunk.nbytes, step):
+                piece = chunk[offset : offset + step]
                 self._write_all(piece)
-                _start_writeback(self._raw.fileno(), self._size - piece.nbytes, piece.nbytes)
+                if self._start_writeback:
+                    _start_writeback(self._raw.fileno(), self._size - piece.nbytes, piece.nbytes)
         finally:
             hashed.result()
         return chunk.nbytes
