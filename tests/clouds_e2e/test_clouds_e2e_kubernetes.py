@@ -3,7 +3,7 @@
 graceful node shutdown does: the agent, the container's first process, takes the kubelet's SIGTERM as its notice, the
 trainer checkpoints, the pod ends and the node is gone. The controller, paused meanwhile, reads the reclaim from the
 pod that spotrun's finalizer kept; the job resumes on a spot node elsewhere (past any try in the zone with no node) and ends with
-the weights of an uninterrupted run.
+the weights of an uninterrupted run. A two-pod gang (examples/ddp) loses one pod's node: only that pod is replaced.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from spotrun.providers.kubernetes import KubernetesProvider, KubernetesSettings
 from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Instance, Job, Store
 from vm_emulation import ControlPlane
+from vm_emulation.ddp import DDP, uninterrupted_ddp
 from vm_emulation.digits import DIGITS, TRAINER_ENV, uninterrupted_run
 from vm_emulation.waiting import wait_until
 
@@ -139,3 +140,67 @@ def test_a_spot_node_shut_down_under_a_pod_resumes_the_job_on_another_node(
     assert start and int(start.group(1)) >= first.checkpoint_step > 0, f"the relaunch did not resume:\n{resumed_log[-2000:]}"
     final = json.loads((spotrun_home / "checkpoints" / f"{job_id}-digits-kubernetes" / "final.json").read_text())
     assert (final["sha256"], final["steps"]) == (uninterrupted_digits["sha256"], uninterrupted_digits["steps"])
+
+
+GANG_ENV = {"EPOCHS": "3", "CHECKPOINT_EVERY": "5"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_pair(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return uninterrupted_ddp(tmp_path_factory.mktemp("ddp-reference"), 2, GANG_ENV)
+
+
+def gang_job_text(checkpoints: Path) -> str:
+    return f"""
+name: ddp-kubernetes
+workdir: {DDP}
+run: python train.py
+env: {json.dumps({**GANG_ENV, "STEP_SECONDS": str(STEP_SECONDS), "COLLECTIVE_TIMEOUT": "30"})}
+resources: {{cloud: kubernetes, instance_type: {TYPE}, accelerators: {{V100: 1}}, nodes: 2}}
+spot: {{zones: {json.dumps(ZONES[:1])}, preemptions_before_fallback: 3, notice_grace: 8}}
+checkpoint: {{store: '{checkpoints.as_uri()}', sync_interval: 1s}}
+"""
+
+
+def test_a_two_pod_gang_loses_one_pods_node_and_only_that_pod_is_replaced(
+    cluster, cloud_store, tmp_path, uninterrupted_pair,
+):
+    fake, provider = cluster
+    for suffix in "xyz":  # three spot nodes in one zone: two for the gang, one for the replacement
+        fake.add_node(f"spot-{suffix}", {"topology.kubernetes.io/zone": ZONES[0], "node.kubernetes.io/instance-type": TYPE,
+                                         "karpenter.sh/capacity-type": "spot"},
+                      allocatable={"cpu": "8", "memory": "61Gi", "nvidia.com/gpu": "1"})
+    store = cloud_store
+    job_id = jobs.submit(store, parse_spec(gang_job_text(tmp_path / "shared")), time.time(), prices=price_for)
+    plane = ControlPlane(store, {"kubernetes": provider}.__getitem__, prices=price_for, heartbeat_timeout=20,
+                         boot_timeout=60, agent_heartbeat_interval=0.3, backoff_base=1)
+
+    def explain() -> str:
+        rows = [(a.number, a.node_rank, a.state, a.end_reason, a.instance_id, a.checkpoint_step)
+                for a in attempts_of(store, job_id)]
+        logs = "\n".join(f"== {p['metadata']['name']}\n{fake.runner.log_of(NAMESPACE, p['metadata']['name'])[-2000:]}"
+                         for p in fake.pods)
+        return f"attempts {rows}; tick errors {plane.tick_errors}\n{logs}"
+
+    with plane:
+        wait_until("both ranks' first checkpoint", lambda: any(
+            a.state == "running" and a.checkpoint_step for a in attempts_of(store, job_id)), 90, explain)
+        lost = next(a for a in attempts_of(store, job_id) if a.node_rank == 1 and a.state == "running")
+        lost_node = fake.pod(NAMESPACE, lost.instance_id.split("/")[1])["spec"]["nodeName"]
+        fake.shut_down_node(lost_node, grace=GRACE)
+        wait_until("the job's end", lambda: job_state(store, job_id) in ("SUCCEEDED", "FAILED"), 150, explain)
+        assert job_state(store, job_id) == "SUCCEEDED", explain()
+        assert not plane.tick_errors, explain()
+
+    attempts = attempts_of(store, job_id)
+    node_zero = [a for a in attempts if a.node_rank == 0 and a.instance_id]
+    node_one = [a for a in attempts if a.node_rank == 1 and a.instance_id]
+    assert len(node_zero) == 1, f"node 0's pod was kept: {explain()}"
+    assert [a.end_reason for a in node_one] == ["preempted", "succeeded"], explain()
+    final = json.loads((tmp_path / "shared" / "final.json").read_text())
+    assert (final["sha256"], final["steps"]) == (uninterrupted_pair["sha256"], uninterrupted_pair["steps"])
+
+
+def job_state(store: Store, job_id: int) -> str:
+    with store.session() as session:
+        return session.get(Job, job_id).state

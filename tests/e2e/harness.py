@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,10 +16,10 @@ from sqlalchemy import select
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.providers.local import LocalProvider, ManualMarket
 from spotrun.state import Store, lease
+from vm_emulation.ddp import DDP, uninterrupted_ddp
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
-DDP = REPO / "examples" / "ddp"
 
 FAST_CONTROLLER = {
     "SPOTRUN_TICK_INTERVAL": "0.2",
@@ -204,21 +203,8 @@ def reference_ddp(tmp_path: Path, *, nodes: int = 3, epochs: int = 10, parallel:
 
 
 def _run_reference_ddp(tmp_path: Path, nodes: int, epochs: int, parallel: str) -> dict:
-    checkpoints = tmp_path / "reference-ddp"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "EPOCHS": str(epochs), "STEP_SECONDS": "0", "CHECKPOINT_EVERY": "5", "PARALLEL": parallel,
-           "SPOTRUN_CHECKPOINT_DIR": str(checkpoints), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "WORLD_SIZE": str(nodes)}
-    ranks = [
-        subprocess.Popen([sys.executable, "train.py"], cwd=DDP, env={**env, "RANK": str(rank)},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for rank in range(nodes)
-    ]
-    outputs = [rank.communicate(timeout=180)[0].decode() for rank in ranks]
-    assert all(rank.returncode == 0 for rank in ranks), outputs
-    return json.loads((checkpoints / "final.json").read_text())
+    env = {"EPOCHS": str(epochs), "CHECKPOINT_EVERY": "5", "PARALLEL": parallel}
+    return uninterrupted_ddp(tmp_path / "reference-ddp", nodes, env)
 
 
 def final_ddp_result(home: Path, job_id: int) -> dict:
