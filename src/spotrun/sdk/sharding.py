@@ -214,15 +214,23 @@ class Assembly:
 
     def fill(self, plan: dict[str, list[tuple[_Target, Box]]], load: Callable[[str], Any]) -> dict[str, Any]:
         """The payload with every placeholder replaced by its box of the global tensor, read as ``plan`` says
-        (``load(name)`` gives a shards file's pieces, path -> local tensor), one file at a time."""
-        buffers = {target.path: torch.empty(target.box[1], dtype=target.dtype) for target in self.targets}
-        filled = dict.fromkeys(buffers, 0)
+        (``load(name)`` gives a shards file's pieces, path -> local tensor), one file at a time. A piece that is the
+        whole box (the same layout, or a whole tensor for a plain model) is taken as read, without a copy."""
+        buffers: dict[Path, torch.Tensor] = {}
+        filled = {target.path: 0 for target in self.targets}
         for file, overlapping in plan.items():
             pieces = load(file)
             if not isinstance(pieces, dict):
                 raise CorruptCheckpoint(f"{file} holds a {type(pieces).__name__}, not pieces of tensors")
             for target, piece in overlapping:
-                filled[target.path] += _copy_overlap(pieces, file, target.path, piece, target, buffers[target.path])
+                local = _saved_piece(pieces, file, target.path, piece)
+                if piece == target.box and target.path not in buffers and local.dtype == target.dtype:
+                    buffers[target.path] = local
+                    filled[target.path] += local.numel()
+                    continue
+                if target.path not in buffers:
+                    buffers[target.path] = torch.empty(target.box[1], dtype=target.dtype)
+                filled[target.path] += _copy_overlap(local, piece, target.box, buffers[target.path])
             del pieces
         for target in self.targets:
             if filled[target.path] != math.prod(target.box[1]):
@@ -230,7 +238,10 @@ class Assembly:
                     f"{dotted(target.path)}: the saved pieces cover {filled[target.path]} of the "
                     f"{math.prod(target.box[1])} values this rank needs"
                 )
-        replaced = {target.path: target.wrap(buffers[target.path]) for target in self.targets}
+        replaced = {
+            target.path: target.wrap(buffers.get(target.path, torch.empty(target.box[1], dtype=target.dtype)))
+            for target in self.targets
+        }
         replaced.update({target.path: target.wrap(_cut(value, target.box)) for target, value in self.cuts})
         return _map_leaves(self.payload, (), lambda path, leaf: replaced.get(path, leaf))
 
@@ -286,16 +297,20 @@ class Assembly:
         return dict(zip(saved_ids, params, strict=True)) if len(saved_ids) == len(params) else {}
 
 
-def _copy_overlap(pieces: dict, file: str, path: Path, piece: Box, target: _Target, buffer: torch.Tensor) -> int:
-    """Copy the part of a saved piece inside the target's box into its buffer; the number of values copied."""
-    overlap = _overlap(piece, target.box)
-    if overlap is None:
-        return 0
+def _saved_piece(pieces: dict, file: str, path: Path, piece: Box) -> torch.Tensor:
     local = pieces.get(path)
     if not isinstance(local, torch.Tensor) or tuple(local.shape) != piece[1]:
         raise CorruptCheckpoint(f"{file}: its piece of {dotted(path)} is missing or not of the shape {INDEX_FILE} lists")
+    return local
+
+
+def _copy_overlap(local: torch.Tensor, piece: Box, box: Box, buffer: torch.Tensor) -> int:
+    """Copy the part of a saved piece inside ``box`` into its buffer; the number of values copied."""
+    overlap = _overlap(piece, box)
+    if overlap is None:
+        return 0
     source = tuple(slice(low - start, high - start) for (low, high), start in zip(overlap, piece[0], strict=True))
-    destination = tuple(slice(low - start, high - start) for (low, high), start in zip(overlap, target.box[0], strict=True))
+    destination = tuple(slice(low - start, high - start) for (low, high), start in zip(overlap, box[0], strict=True))
     buffer[destination].copy_(local[source])
     return math.prod(high - low for low, high in overlap)
 
