@@ -42,9 +42,9 @@ import fsspec
 import torch
 
 from spotrun.sdk import distributed, layout, reading, sharding, tensorfile
-from spotrun.sdk.reading import CHECKPOINT_DIR_ENV, SHARED_FILE, rank_file
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
+from spotrun.sdk.reading import CHECKPOINT_DIR_ENV, SHARED_FILE, rank_file
 from spotrun.sdk.snapshot import SnapshotCopies
 from spotrun.sdk.state import TrainingState
 from spotrun.sdk.storage import open_store

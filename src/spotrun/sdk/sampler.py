@@ -3,10 +3,11 @@
 The order of epoch ``e`` depends only on ``(seed, e)``; the saved position is the number of samples this
 rank has handed out in the current epoch. A position saved by another number of ranks is taken over: the ranks
 had handed out the head of the epoch's order between them, and the new ones share out its rest (the epoch's
-remaining samples, each once; not the batches an uninterrupted run with the old number would have made). The position counts what the sampler has *yielded*, so iterate it
-directly. To load through a DataLoader (workers included) use ``ResumableLoader``, which saves the position
-the training loop has received: a DataLoader reads its sampler ahead, and a plain one also shifts the global
-RNG each time it starts (see ``loader``).
+remaining samples, each once; not the batches an uninterrupted run with the old number would have made).
+The position counts what the sampler has *yielded*, so iterate it directly. To load through a DataLoader
+(workers included) use ``ResumableLoader``, which saves the position the training loop has received: a
+DataLoader reads its sampler ahead, and a plain one also shifts the global RNG each time it starts (see
+``loader``).
 """
 
 from __future__ import annotations
