@@ -144,3 +144,14 @@ def test_partial_sums_are_refused_at_the_save_naming_the_tensor(tmp_path: Path, 
         ckpt.save(spotrun.torch_state(extra={"sums": partial}, rng=False), 0)
     ckpt.close()
     assert layout.list_committed(fsspec.filesystem("file"), str(tmp_path / "ckpt")) == []
+
+
+@pytest.mark.soak  # four ranks on two cores: ~15 s
+def test_fsdp_over_tensor_parallelism_restores_its_twice_sharded_weights(tmp_path: Path) -> None:
+    worker = Path(__file__).with_name("sdk_sharded_2d_worker.py")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
+    done = subprocess.run([*torchrun, str(worker), str(tmp_path / "ckpt")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank")) == [
+        f"rank {rank}: weights True moments True" for rank in range(4)]
+    assert "whole True" in done.stdout
