@@ -109,3 +109,26 @@ def test_a_jobs_own_store_is_found_by_its_id(tmp_path: Path, monkeypatch: pytest
     assert [row["steps"] for row in json.loads(listed.stdout)] == [5]
     unknown = runner.invoke(app, ["checkpoints", "list", "--job", "99"])
     assert unknown.exit_code == 1 and "99" in unknown.output
+
+
+def test_export_to_safetensors_takes_a_component_of_tensors_tied_weights_included(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, safe_open
+
+    model = nn.Sequential(nn.Embedding(5, 3), nn.Linear(3, 5, bias=False))
+    model[1].weight = model[0].weight  # tied: one storage under two names
+    with spotrun.Checkpointer(tmp_path / "store", signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1)), 9)
+    runner = CliRunner()
+    out = tmp_path / "model.safetensors"
+    done = runner.invoke(app, ["checkpoints", "export", str(out), str(tmp_path / "store"), "--component", "model"])
+    assert done.exit_code == 0, done.output
+    loaded = load_file(out)
+    assert loaded.keys() == {"0.weight", "1.weight"}
+    assert all(torch.equal(loaded[name], model.state_dict()[name]) for name in loaded)
+    with safe_open(out, "pt") as opened:
+        assert opened.metadata()["spotrun_steps"] == "10"
+
+    refused = runner.invoke(app, ["checkpoints", "export", str(tmp_path / "all.safetensors"), str(tmp_path / "store")],
+                            env={"COLUMNS": "300"})
+    assert refused.exit_code == 2 and "give one --component of tensors" in refused.output.replace("\n", "")
+    assert not (tmp_path / "all.safetensors").exists()

@@ -118,7 +118,9 @@ def _size(count: int) -> str:
 
 @app.command()
 def export(
-    output: Annotated[Path, typer.Argument(help="the file to write (torch.save format)", show_default=False)],
+    output: Annotated[Path, typer.Argument(
+        help="the file to write: torch.save's format, or safetensors for a name ending in .safetensors",
+        show_default=False)],
     location: Location = None,
     job: JobOption = None,
     step: Annotated[Optional[int], typer.Option(help="the checkpoint of this many steps (default: newest intact)")] = None,
@@ -128,7 +130,8 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="replace OUTPUT if it exists")] = False,
 ) -> None:
     """Write a checkpoint's state to one file, sharded tensors put together whole: load it with
-    `torch.load(OUTPUT, weights_only=False)` anywhere, without spotrun (e.g. `--component model` for a state dict)."""
+    `torch.load(OUTPUT, weights_only=False)` anywhere, without spotrun (e.g. `--component model` for a state dict),
+    or, for OUTPUT.safetensors and one component of tensors alone (a model's), with safetensors."""
     where = _location(location, job)
     if output.exists() and not force:
         raise _fail(f"{output} exists: give --force to replace it", 2)
@@ -147,12 +150,41 @@ def export(
         for warning in skipped:
             errors.print(f"[yellow]warning:[/] {escape(str(warning.message))}", soft_wrap=True)
     content = loaded.state[component[0]] if component and len(component) == 1 else loaded.state
-    _write_atomically(output, lambda fh: torch.save(content, fh))
+    if output.suffix == ".safetensors":
+        data = _safetensors_bytes(content, {"spotrun_checkpoint": loaded.path, "spotrun_steps": str(loaded.steps)})
+        _write_atomically(output, lambda fh: fh.write(data))
+    else:
+        _write_atomically(output, lambda fh: torch.save(content, fh))
     tensors = [value for value in _leaves(content) if isinstance(value, torch.Tensor)]
     size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
     what = ", ".join(component) if component else ", ".join(loaded.state)
     console.print(f"wrote {escape(what)} of {escape(loaded.path)} ({loaded.steps} steps): {len(tensors)} tensors, "
                   f"{_size(size)}, to {escape(str(output))}")
+
+
+def _safetensors_bytes(content: Any, metadata: dict[str, str]) -> bytes:
+    """``content`` in the safetensors format: a flat mapping of names to tensors (tensors that share memory, as
+    tied weights do, each written whole)."""
+    import torch
+
+    try:
+        from safetensors.torch import save
+    except ImportError:
+        raise _fail("writing .safetensors needs the safetensors package: pip install safetensors") from None
+    others = sorted(str(name) for name, value in content.items() if not isinstance(value, torch.Tensor)) \
+        if isinstance(content, dict) else None
+    if others is None or others:
+        held = f"it holds {', '.join(others[:5])}" if others else "it is not a mapping of tensors"
+        raise _fail(f"safetensors holds tensors by name only; {held}: give one --component of tensors (a model's)", 2)
+    seen: set[int] = set()
+    tensors = {}
+    for name, tensor in content.items():
+        whole = tensor.detach().contiguous()
+        if whole.untyped_storage().data_ptr() in seen:
+            whole = whole.clone()
+        seen.add(whole.untyped_storage().data_ptr())
+        tensors[str(name)] = whole
+    return save(tensors, metadata=metadata)
 
 
 def _write_atomically(output: Path, write: Any) -> None:
