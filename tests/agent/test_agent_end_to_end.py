@@ -310,3 +310,35 @@ def test_a_standby_taken_back_while_holding_reports_preempted_without_running(co
     assert notice.body["source"] == "sigterm"
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
     assert not marker.exists() and not list((tmp_path / "store").glob("*"))
+
+
+def test_a_checkpoint_slower_to_save_and_back_up_than_a_notice_leaves_is_reported_once(controller, run_agent, tmp_path):
+    """The manifest says how long the save took (the SDK's save_seconds); with the upload, more than the 5 s a notice
+    without deadline leaves here (notice_grace): reported once, with the numbers, and said in the job's log. A
+    quick checkpoint before it is not reported."""
+    go_on = tmp_path / "go-on"
+    trainer = f"""
+import json, os, time
+from pathlib import Path
+def save(step, seconds):
+    folder = Path(os.environ["SPOTRUN_CHECKPOINT_DIR"]) / f"ckpt-{{step:012d}}"
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"weights" * 1000)
+    (folder / "manifest.json").write_text(json.dumps({{"step": step, "save_seconds": seconds,
+                                                       "files": {{"model.bin": {{"size": 7000}}}}}}))
+    time.sleep(0.8)  # a periodic backup in between
+for step, seconds in ((3, 0.5), (7, 45.0), (9, 60.0)):
+    save(step, seconds)
+while not Path({str(go_on)!r}).exists():
+    time.sleep(0.05)
+"""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, trainer), sync_interval=0.2)
+    controller.wait_for(lambda: len(list_committed(fsspec.filesystem("file"), str(agent.store))) == 3)
+    go_on.touch()
+    assert agent.wait() == 0
+    [report] = controller.of("slow_save")
+    assert report.body["checkpoint_step"] == 7 and report.body["save_seconds"] == 45.0
+    assert report.body["budget_seconds"] == 5.0 and report.body["notice"].startswith("notice without deadline")
+    assert 0 <= report.body["upload_seconds"] < 5
+    logged = "".join(request.body["data"] for request in controller.of("logs"))
+    assert "spotrun agent: checkpoint 7 took 45.0 s to save and" in logged

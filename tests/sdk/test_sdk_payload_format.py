@@ -102,6 +102,7 @@ def test_manifests_name_the_runs_total_steps_when_told(tmp_path: Path) -> None:
         ckpt.save(spotrun.torch_state(model=torch.nn.Linear(3, 2)), 9)
     manifest = json.loads((tmp_path / layout.checkpoint_name(10) / layout.MANIFEST_NAME).read_text())
     assert manifest["step"] == 10 and manifest["total_steps"] == 50
+    assert 0 < manifest["save_seconds"] < 60  # how long the save took, for the agent's slow-save check
     with spotrun.Checkpointer(tmp_path / "untold", signals=()) as ckpt:
         ckpt.save(spotrun.torch_state(model=torch.nn.Linear(3, 2)), 0)
     assert "total_steps" not in json.loads((tmp_path / "untold" / layout.checkpoint_name(1) / layout.MANIFEST_NAME).read_text())

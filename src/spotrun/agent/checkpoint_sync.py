@@ -58,6 +58,14 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def save_seconds_of(manifest: dict[str, Any]) -> float | None:
+    """How long the save of a checkpoint took, as the SDK wrote it into the manifest; None when it did not."""
+    seconds = manifest.get("save_seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
+        return None
+    return float(seconds)
+
+
 def is_user_file(name: str) -> bool:
     """A top-level file that travels with the checkpoints (not a checkpoint, not hidden, not a temp file)."""
     return not (name.startswith(CHECKPOINT_PREFIX) or name.startswith(".") or name.endswith(".tmp"))
@@ -82,7 +90,7 @@ class _Side:
             if manifest is not None:
                 total = manifest.get("total_steps")
                 valid = isinstance(total, int) and not isinstance(total, bool) and total >= max(step, 1)
-                return CheckpointProgress(step, total if valid else None)
+                return CheckpointProgress(step, total if valid else None, save_seconds_of(manifest))
         return None
 
     def manifest_bytes(self, checkpoint_path: str) -> bytes | None:
@@ -125,6 +133,8 @@ class CheckpointSync:
         self._store: _Side | None = None
         self._clock = clock
         self._lock = threading.Lock()  # one backup at a time: the periodic one and the final one
+        # told of each checkpoint a backup uploaded: its step, its save's seconds (None: not timed), the upload's
+        self.on_uploaded: Callable[[int, float | None, float], None] | None = None
         self._synced_user_files: dict[str, tuple[int, float]] = {}  # name -> (size, mtime) last copied
 
     @property
@@ -164,8 +174,11 @@ class CheckpointSync:
             complete = True
             uploaded = False
             try:
-                for _, path in reversed(self.local.committed()):
-                    uploaded |= self._copy_checkpoint(self.local, path, self.store, cutoff)
+                for step, path in reversed(self.local.committed()):
+                    started = time.monotonic()
+                    if self._copy_checkpoint(self.local, path, self.store, cutoff):
+                        uploaded = True
+                        self._tell_uploaded(step, path, time.monotonic() - started)
                 self._upload_user_files(cutoff)
             except BackupCutShort as cut:
                 log.warning("checkpoint backup cut short: %s", cut)
@@ -173,6 +186,15 @@ class CheckpointSync:
             if uploaded and complete:  # no pruning on borrowed time
                 self._prune_store()
             return complete
+
+    def _tell_uploaded(self, step: int, path: str, seconds: float) -> None:
+        manifest = read_manifest(self.local.fs, path)
+        if self.on_uploaded is None or manifest is None:
+            return
+        try:
+            self.on_uploaded(step, save_seconds_of(manifest), seconds)
+        except Exception:  # a report that fails must not stop the backup
+            log.exception("cannot report checkpoint %d's upload", step)
 
     def _copy_checkpoint(self, source: _Side, path: str, target: _Side, cutoff: Cutoff) -> bool:
         """Copy one committed folder, manifest last; False when the target already has it or it vanished."""

@@ -49,6 +49,8 @@ GCE_PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
 GCE_MAINTENANCE_PATH = "/computeMetadata/v1/instance/maintenance-event"
 GCE_FLAVOR_HEADER = "Metadata-Flavor"
 GCE_FLAVOR = "Google"
+AWS_SPOT_NOTICE_SECONDS = 120.0  # EC2's interruption notice comes two minutes ahead
+AZURE_SPOT_NOTICE_SECONDS = 30.0  # a Spot VM's Preempt event: NotBefore at least 30 s ahead
 GCE_PREEMPTION_NOTICE_SECONDS = 30.0  # GCE stops a preempted VM 30 s after `preempted` turns TRUE
 GCE_MAINTENANCE_NOTICE_SECONDS = 60.0  # and announces host maintenance 60 s ahead
 GCE_LONG_POLL_SECONDS = 60.0
@@ -89,6 +91,7 @@ class MetadataSource:
     keeps the first notice it found, and passes early warnings on once each."""
 
     name = "metadata"
+    notice_seconds: float | None = None  # how long before the reclaim the cloud's notice comes, where it is fixed
 
     def __init__(self, on_early_warning: EarlyWarningHandler | None) -> None:
         self._on_early_warning = on_early_warning
@@ -160,6 +163,7 @@ class AwsSpotNotice(MetadataSource):
     early warning. The session token is cached, renewed before it expires, and fetched again on a 401."""
 
     name = "aws-imds"
+    notice_seconds = AWS_SPOT_NOTICE_SECONDS
 
     def __init__(
         self,
@@ -320,6 +324,7 @@ class GcpPreemptionNotice(MetadataSource):
     background threads started by the first `poll`, which itself only reads what they saw."""
 
     name = "gcp-metadata"
+    notice_seconds = GCE_PREEMPTION_NOTICE_SECONDS
 
     def __init__(
         self,
@@ -386,6 +391,7 @@ class AzurePreemptNotice(MetadataSource):
     at once (StartRequests), which lets Azure evict the VM without waiting for NotBefore."""
 
     name = "azure-scheduled-events"
+    notice_seconds = AZURE_SPOT_NOTICE_SECONDS
 
     def __init__(
         self,

@@ -174,8 +174,13 @@ class GangAgent(Agent):
         self.heartbeat = Heartbeat(self.client, config.heartbeat_interval, newest or (lambda: None), on_reply)
 
     def _newest_store_progress(self) -> CheckpointProgress | None:
+        """Node 0's news of the checkpoints the ranks write to the store themselves (no upload: their save is all
+        a notice must leave time for)."""
         self.sync.store.fs.invalidate_cache()
-        return self.sync.store.newest_progress()
+        progress = self.sync.store.newest_progress()
+        if progress is not None:
+            self.slow_saves.checked(progress.step, progress.save_seconds, 0.0)
+        return progress
 
     def _attempt(self) -> ExitReport:
         self._report_started()

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class CheckpointProgress:
     step: int  # steps done by the newest committed checkpoint
     total_steps: int | None  # steps of the whole run, from its manifest (None: the SDK was not told)
+    save_seconds: float | None = None  # how long its save took, from its manifest (None: not timed)
 
 
 class Heartbeat:

@@ -23,6 +23,7 @@ from spotrun.agent.logs import LogShipper
 from spotrun.agent.notices import Notice, NoticeSource, NoticeWatcher
 from spotrun.agent.process import CommandProcess
 from spotrun.agent.reporting import Reporter
+from spotrun.agent.save_budget import SlowSaveCheck, budget_for
 from spotrun.agent.standby import StandbyHold
 from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
 
@@ -101,6 +102,8 @@ class Agent:
             self.client, config.heartbeat_interval, self.sync.newest_local_progress, self._on_heartbeat_reply
         )
         self.backup = PeriodicBackup(self.sync, config.sync_interval)
+        self.slow_saves = SlowSaveCheck(budget_for(notice_sources, config.notice_grace), self._report_slow_save)
+        self.sync.on_uploaded = self.slow_saves.checked
         self._process: CommandProcess | None = None
 
     def run(self) -> ExitReport:
@@ -124,6 +127,16 @@ class Agent:
         instance is at higher risk of one); the trainer runs on."""
         self.reporter.send("warning", {"source": warning.source, "kind": warning.kind, "detail": warning.detail,
                                        "at": warning.at})
+
+    def _report_slow_save(self, body: dict) -> None:
+        """A checkpoint that took longer to save and back up than a notice leaves: an event for the user, and a line
+        in the job's log."""
+        self.reporter.send("slow_save", body)
+        self._output(
+            f"spotrun agent: checkpoint {body['checkpoint_step']} took {body['save_seconds'] or 0:.1f} s to save and "
+            f"{body['upload_seconds']:.1f} s to back up, more than the {body['budget_seconds']:.0f} s a "
+            f"{body['notice']} notice leaves: a preemption would resume from an older checkpoint\n"
+        )
 
     def _on_heartbeat_reply(self, reply: dict) -> None:
         self.controller_stop.on_heartbeat_reply(reply)

@@ -58,6 +58,7 @@ DEFAULT_EVERY_SECONDS = 300.0
 @dataclass(frozen=True)
 class _Snapshot:
     steps_done: int
+    started: float  # time.monotonic() when the save began (the state was taken)
     shared: dict[str, Any] | None  # rank 0 only
     own: dict[str, Any]
     pieces: dict[sharding.Path, torch.Tensor]  # this rank's pieces of the sharded tensors (DTensors)
@@ -275,6 +276,7 @@ class Checkpointer:
         starts on each storage as soon as its copy is done. The previous snapshot, written by now, lends its
         host memory: between saves the Checkpointer holds one host copy of the state, and a save needs no more
         than that."""
+        started = time.monotonic()
         earlier = self._previous if not self._busy() else None
         self._previous = None
         own, shared = sharding.split(state.state_dict("rank")), sharding.split(state.state_dict("shared"))
@@ -282,6 +284,7 @@ class Checkpointer:
         copies = SnapshotCopies()
         snapshot = _Snapshot(  # copied in the order the files are written
             steps_done=steps_done,
+            started=started,
             own=copies.snapshot(own.structure, earlier and earlier.own),
             pieces=copies.snapshot(pieces, earlier and earlier.pieces),
             boxes=own.boxes() + shared.boxes(),
@@ -307,7 +310,7 @@ class Checkpointer:
         reports = self._ranks.all_gather(error or (files, snapshot.boxes))
         errors = [report for report in reports if isinstance(report, str)]
         if self.rank == 0 and not errors:
-            failed_commit = _attempt(self._commit_reported, steps, reports)[1]
+            failed_commit = _attempt(self._commit_reported, steps, reports, snapshot.started)[1]
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
         if outcome:
@@ -328,9 +331,10 @@ class Checkpointer:
             for name, payload in payloads.items()
         }
 
-    def _commit_reported(self, steps: int, reports: list[tuple[dict[str, dict[str, Any]], list]]) -> None:
+    def _commit_reported(self, steps: int, reports: list[tuple[dict[str, dict[str, Any]], list]], started: float) -> None:
         """Rank 0: the index of the sharded tensors' pieces (when there are any), then the manifest of every file
-        the ranks reported, and the commit."""
+        the ranks reported, and the commit. The manifest says how long the save took (``save_seconds``: from taking
+        the state to the last file written), which the agent weighs against the time a preemption notice leaves."""
         listed = {name: entry for files, _ in reports for name, entry in files.items()}
         index = sharding.build_index(
             [(sharding.shards_file(rank), boxes) for rank, (_, boxes) in enumerate(reports) if boxes]
@@ -341,7 +345,10 @@ class Checkpointer:
                 staging, sharding.INDEX_FILE, functools.partial(tensorfile.write, index)
             )
         progress = {} if self.total_steps is None else {"total_steps": self.total_steps}
-        manifest = layout.build_manifest(steps, listed, world_size=self._ranks.world_size, created=time.time(), **progress)
+        manifest = layout.build_manifest(
+            steps, listed, world_size=self._ranks.world_size, created=time.time(),
+            save_seconds=round(time.monotonic() - started, 3), **progress,
+        )
         self._commit(steps, manifest)
 
     def _commit(self, steps: int, manifest: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from typing import Literal
 from fastapi import Depends, FastAPI, Header, HTTPException
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
+from sqlalchemy import select
 
 from spotrun.control import gang, records
 from spotrun.control.clock import Clock, WallClock
@@ -14,7 +15,7 @@ from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.control.tokens import token_matches
-from spotrun.state import Attempt, Store, add_event
+from spotrun.state import Attempt, Event, Store, add_event
 
 
 class Started(BaseModel):
@@ -39,6 +40,14 @@ class EarlyWarningReport(BaseModel):
     kind: str = Field(default="", max_length=60)
     detail: str = ""
     at: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="unix seconds the cloud gave for it")
+
+
+class SlowSaveReport(BaseModel):
+    checkpoint_step: int = Field(ge=0, le=2**31 - 1)
+    save_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="None: the save was not timed")
+    upload_seconds: float = Field(ge=0, allow_inf_nan=False)
+    budget_seconds: float = Field(gt=0, allow_inf_nan=False, description="what a notice leaves for both")
+    notice: str = Field(min_length=1, max_length=80)
 
 
 class LogChunk(BaseModel):
@@ -150,6 +159,25 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
                 f"{body.detail[:300]}",
                 data={"source": body.source, "kind": body.kind, "at": body.at, "detail": body.detail[:500]},
             )
+        return {"ok": True}
+
+    @app.post("/agent/v1/attempts/{attempt_id}/slow_save")
+    def slow_save(body: SlowSaveReport, attempt_id: int = Authorized) -> dict:
+        """A checkpoint took longer to save and back up than a preemption notice leaves: an event, once per attempt
+        (the agent sends one; a repeated delivery adds nothing)."""
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            told = session.scalar(select(Event.id).where(Event.attempt_id == attempt_id, Event.kind == "slow_save"))
+            if told is None:
+                saved = f"{body.save_seconds:.1f} s to save and " if body.save_seconds is not None else ""
+                add_event(
+                    session, at=clock.now(), kind="slow_save", job_id=attempt.job_id, attempt_id=attempt_id,
+                    message=f"attempt {attempt.number}: checkpoint {body.checkpoint_step} took {saved}"
+                    f"{body.upload_seconds:.1f} s to back up, more than the {body.budget_seconds:.0f} s a "
+                    f"{body.notice} leaves: a preemption would resume from an older checkpoint (save less per rank, "
+                    "e.g. shard the model, or use a faster store)",
+                    data=body.model_dump(),
+                )
         return {"ok": True}
 
     @app.post("/agent/v1/attempts/{attempt_id}/logs")
