@@ -85,6 +85,7 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ran
     assert [p.name for p in store.iterdir()] == [checkpoint_name(40)]
     manifest = json.loads((store / checkpoint_name(40) / MANIFEST_NAME).read_text())
     assert (manifest["payload"], manifest["total_steps"], list(manifest["files"])) == (PAYLOAD, STEPS, [CHECKPOINT_FILE])
+    assert 0 < manifest["save_seconds"] < 60
     resumed = run_trainer(tmp_path, store, ranks=ranks)
     assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
     assert weights(resumed) == reference

@@ -44,9 +44,11 @@ def check_schedule(*, every_seconds: float | None, keep_last: int | None, every_
 
 def commit(
     store: LocalStore, folder: str, steps: int, *, payload: str, total_steps: int | None = None, move: bool = True,
+    started: float | None = None,
 ) -> str:
     """Commit the framework's checkpoint ``folder`` as ``ckpt-<steps>``: every file moved (or copied) into staging,
-    fsynced and checksummed, the manifest written last, the staging folder renamed into place. The path."""
+    fsynced and checksummed, the manifest written last, the staging folder renamed into place. The path.
+    ``started``: time.monotonic() when the framework began to write it, for the manifest's ``save_seconds``."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint was written at {folder}")
     staging = store.prepare(steps)
@@ -57,6 +59,8 @@ def commit(
         (shutil.move if move else shutil.copy2)(os.path.join(folder, name), target)
         files[name] = _describe_and_sync(target)
     progress = {} if total_steps is None else {"total_steps": total_steps}
+    if started is not None:
+        progress["save_seconds"] = round(time.monotonic() - started, 3)
     manifest = layout.build_manifest(steps, files, created=time.time(), payload=payload, **progress)
     store.commit(staging, steps, manifest)
     if move:

@@ -152,13 +152,14 @@ class LightningCheckpoints(pl.Callback):
     def _save(self, trainer: pl.Trainer, step: int) -> None:
         """Every rank asks Lightning to save (rank 0 writes); rank 0 commits; every rank learns the outcome."""
         folder = f"{self.store.root}/{STAGING_PREFIX}lightning-{step}"  # cleaned away if a save dies half-way
+        started = time.monotonic()
         trainer.save_checkpoint(os.path.join(folder, CHECKPOINT_FILE))
         trainer.strategy.barrier("spotrun-save")
         failure = None
         if trainer.is_global_zero:
             try:
                 total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-                foreign.commit(self.store, folder, step, payload=PAYLOAD, total_steps=total)
+                foreign.commit(self.store, folder, step, payload=PAYLOAD, total_steps=total, started=started)
                 if self.keep_last is not None:
                     self.store.prune(step, self.keep_last)
             except Exception as error:  # every rank raises it, none waits for a commit that will not come
