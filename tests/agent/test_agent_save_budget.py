@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from spotrun.agent.checkpoint_sync import save_seconds_of
 from spotrun.agent.cloud_notices import AwsSpotNotice, AzurePreemptNotice, GcpPreemptionNotice
 from spotrun.agent.notices import SigtermNotice
 from spotrun.agent.save_budget import SaveBudget, SlowSaveCheck, budget_for
+from spotrun.sdk.layout import save_seconds_of
 
 
 def test_the_clouds_notice_counts_and_a_notice_without_deadline_gets_the_grace() -> None:

@@ -50,6 +50,7 @@ def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_thre
         (1, "intact"), (2, "intact"), (3, "damaged"), (4, "incomplete (no manifest")]
     assert "shared.pt does not match its size/checksum" in rows[2]["state"]
     assert rows[0]["world_size"] == 1 and rows[0]["kind"] == "checkpointer" and rows[0]["bytes"] > 0
+    assert 0 < rows[0]["save_seconds"] < 60 and rows[3]["save_seconds"] is None
 
     table = runner.invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and table.output.count("complete") == 4  # without --verify: not read, not judged

@@ -21,7 +21,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun.agent.heartbeat import CheckpointProgress
-from spotrun.sdk.layout import CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest
+from spotrun.sdk.layout import (
+    CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, save_seconds_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +58,6 @@ def _join(root: str, name: str) -> str:
 
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def save_seconds_of(manifest: dict[str, Any]) -> float | None:
-    """How long the save of a checkpoint took, as the SDK wrote it into the manifest; None when it did not."""
-    seconds = manifest.get("save_seconds")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
-        return None
-    return float(seconds)
 
 
 def is_user_file(name: str) -> bool:

@@ -71,12 +71,13 @@ def list_checkpoints(
     if not rows:
         console.print(f"{escape(where)}: no checkpoints")
         return
-    table = Table("steps", "state", "size", "files", "ranks", "kind", "written", title=escape(where))
+    table = Table("steps", "state", "size", "files", "ranks", "kind", "save", "written", title=escape(where))
     for row in rows:
         written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"])) if row["created"] else "-"
         table.add_row(
             str(row["steps"]), escape(row["state"]), _size(row["bytes"]), str(row["files"]),
-            str(row["world_size"] or "-"), row["kind"], written,
+            str(row["world_size"] or "-"), row["kind"],
+            f"{row['save_seconds']:.1f} s" if row["save_seconds"] is not None else "-", written,
         )
     console.print(table)
 
@@ -89,14 +90,14 @@ def _folders(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
 def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool) -> dict[str, Any]:
     manifest = layout.read_manifest(fs, path)
     row: dict[str, Any] = {"steps": step, "path": fs.unstrip_protocol(path), "bytes": 0, "files": 0, "world_size": None,
-                           "kind": "-", "created": None, "total_steps": None}
+                           "kind": "-", "created": None, "total_steps": None, "save_seconds": None}
     if manifest is None:
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
     files = manifest["files"]
     row.update(
         bytes=sum(entry.get("size", 0) for entry in files.values() if isinstance(entry, dict)),
         files=len(files), world_size=manifest.get("world_size"), created=manifest.get("created"),
-        total_steps=manifest.get("total_steps"),
+        total_steps=manifest.get("total_steps"), save_seconds=layout.save_seconds_of(manifest),
         kind=manifest.get("payload") or ("sharded" if "shards.idx" in files else "checkpointer"),
     )
     if not verify:

@@ -41,6 +41,14 @@ def read_manifest(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> dict[s
     return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
 
 
+def save_seconds_of(manifest: dict[str, Any]) -> float | None:
+    """How long the save of a checkpoint took, as the SDK wrote it into the manifest; None when it did not."""
+    seconds = manifest.get("save_seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
+        return None
+    return float(seconds)
+
+
 def list_committed(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
     """(step, path) of every folder under root that has a manifest, oldest first (checksums not verified)."""
     try:
