@@ -52,7 +52,7 @@ def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_thre
     assert rows[0]["world_size"] == 1 and rows[0]["kind"] == "checkpointer" and rows[0]["bytes"] > 0
     assert 0 < rows[0]["save_seconds"] < 60 and rows[3]["save_seconds"] is None
 
-    table = runner.invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "200"})
+    table = runner.invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "300"})
     assert table.exit_code == 0 and table.output.count("complete") == 4  # without --verify: not read, not judged
 
     missing = runner.invoke(app, ["checkpoints", "list", str(tmp_path / "nowhere")])
