@@ -1,5 +1,6 @@
 """Checkpoints of a model trained by two gloo ranks on CPU: DDP (rank 0 writes the weights and Adam's moments
-for everyone) against FSDP2 (each rank writes its shard), side by side in one run.
+for everyone), DDP with ``spread_writes`` (each rank writes half of them; rank 0 still copies and hashes all) and
+FSDP2 (each rank writes its shard), side by side in one run, on a local disk.
 
     .venv/bin/python benchmarks/sharded_checkpoints.py [--layers 8] [--width 2048] [--repeats 3]
 
@@ -36,7 +37,7 @@ WORLD = 2
 def build(layout: str, layers: int, width: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
-    if layout == "fsdp":
+    if layout.startswith("fsdp"):
         mesh = init_device_mesh("cpu", (WORLD,))
         for layer in model:
             fully_shard(layer, mesh=mesh)
@@ -54,7 +55,7 @@ def rank_main(rank: int, layout: str, layers: int, width: int, folder: str, out:
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=WORLD)
     model, optimizer = build(layout, layers, width)
     state = spotrun.torch_state(model=model, optimizer=optimizer)
-    ckpt = spotrun.Checkpointer(f"{folder}/ckpt", signals=(), keep_last=1)
+    ckpt = spotrun.Checkpointer(f"{folder}/ckpt", signals=(), keep_last=1, spread_writes=layout == "ddp-spread")
     dist.barrier()
     started = time.perf_counter()
     ckpt.save(state, 0, wait=False)
@@ -97,7 +98,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"ddp": [], "fsdp": []}
+    runs: dict[str, list[dict]] = {"ddp": [], "ddp-spread": [], "fsdp": []}
     for _ in range(args.repeats):
         for layout in runs:  # alternated, so that both see the same machine
             runs[layout].append(one(layout, args.layers, args.width))
@@ -108,10 +109,11 @@ def main() -> None:
     print(f"{'':12}" + "".join(f"{key:>12}" for key in medians["ddp"]))
     for layout, values in medians.items():
         print(f"{layout:12}" + "".join(f"{value:12.3f}" for value in values.values()))
-    print(f"{'fsdp/ddp':12}" + "".join(
-        f"{medians['fsdp'][key] / medians['ddp'][key]:12.2f}" if medians["ddp"][key] >= 0.001 and key != "rank 1 MB"
-        else f"{'-':>12}"
-        for key in medians["ddp"]))
+    for other in ("ddp-spread", "fsdp"):
+        print(f"{other + '/ddp':12}" + "".join(
+            f"{medians[other][key] / medians['ddp'][key]:12.2f}" if medians["ddp"][key] >= 0.001 and key != "rank 1 MB"
+            else f"{'-':>12}"
+            for key in medians["ddp"]))
     sys.stdout.flush()
 
 

@@ -46,3 +46,28 @@ def test_ranks_leaving_through_exit_if_stopped_destroy_the_sdks_groups_and_keep_
         assert result["code"] == 75 and result["code_again"] == 75, result
         assert result["destroyed"] == ["other", "other"], result  # the SDK's step and save groups, not the default
         assert result["default_sum"] == 2.0 and result["steps"] == 4.0, result
+
+
+SPREAD_WORKER = Path(__file__).with_name("sdk_spread_worker.py")
+
+
+def test_ranks_share_the_writing_of_the_replicated_state_and_it_comes_back_as_rank_0s(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SPREAD_WORKER), str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in range(2):
+        result = json.loads((tmp_path / f"result-{rank}.json").read_text())
+        assert result["restored"] == 3 and result["model"] and result["moments"], (rank, result)
+        assert result["same"] and result["per_rank"], (rank, result)  # the user's values: rank 0's, on both
+    assert json.loads((tmp_path / "result-1.json").read_text())["buffers_differed"]  # BatchNorm's, between broadcasts
+
+    from spotrun.sdk.storage import open_store
+
+    store = open_store(tmp_path / "ckpt")
+    [(_, path)] = store.committed()
+    manifest = layout.read_manifest(store.fs, path)
+    assert manifest is not None and {"shards-00001.pt", "replicas-00000.pt", "shards.idx"} <= manifest["files"].keys()
+    index = store.load_verified(path, ["shards.idx"])["shards.idx"]
+    by_rank_1 = [key for key, pieces in index.items() if pieces[0][0] == "shards-00001.pt"]
+    assert by_rank_1 and all(pieces[0][1] == (0,) * len(pieces[0][2]) for pieces in index.values())  # whole tensors
+    # rank 1's own number differs from rank 0's: rank 0 wrote that tensor itself
+    assert index[("extra", "per_rank")] == [("replicas-00000.pt", (0,), (450000,))]

@@ -41,13 +41,13 @@ from typing import Any
 import fsspec
 import torch
 
-from spotrun.sdk import distributed, layout, reading, sharding, tensorfile
+from spotrun.sdk import distributed, layout, reading, replicas, sharding, tensorfile
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.reading import CHECKPOINT_DIR_ENV, SHARED_FILE, rank_file
 from spotrun.sdk.snapshot import SnapshotCopies
 from spotrun.sdk.state import TrainingState
-from spotrun.sdk.storage import open_store
+from spotrun.sdk.storage import LocalStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,10 @@ class _Snapshot:
     started: float  # time.monotonic() when the save began (the state was taken)
     shared: dict[str, Any] | None  # rank 0 only
     own: dict[str, Any]
-    pieces: dict[sharding.Path, torch.Tensor]  # this rank's pieces of the sharded tensors (DTensors)
-    boxes: list[tuple[sharding.Path, tuple[int, ...], tuple[int, ...]]]  # and where each sits in its tensor
+    pieces: dict[sharding.Path, torch.Tensor]  # this rank's pieces of sharded tensors, and replicated ones it writes
+    boxes: list[tuple[sharding.Path, tuple[int, ...], tuple[int, ...]]]  # where each DTensor piece sits in its tensor
+    replicated: list[sharding.Path]  # the whole replicated tensors among the pieces (see ``replicas``)
+    others: dict[sharding.Path, torch.Tensor]  # rank 0: its copies of the replicated tensors other ranks write
     copies: SnapshotCopies  # the writer waits on it for each storage's copy
 
 
@@ -75,7 +77,9 @@ class Checkpointer:
     SIGUSR1 by default) only set the preemption flag. ``storage_options`` go to fsspec (e.g.
     ``{"client_kwargs": {"endpoint_url": ...}}`` for s3://); ``fs`` replaces the filesystem altogether.
     ``total_steps``, the steps the whole run takes, is written into every manifest, so that the platform
-    knows the run's progress (steps done / total) and its placement policy plans with it.
+    knows the run's progress (steps done / total) and its placement policy plans with it. With several ranks,
+    ``spread_writes`` deals the large tensors of the replicated state out among them to write (see ``replicas``);
+    by default it does on an object store (each node uploads its share) and not on a local or mounted disk.
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class Checkpointer:
         fs: fsspec.AbstractFileSystem | None = None,
         flag: PreemptionFlag = preemption_flag,
         total_steps: int | None = None,
+        spread_writes: bool | None = None,
     ) -> None:
         if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1):
             raise ValueError(f"total_steps must be a whole number of at least 1, got {total_steps!r}")
@@ -108,6 +113,8 @@ class Checkpointer:
         self.every_seconds = every_seconds
         self.keep_last = keep_last
         self.total_steps = total_steps
+        # by default only where one rank's upload would be the bottleneck, not on a disk the ranks share
+        self.spread_writes = spread_writes if spread_writes is not None else not isinstance(self.store, LocalStore)
         self._flag = flag
         self._signals = tuple(signals)
         self._install_signals(self._signals)
@@ -280,7 +287,8 @@ class Checkpointer:
         earlier = self._previous if not self._busy() else None
         self._previous = None
         own, shared = sharding.split(state.state_dict("rank")), sharding.split(state.state_dict("shared"))
-        pieces = {path: local for path, (_, local) in (own.pieces | shared.pieces).items()}
+        spread = replicas.take_apart(shared.structure, self._spread_plan(shared.structure), self.rank)
+        pieces = {path: local for path, (_, local) in (own.pieces | shared.pieces).items()} | spread.mine
         copies = SnapshotCopies()
         snapshot = _Snapshot(  # copied in the order the files are written
             steps_done=steps_done,
@@ -288,7 +296,9 @@ class Checkpointer:
             own=copies.snapshot(own.structure, earlier and earlier.own),
             pieces=copies.snapshot(pieces, earlier and earlier.pieces),
             boxes=own.boxes() + shared.boxes(),
-            shared=copies.snapshot(shared.structure, earlier and earlier.shared) if self.rank == 0 else None,
+            replicated=list(spread.mine),
+            shared=copies.snapshot(spread.structure, earlier and earlier.shared) if self.rank == 0 else None,
+            others=copies.snapshot(spread.others, earlier and earlier.others),
             copies=copies,
         )
         self._last_saved = steps_done
@@ -299,6 +309,9 @@ class Checkpointer:
         copies.run()  # on failure the writer fails too, and the save is reported as failed
         self._previous = snapshot
 
+    def _spread_plan(self, structure: dict[str, Any]) -> dict[sharding.Path, int]:
+        return replicas.plan(structure, self._ranks.world_size) if self.spread_writes and self._ranks.world_size > 1 else {}
+
     def _write(self, snapshot: _Snapshot) -> None:
         """The save protocol, in the writer thread, on every rank: rank 0 prepares the folder; each rank
         writes its files; rank 0 commits once all have reported; all learn the outcome."""
@@ -307,10 +320,12 @@ class Checkpointer:
         self._ranks.barrier()
         if error is None:
             files, error = _attempt(self._write_own_files, snapshot)
-        reports = self._ranks.all_gather(error or (files, snapshot.boxes))
+        if error is None:  # the digests of what this rank wrote of the replicated state, or (rank 0) of its copies
+            digests, error = _attempt(self._digests, snapshot)
+        reports = self._ranks.all_gather(error or (files, snapshot.boxes, digests))
         errors = [report for report in reports if isinstance(report, str)]
         if self.rank == 0 and not errors:
-            failed_commit = _attempt(self._commit_reported, steps, reports, snapshot.started)[1]
+            failed_commit = _attempt(self._commit_reported, snapshot, reports)[1]
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
         if outcome:
@@ -331,23 +346,40 @@ class Checkpointer:
             for name, payload in payloads.items()
         }
 
-    def _commit_reported(self, steps: int, reports: list[tuple[dict[str, dict[str, Any]], list]], started: float) -> None:
-        """Rank 0: the index of the sharded tensors' pieces (when there are any), then the manifest of every file
-        the ranks reported, and the commit. The manifest says how long the save took (``save_seconds``: from taking
-        the state to the last file written), which the agent weighs against the time a preemption notice leaves."""
-        listed = {name: entry for files, _ in reports for name, entry in files.items()}
+    def _digests(self, snapshot: _Snapshot) -> dict[sharding.Path, str]:
+        tensors = snapshot.others if self.rank == 0 else {path: snapshot.pieces[path] for path in snapshot.replicated}
+        for tensor in tensors.values():
+            snapshot.copies.wait_for(tensor.untyped_storage())
+        return {path: replicas.digest(tensor) for path, tensor in tensors.items()}
+
+    def _commit_reported(self, snapshot: _Snapshot, reports: list[tuple[dict[str, Any], list, dict]]) -> None:
+        """Rank 0: the index of the pieces (sharded tensors' and the replicated tensors other ranks wrote with rank
+        0's values; rank 0 writes those they did not into ``replicas.FALLBACK_FILE``), then the manifest of every
+        file, and the commit. The manifest says how long the save took (``save_seconds``: from taking the state to
+        the last file written), which the agent weighs against the time a preemption notice leaves."""
+        steps, staging = snapshot.steps_done, self.store.staging_path(snapshot.steps_done)
+        listed = {name: entry for files, _, _ in reports for name, entry in files.items()}
         index = sharding.build_index(
-            [(sharding.shards_file(rank), boxes) for rank, (_, boxes) in enumerate(reports) if boxes]
+            [(sharding.shards_file(rank), boxes) for rank, (_, boxes, _) in enumerate(reports) if boxes]
         )
+        expected = reports[0][2]
+        written, fallback = replicas.settle(
+            [(sharding.shards_file(rank), digests) for rank, (_, _, digests) in enumerate(reports)][1:], expected
+        )
+        if fallback:
+            listed[replicas.FALLBACK_FILE] = self.store.write_payload(staging, replicas.FALLBACK_FILE, functools.partial(
+                tensorfile.write, {path: snapshot.others[path] for path in fallback}))
+        for path, file in written.items() | {(path, replicas.FALLBACK_FILE) for path in fallback}:
+            shape = tuple(snapshot.others[path].shape)
+            index[path] = [(file, (0,) * len(shape), shape)]
         if index:
-            staging = self.store.staging_path(steps)
             listed[sharding.INDEX_FILE] = self.store.write_payload(
                 staging, sharding.INDEX_FILE, functools.partial(tensorfile.write, index)
             )
         progress = {} if self.total_steps is None else {"total_steps": self.total_steps}
         manifest = layout.build_manifest(
             steps, listed, world_size=self._ranks.world_size, created=time.time(),
-            save_seconds=round(time.monotonic() - started, 3), **progress,
+            save_seconds=round(time.monotonic() - snapshot.started, 3), **progress,
         )
         self._commit(steps, manifest)
 

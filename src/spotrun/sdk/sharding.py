@@ -104,7 +104,7 @@ def _split(value: Any, path: Path, pieces: dict[Path, tuple[tuple[int, ...], tor
             pieces[path] = (offset, local)
         return ShardedTensor(tuple(leaf.shape), str(leaf.dtype).removeprefix("torch."))
 
-    return _map_leaves(value, path, placeholder)
+    return map_leaves(value, path, placeholder)
 
 
 def _own_piece(tensor: Any, path: Path) -> tuple[tuple[int, ...], torch.Tensor, bool]:
@@ -187,7 +187,7 @@ class Assembly:
         self.targets: list[_Target] = []
         self.cuts: list[tuple[_Target, torch.Tensor]] = []  # plain tensors in the checkpoint, cut for a DTensor
         problems: list[str] = []
-        for path, value in list(_leaves(payload)):
+        for path, value in list(leaves(payload)):
             if isinstance(value, ShardedTensor):
                 self._target_for_placeholder(path, value, problems)
             elif isinstance(value, torch.Tensor) and not is_dtensor(value):
@@ -243,13 +243,13 @@ class Assembly:
             for target in self.targets
         }
         replaced.update({target.path: target.wrap(_cut(value, target.box)) for target, value in self.cuts})
-        return _map_leaves(self.payload, (), lambda path, leaf: replaced.get(path, leaf))
+        return map_leaves(self.payload, (), lambda path, leaf: replaced.get(path, leaf))
 
     # -- where each tensor goes --
 
     def _target_for_placeholder(self, path: Path, saved: ShardedTensor, problems: list[str]) -> None:
         live = self._live_counterpart(path)
-        if live is not None and tuple(live.shape) != saved.shape:
+        if live is not None and tuple(live.shape) != saved.shape and (is_dtensor(live) or self._shapes_checked(path)):
             problems.append(f"{dotted(path)}: shape {saved.shape} in the checkpoint, {tuple(live.shape)} here")
         elif is_dtensor(live):
             self.targets.append(_Target(path, saved.shape, saved.torch_dtype, _box_of(live), live))
@@ -269,6 +269,11 @@ class Assembly:
             problems.append(f"{dotted(path)}: shape {tuple(saved.shape)} in the checkpoint, {tuple(live.shape)} here")
             return
         self.cuts.append((_Target(path, tuple(saved.shape), saved.dtype, _box_of(live), live), saved))
+
+    def _shapes_checked(self, path: Path) -> bool:
+        """Whether the component at ``path`` must keep its tensors' shapes (a module's, an optimizer's: see
+        ``compat``), unlike a dict of user values, which the checkpoint's replace."""
+        return isinstance(self.components.get(path[0]), (torch.nn.Module, torch.optim.Optimizer))
 
     def _live_counterpart(self, path: Path) -> Any:
         """The live tensor at ``path``; for an optimizer's per-parameter state not created yet (no step taken), its
@@ -330,19 +335,20 @@ def _cut(tensor: torch.Tensor, box: Box) -> torch.Tensor:
     return tensor[tuple(slice(start, start + size) for start, size in zip(*box, strict=True))].contiguous()
 
 
-def _leaves(value: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
+def leaves(value: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
+    """(path, leaf) of everything in ``value`` that is not a dict, list or plain tuple, in order."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _leaves(item, (*path, key))
+            yield from leaves(item, (*path, key))
     elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         for index, item in enumerate(value):
-            yield from _leaves(item, (*path, index))
+            yield from leaves(item, (*path, index))
     else:
         yield path, value
 
 
 def _tensors(value: Any) -> Iterator[Any]:
-    return (leaf for _, leaf in _leaves(value) if isinstance(leaf, torch.Tensor))
+    return (leaf for _, leaf in leaves(value) if isinstance(leaf, torch.Tensor))
 
 
 def _lookup(tree: Any, path: Path) -> Any:
@@ -356,16 +362,16 @@ def _lookup(tree: Any, path: Path) -> Any:
     return tree
 
 
-def _map_leaves(value: Any, path: Path, change: Callable[[Path, Any], Any]) -> Any:
+def map_leaves(value: Any, path: Path, change: Callable[[Path, Any], Any]) -> Any:
     """``value`` with each leaf (what is not a dict, list or plain tuple) replaced by ``change(path, leaf)``; dicts
     are copied with their type and attributes (a state_dict's ``_metadata``)."""
     if isinstance(value, dict):
         updated = copy.copy(value)
         for key, item in value.items():
-            updated[key] = _map_leaves(item, (*path, key), change)
+            updated[key] = map_leaves(item, (*path, key), change)
         return updated
     if isinstance(value, list):
-        return [_map_leaves(item, (*path, index), change) for index, item in enumerate(value)]
+        return [map_leaves(item, (*path, index), change) for index, item in enumerate(value)]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_map_leaves(item, (*path, index), change) for index, item in enumerate(value))
+        return tuple(map_leaves(item, (*path, index), change) for index, item in enumerate(value))
     return change(path, value)
