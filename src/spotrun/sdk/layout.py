@@ -4,7 +4,10 @@ A checkpoint is a folder ``ckpt-<step:012d>/`` with payload files and ``manifest
 The manifest lists every payload file with its size and a checksum, keyed by the checksum's algorithm:
 ``{"size": 123, "xxh3_128": "<hex>"}`` (manifest format 2) or ``{"size": 123, "sha256": "<hex>"}`` (format 1,
 still verified). A folder without a readable manifest is not a checkpoint (it is a save that died half-way).
-The checksum guards against damage (torn or corrupted files), not against tampering.
+The checksum guards against damage (torn or corrupted files), not against tampering. Besides ``format``, ``step``
+and ``files``, a manifest may say ``world_size`` (the ranks that saved), ``total_steps`` (the run's), ``created``
+(unix seconds), ``save_seconds`` (how long the save took: the agent weighs it against a preemption notice) and
+``payload`` (a framework's own checkpoint: ``transformers-trainer``, ``lightning``).
 """
 
 from __future__ import annotations
