@@ -62,3 +62,24 @@ def test_host_memory_probe_small_run() -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("first touch:") and len(lines) == 3
     assert all(line.endswith("GB/s") for line in lines)
+
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+def test_sharded_and_object_store_benchmarks_small_runs() -> None:
+    """benchmarks/sharded_checkpoints.py and benchmarks/object_store_save.py run end to end at a small size."""
+    sharded = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "sharded_checkpoints.py"), "--layers", "2", "--width", "512", "--repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    rows = {line.split()[0]: line.split()[1:] for line in sharded.stdout.splitlines() if line.split()}
+    assert float(rows["ddp"][2]) > 2 * float(rows["ddp-spread"][2]) * 0.9  # rank 0 MB: spread halves it
+    assert float(rows["fsdp"][3]) > 0  # rank 1 writes its shard
+    stored = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "object_store_save.py"), "--size-mib", "8", "--repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert stored.returncode == 0, stored.stderr[-3000:]
+    assert "state 8 MiB" in stored.stdout and "peak extra MiB" in stored.stdout
