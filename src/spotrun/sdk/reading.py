@@ -109,8 +109,9 @@ def load_checkpoint(
     """The newest intact Checkpointer checkpoint at ``location`` (default ``$SPOTRUN_CHECKPOINT_DIR``), or the one
     holding ``step`` steps, read in this process with every sharded tensor put together whole: the weights out of a
     run for evaluation or export, e.g. ``load_checkpoint("s3://bucket/run")``.state["model"]. ``components``: only
-    those (the others' files and pieces are not read). Damaged checkpoints are skipped with a CheckpointWarning
-    (not when ``step`` names one); NoValidCheckpoint when none is intact, CheckpointError when there is none."""
+    those (the others' pieces in shards files are not read; rank 0's shared file is read whole). Damaged checkpoints
+    are skipped with a CheckpointWarning (not when ``step`` names one); NoValidCheckpoint when none is intact,
+    CheckpointError when there is none."""
     location = os.fspath(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV, ""))
     if not location:
         raise CheckpointError(f"no checkpoint location: give one, or set {CHECKPOINT_DIR_ENV}")
