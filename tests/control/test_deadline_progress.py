@@ -252,7 +252,7 @@ def test_a_trainer_is_taken_to_save_before_preemptions_only_once_every_one_so_fa
 
 def test_a_trainer_without_reports_is_taken_to_save_as_often_as_the_sdk_does_by_default():
     from spotrun.control.placement import UNREPORTED_SAVE_INTERVAL
-    from spotrun.sdk.checkpointer import DEFAULT_EVERY_SECONDS
+    from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS
 
     assert UNREPORTED_SAVE_INTERVAL == DEFAULT_EVERY_SECONDS
 

@@ -170,9 +170,10 @@ class CheckpointSync:
             try:
                 for step, path in reversed(self.local.committed()):
                     started = time.monotonic()
-                    if self._copy_checkpoint(self.local, path, self.store, cutoff):
+                    copied = self._copy_checkpoint(self.local, path, self.store, cutoff)
+                    if copied is not None:
                         uploaded = True
-                        self._tell_uploaded(step, path, time.monotonic() - started)
+                        self._tell_uploaded(step, copied, time.monotonic() - started)
                 self._upload_user_files(cutoff)
             except BackupCutShort as cut:
                 log.warning("checkpoint backup cut short: %s", cut)
@@ -181,25 +182,25 @@ class CheckpointSync:
                 self._prune_store()
             return complete
 
-    def _tell_uploaded(self, step: int, path: str, seconds: float) -> None:
-        manifest = read_manifest(self.local.fs, path)
-        if self.on_uploaded is None or manifest is None:
+    def _tell_uploaded(self, step: int, manifest: bytes, seconds: float) -> None:
+        if self.on_uploaded is None:
             return
         try:
-            self.on_uploaded(step, save_seconds_of(manifest), seconds)
+            self.on_uploaded(step, save_seconds_of(json.loads(manifest)), seconds)
         except Exception:  # a report that fails must not stop the backup
             log.exception("cannot report checkpoint %d's upload", step)
 
-    def _copy_checkpoint(self, source: _Side, path: str, target: _Side, cutoff: Cutoff) -> bool:
-        """Copy one committed folder, manifest last; False when the target already has it or it vanished."""
+    def _copy_checkpoint(self, source: _Side, path: str, target: _Side, cutoff: Cutoff) -> bytes | None:
+        """Copy one committed folder, manifest last; the manifest copied, or None when the target already has it or
+        the folder vanished."""
         name = _basename(path)
         manifest = source.manifest_bytes(path)
         if manifest is None:
             log.info("checkpoint %s vanished before it was copied", name)
-            return False
+            return None
         target_path = _join(target.root, name)
         if _same_manifest(target.manifest_bytes(target_path), manifest):
-            return False
+            return None
         target_manifest = _join(target_path, MANIFEST_NAME)
         if target.fs.exists(target_manifest):
             target.fs.rm_file(target_manifest)  # uncommit the stale copy before overwriting it
@@ -211,11 +212,11 @@ class CheckpointSync:
                     _copy_file(source.fs, file_path, target.fs, _join(target_path, relative))
         except FileNotFoundError:
             log.info("checkpoint %s was deleted while it was copied; skipped", name)
-            return False
+            return None
         cutoff.check()
         _write_bytes(target.fs, target_manifest, manifest)
         log.info("copied checkpoint %s", name)
-        return True
+        return manifest
 
     def _upload_user_files(self, cutoff: Cutoff) -> None:
         for entry in self.local.user_files():

@@ -20,19 +20,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from spotrun.cli.failing import errors
+from spotrun.cli.failing import fail as _fail
 from spotrun.sdk import layout
 
 app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
 console = Console()
-errors = Console(stderr=True)
 
 Location = Annotated[Optional[str], typer.Argument(help="checkpoint folder or URL (or give --job)", show_default=False)]
 JobOption = Annotated[Optional[int], typer.Option("--job", help="the checkpoint store of this job")]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _location(location: str | None, job: int | None) -> str:
@@ -98,7 +94,7 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
         bytes=sum(entry.get("size", 0) for entry in files.values() if isinstance(entry, dict)),
         files=len(files), world_size=manifest.get("world_size"), created=manifest.get("created"),
         total_steps=manifest.get("total_steps"), save_seconds=layout.save_seconds_of(manifest),
-        kind=manifest.get("payload") or ("sharded" if "shards.idx" in files else "checkpointer"),
+        kind=manifest.get("payload") or ("sharded" if layout.SHARDS_INDEX_NAME in files else "checkpointer"),
     )
     if not verify:
         return {**row, "state": "complete"}
@@ -140,6 +136,7 @@ def export(
 
     from spotrun.sdk.errors import CheckpointError, CheckpointWarning
     from spotrun.sdk.reading import load_checkpoint
+    from spotrun.sdk.sharding import leaves
 
     try:
         with warnings.catch_warnings(record=True) as skipped:
@@ -156,7 +153,7 @@ def export(
         _write_atomically(output, lambda fh: fh.write(data))
     else:
         _write_atomically(output, lambda fh: torch.save(content, fh))
-    tensors = [value for value in _leaves(content) if isinstance(value, torch.Tensor)]
+    tensors = [value for _, value in leaves(content) if isinstance(value, torch.Tensor)]
     size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
     what = ", ".join(component) if component else ", ".join(loaded.state)
     console.print(f"wrote {escape(what)} of {escape(loaded.path)} ({loaded.steps} steps): {len(tensors)} tensors, "
@@ -201,11 +198,3 @@ def _write_atomically(output: Path, write: Any) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-
-
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [leaf for item in value.values() for leaf in _leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [value]

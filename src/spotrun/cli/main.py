@@ -12,13 +12,14 @@ import click
 import typer
 from typer.core import TyperGroup
 from rich.console import Console
-from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.failing import errors
+from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.simulate import simulate
 from spotrun.cli.views import attempts_summary, attempts_table, follow_events, print_whole, status_table
@@ -27,12 +28,6 @@ from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
 
 console = Console()
-errors = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
-    return typer.Exit(code)
 
 
 class _Commands(TyperGroup):

@@ -17,7 +17,7 @@ from spotrun.state import Attempt, Job
 
 
 # How much work a trainer that reports no checkpoints is taken to lose when its instance goes without a word: the
-# SDK's default interval between saves (`spotrun.sdk.checkpointer.DEFAULT_EVERY_SECONDS`), as nothing tells when it
+# SDK's default interval between saves (`spotrun.sdk.schedule.DEFAULT_EVERY_SECONDS`), as nothing tells when it
 # saved last. Taken as kept, those minutes made such jobs miss their deadlines (docs/benchmarks.md).
 UNREPORTED_SAVE_INTERVAL = 300.0
 

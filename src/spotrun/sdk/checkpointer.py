@@ -44,15 +44,14 @@ import torch
 from spotrun.sdk import distributed, layout, reading, replicas, sharding, tensorfile
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
-from spotrun.sdk.reading import CHECKPOINT_DIR_ENV, SHARED_FILE, rank_file
+from spotrun.sdk.reading import SHARED_FILE, rank_file
+from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
 from spotrun.sdk.snapshot import SnapshotCopies
 from spotrun.sdk.state import TrainingState
-from spotrun.sdk.storage import LocalStore, open_store
+from spotrun.sdk.storage import LocalStore, checkpoint_location, open_store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOCATION = "checkpoints"
-DEFAULT_EVERY_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -98,17 +97,10 @@ class Checkpointer:
     ) -> None:
         if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1):
             raise ValueError(f"total_steps must be a whole number of at least 1, got {total_steps!r}")
-        if every_steps is not None and every_steps < 1:
-            raise ValueError(f"every_steps must be at least 1, got {every_steps}")
-        if every_seconds is not None and every_seconds <= 0:
-            raise ValueError(f"every_seconds must be positive, got {every_seconds}")
-        if keep_last is not None and keep_last < 1:
-            raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
+        check_schedule(every_seconds=every_seconds, keep_last=keep_last, every_steps=every_steps)
         if every_steps is None and every_seconds is None:
             every_seconds = DEFAULT_EVERY_SECONDS
-        if location is None:
-            location = os.environ.get(CHECKPOINT_DIR_ENV) or DEFAULT_LOCATION
-        self.store = open_store(location, storage_options, fs)
+        self.store = open_store(checkpoint_location(location), storage_options, fs)
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.keep_last = keep_last
@@ -353,25 +345,15 @@ class Checkpointer:
         return {path: replicas.digest(tensor) for path, tensor in tensors.items()}
 
     def _commit_reported(self, snapshot: _Snapshot, reports: list[tuple[dict[str, Any], list, dict]]) -> None:
-        """Rank 0: the index of the pieces (sharded tensors' and the replicated tensors other ranks wrote with rank
-        0's values; rank 0 writes those they did not into ``replicas.FALLBACK_FILE``), then the manifest of every
-        file, and the commit. The manifest says how long the save took (``save_seconds``: from taking the state to
-        the last file written), which the agent weighs against the time a preemption notice leaves."""
+        """Rank 0: the index of the pieces, then the manifest of every file, and the commit. The manifest says how
+        long the save took (``save_seconds``: from taking the state to the last file written), which the agent
+        weighs against the time a preemption notice leaves."""
         steps, staging = snapshot.steps_done, self.store.staging_path(snapshot.steps_done)
         listed = {name: entry for files, _, _ in reports for name, entry in files.items()}
         index = sharding.build_index(
             [(sharding.shards_file(rank), boxes) for rank, (_, boxes, _) in enumerate(reports) if boxes]
         )
-        expected = reports[0][2]
-        written, fallback = replicas.settle(
-            [(sharding.shards_file(rank), digests) for rank, (_, _, digests) in enumerate(reports)][1:], expected
-        )
-        if fallback:
-            listed[replicas.FALLBACK_FILE] = self.store.write_payload(staging, replicas.FALLBACK_FILE, functools.partial(
-                tensorfile.write, {path: snapshot.others[path] for path in fallback}))
-        for path, file in written.items() | {(path, replicas.FALLBACK_FILE) for path in fallback}:
-            shape = tuple(snapshot.others[path].shape)
-            index[path] = [(file, (0,) * len(shape), shape)]
+        index |= self._replicas_index(snapshot, reports, listed)
         if index:
             listed[sharding.INDEX_FILE] = self.store.write_payload(
                 staging, sharding.INDEX_FILE, functools.partial(tensorfile.write, index)
@@ -382,6 +364,23 @@ class Checkpointer:
             save_seconds=round(time.monotonic() - snapshot.started, 3), **progress,
         )
         self._commit(steps, manifest)
+
+    def _replicas_index(self, snapshot: _Snapshot, reports: list[tuple[dict[str, Any], list, dict]],
+                        listed: dict[str, Any]) -> dict[sharding.Path, list]:
+        """Rank 0: where each replicated tensor other ranks were to write is, with rank 0's values: in their shards
+        file where their digest matches rank 0's, else in ``replicas.FALLBACK_FILE``, which rank 0 writes now (its
+        manifest entry added to ``listed``)."""
+        written, fallback = replicas.settle(
+            [(sharding.shards_file(rank), digests) for rank, (_, _, digests) in enumerate(reports)][1:], reports[0][2]
+        )
+        if fallback:
+            listed[replicas.FALLBACK_FILE] = self.store.write_payload(
+                self.store.staging_path(snapshot.steps_done), replicas.FALLBACK_FILE,
+                functools.partial(tensorfile.write, {path: snapshot.others[path] for path in fallback}),
+            )
+        placed = written | dict.fromkeys(fallback, replicas.FALLBACK_FILE)
+        return {path: [(file, (0,) * snapshot.others[path].dim(), tuple(snapshot.others[path].shape))]
+                for path, file in placed.items()}
 
     def _commit(self, steps: int, manifest: dict[str, Any]) -> None:
         """Commit the checkpoint; removing older ones is queued behind it in the writer thread, so that ``wait``

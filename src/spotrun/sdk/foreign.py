@@ -16,9 +16,8 @@ import warnings
 from typing import Any
 
 from spotrun.sdk import layout
-from spotrun.sdk.checkpointer import CHECKPOINT_DIR_ENV, DEFAULT_LOCATION
 from spotrun.sdk.errors import CheckpointWarning, no_valid_checkpoint
-from spotrun.sdk.storage import LocalStore, open_store
+from spotrun.sdk.storage import LocalStore, checkpoint_location, open_store
 
 log = logging.getLogger(__name__)
 
@@ -26,20 +25,10 @@ log = logging.getLogger(__name__)
 def local_store(location: str | os.PathLike[str] | None, framework: str) -> LocalStore:
     """The store at `location`, else $SPOTRUN_CHECKPOINT_DIR, else ./checkpoints; a local folder, since the
     framework reads its checkpoint from a path (the agent backs the folder up)."""
-    store = open_store(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV) or DEFAULT_LOCATION)
+    store = open_store(checkpoint_location(location))
     if not isinstance(store, LocalStore):
         raise ValueError(f"{store!r}: {framework} resumes from a local folder; give a local path (the agent backs it up)")
     return store
-
-
-def check_schedule(*, every_seconds: float | None, keep_last: int | None, every_steps: int | None = None) -> None:
-    """ValueError naming a save schedule a framework callback cannot keep."""
-    if every_steps is not None and every_steps < 1:
-        raise ValueError(f"every_steps must be at least 1 (or None), got {every_steps}")
-    if every_seconds is not None and every_seconds <= 0:
-        raise ValueError(f"every_seconds must be positive (or None), got {every_seconds}")
-    if keep_last is not None and keep_last < 1:
-        raise ValueError(f"keep_last must be at least 1 (or None to keep all), got {keep_last}")
 
 
 def commit(

@@ -43,14 +43,14 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from spotrun.sdk import distributed, foreign
-from spotrun.sdk.checkpointer import DEFAULT_EVERY_SECONDS
+from spotrun.sdk import distributed, foreign, layout
+from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
 from spotrun.sdk.errors import CheckpointError
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 
 log = logging.getLogger(__name__)
 
-PAYLOAD = "transformers-trainer"  # the manifest's mark of a Trainer checkpoint (Checkpointer's have none)
+PAYLOAD = layout.TRAINER_PAYLOAD  # the manifest's mark of a Trainer checkpoint (Checkpointer's have none)
 FRAMEWORK = "Trainer"
 
 
@@ -69,7 +69,7 @@ class TrainerCheckpoints(TrainerCallback):
         signals: Iterable[int] = DEFAULT_SIGNALS,
         flag: PreemptionFlag = preemption_flag,
     ) -> None:
-        foreign.check_schedule(every_seconds=every_seconds, keep_last=keep_last)
+        check_schedule(every_seconds=every_seconds, keep_last=keep_last)
         self.store = foreign.local_store(location, FRAMEWORK)
         self.every_seconds = every_seconds
         self.keep_last = keep_last

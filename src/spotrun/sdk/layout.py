@@ -22,6 +22,10 @@ import fsspec
 
 CHECKPOINT_PREFIX = "ckpt-"
 MANIFEST_NAME = "manifest.json"
+SHARDS_INDEX_NAME = "shards.idx"  # where each piece of a sharded or spread tensor is (``sdk.sharding``)
+# the manifest's ``payload`` of a framework's own checkpoint, and what it holds (the Checkpointer's have none)
+TRAINER_PAYLOAD, LIGHTNING_PAYLOAD = "transformers-trainer", "lightning"
+FRAMEWORK_PAYLOADS = {TRAINER_PAYLOAD: "the Trainer's own files", LIGHTNING_PAYLOAD: "lightning.ckpt"}
 _NAME = re.compile(r"^ckpt-(\d{12})$")
 
 
@@ -188,11 +192,12 @@ def verify_files(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> None:
 
 
 def manifest_entries(
-    fs: fsspec.AbstractFileSystem, checkpoint_path: str, names: list[str] | None = None
+    fs: fsspec.AbstractFileSystem, checkpoint_path: str, names: list[str] | None = None,
+    manifest: dict[str, Any] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     """(name, manifest entry) of the payload files named (default: all); CorruptCheckpoint when the manifest
-    is unreadable or does not list one of them."""
-    manifest = read_manifest(fs, checkpoint_path)
+    is unreadable or does not list one of them. ``manifest``: the folder's, already read."""
+    manifest = manifest if manifest is not None else read_manifest(fs, checkpoint_path)
     if manifest is None:
         raise CorruptCheckpoint(f"{checkpoint_path}: no readable {MANIFEST_NAME}")
     entries = []

@@ -41,8 +41,8 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from spotrun.sdk import foreign
-from spotrun.sdk.checkpointer import DEFAULT_EVERY_SECONDS
+from spotrun.sdk import foreign, layout
+from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
 from spotrun.sdk.errors import CheckpointError
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.state import RNGState
@@ -50,7 +50,7 @@ from spotrun.sdk.storage import STAGING_PREFIX
 
 log = logging.getLogger(__name__)
 
-PAYLOAD = "lightning"  # the manifest's mark of a Lightning checkpoint
+PAYLOAD = layout.LIGHTNING_PAYLOAD  # the manifest's mark of a Lightning checkpoint
 FRAMEWORK = "Lightning"
 CHECKPOINT_FILE = "lightning.ckpt"
 
@@ -70,7 +70,7 @@ class LightningCheckpoints(pl.Callback):
         signals: Iterable[int] = DEFAULT_SIGNALS,
         flag: PreemptionFlag = preemption_flag,
     ) -> None:
-        foreign.check_schedule(every_seconds=every_seconds, keep_last=keep_last, every_steps=every_steps)
+        check_schedule(every_seconds=every_seconds, keep_last=keep_last, every_steps=every_steps)
         self.store = foreign.local_store(location, FRAMEWORK)
         self.every_steps = every_steps
         self.every_seconds = every_seconds

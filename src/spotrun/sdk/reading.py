@@ -20,12 +20,10 @@ from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
     CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, no_valid_checkpoint,
 )
-from spotrun.sdk.storage import CheckpointStore, open_store
+from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
 
-CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
 
 SHARED_FILE = "shared.pt"
-FOREIGN_PAYLOAD_FILES = {"transformers-trainer": "the Trainer's own files", "lightning": "lightning.ckpt"}
 
 
 def rank_file(rank: int) -> str:
@@ -49,14 +47,14 @@ class Reader:
         manifest = layout.read_manifest(self.store.fs, path)
         if manifest is None:
             raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
-        foreign = FOREIGN_PAYLOAD_FILES.get(manifest.get("payload"))  # type: ignore[arg-type]
+        foreign = layout.FRAMEWORK_PAYLOADS.get(manifest.get("payload"))  # type: ignore[arg-type]
         if foreign is not None:
             raise layout.CorruptCheckpoint(
                 f"{path}: a {manifest['payload']} checkpoint ({foreign}), not the Checkpointer's: load it with that framework"
             )
         own = rank_file(self.rank)
         names = [SHARED_FILE] + ([own] if own in manifest["files"] else [])  # no own file: saved by fewer ranks
-        files = self.store.load_verified(path, names)
+        files = self.store.load_verified(path, names, manifest)
         payload = {name: value for file in names for name, value in _components(path, file, files[file]).items()}
         if only is not None:
             wanted = set(only)
@@ -67,13 +65,14 @@ class Reader:
         assembly = sharding.Assembly(payload, live, components)
         if not assembly.needed:
             return payload
-        index = self.store.load_verified(path, [sharding.INDEX_FILE])[sharding.INDEX_FILE] if assembly.targets else {}
+        load = functools.partial(self._load_one, path, manifest)
+        index = load(sharding.INDEX_FILE) if assembly.targets else {}
         if not isinstance(index, dict):
             raise layout.CorruptCheckpoint(f"{path}: {sharding.INDEX_FILE} holds a {type(index).__name__}")
-        return assembly.fill(assembly.plan(index), functools.partial(self._load_one, path))
+        return assembly.fill(assembly.plan(index), load)
 
-    def _load_one(self, path: str, name: str) -> Any:
-        return self.store.load_verified(path, [name])[name]
+    def _load_one(self, path: str, manifest: dict[str, Any], name: str) -> Any:
+        return self.store.load_verified(path, [name], manifest)[name]
 
 
 def _components(path: str, name: str, payload: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from spotrun.sdk import sharding
+from spotrun.sdk.layout import CHECKSUM, CHECKSUMS
 
 SPREAD_MIN_BYTES = 1 << 20  # smaller tensors stay in rank 0's file: an index entry and a hash each cost more
 FALLBACK_FILE = "replicas-00000.pt"
@@ -74,8 +75,6 @@ def take_apart(structure: Mapping[str, Any], assignment: Mapping[sharding.Path, 
 
 def digest(tensor: torch.Tensor) -> str:
     """A checksum of the tensor's values (its dtype, shape and bytes)."""
-    from spotrun.sdk.layout import CHECKSUMS, CHECKSUM
-
     hasher = CHECKSUMS[CHECKSUM]()
     hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
     hasher.update(memoryview(tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()))

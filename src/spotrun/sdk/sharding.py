@@ -29,9 +29,10 @@ from typing import Any
 import torch
 
 from spotrun.sdk.errors import CheckpointError, IncompatibleCheckpoint
+from spotrun.sdk import layout
 from spotrun.sdk.layout import CorruptCheckpoint
 
-INDEX_FILE = "shards.idx"
+INDEX_FILE = layout.SHARDS_INDEX_NAME
 
 Path = tuple[Any, ...]  # component name, then the keys and list positions down to the tensor
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (offset, shape) in the global tensor

@@ -29,6 +29,13 @@ HASH_IN_PARALLEL_BYTES = 1 << 20  # smaller chunks are hashed inline: a thread h
 WRITE_CHUNK = 16 << 20  # a large write goes out in pieces, each handed to the disk as soon as it is written
 
 Serializer = Callable[[BinaryIO], None]
+CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
+DEFAULT_LOCATION = "checkpoints"
+
+
+def checkpoint_location(location: str | os.PathLike[str] | None) -> str | os.PathLike[str]:
+    """``location`` when given, else ``$SPOTRUN_CHECKPOINT_DIR`` (the agent sets it), else ``./checkpoints``."""
+    return location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV) or DEFAULT_LOCATION
 
 
 class CheckpointStore:
@@ -66,11 +73,15 @@ class CheckpointStore:
     def read_verified(self, path: str, names: list[str] | None = None) -> dict[str, bytes]:
         return layout.read_verified(self.fs, path, names)
 
-    def load_verified(self, path: str, names: list[str] | None = None) -> dict[str, Any]:
+    def load_verified(
+        self, path: str, names: list[str] | None = None, manifest: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The decoded payload files named (default: all; see ``tensorfile``), each read once: checksummed as
         it is read (in a helper thread, overlapping the reading) and decoded only once it matches the
-        manifest. CorruptCheckpoint names the first file that is missing, unlisted, damaged or malformed."""
-        return {name: self._load_file(path, name, entry) for name, entry in layout.manifest_entries(self.fs, path, names)}
+        manifest (``manifest``: the folder's, when the caller has read it). CorruptCheckpoint names the first
+        file that is missing, unlisted, damaged or malformed."""
+        entries = layout.manifest_entries(self.fs, path, names, manifest)
+        return {name: self._load_file(path, name, entry) for name, entry in entries}
 
     def _load_file(self, path: str, name: str, entry: dict[str, Any]) -> Any:
         algorithm = layout.checksum_algorithm(path, name, entry)
@@ -123,7 +134,10 @@ class CheckpointStore:
         except BaseException:
             discard = getattr(fh, "discard", None)  # fsspec's buffered files: abort the multipart upload
             with contextlib.suppress(Exception):
-                discard() if callable(discard) else fh.close()
+                if callable(discard):
+                    discard()
+                else:
+                    fh.close()
             raise
         return hashing.describe()
 
