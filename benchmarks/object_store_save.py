@@ -15,18 +15,15 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-import boto3
 import torch
 from torch import nn
 
+import local_s3  # benchmarks/local_s3.py, beside this script
 import spotrun
-from spotrun.agent.gang import free_port
 
 BUCKET = "spotrun-bench"
 
@@ -70,20 +67,8 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
-                             region_name="us-east-1").create_bucket(Bucket=BUCKET)
-                break
-            except Exception:
-                time.sleep(0.1)
-        options = {"key": "k", "secret": "s", "skip_instance_cache": True,
-                   "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    with local_s3.moto_s3(BUCKET) as port:
+        options = local_s3.storage_options(f"http://127.0.0.1:{port}")
         runs = []
         for repeat in range(args.repeats):
             run = one_save(f"s3://{BUCKET}/{uuid.uuid4().hex}", options, args.size_mib)
@@ -91,9 +76,6 @@ def main() -> None:
             print(f"repeat {repeat}: " + ", ".join(f"{key} {value:.2f}" for key, value in run.items()), flush=True)
         print(f"state {args.size_mib} MiB; sdk {Path(spotrun.__file__).parent}; medians: "
               + ", ".join(f"{key} {statistics.median(r[key] for r in runs):.2f}" for key in runs[0]))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ def test_backup_writes_the_manifest_after_every_payload_file(local, remote, monk
 
     CheckpointSync(local, str(remote)).backup()
 
-    assert [Path(p).name for p in written] == ["model.bin", "state.bin", MANIFEST_NAME]
+    names = [Path(p).name for p in written]  # the payload files go up together, in either order
+    assert sorted(names[:2]) == ["model.bin", "state.bin"] and names[2:] == [MANIFEST_NAME]
 
 
 def test_backup_skips_checkpoints_the_store_already_has(local, remote):
@@ -171,3 +172,47 @@ def test_a_stopped_backup_leaves_no_committed_checkpoint(local, remote):
     stop.set()
     assert CheckpointSync(local, str(remote)).backup(stop=stop) is False
     assert committed_steps(remote) == []
+
+
+def test_a_checkpoints_files_are_copied_together(local, remote, monkeypatch):
+    """A sharded checkpoint is a file per rank, each too small to go in parts: they travel at once, both ways."""
+    write_checkpoint(local, 3)
+    together = threading.Barrier(2, timeout=10)  # broken, and the backup fails, unless both files copy at once
+    real_copy = checkpoint_sync._copy_file
+
+    def copy_when_both_started(src_fs, src, dst_fs, dst):
+        together.wait()
+        real_copy(src_fs, src, dst_fs, dst)
+
+    monkeypatch.setattr(checkpoint_sync, "_copy_file", copy_when_both_started)
+    assert CheckpointSync(local, str(remote)).backup() is True
+    together.reset()
+    fresh = local.parent / "fresh"
+    assert CheckpointSync(fresh, str(remote)).restore() == 3
+    assert (fresh / checkpoint_name(3) / "optim" / "state.bin").read_bytes() == b"optim-3"
+
+
+def test_a_stop_during_the_copy_starts_no_more_files_and_commits_nothing(local, remote, monkeypatch):
+    folder = write_checkpoint(local, 2)
+    for index in range(10):
+        (folder / f"shard-{index}.bin").write_bytes(b"x")  # unlisted in the manifest: only copied
+    stop, started = threading.Event(), []
+    real_copy = checkpoint_sync._copy_file
+
+    def copy_and_stop(src_fs, src, dst_fs, dst):
+        started.append(dst)
+        stop.set()
+        real_copy(src_fs, src, dst_fs, dst)
+
+    monkeypatch.setattr(checkpoint_sync, "_copy_file", copy_and_stop)
+    assert CheckpointSync(local, str(remote)).backup(stop=stop) is False
+    assert committed_steps(remote) == []
+    assert 1 <= len(started) <= checkpoint_sync.FILES_AT_ONCE
+
+
+@pytest.mark.parametrize("size", [0, 16 * 2**20, 200 * 2**30])
+def test_s3_parts_are_16_mib_and_never_more_than_s3_takes(size):
+    s3 = fsspec.filesystem("s3", anon=True, skip_instance_cache=True)
+    chunk = checkpoint_sync._s3_parts(s3, size)["chunksize"]
+    assert chunk >= checkpoint_sync.S3_PART_BYTES and chunk * checkpoint_sync.S3_MAX_PARTS >= size
+    assert checkpoint_sync._s3_parts(fsspec.filesystem("memory"), size) == {}

@@ -68,7 +68,8 @@ BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
 
 def test_sharded_and_object_store_benchmarks_small_runs() -> None:
-    """benchmarks/sharded_checkpoints.py and benchmarks/object_store_save.py run end to end at a small size."""
+    """benchmarks/sharded_checkpoints.py, object_store_save.py and store_transfer.py run end to end at a small size
+    (store_transfer's runs compare the restored files with the originals)."""
     sharded = subprocess.run(
         [sys.executable, str(BENCHMARKS / "sharded_checkpoints.py"), "--layers", "2", "--width", "512", "--repeats", "1"],
         capture_output=True, text=True, timeout=300,
@@ -83,3 +84,9 @@ def test_sharded_and_object_store_benchmarks_small_runs() -> None:
     )
     assert stored.returncode == 0, stored.stderr[-3000:]
     assert "state 8 MiB" in stored.stdout and "peak extra MiB" in stored.stdout
+    transfer = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "store_transfer.py"), "--size-mib", "8", "--files", "2", "--repeats", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert transfer.returncode == 0, transfer.stderr[-3000:]
+    assert "checkpoint 8 MiB in 2 file(s)" in transfer.stdout and "parts / stream" in transfer.stdout
