@@ -80,3 +80,19 @@ def test_a_multi_node_cloud_job_needs_shared_checkpoint_storage(store) -> None:
         assert jobs.list_jobs(session) == []  # nothing stored
     shared = text + "checkpoint: {store: 's3://bucket/ckpt'}\n"
     assert jobs.submit(store, parse_spec(shared, "job.yaml"), now=0.0) == 1
+
+
+def test_checkpoints_in_a_relative_folder_are_stored_absolute_locally_and_refused_on_a_cloud(store, tmp_path):
+    """On the local cloud the folder is taken from the job file's (the instance runs in its own folder, deleted with
+    it: a relative store there lost every checkpoint at a preemption); on a cloud it is refused."""
+    local = "run: python t.py\ncheckpoint: {store: relstore}\n"
+    job_id = jobs.submit(store, parse_spec(local, "job.yaml"), now=0.0, spec_dir=tmp_path)
+    with store.session() as session:
+        assert jobs.get_job(session, job_id).spec["checkpoint"]["store"] == str(tmp_path / "relstore")
+    cloud = "run: python t.py\nresources: {cloud: aws, instance_type: p3.2xlarge}\ncheckpoint: {store: relstore}\n"
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(store, parse_spec(cloud, "job.yaml"), now=0.0, source="job.yaml")
+    [problem] = refused.value.problems
+    assert problem.field == "checkpoint.store" and "relative path" in problem.message
+    mounted = cloud.replace("relstore", "/mnt/shared/ckpt")
+    assert jobs.submit(store, parse_spec(mounted, "job.yaml"), now=0.0) > job_id

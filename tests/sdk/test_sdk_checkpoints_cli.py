@@ -4,6 +4,7 @@ cut short, damaged), and a checkpoint's state written whole to one file that tor
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_thre
     store, _ = store_of_three
     runner = CliRunner()
     listed = runner.invoke(app, ["checkpoints", "list", str(store), "--verify", "--json"])
-    assert listed.exit_code == 0, listed.output
+    assert listed.exit_code == 1, listed.output  # one is damaged
     rows = json.loads(listed.stdout)
     assert [(row["steps"], row["state"].split(":")[0]) for row in rows] == [
         (1, "intact"), (2, "intact"), (3, "damaged"), (4, "incomplete (no manifest")]
@@ -60,6 +61,36 @@ def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_thre
     missing = runner.invoke(app, ["checkpoints", "list", str(tmp_path / "nowhere")])
     assert missing.exit_code == 1 and "no such checkpoint folder" in missing.output
     assert not (tmp_path / "nowhere").exists()
+    judged = runner.invoke(app, ["checkpoints", "list", str(store), "--verify"], env={"COLUMNS": "300"})
+    assert judged.exit_code == 1 and "1 damaged checkpoint(s)" in judged.output
+
+
+def test_list_tells_an_unreadable_manifest_from_a_save_cut_short(store_of_three) -> None:
+    store, _ = store_of_three
+    (store / layout.checkpoint_name(2) / layout.MANIFEST_NAME).write_text("{not json")
+    rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json"]).stdout)
+    assert [row["state"] for row in rows][1:] == [
+        f"damaged: {layout.MANIFEST_NAME} is not a readable manifest", "complete", "incomplete (no manifest: a save cut short)"]
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [("foo://bar", "foo://bar: cannot be read: ValueError: Protocol not known: foo"),
+     ("s3://no-such-bucket/x", "s3://no-such-bucket/x: cannot be read: ")],
+)
+def test_a_location_that_cannot_be_read_is_one_error_line(location: str, message: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    runner = CliRunner()
+    for arguments in (["list", location], ["export", str(tmp_path / "out.pt"), location]):
+        refused = runner.invoke(app, ["checkpoints", *arguments], env={"COLUMNS": "300"})
+        assert refused.exit_code == 1 and message in refused.output.replace("\n", ""), refused.output
+        assert refused.exception is None or isinstance(refused.exception, SystemExit)
+    assert not (tmp_path / "out.pt").exists()
 
 
 def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_do(store_of_three, tmp_path: Path) -> None:
@@ -71,6 +102,7 @@ def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_
     said = done.output.replace("\n", "")
     assert "warning: skipping checkpoint" in said and "ckpt-000000000003: shared.pt does not match" in said
     assert "ckpt-000000000002 (2 steps): 2 tensors" in said  # the damaged 3 skipped
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()  # as any new file, not mkstemp's owner-only
     exported = torch.load(out, weights_only=True)
     assert exported.keys() == weights[1].keys()
     assert all(torch.equal(exported[name], weights[1][name]) for name in exported)
@@ -88,6 +120,7 @@ def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_
         "shared.pt does not match": ["checkpoints", "export", str(tmp_path / "b.pt"), str(store), "--step", "3"],
         "no component 'modle'": ["checkpoints", "export", str(tmp_path / "c.pt"), str(store), "--component", "modle"],
         "one of them": ["checkpoints", "export", str(tmp_path / "d.pt")],
+        "is a folder: give the file to write": ["checkpoints", "export", str(store), str(store), "--force"],
     }
     for message, arguments in refusals.items():
         refused = runner.invoke(app, arguments, env={"COLUMNS": "300"})
@@ -135,3 +168,9 @@ def test_export_to_safetensors_takes_a_component_of_tensors_tied_weights_include
                             env={"COLUMNS": "300"})
     assert refused.exit_code == 2 and "give one --component of tensors" in refused.output.replace("\n", "")
     assert not (tmp_path / "all.safetensors").exists()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))  # the e2e harness: isolated SPOTRUN_HOME, clean-up
+sys.path.insert(1, str(Path(__file__).parents[1]))  # vm_emulation, which the e2e harness imports
 
 from server_world import Team  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 from server_world import TINY_JOB, Team, place_attempt
 
 from spotrun.control import records
-from spotrun.state import Attempt, Job
+from spotrun.state import Attempt, Event, Job
 
 
 def test_launched_job_is_owned_by_the_caller_and_listed(team: Team) -> None:
@@ -209,3 +209,53 @@ def test_unknown_job_is_404_and_health_says_ok(team: Team) -> None:
     missing = team.client.get("/api/v1/jobs/999", headers=team.as_user("root"))
     assert missing.status_code == 404 and missing.json() == {"detail": "no job with id 999"}
     assert team.client.get("/healthz").json() == {"ok": True, "database": "ok"}
+
+
+@pytest.mark.parametrize("number", ["NaN", "1e400", "-Infinity"])
+def test_a_number_json_cannot_hold_is_refused_with_a_422_that_names_it(team: Team, number: str) -> None:
+    """Python's JSON reader takes NaN and Infinity; FastAPI's 422 echoed them back, which JSON cannot write: a 500."""
+    job_id = team.launch("alice")
+    response = team.client.post(
+        f"/api/v1/jobs/{job_id}/preempt", content=f'{{"notice_seconds": {number}}}',
+        headers={**team.as_user("alice"), "content-type": "application/json"},
+    )
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "notice_seconds"] and error["msg"] == "Input should be a finite number"
+    with team.store.session() as session:
+        assert session.get(Job, job_id).state == "PENDING"
+
+
+def _chaos_events(team: Team, job_id: int) -> list[str]:
+    with team.store.session() as session:
+        return [event.message for event in session.query(Event).filter_by(job_id=job_id, kind="chaos")]
+
+
+def test_preempting_an_on_demand_instance_is_refused_and_stores_nothing(team: Team) -> None:
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    with team.store.session() as session:
+        session.get(Attempt, attempt_id).market = "on-demand"
+    response = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={}, headers=team.as_user("alice"))
+    assert response.status_code == 409 and "an on-demand instance" in response.json()["detail"]
+    assert _chaos_events(team, job_id) == []
+
+
+def test_a_preemption_the_cloud_refuses_is_a_conflict_recorded_with_its_answer(team: Team) -> None:
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)  # i-1-1: the local cloud has no such instance
+    response = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={}, headers=team.as_user("alice"))
+    assert response.status_code == 409 and "no local instance" in response.json()["detail"]
+    requested, refused = _chaos_events(team, job_id)
+    assert "requested by the user" in requested and refused.startswith(f"preemption of i-{job_id}-1 not done: ")
+
+
+@pytest.mark.parametrize("notice", [float("nan"), -1.0, 3601.0, float("inf")])
+def test_a_notice_out_of_range_is_refused_before_anything_is_stored(team: Team, notice: float) -> None:
+    from spotrun.control import jobs
+
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    with pytest.raises(jobs.PreemptRefused, match="the notice must be between 0 and 3600 seconds"):
+        jobs.preempt(team.store, job_id, time.time(), notice)
+    assert _chaos_events(team, job_id) == []

@@ -113,3 +113,14 @@ def test_home_relative_workdir_is_expanded(tmp_path):
 
 def test_no_workdir_resolves_to_none(tmp_path):
     assert parse_spec("run: x").resolved_workdir(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("store", "expected"),
+    [("relstore", "{base}/relstore"), ("../up/ckpt", "{parent}/up/ckpt"), ("/abs/ckpt", "/abs/ckpt"),
+     ("s3://bucket/run", "s3://bucket/run"), ("file:///tmp/x", "file:///tmp/x")],
+)
+def test_a_local_checkpoint_store_is_made_absolute_from_the_job_files_folder(tmp_path, store, expected):
+    spec = parse_spec(f"run: x\ncheckpoint: {{store: '{store}'}}\n")
+    assert spec.resolved_checkpoint_store(tmp_path) == expected.format(base=tmp_path, parent=tmp_path.parent)
+    assert parse_spec("run: x").resolved_checkpoint_store(tmp_path) is None

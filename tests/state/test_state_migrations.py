@@ -17,7 +17,7 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
-from spotrun.state import Base, Setting, Store
+from spotrun.state import Base, Setting, Store, StoreUnavailable
 from spotrun.state import store as store_module
 from spotrun.state.migrations import SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head
 from spotrun.state.migrations.lock import migration_connection
@@ -125,8 +125,9 @@ def test_a_sqlite_lock_held_past_the_patience_fails_saying_the_database_is_locke
     path = tmp_path / "state.db"
     writer = writing_to_a_new_sqlite_database(path)
     try:
-        with pytest.raises(OperationalError, match="database is locked"):
+        with pytest.raises(StoreUnavailable, match="database is locked") as refused:
             Store(f"sqlite:///{path}")
+        assert isinstance(refused.value.__cause__, OperationalError)
     finally:
         writer.execute("COMMIT")
         writer.close()

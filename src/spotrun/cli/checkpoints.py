@@ -55,15 +55,18 @@ def list_checkpoints(
     verify: Annotated[bool, typer.Option("--verify", help="read every file and check it against its manifest")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """The checkpoints in a store, newest last: steps, size, ranks, and whether each is complete (and intact)."""
+    """The checkpoints in a store, newest last: steps, size, ranks, and whether each is complete (and intact).
+    With --verify the exit code is 1 when one is damaged."""
     where = _location(location, job)
-    fs, root = fsspec.core.url_to_fs(where)
-    if not fs.isdir(root):
-        raise _fail(f"{where}: no such checkpoint folder")
-    rows = [_describe(fs, path, step, verify) for step, path in _folders(fs, root)]
+    fs, root = _reach(where)
+    try:
+        rows = [_describe(fs, path, step, verify) for step, path in _folders(fs, root)]
+    except Exception as error:  # the store stopped answering half-way: say so, whatever the filesystem raised
+        raise _fail(f"{where}: cannot be read: {_why(error)}") from None
+    damaged = any(row["state"].startswith("damaged") for row in rows)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return
+        raise typer.Exit(1 if damaged else 0)
     if not rows:
         console.print(f"{escape(where)}: no checkpoints")
         return
@@ -76,6 +79,25 @@ def list_checkpoints(
             f"{row['save_seconds']:.1f} s" if row["save_seconds"] is not None else "-", written,
         )
     console.print(table)
+    if damaged:
+        raise _fail(f"{where}: {sum(row['state'].startswith('damaged') for row in rows)} damaged checkpoint(s)")
+
+
+def _reach(where: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and folder of ``where``; a clear error when it names no filesystem, cannot be reached (no
+    credentials, no such bucket, ...) or is no folder."""
+    try:
+        fs, root = fsspec.core.url_to_fs(where)
+        exists = fs.isdir(root)
+    except Exception as error:  # fsspec and its backends raise their own kinds (ValueError, botocore's, ...)
+        raise _fail(f"{where}: cannot be read: {_why(error)}") from None
+    if not exists:
+        raise _fail(f"{where}: no such checkpoint folder")
+    return fs, root
+
+
+def _why(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _folders(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
@@ -88,6 +110,8 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     row: dict[str, Any] = {"steps": step, "path": fs.unstrip_protocol(path), "bytes": 0, "files": 0, "world_size": None,
                            "kind": "-", "created": None, "total_steps": None, "save_seconds": None}
     if manifest is None:
+        if fs.exists(f"{path}/{layout.MANIFEST_NAME}"):
+            return {**row, "state": f"damaged: {layout.MANIFEST_NAME} is not a readable manifest"}
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
     files = manifest["files"]
     row.update(
@@ -130,8 +154,11 @@ def export(
     `torch.load(OUTPUT, weights_only=False)` anywhere, without spotrun (e.g. `--component model` for a state dict),
     or, for OUTPUT.safetensors and one component of tensors alone (a model's), with safetensors."""
     where = _location(location, job)
+    if output.is_dir():
+        raise _fail(f"{output} is a folder: give the file to write", 2)
     if output.exists() and not force:
         raise _fail(f"{output} exists: give --force to replace it", 2)
+    _reach(where)
     import torch
 
     from spotrun.sdk.errors import CheckpointError, CheckpointWarning
@@ -190,6 +217,7 @@ def _write_atomically(output: Path, write: Any) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
     try:
+        os.chmod(temporary, 0o666 & ~_umask())  # as any new file; mkstemp's are the owner's alone
         with os.fdopen(handle, "wb") as fh:
             write(fh)
             fh.flush()
@@ -198,3 +226,9 @@ def _write_atomically(output: Path, write: Any) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -10,8 +10,10 @@ from typing import Annotated, Optional
 
 import click
 import typer
+from sqlalchemy.exc import OperationalError
 from typer.core import TyperGroup
 from rich.console import Console
+from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
 from spotrun.cli import logs as logs_view
@@ -26,18 +28,22 @@ from spotrun.cli.views import attempts_summary, attempts_table, follow_events, p
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
+from spotrun.state import StoreUnavailable
 
 console = Console()
 
 
 class _Commands(TyperGroup):
-    """Reports a BackendError (e.g. an unreachable server) as one error line, whichever command raised it."""
+    """Reports a BackendError (e.g. an unreachable server) or a store that cannot be opened or did not answer as one
+    error line, whichever command raised it."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except BackendError as problem:
+        except (BackendError, StoreUnavailable) as problem:
             raise _fail(str(problem)) from None
+        except OperationalError as problem:  # e.g. SQLite's "database is locked" past its busy timeout
+            raise _fail(f"the store did not answer: {str(problem.orig).strip() or type(problem.orig).__name__}") from None
 
 
 app = typer.Typer(
@@ -50,6 +56,7 @@ app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
 
+MIN_TICK_SECONDS = 0.01  # a tick interval of 0 or less would spin the controller on a core
 JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
@@ -105,6 +112,10 @@ def status(
         console.print("[dim]older ended jobs left out: spotrun status --all[/dim]")
     if detail is not None:
         print_whole(console, attempts_table(detail.attempts, detail.job.id, time.time()))
+        if detail.job.failure_reason:
+            console.print(f"reason: {escape(detail.job.failure_reason)}", soft_wrap=True)
+        if detail.stuck:
+            console.print(f"[bold red]stuck:[/] {escape(detail.stuck)}", soft_wrap=True)
 
 
 @app.command()
@@ -124,6 +135,7 @@ def preempt(
 ) -> None:
     """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
     try:
+        jobs_api.check_notice(notice)
         target = current_backend().preempt(job_id, notice, node)
     except (jobs_api.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
@@ -159,30 +171,35 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
 @app.command()
 def server(
     host: Annotated[str, typer.Option(envvar="SPOTRUN_SERVER_HOST", help="address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="SPOTRUN_SERVER_PORT", help="port to listen on (0: any free one)")] = 8080,
+    port: Annotated[int, typer.Option(
+        envvar="SPOTRUN_SERVER_PORT", min=0, max=65535, help="port to listen on (0: any free one)")] = 8080,
     database_url: Annotated[Optional[str], typer.Option(
         envvar="SPOTRUN_DATABASE_URL", help="the store (default: SQLite under $SPOTRUN_HOME)")] = None,
     public_url: Annotated[Optional[str], typer.Option(
         envvar="SPOTRUN_PUBLIC_URL", help="the URL agents and users reach this server at (default: from host/port)")] = None,
-    tick_interval: Annotated[float, typer.Option(envvar="SPOTRUN_TICK_INTERVAL", help="seconds between ticks")] = 0.5,
+    tick_interval: Annotated[float, typer.Option(
+        envvar="SPOTRUN_TICK_INTERVAL", min=MIN_TICK_SECONDS, help="seconds between ticks")] = 0.5,
     no_controller: Annotated[bool, typer.Option("--no-controller", help="serve the API only; never drive jobs")] = False,
 ) -> None:
     """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
     import logging
 
-    from spotrun.server.serve import serve
+    from spotrun.server.serve import CannotListen, serve
     from spotrun.state import Store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
-          run_controller=not no_controller)
+    try:
+        serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
+              run_controller=not no_controller)
+    except CannotListen as problem:
+        raise _fail(str(problem)) from None
 
 
 @app.command()
 def controller(
-    tick_interval: Annotated[float, typer.Option(help="seconds between reconcile ticks")] = 0.5,
-    idle_exit: Annotated[float, typer.Option(help="exit after this long without live jobs (0: never)")] = 0,
+    tick_interval: Annotated[float, typer.Option(min=MIN_TICK_SECONDS, help="seconds between reconcile ticks")] = 0.5,
+    idle_exit: Annotated[float, typer.Option(min=0, help="exit after this long without live jobs (0: never)")] = 0,
 ) -> None:
     """Run the controller in the foreground."""
     from spotrun.server import daemon

@@ -142,7 +142,7 @@ def progress_line(row: JobRow) -> Text:
 def _event_text(kind: str, message: str) -> str:
     styles = {
         "preemption_notice": "bold magenta", "state": "bold", "launch_refused": "yellow", "chaos": "magenta",
-        "woken": "green",
+        "woken": "green", "stuck": "bold red",
     }
     style = styles.get(kind)
     return f"[{style}]{message}[/]" if style else message

@@ -25,6 +25,7 @@ from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.observe import Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
+from spotrun.control.stuck import StuckJobs
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.costs.billing import CLOUD_RULES, BillingRule, rule_for
 from spotrun.costs.market_prices import MarketPrices
@@ -94,6 +95,7 @@ class Controller:
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
         self._gang = GangDriver(self)
+        self._stuck = StuckJobs(store, self.clock.now)
         self.moves = MoveDriver(self)
 
     # ---- the loop body -------------------------------------------------------------------------------------
@@ -105,8 +107,10 @@ class Controller:
                 keeper.drive_started()
                 try:
                     self.drive(job_id)
-                except Exception:  # one broken job must not stop the others; the next tick retries it
-                    log.exception("job %s: tick failed", job_id)
+                except Exception as error:  # one broken job must not stop the others; the next tick retries it
+                    self._stuck.failed(job_id, error)
+                else:
+                    self._stuck.went_on(job_id)
         reclaims.settle_awaiting(self)
         self._ticks += 1
         if self._ticks % self.settings.sweep_every_ticks == 1:

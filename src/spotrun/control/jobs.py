@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from spotrun.control.placement import job_prices, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_names
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_conflict, policy_names
-from spotrun.providers import CLOUDS, get_provider
+from spotrun.providers import CLOUDS, ProviderError, get_provider
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
 
@@ -60,7 +62,7 @@ def check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[floa
             [Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
                      "choosing one from accelerators alone is not supported yet")],
         )
-    _check_shared_checkpoints(spec, source)
+    _check_checkpoint_store(spec, source)
     if spec.spot.policy not in policy_names():
         known = ", ".join(policy_names())
         raise SpecError(source, [Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}")])
@@ -100,23 +102,36 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days" if seconds >= 2 * 86400 else f"{seconds / 3600:.3g} h"
 
 
-def _check_shared_checkpoints(spec: JobSpec, source: str) -> None:
-    """Every rank of a multi-node job reads and writes the same checkpoints: on a cloud, a path on one
-    instance's disk cannot be that place."""
+def _check_checkpoint_store(spec: JobSpec, source: str) -> None:
+    """Checkpoints must outlive the instance: on a cloud, a relative path is on the instance's own disk, and every
+    rank of a multi-node job reads and writes the same checkpoints, which a path on one instance's disk cannot be."""
     store = spec.checkpoint.store
-    if spec.resources.nodes > 1 and spec.resources.cloud != "local" and (store is None or "://" not in store):
+    if spec.resources.cloud == "local" or (store is not None and "://" in store):
+        return
+    if spec.resources.nodes > 1:
         raise SpecError(
             source,
             [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
                      f"(s3://, gs://, ...), got {store!r}")],
         )
+    if store is not None and not os.path.isabs(os.path.expanduser(store)):
+        raise SpecError(
+            source,
+            [Problem("checkpoint.store", f"{store!r} is a relative path, on the instance's own disk, which goes with "
+                     "it at a preemption: give storage that outlives it (s3://, gs://, ...) or a mounted folder's "
+                     "absolute path")],
+        )
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:
+    """The spec as stored: the default checkpoint store filled in, and on the local cloud the workdir and a local
+    checkpoint store made absolute from the job file's folder (the instance runs elsewhere: in its own folder)."""
+    local, base_dir = spec.resources.cloud == "local", spec_dir or Path.cwd()
+    store = spec.resolved_checkpoint_store(base_dir) if local else spec.checkpoint.store
     checkpoint = spec.checkpoint.model_copy(
-        update={"store": spec.checkpoint.store or config.default_checkpoint_store(job_id, spec.name or "job")}
+        update={"store": store or config.default_checkpoint_store(job_id, spec.name or "job")}
     )
-    workdir = spec.resolved_workdir(spec_dir or Path.cwd()) if spec.resources.cloud == "local" else spec.workdir
+    workdir = spec.resolved_workdir(base_dir) if local else spec.workdir
     return spec.model_copy(update={"checkpoint": checkpoint, "workdir": workdir})
 
 
@@ -138,24 +153,57 @@ class PreemptTarget:
     attempt_number: int
 
 
+class PreemptRefused(LookupError):
+    """A preemption that cannot be done: nothing running to preempt, an on-demand instance, a notice out of range,
+    or a cloud that cannot take an instance back on request."""
+
+
+MAX_NOTICE_SECONDS = 3600.0
+
+
 def preempt(
     store: Store, job_id: int, now: float, notice_seconds: float | None = None, node: int | None = None
 ) -> PreemptTarget:
     """Chaos: have the cloud reclaim the instance the job runs on (node `node` of a multi-node job, default 0),
-    with the notice window."""
+    with the notice window. A request refused before the cloud is asked stores nothing; one the cloud refuses is
+    recorded with its answer."""
+    check_notice(notice_seconds)
     with store.session() as session:
         job = get_job(session, job_id)
         attempt = _open_attempt_of_node(session, job_id, node or 0)
         if attempt is None or attempt.instance_id is None or attempt.state not in ("running", "draining"):
             holds = f"no running instance as node {node}" if node is not None else "no running instance"
-            raise LookupError(f"job {job_id} is {job.state} and holds {holds} to preempt")
+            raise PreemptRefused(f"job {job_id} is {job.state} and holds {holds} to preempt")
+        if attempt.market != "spot":
+            raise PreemptRefused(
+                f"job {job_id} runs on {attempt.instance_id}, an {attempt.market} instance: only spot instances are "
+                "taken back"
+            )
         target = PreemptTarget(attempt.instance_id, attempt.provider, attempt.number)
         add_event(
             session, at=now, kind="chaos", job_id=job_id, attempt_id=attempt.id,
             message=f"preemption of {attempt.instance_id} requested by the user",
         )
-    get_provider(target.provider).preempt(target.instance_id, notice_seconds)
+        attempt_id = attempt.id
+    try:
+        get_provider(target.provider).preempt(target.instance_id, notice_seconds)
+    except (ProviderError, NotImplementedError, ValueError, LookupError) as refused:
+        why = str(refused) or type(refused).__name__
+        with store.session() as session:
+            add_event(session, at=now, kind="chaos", job_id=job_id, attempt_id=attempt_id,
+                      message=f"preemption of {target.instance_id} not done: {why}")
+        raise PreemptRefused(why) from refused
     return target
+
+
+def check_notice(notice_seconds: float | None) -> None:
+    """PreemptRefused for a notice that is not a number of seconds from 0 to MAX_NOTICE_SECONDS."""
+    if notice_seconds is None:
+        return
+    if not (math.isfinite(notice_seconds) and 0 <= notice_seconds <= MAX_NOTICE_SECONDS):
+        raise PreemptRefused(
+            f"the notice must be between 0 and {MAX_NOTICE_SECONDS:g} seconds, got {notice_seconds}"
+        )
 
 
 def _open_attempt_of_node(session: Session, job_id: int, node: int) -> Attempt | None:

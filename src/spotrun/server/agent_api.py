@@ -15,6 +15,7 @@ from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.control.tokens import token_matches
+from spotrun.server.refusals import answer_invalid_requests
 from spotrun.state import Attempt, Event, Store, add_event
 
 
@@ -69,6 +70,7 @@ class Exit(BaseModel):
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
+    answer_invalid_requests(app)
 
     def attempt_id_for(
         attempt_id: int = PathParam(ge=1, le=2**31 - 1), authorization: str = Header(default="")

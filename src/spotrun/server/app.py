@@ -14,6 +14,7 @@ from spotrun.server.agent_api import create_agent_app
 from spotrun.server.api import create_api_router
 from spotrun.server.dashboard import create_dashboard_router
 from spotrun.server.metrics import store_registry
+from spotrun.server.refusals import answer_invalid_requests
 from spotrun.state import Store
 
 
@@ -42,6 +43,7 @@ def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
     # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.
     app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)
     app.add_exception_handler(JobNotFound, _not_found)
+    answer_invalid_requests(app)
     registry = store_registry(store)
 
     @app.get("/metrics", tags=["operations"], response_class=Response,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import fields
 
 import psutil
@@ -205,11 +207,28 @@ def ensure_running(store: Store, timeout: float = 30.0) -> str:
     raise RuntimeError(f"the controller did not start within {timeout:.0f} s; see {log_path}")
 
 
+def _seconds(at_least: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, at least ``at_least`` (argparse names the option)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (math.isfinite(value) and value >= at_least):
+            raise argparse.ArgumentTypeError(f"must be a number of seconds of at least {at_least:g}, got {text}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
-    parser.add_argument("--tick-interval", type=float, default=float(os.environ.get("SPOTRUN_TICK_INTERVAL", 0.5)))
     parser.add_argument(
-        "--idle-exit", type=float, default=float(os.environ.get("SPOTRUN_IDLE_EXIT", 120)),
+        "--tick-interval", type=_seconds(at_least=0.01), default=os.environ.get("SPOTRUN_TICK_INTERVAL", "0.5"),
+    )
+    parser.add_argument(
+        "--idle-exit", type=_seconds(at_least=0.0), default=os.environ.get("SPOTRUN_IDLE_EXIT", "120"),
         help="exit after this many seconds without live jobs (0: never)",
     )
     args = parser.parse_args(argv)

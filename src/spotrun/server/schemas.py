@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from spotrun.control.jobs import MAX_NOTICE_SECONDS
 from spotrun.costs.ledger import bill
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
 from spotrun.server.views import BillView, JobRow
@@ -56,7 +57,7 @@ class CancelAccepted(BaseModel):
 
 class PreemptRequest(BaseModel):
     notice_seconds: float | None = Field(
-        default=None, ge=0, le=3600, allow_inf_nan=False, description="seconds of notice (default: the market's)"
+        default=None, ge=0, le=MAX_NOTICE_SECONDS, allow_inf_nan=False, description="seconds of notice (default: the market's)"
     )
     node: int | None = Field(default=None, ge=0, le=4096, description="which node of a multi-node job (default 0)")
 

@@ -12,6 +12,7 @@ from spotrun.server.app import create_app
 from spotrun.server.daemon import Daemon
 from spotrun.state import Store
 
+
 def public_url(host: str, port: int) -> str:
     """The address agents and clients are told to use when none is configured."""
     reachable = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
@@ -39,10 +40,18 @@ def serve(
             controller.join(timeout=10)
 
 
+class CannotListen(RuntimeError):
+    """The address is taken, not this machine's, or not an address."""
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
     sock.set_inheritable(True)
     return sock

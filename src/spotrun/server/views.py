@@ -152,6 +152,7 @@ class JobDetail(BaseModel):
     attempts: list[AttemptView]
     bill: BillView
     checkpoint_store: str | None = None  # where the job's checkpoints are kept (resolved when it was submitted)
+    stuck: str | None = None  # why the controller cannot go on with the job, while that is its newest event
 
 
 def job_row(job: Job, now: float) -> JobRow:
@@ -213,4 +214,11 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
         job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts), now),
         bill=BillView.of(bill(job.placed_attempts, now)),
         checkpoint_store=(job.spec.get("checkpoint") or {}).get("store"),
+        stuck=None if is_terminal(job.state) else _stuck(session, job.id),
     )
+
+
+def _stuck(session: Session, job_id: int) -> str | None:
+    """The controller's newest word on the job when it is that it cannot drive it (`control.stuck`)."""
+    newest = session.scalars(select(Event).where(Event.job_id == job_id).order_by(Event.id.desc()).limit(1)).first()
+    return newest.message if newest is not None and newest.kind == "stuck" else None

@@ -132,4 +132,16 @@ class JobSpec(_SpecModel):
         """The absolute folder to run in; a relative workdir is taken from `base_dir` (the job file's folder)."""
         if self.workdir is None:
             return None
-        return os.path.abspath(Path(base_dir).expanduser() / Path(self.workdir).expanduser())
+        return _absolute(self.workdir, base_dir)
+
+    def resolved_checkpoint_store(self, base_dir: str | os.PathLike[str]) -> str | None:
+        """`checkpoint.store` with a local path made absolute, a relative one taken from `base_dir` (the job file's
+        folder) as `workdir` is; a URL (s3://, gs://, file://) as written."""
+        store = self.checkpoint.store
+        if store is None or "://" in store:
+            return store
+        return _absolute(store, base_dir)
+
+
+def _absolute(path: str, base_dir: str | os.PathLike[str]) -> str:
+    return os.path.abspath(Path(base_dir).expanduser() / Path(path).expanduser())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -9,7 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from spotrun import config
@@ -20,13 +22,21 @@ from spotrun.state.models import Event
 SCHEMA_HEAD = "0016"
 
 
+class StoreUnavailable(RuntimeError):
+    """The store cannot be opened: a URL no driver reads, a database that does not answer or is not one, or a
+    SPOTRUN_HOME that cannot be a folder. The message names the store (its password hidden) and why."""
+
+
 class Store:
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
-        self.url = url or config.database_url()
-        self.engine = _make_engine(self.url)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        if migrate:
-            self.upgrade()
+        try:
+            self.url = url or config.database_url()
+            self.engine = _make_engine(self.url)
+            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+            if migrate:
+                self.upgrade()
+        except (SQLAlchemyError, OSError) as error:
+            raise StoreUnavailable(f"cannot open the store {_shown(url)}: {_reason(error)}") from error
 
     def upgrade(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe to run from several processes)."""
@@ -77,6 +87,23 @@ def add_event(
 
 
 SQLITE_BUSY_SECONDS = 30.0  # how long a SQLite connection waits for another process's lock before failing
+
+
+def _shown(url: str | None) -> str:
+    url = url or os.environ.get("SPOTRUN_DATABASE_URL")
+    if not url:
+        return "under $SPOTRUN_HOME"
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url)
+
+
+def _reason(error: Exception) -> str:
+    """The driver's own words (SQLAlchemy's wrapper adds its SQL and a link), else the error's."""
+    original = getattr(error, "orig", None)
+    text_of = str(original or error).strip().splitlines()
+    return text_of[0] if text_of else type(error).__name__
 
 
 def _make_engine(url: str) -> Engine:

@@ -1,0 +1,33 @@
+"""422 replies that can always be written: FastAPI's own echoes each wrong value back as JSON, and a body holding
+NaN, Infinity or 1e400 (which Python's JSON reader accepts) made that reply fail, a 500 instead of the 422."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+
+def answer_invalid_requests(app: FastAPI) -> None:
+    """Reply to a request that fails validation with 422 and its errors, non-finite numbers written as text."""
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+
+
+async def _invalid_request(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    detail = _finite(jsonable_encoder(error.errors()))
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value

@@ -1,0 +1,99 @@
+"""The CLI's refusals are one error line and a non-zero exit, never a traceback: a store that cannot be opened, an
+address the server cannot listen on, numbers out of range, a preemption with a notice that is no number of seconds.
+`status ID` says why a job failed, and why the controller cannot go on with one."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spotrun.cli.embedded import EmbeddedBackend
+from spotrun.cli.main import app
+from spotrun.control import jobs as jobs_api
+from spotrun.control.states import JobState
+from spotrun.spec import parse_spec
+from spotrun.state import Event, Job, add_event
+
+WIDE = {"COLUMNS": "300"}
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    for name in ("SPOTRUN_SERVER", "SPOTRUN_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "home"
+
+
+def refused(arguments: list[str], code: int = 1, env: dict[str, str] | None = None) -> str:
+    result = CliRunner().invoke(app, arguments, env={**WIDE, **(env or {})})
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.output.replace("\n", "")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"SPOTRUN_DATABASE_URL": "foo://bar"}, "cannot open the store foo://bar: Can't load plugin"),
+     ({"SPOTRUN_DATABASE_URL": "garbage"}, "cannot open the store 'garbage': Could not parse"),
+     ({"SPOTRUN_DATABASE_URL": "postgresql+psycopg://who:secret@127.0.0.1:1/x"},
+      "cannot open the store postgresql+psycopg://who:***@127.0.0.1:1/x: connection failed"),
+     ({"SPOTRUN_HOME": "/dev/null/x"}, "cannot open the store under $SPOTRUN_HOME: [Errno 20] Not a directory")],
+)
+def test_a_store_that_cannot_be_opened_is_one_line(home: Path, env: dict[str, str], message: str) -> None:
+    said = refused(["status"], env=env)
+    assert message in said and "secret" not in said
+
+
+def test_a_database_file_that_is_not_one_is_refused_and_left_as_it_was(home: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.db"
+    notes.write_text("my notes")
+    assert "file is not a database" in refused(["status"], env={"SPOTRUN_DATABASE_URL": f"sqlite:///{notes}"})
+    assert notes.read_text() == "my notes"
+
+
+def test_the_server_refuses_a_port_it_cannot_listen_on(home: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in refused(
+            ["server", "--port", str(port), "--no-controller"])
+    assert "Invalid value for '--port'" in refused(["server", "--port", "-1"], code=2)
+    assert "Invalid value for '--port'" in refused(["server", "--port", "65536"], code=2)
+
+
+@pytest.mark.parametrize("option", [["--tick-interval", "-1"], ["--tick-interval", "0"], ["--idle-exit", "-5"]])
+def test_the_controller_refuses_intervals_below_its_floor(home: Path, option: list[str]) -> None:
+    assert f"Invalid value for '{option[0]}'" in refused(["controller", *option], code=2)
+
+
+def _job(home: Path) -> int:
+    spec = parse_spec("name: t\nrun: 'true'\nresources: {cloud: local, instance_type: local.cpu}\n")
+    return jobs_api.submit(EmbeddedBackend().store, spec, time.time())
+
+
+@pytest.mark.parametrize("notice", ["nan", "-1", "inf", "3601"])
+def test_a_preemption_notice_that_is_no_number_of_seconds_is_refused(home: Path, notice: str) -> None:
+    job_id = _job(home)
+    assert "the notice must be between 0 and 3600 seconds" in refused(["preempt", str(job_id), "--notice", notice])
+    with EmbeddedBackend().store.session() as session:
+        assert session.query(Event).filter_by(job_id=job_id, kind="chaos").count() == 0
+
+
+def test_status_of_one_job_says_why_it_failed_or_why_it_is_stuck(home: Path) -> None:
+    failed, stuck = _job(home), _job(home)
+    store = EmbeddedBackend().store
+    with store.session() as session:
+        job = session.get(Job, failed)
+        job.state, job.failure_reason = JobState.FAILED.value, "none of the job's zones is offered"
+        add_event(session, at=time.time(), kind="stuck", job_id=stuck,
+                  message="the controller cannot go on with this job (ValueError: no AWS region)")
+    runner = CliRunner()
+    assert "reason: none of the job's zones is offered" in runner.invoke(app, ["status", str(failed)], env=WIDE).output
+    shown = runner.invoke(app, ["status", str(stuck)], env=WIDE).output
+    assert "stuck: the controller cannot go on with this job (ValueError: no AWS region)" in shown
