@@ -8,6 +8,7 @@ import time
 import warnings
 from pathlib import Path
 
+import fsspec
 import pytest
 import torch
 
@@ -269,3 +270,112 @@ def test_a_second_signal_after_the_stop_cannot_kill_the_exit(tmp_path: Path) -> 
     finally:
         flag.uninstall()
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_tensors_in_a_user_dict_are_restored_into_the_tensors_the_program_holds(tmp_path: Path) -> None:
+    """A learnable tensor kept in `extra` and trained by an optimizer: restoring swapped in a new tensor, so the
+    optimizer went on from the initial value (and the dict's copy lost requires_grad)."""
+    log_temp = torch.zeros((), requires_grad=True)
+    moments = {"mean": torch.zeros(3)}
+    extra = {"log_temp": log_temp, "moments": moments, "resized": torch.zeros(2), "gone": 1}
+    optimizer = torch.optim.SGD([log_temp], lr=0.5)
+    state = spotrun.torch_state(optimizer=optimizer, extra=extra)
+    log_temp.grad = torch.tensor(1.0)
+    optimizer.step()
+    moments["mean"] += 2
+    saved = {"log_temp": log_temp.detach().clone(), "mean": moments["mean"].clone()}
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(state, 0)
+    with torch.no_grad():
+        log_temp.fill_(7.0)
+    moments["mean"].fill_(9.0)
+    held_mean = moments["mean"]
+    extra["resized"], extra["new"] = torch.zeros(5), "added since"
+    del extra["gone"]
+
+    assert spotrun.Checkpointer(tmp_path, signals=()).restore(state) == 1
+    assert extra["log_temp"] is log_temp and log_temp.requires_grad and torch.equal(log_temp.detach(), saved["log_temp"])
+    assert extra["moments"] is moments and moments["mean"] is held_mean and torch.equal(held_mean, saved["mean"])
+    assert extra["resized"].shape == (2,) and extra["gone"] == 1 and "new" not in extra  # as saved
+
+
+def _accumulating_run(root: Path, micro_batches: int, stop_after: int | None = None) -> tuple[torch.nn.Module, int]:
+    """Micro-batches of one sample, an optimizer step every 3, `ckpt.step` after each micro-batch; a stop asked
+    after micro-batch `stop_after`. The model, and the micro-batches this run did."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = spotrun.torch_state(model=model, optimizer=optimizer, rng=False)
+    data = torch.arange(3.0 * micro_batches).reshape(micro_batches, 3) / micro_batches
+    flag, done = PreemptionFlag(), 0
+    with spotrun.Checkpointer(root, signals=(), flag=flag) as ckpt:
+        start = ckpt.restore(state) or 0
+        for step in range(start, micro_batches):
+            (model(data[step]).pow(2).sum() / 3).backward()
+            if (step + 1) % 3 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            done += 1
+            if step == stop_after:
+                flag.request()
+            ckpt.step(state, step)
+            if ckpt.should_stop:
+                break
+    return model, done
+
+
+def test_a_stop_between_accumulated_micro_batches_saves_after_the_optimizers_step(tmp_path: Path) -> None:
+    """A checkpoint holds no gradients: saved at micro-batch 5 of steps of 3, it resumed without the two gradients
+    summed so far, and the weights came out other than an uninterrupted run's."""
+    whole, _ = _accumulating_run(tmp_path / "whole", 12)
+    _, done = _accumulating_run(tmp_path / "stopped", 12, stop_after=4)
+    assert done == 6  # held to the end of the accumulated step
+    assert layout.list_committed(fsspec.filesystem("file"), str(tmp_path / "stopped"))[-1][0] == 6
+    resumed, rest = _accumulating_run(tmp_path / "stopped", 12)
+    assert rest == 6
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_gradients_count_as_accumulating_from_backward_to_their_optimizers_step() -> None:
+    model = torch.nn.Linear(2, 1)
+    frozen = torch.nn.Linear(2, 1)  # not the state's optimizer's: its gradients do not count
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = spotrun.torch_state(model=model, optimizer=optimizer)
+    assert not state.accumulating()
+    frozen(torch.ones(2)).sum().backward()
+    assert not state.accumulating()
+    model(torch.ones(2)).sum().backward()
+    assert state.accumulating()
+    optimizer.step()
+    assert not state.accumulating()
+    model(torch.ones(2)).sum().backward()
+    optimizer.zero_grad()  # a step the GradScaler skipped, then the next iteration's zero_grad
+    assert not state.accumulating()
+    assert not spotrun.torch_state(model=model).accumulating()  # no optimizer: nothing to tell
+
+
+@pytest.mark.parametrize(("failures", "restored"), [(1, 2), (2, 1)])
+def test_a_read_that_fails_in_the_io_is_tried_once_more_before_the_checkpoint_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int, restored: int,
+) -> None:
+    """Skipped, the newer checkpoint would be removed by the next save's pruning (a later timeline): one EIO lost
+    the progress it held. A second failure skips it, as before."""
+    from spotrun.sdk import checkpointer as checkpointer_module
+    from spotrun.sdk import storage
+
+    save_steps(tmp_path, [0, 1])
+    monkeypatch.setattr(checkpointer_module, "READ_RETRY_PAUSE_SECONDS", 0.0)
+    real_open, left = storage.LocalStore._open_for_reading, [failures]
+
+    def flaky(self, file):  # type: ignore[no-untyped-def]
+        if left[0] and layout.checkpoint_name(2) in file:
+            left[0] -= 1
+            raise OSError(5, "Input/output error")
+        return real_open(self, file)
+
+    monkeypatch.setattr(storage.LocalStore, "_open_for_reading", flaky)
+    state, _, _ = make_state()
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        assert spotrun.Checkpointer(tmp_path, signals=()).restore(state) == restored
+    assert any("Input/output error" in str(w.message) for w in warned) == (restored == 1)

@@ -52,6 +52,8 @@ from spotrun.sdk.storage import LocalStore, checkpoint_location, open_store
 
 log = logging.getLogger(__name__)
 
+READ_RETRY_PAUSE_SECONDS = 1.0  # before a second read of a checkpoint whose first failed in the I/O
+
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Checkpointer:
         self._last_saved: int | None = None
         self._last_save_time = time.monotonic()
         self._deferred = False
+        self._stop_held = False  # a stop waiting for the optimizer's step (``step``)
         self._should_stop = False
 
     # -- public API ---------------------------------------------------------------------------------------
@@ -184,13 +187,20 @@ class Checkpointer:
 
     def step(self, state: TrainingState, step: int) -> None:
         """Call after training step ``step`` (0-based) has finished: saves when one is due (in the
-        background), and on preemption saves synchronously and sets ``should_stop``."""
+        background), and on preemption saves synchronously and sets ``should_stop``. Called after each micro-batch
+        of an accumulated step, it holds a save (a stop's too) to the first call after the optimizer's step: a
+        checkpoint holds no gradients (``accumulation``)."""
         _require_training_state(state)
         self._raise_failed_save()
         steps_done = step + 1
-        stop, due, busy = self._ranks.agree_any(
-            [self._flag.is_set, self._deferred or self._periodic_due(steps_done), self._busy()]
+        stop, due, busy, accumulating = self._ranks.agree_any(
+            [self._flag.is_set, self._deferred or self._periodic_due(steps_done), self._busy(), state.accumulating()]
         )
+        if accumulating and (stop or due):  # held to the step after the optimizer's: gradients are not saved
+            if stop and not self._stop_held:
+                log.warning("preemption requested between accumulated micro-batches: saving after the optimizer's step")
+            self._stop_held, self._deferred = stop, due
+            return
         if stop:
             log.warning("preemption requested: saving %d steps and stopping", steps_done)
             self.save(state, step)
@@ -409,16 +419,31 @@ class Checkpointer:
         """This rank's payload from the checkpoint at ``path``, ready to load into ``state``: (payload, None, None);
         (None, why it is unreadable, None) for a damaged checkpoint, whatever the damage; (None, None, why it
         does not fit) when its sharded tensors do not fit ``state``."""
-        try:
-            return self._reader.payload(path, state.state_dict("all"), state.components), None, None
-        except IncompatibleCheckpoint as error:
-            return None, None, str(error)
-        except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
-            return None, reading.reason(path, error), None
+        for last_try in (False, True):
+            try:
+                return self._reader.payload(path, state.state_dict("all"), state.components), None, None
+            except IncompatibleCheckpoint as error:
+                return None, None, str(error)
+            except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
+                if last_try or not _maybe_transient(error):
+                    return None, reading.reason(path, error), None
+                log.warning("reading %s failed (%s); trying it once more", path, error)
+                time.sleep(READ_RETRY_PAUSE_SECONDS)
+        raise AssertionError("unreachable")
 
     def _clean_staging(self) -> None:
         if self.rank == 0:
             self.store.clean_staging()
+
+
+def _maybe_transient(error: BaseException) -> bool:
+    """A read that failed in the I/O itself (EIO, a connection reset), not in what it read: worth one more try
+    before the checkpoint is skipped, as a skipped newer one is removed by the next save's pruning."""
+    while error is not None:
+        if isinstance(error, OSError):
+            return not isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError))
+        error = error.__cause__  # type: ignore[assignment]
+    return False
 
 
 def _require_training_state(state: object) -> None:

@@ -7,7 +7,8 @@ workers ``worker_init_fn=spotrun.ignore_preemption_signals`` (or call it from yo
 Processes forked from the trainer before that inherit the handler, which ignores the signal in any
 process other than the one that installed it. A worker starts handling SIGTERM itself before its worker_init_fn
 runs, though: start the workers (``iter(loader)``) inside ``with spotrun.preemption_signals_held():`` so that a
-signal arriving meanwhile waits for the ignore (``spotrun.ResumableLoader`` does both).
+signal arriving meanwhile waits for the ignore (``spotrun.ResumableLoader`` does both). Workers that ignore SIGTERM
+are killed at the trainer's exit, which would otherwise wait for them forever (``exit_guard``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
+
+from spotrun.sdk import exit_guard  # noqa: F401  (registers the exit handler that ends such workers)
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: the agent reads it as "preempted, resume me"
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)

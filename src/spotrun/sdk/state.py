@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from spotrun.sdk.accumulation import GradientWatch
 from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
 from spotrun.sdk.errors import CheckpointWarning, IncompatibleCheckpoint, UnknownComponents
@@ -69,7 +70,8 @@ def _set_cuda_rng_states(states: list[torch.Tensor]) -> None:
 
 
 class _DictComponent:
-    """A user dict saved by value and updated in place on restore, so the caller's reference stays valid."""
+    """A user dict saved by value and restored in place, so the caller's references stay valid: the dict itself, and
+    each tensor in it (a tensor an optimizer trains, say) where the saved one has its shape and dtype."""
 
     def __init__(self, values: MutableMapping[str, Any]) -> None:
         self.values = values
@@ -78,8 +80,29 @@ class _DictComponent:
         return dict(self.values)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.values.clear()
-        self.values.update(state)
+        _restore_mapping(self.values, state)
+
+
+def _restore_mapping(values: MutableMapping[Any, Any], state: Mapping[Any, Any]) -> None:
+    for key in [key for key in values if key not in state]:
+        del values[key]
+    for key, saved in state.items():
+        values[key] = _restored(values[key], saved) if key in values else saved
+
+
+def _restored(current: Any, saved: Any) -> Any:
+    """``saved`` put into ``current`` where it fits (a tensor of the same shape and dtype: copied into it, its
+    identity and requires_grad kept; a dict: restored key by key), else ``saved`` itself."""
+    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor):
+        if current.shape == saved.shape and current.dtype == saved.dtype and not current.is_inference():
+            with torch.no_grad():
+                current.copy_(saved)
+            return current
+        return saved
+    if isinstance(current, MutableMapping) and isinstance(saved, Mapping) and type(current) is type(saved):
+        _restore_mapping(current, saved)
+        return current
+    return saved
 
 
 def _as_stateful(name: str, component: Any) -> Stateful:
@@ -101,6 +124,12 @@ class TrainingState:
     def __init__(self, components: Mapping[str, Any], per_rank: Iterable[str] = (RNG_COMPONENT,)) -> None:
         self.components = {name: _as_stateful(name, value) for name, value in components.items() if value is not None}
         self.per_rank = frozenset(per_rank) & self.components.keys()
+        self._gradients = GradientWatch(c for c in self.components.values() if isinstance(c, torch.optim.Optimizer))
+
+    def accumulating(self) -> bool:
+        """Whether an optimizer of this state has gradients it has not stepped with: between the micro-batches of
+        an accumulated step, where a checkpoint (which holds no gradients) would not resume exactly."""
+        return self._gradients.accumulating()
 
     def state_dict(self, part: str = "all") -> dict[str, Any]:
         """Live (not copied) state of the ``shared`` components, the ``rank`` ones, or ``all``."""
@@ -142,7 +171,7 @@ def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,),
 
     Every keyword names a component: a module, optimizer, LR scheduler, GradScaler, ResumableSampler, any
     object with ``state_dict``/``load_state_dict``, or a dict of extra user values (picklable objects or
-    tensors; restored in place). ``None`` components are skipped. With ``rng`` the global Python, NumPy and
+    tensors; restored in place, a tensor into the one the dict holds). ``None`` components are skipped. With ``rng`` the global Python, NumPy and
     torch RNG states are saved as the ``rng`` component.
     """
     if not isinstance(rng, bool):
