@@ -96,3 +96,17 @@ def test_checkpoints_in_a_relative_folder_are_stored_absolute_locally_and_refuse
     assert problem.field == "checkpoint.store" and "relative path" in problem.message
     mounted = cloud.replace("relstore", "/mnt/shared/ckpt")
     assert jobs.submit(store, parse_spec(mounted, "job.yaml"), now=0.0) > job_id
+
+
+def test_the_local_cloud_refuses_more_nodes_than_its_quota_and_a_workdir_that_is_not_there(store, tmp_path):
+    text = "run: python t.py\nresources: {nodes: 17}\nworkdir: missing\n"
+    with pytest.raises(SpecError) as refused:
+        jobs.submit(store, parse_spec(text, "job.yaml"), now=0.0, spec_dir=tmp_path, source="job.yaml")
+    assert [problem.field for problem in refused.value.problems] == ["resources.nodes", "workdir"]
+    assert "at most 16 instances" in str(refused.value) and f"{tmp_path / 'missing'} is not a folder" in str(refused.value)
+    with store.session() as session:
+        assert jobs.list_jobs(session) == []
+    (tmp_path / "missing").mkdir()
+    assert jobs.submit(store, parse_spec(text.replace("17", "16"), "job.yaml"), now=0.0, spec_dir=tmp_path) == 1
+    with pytest.raises(SpecError, match="resources.nodes"):
+        parse_spec("run: x\nresources: {cloud: aws, instance_type: p3.2xlarge, nodes: 100000}\n", "job.yaml")

@@ -17,6 +17,7 @@ from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, ProviderError, get_provider
+from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
 
@@ -42,6 +43,8 @@ def submit(
     is refused."""
     check_resources(spec, source, prices)
     _check_deadline(spec, source, now)
+    if spec.resources.cloud == "local":
+        _check_on_this_machine(spec, source, spec_dir or Path.cwd())
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
         session.add(job)
@@ -74,6 +77,21 @@ def check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[floa
         raise SpecError(
             source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)")]
         ) from None
+
+
+def _check_on_this_machine(spec: JobSpec, source: str, base_dir: Path) -> None:
+    """What the local cloud can tell at once: more nodes than its quota of instances could never run together
+    (a gang of 100,000 had the controller write as many rows in one transaction, the store locked meanwhile), and a
+    workdir that is not a folder would fail every attempt."""
+    problems = []
+    if spec.resources.nodes > LOCAL_QUOTA:
+        problems.append(Problem("resources.nodes", f"{spec.resources.nodes} nodes: the local cloud runs at most "
+                                                   f"{LOCAL_QUOTA} instances at once"))
+    workdir = spec.resolved_workdir(base_dir)
+    if workdir is not None and not os.path.isdir(workdir):
+        problems.append(Problem("workdir", f"{workdir} is not a folder on this machine"))
+    if problems:
+        raise SpecError(source, problems)
 
 
 def _check_deadline(spec: JobSpec, source: str, now: float) -> None:

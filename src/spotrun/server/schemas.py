@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from spotrun.control.jobs import MAX_NOTICE_SECONDS
 from spotrun.costs.ledger import bill
+from spotrun.spec.models import MAX_NODES
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
 from spotrun.server.views import BillView, JobRow
 from spotrun.state import Job
@@ -59,7 +60,7 @@ class PreemptRequest(BaseModel):
     notice_seconds: float | None = Field(
         default=None, ge=0, le=MAX_NOTICE_SECONDS, allow_inf_nan=False, description="seconds of notice (default: the market's)"
     )
-    node: int | None = Field(default=None, ge=0, le=4096, description="which node of a multi-node job (default 0)")
+    node: int | None = Field(default=None, ge=0, lt=MAX_NODES, description="which node of a multi-node job (default 0)")
 
 
 class PreemptAccepted(BaseModel):

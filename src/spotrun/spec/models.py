@@ -37,11 +37,14 @@ class Prices(_SpecModel):
     spot: float = Field(gt=0, allow_inf_nan=False)
 
 
+MAX_NODES = 4096  # the largest gang spotrun plans for; each node is an attempt row per launch
+
+
 class Resources(_SpecModel):
     cloud: NonBlankStr = LOCAL_CLOUD
     prices: Prices | None = None  # None: spotrun's price catalog
     accelerators: Accelerators | None = None
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     # Declared after cloud and accelerators so its check can see them (pydantic validates fields in order).
     instance_type: NonBlankStr | None = Field(default=None, validate_default=True)
 
