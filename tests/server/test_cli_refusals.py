@@ -97,3 +97,15 @@ def test_status_of_one_job_says_why_it_failed_or_why_it_is_stuck(home: Path) -> 
     assert "reason: none of the job's zones is offered" in runner.invoke(app, ["status", str(failed)], env=WIDE).output
     shown = runner.invoke(app, ["status", str(stuck)], env=WIDE).output
     assert "stuck: the controller cannot go on with this job (ValueError: no AWS region)" in shown
+
+
+def test_launch_names_every_problem_of_a_job_file_with_its_line_and_stores_nothing(home: Path, tmp_path: Path) -> None:
+    job = tmp_path / "bad.yaml"
+    job.write_text("name: bad\nrun: python train.py\nresources:\n  nodes: 17\nworkdir: nowhere\n"
+                   "spot:\n  policy: magic\n  deadline: 1h\nestimated_duration: 2h\n")
+    said = refused(["launch", str(job)], code=2)
+    for expected in (f"{job}:4: resources.nodes: 17 nodes", f"{job}:5: workdir: ", f"{job}:7: spot.policy: unknown",
+                     f"{job}:8: spot.deadline: leaves 1 h"):
+        assert expected in said, said
+    with EmbeddedBackend().store.session() as session:
+        assert session.query(Job).count() == 0

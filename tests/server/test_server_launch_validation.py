@@ -46,3 +46,30 @@ def test_text_that_is_not_a_mapping_is_422(team: Team) -> None:
         assert response.status_code == 422, (text, response.text)
         assert response.json()["problems"], text
     assert stored_rows(team) == (0, 0)
+
+
+PLACEMENT_PROBLEMS = """\
+name: later
+run: "true"
+resources:
+  cloud: aws
+  instance_type: p3.2xlarge
+checkpoint: {store: relstore}
+spot:
+  policy: magic
+  deadline: 1h
+estimated_duration: 2h
+"""
+
+
+def test_every_problem_found_after_parsing_is_listed_at_once_with_its_line(team: Team) -> None:
+    """The checks that need a parsed job (the checkpoint store, the policy, the deadline) stopped at the first, and
+    named no line."""
+    response = team.client.post("/api/v1/jobs", json={"spec": PLACEMENT_PROBLEMS, "source": "later.yaml"},
+                                headers=team.as_user("alice"))
+    assert response.status_code == 422
+    body = response.json()
+    assert body["source"] == "later.yaml"
+    assert [(p["field"], p["line"]) for p in body["problems"]] == [
+        ("checkpoint.store", 6), ("spot.policy", 8), ("spot.deadline", 9)]
+    assert stored_rows(team) == (0, 0)

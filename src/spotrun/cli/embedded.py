@@ -10,7 +10,7 @@ from spotrun.control import jobs as jobs_api
 from spotrun.server.logstream import job_log_stream
 from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
 from spotrun.server.views import EventView, JobDetail, JobRow, event_views, job_detail, job_row
-from spotrun.spec import load_spec
+from spotrun.spec import SpecError, load_spec, located
 from spotrun.state import Store
 
 
@@ -28,9 +28,12 @@ class EmbeddedBackend:
         from spotrun.server.daemon import ensure_running
 
         spec = load_spec(job_file)
-        job_id = jobs_api.submit(
-            self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file)
-        )
+        try:
+            job_id = jobs_api.submit(
+                self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file)
+            )
+        except SpecError as error:
+            raise located(error, job_file.read_text(encoding="utf-8")) from None
         ensure_running(self.store)
         return Launched(id=job_id, name=spec.name or "job", owner="local")
 

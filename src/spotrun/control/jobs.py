@@ -40,11 +40,12 @@ def submit(
     """Write a validated job into the store as PENDING; paths and defaults are resolved here, once.
 
     `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
-    is refused."""
-    check_resources(spec, source, prices)
-    _check_deadline(spec, source, now)
+    is refused. A SpecError lists every problem found, and nothing is stored."""
+    problems = resource_problems(spec, prices) + _deadline_problems(spec, now)
     if spec.resources.cloud == "local":
-        _check_on_this_machine(spec, source, spec_dir or Path.cwd())
+        problems += _problems_on_this_machine(spec, spec_dir or Path.cwd())
+    if problems:
+        raise SpecError(source, problems)
     with store.session() as session:
         job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
         session.add(job)
@@ -56,30 +57,35 @@ def submit(
 
 def check_resources(spec: JobSpec, source: str, prices: Callable[..., tuple[float, float]] = price_for) -> None:
     """Refuse, before anything is stored, a job the controller could never place or bill."""
-    resources = spec.resources
+    problems = resource_problems(spec, prices)
+    if problems:
+        raise SpecError(source, problems)
+
+
+def resource_problems(spec: JobSpec, prices: Callable[..., tuple[float, float]] = price_for) -> list[Problem]:
+    """Why the controller could never place or bill the job: its cloud, instance type, checkpoint store, policy
+    and prices (none: it can)."""
+    resources, problems = spec.resources, []
     if resources.cloud not in CLOUDS:
-        raise SpecError(source, [Problem("resources.cloud", f"unknown cloud {resources.cloud!r}; known: {', '.join(CLOUDS)}")])
-    if resources.instance_type is None:
-        raise SpecError(
-            source,
-            [Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
-                     "choosing one from accelerators alone is not supported yet")],
-        )
-    _check_checkpoint_store(spec, source)
+        problems.append(Problem("resources.cloud", f"unknown cloud {resources.cloud!r}; known: {', '.join(CLOUDS)}"))
+    elif resources.instance_type is None:
+        problems.append(Problem("resources.instance_type", f"cloud {resources.cloud!r} needs an instance type; "
+                                "choosing one from accelerators alone is not supported yet"))
+    problems += _checkpoint_store_problems(spec)
     if spec.spot.policy not in policy_names():
         known = ", ".join(policy_names())
-        raise SpecError(source, [Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}")])
-    if (conflict := markets_conflict(spec.spot.policy, spec.spot.use_spot, spec.spot.fallback)) is not None:
-        raise SpecError(source, [Problem("spot.policy", f"{conflict}: change one of them (the default policy keeps both)")])
-    try:
-        job_prices(spec, "on-demand", "", prices)
-    except UnknownPrice as unknown:
-        raise SpecError(
-            source, [Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)")]
-        ) from None
+        problems.append(Problem("spot.policy", f"unknown policy {spec.spot.policy!r}; known: {known}"))
+    elif (conflict := markets_conflict(spec.spot.policy, spec.spot.use_spot, spec.spot.fallback)) is not None:
+        problems.append(Problem("spot.policy", f"{conflict}: change one of them (the default policy keeps both)"))
+    if resources.cloud in CLOUDS and resources.instance_type is not None:
+        try:
+            job_prices(spec, "on-demand", "", prices)
+        except UnknownPrice as unknown:
+            problems.append(Problem("resources.instance_type", f"{unknown}; or give resources.prices (on_demand, spot)"))
+    return problems
 
 
-def _check_on_this_machine(spec: JobSpec, source: str, base_dir: Path) -> None:
+def _problems_on_this_machine(spec: JobSpec, base_dir: Path) -> list[Problem]:
     """What the local cloud can tell at once: more nodes than its quota of instances could never run together
     (a gang of 100,000 had the controller write as many rows in one transaction, the store locked meanwhile), and a
     workdir that is not a folder would fail every attempt."""
@@ -90,55 +96,50 @@ def _check_on_this_machine(spec: JobSpec, source: str, base_dir: Path) -> None:
     workdir = spec.resolved_workdir(base_dir)
     if workdir is not None and not os.path.isdir(workdir):
         problems.append(Problem("workdir", f"{workdir} is not a folder on this machine"))
-    if problems:
-        raise SpecError(source, problems)
+    return problems
 
 
-def _check_deadline(spec: JobSpec, source: str, now: float) -> None:
-    """Refuse a deadline no placement could keep: one already past, or one sooner than the job's estimated compute
+def _deadline_problems(spec: JobSpec, now: float) -> list[Problem]:
+    """A deadline no placement could keep: one already past, or one sooner than the job's estimated compute
     (plus its restart overhead, when the spec gives one) would take on on-demand from now."""
     deadline = spec.deadline_at(now)
     if deadline is None:
-        return
+        return []
     left = deadline - now
     if left <= 0:
         before = f"; it is {_hours(-left)} before it" if left < 0 else ""
-        raise SpecError(source, [Problem("spot.deadline", f"must be after the launch{before}")])
+        return [Problem("spot.deadline", f"must be after the launch{before}")]
     if spec.estimated_duration is None:
-        return
+        return []
     needed = spec.estimated_duration + (spec.spot.restart_overhead or 0.0)
     if left < needed:
         what = "estimated_duration" + (" plus spot.restart_overhead" if spec.spot.restart_overhead else "")
-        raise SpecError(source, [Problem(
+        return [Problem(
             "spot.deadline",
             f"leaves {_hours(left)} from submission, less than the {what} ({_hours(needed)}): even on-demand from "
             "the start would miss it",
-        )])
+        )]
+    return []
 
 
 def _hours(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days" if seconds >= 2 * 86400 else f"{seconds / 3600:.3g} h"
 
 
-def _check_checkpoint_store(spec: JobSpec, source: str) -> None:
+def _checkpoint_store_problems(spec: JobSpec) -> list[Problem]:
     """Checkpoints must outlive the instance: on a cloud, a relative path is on the instance's own disk, and every
     rank of a multi-node job reads and writes the same checkpoints, which a path on one instance's disk cannot be."""
     store = spec.checkpoint.store
     if spec.resources.cloud == "local" or (store is not None and "://" in store):
-        return
+        return []
     if spec.resources.nodes > 1:
-        raise SpecError(
-            source,
-            [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
-                     f"(s3://, gs://, ...), got {store!r}")],
-        )
+        return [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
+                        f"(s3://, gs://, ...), got {store!r}")]
     if store is not None and not os.path.isabs(os.path.expanduser(store)):
-        raise SpecError(
-            source,
-            [Problem("checkpoint.store", f"{store!r} is a relative path, on the instance's own disk, which goes with "
-                     "it at a preemption: give storage that outlives it (s3://, gs://, ...) or a mounted folder's "
-                     "absolute path")],
-        )
+        return [Problem("checkpoint.store", f"{store!r} is a relative path, on the instance's own disk, which goes "
+                        "with it at a preemption: give storage that outlives it (s3://, gs://, ...) or a mounted "
+                        "folder's absolute path")]
+    return []
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:

@@ -23,7 +23,7 @@ from spotrun.server.schemas import (
 )
 from spotrun.server.users import Principal
 from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
-from spotrun.spec import Problem, SpecError, parse_spec
+from spotrun.spec import Problem, SpecError, located, parse_spec
 from spotrun.state import Store
 
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
@@ -62,9 +62,9 @@ def _job_routes(store: Store) -> APIRouter:
         try:
             spec = parse_spec(request.spec, source=source, default_name=default_name or None)
             base_dir = Path(request.base_dir) if request.base_dir else None
-            job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name)
+            job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source)
         except SpecError as error:
-            return _invalid_spec(error)
+            return _invalid_spec(located(error, request.spec))
         except yaml.YAMLError as error:  # parse_spec lets the YAML reader's refusals (e.g. a NUL byte) through
             return _invalid_spec(SpecError(source, [Problem("", f"invalid YAML: {error}")]))
         return Launched(id=job_id, name=spec.name or "job", owner=user.name)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+import yaml
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
@@ -51,6 +54,30 @@ def parse_spec(text: str, source: str = "<string>", default_name: str | None = N
     if problems:
         raise SpecError(source, _in_file_order(problems))
     return spec
+
+
+def located(error: SpecError, text: str) -> SpecError:
+    """``error`` (checks made after parsing: the cloud, the policy, the deadline, ...) with each problem that has a
+    field and no line given the line of that field in the job file's ``text``, in file order."""
+    try:
+        document = read_yaml(text, error.source)
+    except (SpecError, yaml.YAMLError):
+        return error
+    problems = [
+        Problem(problem.field, problem.message, document.line_of(_parts(problem.field)))
+        if problem.line is None and problem.field else problem
+        for problem in error.problems
+    ]
+    return SpecError(error.source, _in_file_order(problems))
+
+
+def _parts(field: str) -> list[str | int]:
+    """"spot.zones[1]" -> ["spot", "zones", 1] (``field_path`` the other way)."""
+    parts: list[str | int] = []
+    for name in field.split("."):
+        key, *indexes = re.split(r"\[(\d+)\]", name)
+        parts += [key, *(int(index) for index in indexes if index)]
+    return parts
 
 
 def _require_mapping(document: YamlSource, source: str) -> None:
