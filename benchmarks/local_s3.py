@@ -1,7 +1,11 @@
-"""A moto_server S3 on 127.0.0.1 with one bucket, for the benchmarks that save to or copy through an object store."""
+"""A moto_server S3 on 127.0.0.1 with one bucket, for the benchmarks that save to or copy through an object store,
+and a proxy in front of it that caps each connection, as S3's are (one connection carries far less than an
+instance's network)."""
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import subprocess
 import sys
 import time
@@ -14,6 +18,7 @@ import boto3
 from spotrun.agent.gang import free_port
 
 CREDENTIALS = {"key": "k", "secret": "s"}
+PROXY_CHUNK = 256 * 1024
 
 
 @contextmanager
@@ -45,3 +50,52 @@ def storage_options(endpoint: str) -> dict:
     """s3fs's options for ``endpoint``, a fresh filesystem each time (no instance shared between runs)."""
     return {**CREDENTIALS, "skip_instance_cache": True,
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bytes_per_second: float) -> None:
+    started, sent = time.monotonic(), 0
+    try:
+        while chunk := await reader.read(PROXY_CHUNK):
+            writer.write(chunk)
+            await writer.drain()
+            sent += len(chunk)
+            if bytes_per_second:
+                ahead = sent / bytes_per_second - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+def run_proxy(listen_port: int, target_port: int, bytes_per_second: float) -> None:
+    """A TCP proxy on 127.0.0.1:listen_port to target_port, each connection capped each way."""
+
+    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        await asyncio.gather(
+            _pump(client_reader, server_writer, bytes_per_second),
+            _pump(server_reader, client_writer, bytes_per_second),
+        )
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", listen_port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@contextmanager
+def capped_proxy(target_port: int, bytes_per_second: float) -> Iterator[int]:
+    """``run_proxy`` in its own process; its port."""
+    port = free_port()
+    proxy = multiprocessing.get_context("spawn").Process(
+        target=run_proxy, args=(port, target_port, bytes_per_second), daemon=True
+    )
+    proxy.start()
+    try:
+        yield port
+    finally:
+        proxy.terminate()

@@ -1,7 +1,7 @@
 """A Checkpointer's save straight to an object store (a moto_server S3 on 127.0.0.1, through s3fs), as a multi-node
 job's ranks save: the host memory a save takes on top of the state, and how long it takes.
 
-    .venv/bin/python benchmarks/object_store_save.py [--size-mib 512] [--repeats 3]
+    .venv/bin/python benchmarks/object_store_save.py [--size-mib 512] [--repeats 3] [--per-connection-mbps 0]
 
 The state is Linear layers with Adam's moments (``--size-mib`` in all). Each repeat saves it (a fresh Checkpointer,
 so the first save's host snapshot counts), waits until the save is committed, and restores it into a fresh copy.
@@ -13,6 +13,7 @@ one line per repeat and the medians. Run it with ``PYTHONPATH=<another tree>/src
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import time
@@ -66,15 +67,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--per-connection-mbps", type=float, default=0.0,
+                        help="MB/s each way per connection, through local_s3's proxy; 0: straight to moto")
     args = parser.parse_args()
-    with local_s3.moto_s3(BUCKET) as port:
+    with local_s3.moto_s3(BUCKET) as moto_port, contextlib.ExitStack() as stack:
+        port = moto_port if not args.per_connection_mbps else stack.enter_context(
+            local_s3.capped_proxy(moto_port, args.per_connection_mbps * 1e6))
         options = local_s3.storage_options(f"http://127.0.0.1:{port}")
         runs = []
         for repeat in range(args.repeats):
             run = one_save(f"s3://{BUCKET}/{uuid.uuid4().hex}", options, args.size_mib)
             runs.append(run)
             print(f"repeat {repeat}: " + ", ".join(f"{key} {value:.2f}" for key, value in run.items()), flush=True)
-        print(f"state {args.size_mib} MiB; sdk {Path(spotrun.__file__).parent}; medians: "
+        cap = f", {args.per_connection_mbps:g} MB/s per connection" if args.per_connection_mbps else ""
+        print(f"state {args.size_mib} MiB{cap}; sdk {Path(spotrun.__file__).parent}; medians: "
               + ", ".join(f"{key} {statistics.median(r[key] for r in runs):.2f}" for key in runs[0]))
 
 

@@ -21,18 +21,15 @@ With no cap (``--per-connection-mbps 0``) it measures this machine's CPU: moto, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import filecmp
 import json
-import multiprocessing
 import os
 import shutil
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import fsspec
@@ -40,60 +37,9 @@ import fsspec
 import local_s3  # benchmarks/local_s3.py, beside this script
 from spotrun.agent import checkpoint_sync
 from spotrun.agent.checkpoint_sync import CheckpointSync
-from spotrun.agent.gang import free_port
 from spotrun.sdk import layout
 
 BUCKET = "spotrun-bench"
-PROXY_CHUNK = 256 * 1024
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bytes_per_second: float) -> None:
-    started, sent = time.monotonic(), 0
-    try:
-        while chunk := await reader.read(PROXY_CHUNK):
-            writer.write(chunk)
-            await writer.drain()
-            sent += len(chunk)
-            if bytes_per_second:
-                ahead = sent / bytes_per_second - (time.monotonic() - started)
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-    except ConnectionError:
-        pass
-    finally:
-        writer.close()
-
-
-def run_proxy(listen_port: int, target_port: int, bytes_per_second: float) -> None:
-    """A TCP proxy on 127.0.0.1:listen_port to target_port, each connection capped each way."""
-
-    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
-        await asyncio.gather(
-            _pump(client_reader, server_writer, bytes_per_second),
-            _pump(server_reader, client_writer, bytes_per_second),
-        )
-
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", listen_port)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
-
-
-@contextmanager
-def capped_proxy(target_port: int, bytes_per_second: float) -> Iterator[int]:
-    """``run_proxy`` in its own process; its port."""
-    port = free_port()
-    proxy = multiprocessing.get_context("spawn").Process(
-        target=run_proxy, args=(port, target_port, bytes_per_second), daemon=True
-    )
-    proxy.start()
-    try:
-        yield port
-    finally:
-        proxy.terminate()
 
 
 def stream_copy(src_fs: fsspec.AbstractFileSystem, src: str, dst_fs: fsspec.AbstractFileSystem, dst: str) -> None:
@@ -144,7 +90,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
     with (
         local_s3.moto_s3(BUCKET) as moto_port,
-        capped_proxy(moto_port, args.per_connection_mbps * 1e6) as proxy_port,
+        local_s3.capped_proxy(moto_port, args.per_connection_mbps * 1e6) as proxy_port,
         tempfile.TemporaryDirectory() as scratch_name,
     ):
         options = local_s3.storage_options(f"http://127.0.0.1:{proxy_port}")

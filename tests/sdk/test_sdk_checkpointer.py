@@ -367,11 +367,11 @@ def test_a_read_that_fails_in_the_io_is_tried_once_more_before_the_checkpoint_is
     monkeypatch.setattr(checkpointer_module, "READ_RETRY_PAUSE_SECONDS", 0.0)
     real_open, left = storage.LocalStore._open_for_reading, [failures]
 
-    def flaky(self, file):  # type: ignore[no-untyped-def]
+    def flaky(self, file, size):  # type: ignore[no-untyped-def]
         if left[0] and layout.checkpoint_name(2) in file:
             left[0] -= 1
             raise OSError(5, "Input/output error")
-        return real_open(self, file)
+        return real_open(self, file, size)
 
     monkeypatch.setattr(storage.LocalStore, "_open_for_reading", flaky)
     state, _, _ = make_state()

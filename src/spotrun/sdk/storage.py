@@ -21,7 +21,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun import libc
-from spotrun.sdk import directio, layout, tensorfile
+from spotrun.sdk import directio, layout, ranges, tensorfile
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -89,7 +89,7 @@ class CheckpointStore:
         if not isinstance(size, int) or size < 0:
             raise layout.CorruptCheckpoint(f"{path}: {name} has no valid size in the manifest")
         try:
-            with self._open_for_reading(f"{path}/{name}") as (fh, direct):
+            with self._open_for_reading(f"{path}/{name}", size) as (fh, direct):
                 with _OverlappedHash(algorithm) as hashing:
                     decode = tensorfile.read(fh, size, hashing.update, direct)
                 layout.check_entry(path, name, hashing.describe(), entry)
@@ -102,10 +102,15 @@ class CheckpointStore:
             raise layout.unreadable(path, name, error) from error
 
     @contextmanager
-    def _open_for_reading(self, file: str) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
-        """The file, and the same file open for direct reads where that is available (see ``directio``)."""
-        with self.fs.open(file, "rb") as fh:
-            yield fh, None
+    def _open_for_reading(self, file: str, size: int) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
+        """The file of ``size`` bytes, and the same file open for direct reads where that is available (see
+        ``directio``). In an object store a large one is read as ranges fetched several at once (``ranges``)."""
+        if size <= ranges.RANGE_BYTES:
+            with self.fs.open(file, "rb") as fh:
+                yield fh, None
+            return
+        with ranges.RangeReader(self.fs, file, size) as reader:
+            yield reader, None  # type: ignore[misc]
 
     def staging_path(self, step: int) -> str:
         """Where the payload of ``step`` is written before it is committed."""
@@ -185,7 +190,7 @@ class LocalStore(CheckpointStore):
             os.fsync(fh.fileno())
 
     @contextmanager
-    def _open_for_reading(self, file: str) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
+    def _open_for_reading(self, file: str, size: int) -> Iterator[tuple[BinaryIO, directio.DirectFile | None]]:
         with open(file, "rb", buffering=0) as fh:  # large reads straight into the tensors' memory
             with directio.open_uncached(file, fh.fileno()) as direct:
                 yield fh, direct
