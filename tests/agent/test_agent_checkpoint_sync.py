@@ -216,3 +216,39 @@ def test_s3_parts_are_16_mib_and_never_more_than_s3_takes(size):
     chunk = checkpoint_sync._s3_parts(s3, size)["chunksize"]
     assert chunk >= checkpoint_sync.S3_PART_BYTES and chunk * checkpoint_sync.S3_MAX_PARTS >= size
     assert checkpoint_sync._s3_parts(fsspec.filesystem("memory"), size) == {}
+
+
+def test_a_store_that_cannot_be_listed_fails_the_restore_instead_of_starting_over(local, tmp_path, monkeypatch):
+    """Taken for an empty store (any OSError was), a store without permission had the run start over from step 0."""
+    remote = tmp_path / "remote"
+    write_checkpoint(remote, 5)
+    real_ls = fsspec.implementations.local.LocalFileSystem.ls
+
+    def denied(self, path, detail=True, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).rstrip("/").endswith("remote"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_ls(self, path, detail=detail, **kwargs)
+
+    monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "ls", denied)
+    with pytest.raises(PermissionError):
+        CheckpointSync(local, str(remote)).restore()
+    assert CheckpointSync(local, str(tmp_path / "not-made-yet")).restore() is None  # no folder: nothing saved yet
+
+
+def test_restore_skips_a_checkpoint_it_cannot_copy_or_that_is_cut_short_and_takes_an_older_one(local, remote):
+    write_checkpoint(remote, 5)
+    cut = write_checkpoint(remote, 10, payload=b"all of the weights")
+    (cut / "model.bin").write_bytes(b"all of")  # the object cut short: its manifest says 18 bytes
+    newest = write_checkpoint(remote, 12)
+    (newest / "model.bin").unlink()  # listed in the manifest, gone from the store
+
+    assert CheckpointSync(local, str(remote)).restore() == 5
+    assert sorted(p.name for p in local.iterdir()) == [checkpoint_name(5)]  # nothing left of the others
+
+
+def test_restore_fails_when_no_checkpoint_can_be_copied(local, remote):
+    cut = write_checkpoint(remote, 10, payload=b"all of the weights")
+    (cut / "model.bin").write_bytes(b"all of")
+    with pytest.raises(checkpoint_sync.CopyDamaged, match="holds 6 bytes, its manifest says 18"):
+        CheckpointSync(local, str(remote)).restore()
+    assert list(local.iterdir()) == []

@@ -342,3 +342,97 @@ while not Path({str(go_on)!r}).exists():
     assert 0 <= report.body["upload_seconds"] < 5
     logged = "".join(request.body["data"] for request in controller.of("logs"))
     assert "spotrun agent: checkpoint 7 took 45.0 s to save and" in logged
+
+
+# A trainer whose helper, in its process group and deaf to SIGTERM, is still writing checkpoint 9 when the trainer
+# itself has exited 75 at the notice.
+TRAINER_WITH_A_SLOW_HELPER = """
+import json, os, signal, subprocess, sys, textwrap, time
+helper = textwrap.dedent('''
+    import json, os, signal, time
+    from pathlib import Path
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while not os.path.exists(os.environ["GO"]):
+        time.sleep(0.05)
+    time.sleep(3.0)  # longer than the agent waits for the output pipe to close
+    folder = Path(os.environ["SPOTRUN_CHECKPOINT_DIR"]) / "ckpt-000000000009"
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"abc")
+    (folder / "manifest.json").write_text(json.dumps({"step": 9, "files": {"model.bin": {"size": 3}}}))
+    time.sleep(60)
+''')
+subprocess.Popen([sys.executable, "-c", helper])
+def stop(signum, frame):
+    open(os.environ["GO"], "w").close()
+    sys.exit(75)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_at_a_notice_the_rest_of_the_group_is_waited_for_then_killed(controller, run_agent, tmp_path):
+    """The trainer exited 75 at once; its helper, still writing checkpoint 9, was neither waited for (the final
+    backup missed 9 and said it was synced) nor killed (it outlived the agent)."""
+    go = tmp_path / "go"
+    agent = run_agent(controller.url, extra_env={"GO": str(go)}, run=write_trainer(tmp_path, TRAINER_WITH_A_SLOW_HELPER),
+                      notice_grace=7, sync_margin=1)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert [step for step, _ in list_committed(fsspec.filesystem("file"), str(agent.store))] == [9]
+    assert "helper" not in _processes_with(str(tmp_path))
+
+
+def _processes_with(text: str) -> str:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            if text in " ".join(process.info["cmdline"] or []) or text in str(process.info["environ"] or {}):
+                found.append("helper")
+        except psutil.Error:
+            continue
+    return " ".join(found)
+
+
+HANGING_STORE = """
+import os, time
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class HangingStore(LocalFileSystem):
+    protocol = "hang"
+    def ls(self, path, detail=True, **kwargs):
+        while os.path.exists(os.environ["HANG"]):
+            time.sleep(0.05)  # a store that stopped answering
+        return super().ls(path, detail=detail, **kwargs)
+
+fsspec.register_implementation("hang", HangingStore, clobber=True)
+"""
+
+
+def test_a_store_that_stops_answering_does_not_hold_the_exit_report_past_the_deadline(
+    controller, run_agent, tmp_path
+):
+    """The periodic backup, stuck in a store call, held the lock the final backup waited on, with no deadline: the
+    exit was never reported."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(HANGING_STORE)
+    hang = tmp_path / "hang"
+    env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "HANG": str(hang)}
+    store = f"hang://{tmp_path / 'hung-store'}"
+    agent = run_agent(controller.url, extra_env=env, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=3,
+                      sync_margin=0.5, checkpoint_store=store, sync_interval=0.2)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    hang.touch()  # from now on every listing of the store hangs
+    time.sleep(0.5)  # the periodic backup is stuck in one
+    agent.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert agent.wait() == 0
+    assert time.monotonic() - started < 8
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": False}

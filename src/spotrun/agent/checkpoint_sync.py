@@ -34,6 +34,10 @@ S3_PART_BYTES = 16 * 2**20  # AWS's guidance for parts and byte ranges: 8 or 16 
 S3_MAX_PARTS = 10_000
 
 
+class CopyDamaged(Exception):
+    """A checkpoint copied from the store does not match its manifest (an object cut short)."""
+
+
 class BackupCutShort(Exception):
     """The reclaim deadline came, or a stop was asked, before the copy was finished."""
 
@@ -104,7 +108,7 @@ class _Side:
         """(step, path) of every ckpt-* folder, committed or not."""
         try:
             entries = self.fs.ls(self.root, detail=False)
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:  # not made yet; one that cannot be read raises (``list_committed``)
             return []
         found = [(parse_step(path), path) for path in entries]
         return sorted((step, path) for step, path in found if step is not None)
@@ -112,7 +116,7 @@ class _Side:
     def user_files(self) -> list[dict[str, Any]]:
         try:
             entries = self.fs.ls(self.root, detail=True)
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:
             return []
         return [e for e in entries if e.get("type") == "file" and is_user_file(_basename(e["name"]))]
 
@@ -152,15 +156,37 @@ class CheckpointSync:
             self.store.fs.invalidate_cache()  # listings cached by a shared fsspec instance may be stale
             Path(self.local.root).mkdir(parents=True, exist_ok=True)
             committed = self.store.committed()
+            restored, failures = [], []
             for step, path in reversed(committed):
-                self._copy_checkpoint(self.store, path, self.local, NO_CUTOFF)
+                try:
+                    self._restore_checkpoint(path)
+                except Exception as error:  # this one cannot be had; an older one may
+                    failures.append(error)
+                    log.warning("cannot restore checkpoint step %d (%s); skipped", step, error)
+                    continue
+                restored.append(step)
                 log.info("restored checkpoint step %d", step)
+            if failures and not restored:
+                raise failures[0]
             for entry in self.store.user_files():
                 name = _basename(entry["name"])
                 target = _join(self.local.root, name)
                 _copy_file(self.store.fs, entry["name"], self.local.fs, target)
                 self._remember_synced(name)
-            return committed[-1][0] if committed else None
+            return max(restored, default=None)
+
+    def _restore_checkpoint(self, path: str) -> None:
+        """Copy one store checkpoint here, its files checked against the manifest's sizes (a truncated object
+        would be reported as progress the trainer then cannot resume from); nothing of it is left on failure."""
+        local_path = _join(self.local.root, _basename(path))
+        try:
+            manifest = self._copy_checkpoint(self.store, path, self.local, NO_CUTOFF)
+            if manifest is not None:
+                _check_sizes(self.local.fs, local_path, json.loads(manifest))
+        except BaseException:
+            if self.local.fs.exists(local_path):
+                self.local.fs.rm(local_path, recursive=True)
+            raise
 
     def backup(self, deadline: float | None = None, stop: threading.Event | None = None) -> bool:
         """Upload new local checkpoints (newest first) and changed user files, then drop store checkpoints the
@@ -251,6 +277,13 @@ class CheckpointSync:
     def _remember_synced(self, name: str) -> None:
         info = self.local.fs.info(_join(self.local.root, name))
         self._synced_user_files[name] = (info["size"], info["mtime"])
+
+
+def _check_sizes(fs: fsspec.AbstractFileSystem, path: str, manifest: dict[str, Any]) -> None:
+    for name, entry in manifest.get("files", {}).items():
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if isinstance(size, int) and (held := fs.size(_join(path, name))) != size:
+            raise CopyDamaged(f"{_basename(path)}/{name} holds {held} bytes, its manifest says {size}")
 
 
 def _same_manifest(existing: bytes | None, wanted: bytes) -> bool:

@@ -75,6 +75,18 @@ class CommandProcess:
         except PermissionError:
             log.warning("not allowed to signal process group %d", self._running().pid)
 
+    def group_alive(self) -> bool:
+        """Whether any process of the command's group is left (a child it started, once it exited itself)."""
+        if self._popen is None:
+            return False
+        try:
+            os.killpg(self._running().pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
     def drain_output(self, timeout: float) -> bool:
         """Wait until the command's output pipe is closed; False if a leftover child still holds it open."""
         if self._reader is None:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -34,6 +35,9 @@ RESTORE_TRIES = 3
 LOG_FLUSH_SECONDS = 10.0
 OUTPUT_DRAIN_SECONDS = 2.0
 WAIT_STEP_SECONDS = 0.1
+GROUP_POLL_SECONDS = 0.1
+EXIT_REPORT_SECONDS = 2.0  # kept back from a notice's deadline for the exit report, when the store does not answer
+MIN_BACKUP_SECONDS = 1.0  # the final backup's time at least, however close the deadline
 
 
 @dataclass(frozen=True)
@@ -243,19 +247,42 @@ class Agent:
             log.warning("command still running at the stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
             exit_code = process.wait()
+        self._wait_for_the_group(process, stop_by)
         log.info("command stopped after the notice with exit code %d", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         return ExitReport("preempted", exit_code, self._final_backup(deadline=notice.deadline))
 
+    @staticmethod
+    def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:
+        """The rest of the command's process group (a helper still writing a checkpoint, say) until the stop time,
+        then killed: the final backup must see what they wrote, and nothing may write after it."""
+        while process.group_alive() and time.time() < stop_by:
+            time.sleep(GROUP_POLL_SECONDS)
+        if process.group_alive():
+            log.warning("processes of the command's group still running at the stop time; killing them")
+            process.signal_group(signal.SIGKILL)
+
     def _final_backup(self, deadline: float | None) -> bool:
+        """Back the checkpoints up; with a deadline, give up at it, even on a store that stopped answering (its
+        call left to finish in the background): the exit must still be reported in time."""
         self.backup.stop()
-        try:
-            synced = self.sync.backup(deadline=deadline)
-        except Exception:
-            log.exception("final checkpoint backup failed")
+        outcome: list[bool] = []
+
+        def back_up() -> None:
+            try:
+                outcome.append(self.sync.backup(deadline=deadline))
+            except Exception:
+                log.exception("final checkpoint backup failed")
+                outcome.append(False)
+
+        worker = threading.Thread(target=back_up, name="spotrun-final-backup", daemon=True)
+        worker.start()
+        worker.join(None if deadline is None else max(MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS - time.time()))
+        if not outcome:
+            log.error("final checkpoint backup not done by the deadline: the store did not answer")
             return False
-        log.info("final checkpoint backup %s", "complete" if synced else "incomplete")
-        return synced
+        log.info("final checkpoint backup %s", "complete" if outcome[0] else "incomplete")
+        return outcome[0]
 
     def _report_exit(self, report: ExitReport) -> None:
         # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
@@ -267,7 +294,8 @@ class Agent:
         self.logs.close(timeout=LOG_FLUSH_SECONDS)
 
     def _kill_command(self) -> None:
-        if self._process is not None and self._process.is_running():
+        """The command's whole group, the command itself gone or not: nothing it started outlives the agent."""
+        if self._process is not None and (self._process.is_running() or self._process.group_alive()):
             self._process.signal_group(signal.SIGKILL)
 
     def _shut_down(self) -> None:

@@ -57,10 +57,12 @@ def save_seconds_of(manifest: dict[str, Any]) -> float | None:
 
 
 def list_committed(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
-    """(step, path) of every folder under root that has a manifest, oldest first (checksums not verified)."""
+    """(step, path) of every folder under root that has a manifest, oldest first (checksums not verified). No
+    root is no checkpoint; a root that cannot be listed (no permission, an I/O error) raises: taken for an empty
+    one, a run would start over from step 0."""
     try:
         entries = fs.ls(root, detail=False)
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:
         return []
     found = []
     for path in entries:
@@ -72,10 +74,11 @@ def list_committed(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, 
 
 def list_candidates(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
     """(step, path) of every ckpt-* folder under root holding a manifest file, readable or not, oldest first:
-    what restore must either use or report. A folder without one is a save that died half-way."""
+    what restore must either use or report. A folder without one is a save that died half-way. A root that cannot
+    be listed raises (``list_committed``)."""
     try:
         entries = fs.ls(root, detail=False)
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:
         return []
     found = []
     for path in entries:
