@@ -69,3 +69,19 @@ def test_a_refused_chunk_is_dropped_without_moving_the_offset(controller: Record
         {"offset": 0, "data": "kept\n"},
     ]
     assert controller.log_text() == "kept\n"
+
+
+def test_a_backlog_of_many_writes_is_cut_into_full_chunks_from_its_front():
+    """Each chunk is taken from the front of the backlog, packed to the limit and never cutting a character; the
+    rest is left as written (joining all of it for every chunk made a 50 MB backlog ship at about 2 MB/s)."""
+    shipper = LogShipper(client=None, max_chunk_bytes=1000)  # type: ignore[arg-type]  (nothing is sent here)
+    pieces = [("é" * 37 + "abc\n") * (index % 5 + 1) for index in range(400)]
+    for piece in pieces:
+        shipper.write(piece)
+    chunks = []
+    while chunk := shipper._next_chunk():
+        chunks.append(chunk)
+        shipper._in_flight = None
+    assert "".join(chunks) == "".join(pieces)
+    sizes = [len(chunk.encode("utf-8")) for chunk in chunks]
+    assert max(sizes) <= 1000 and min(sizes[:-1]) >= 999  # full but for a 2-byte character that did not fit

@@ -436,3 +436,59 @@ def test_a_store_that_stops_answering_does_not_hold_the_exit_report_past_the_dea
     assert agent.wait() == 0
     assert time.monotonic() - started < 8
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": False}
+
+
+SLOW_STORE = """
+import time
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class SlowStore(LocalFileSystem):
+    protocol = "slow"
+    def ls(self, path, detail=True, **kwargs):
+        time.sleep(1.5)  # a large restore
+        return super().ls(path, detail=detail, **kwargs)
+
+fsspec.register_implementation("slow", SlowStore, clobber=True)
+"""
+
+
+def test_a_notice_during_the_restore_is_reported_and_the_command_never_starts(controller, run_agent, tmp_path):
+    """Noticed only once the restore was done, the command was started and killed at once (or, the restore
+    failing, the attempt was a failure and the notice never reported)."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(SLOW_STORE)
+    metadata = tmp_path / "metadata"
+    (metadata / "spot").mkdir(parents=True)
+    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=60)
+    (metadata / "spot" / "instance-action").write_text(
+        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
+    )
+    env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "SPOTRUN_LOCAL_METADATA": str(metadata)}
+    agent = run_agent(controller.url, extra_env=env, run="echo started", checkpoint_store=f"slow://{tmp_path / 's'}")
+    assert agent.wait() == 0
+    assert [r.body["source"] for r in controller.of("notice")] == ["local-metadata"]
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert "started" not in controller.log_text()
+
+
+def test_a_sigterm_after_the_clouds_notice_brings_the_stop_forward(controller, run_agent, tmp_path):
+    """The cloud's notice left 30 s; then the agent's own SIGTERM (Kubernetes' grace, say) left 1.5 s. The agent
+    kept to the first notice's deadline and was killed before it backed up or reported."""
+    metadata = tmp_path / "metadata"
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, stubborn), notice_grace=1.5, sync_margin=0.5,
+                      extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)})
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=30)
+    (metadata / "spot").mkdir(parents=True)
+    (metadata / "spot" / "instance-action").write_text(
+        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
+    )
+    controller.wait_for(lambda: controller.of("notice"))
+    agent.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert agent.wait() == 0
+    assert time.monotonic() - started < 10
+    assert exit_body(controller)["outcome"] == "preempted" and exit_body(controller)["exit_code"] == -signal.SIGKILL

@@ -97,3 +97,36 @@ def test_watcher_survives_a_broken_source_and_reports_the_first_notice(tmp_path)
         assert watcher.wait(2.0) == Notice("sigterm", 51.0, "SIGTERM received by the agent")
     finally:
         watcher.stop()
+
+
+def test_a_later_notice_with_a_sooner_deadline_becomes_the_one_acted_on():
+    """A SIGTERM with a short grace after the cloud's notice with 30 s left: the watcher kept the first, and the
+    agent stopped and backed up by a deadline already past."""
+    import threading
+    import time
+
+    from spotrun.agent.notices import Notice, NoticeWatcher, sooner
+
+    now = time.time()
+    cloud, signal_notice = Notice("aws", now + 30, "terminate"), Notice("signal", now + 1, "SIGTERM")
+    assert sooner(cloud, signal_notice) is signal_notice and sooner(signal_notice, cloud) is signal_notice
+    assert sooner(cloud, Notice("signal", None, "no deadline")) is cloud and sooner(None, cloud) is cloud
+    later = threading.Event()
+
+    class Source:
+        def __init__(self, name, notice, after=None):
+            self.name, self._notice, self._after = name, notice, after
+
+        def poll(self):
+            return self._notice if self._after is None or self._after.is_set() else None
+
+    watcher = NoticeWatcher([Source("aws", cloud), Source("signal", signal_notice, later)], interval=0.01).start()
+    try:
+        assert watcher.wait(5) is cloud
+        later.set()
+        deadline = time.monotonic() + 5
+        while watcher.notice is not signal_notice:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        watcher.stop()

@@ -257,3 +257,44 @@ def test_after_a_standby_is_lost_the_next_move_waits_and_the_wait_doubles(world,
         wait = 60.0 * 2**n  # the boot timeout (60 s here), doubling
         assert wait <= next_try - gave_up <= wait + 60 + 20  # then at the next reconsider (60 s), in 20 s ticks
     assert world.attempts(job_id)[0].state == "running"
+
+
+def test_a_standby_launched_but_not_recorded_is_found_by_its_token_terminated_and_billed_when_the_job_ends(
+    world, scripted, monkeypatch
+):
+    """The cloud launched the standby but the answer was lost (a timeout; a controller that died before recording
+    it), and the job ended before a tick launched it again by its token: the instance ran on, billed 0 s, until
+    the orphan sweep."""
+    from spotrun.state import Attempt, Instance
+
+    real_launch, lose = world.cloud.launch, []
+
+    def launch_and_lose_the_answer(request):
+        info = real_launch(request)
+        if lose:
+            lose.clear()
+            raise TimeoutError("the launch call timed out (the cloud did launch)")
+        return info
+
+    monkeypatch.setattr(world.cloud, "launch", launch_and_lose_the_answer)
+    scripted.answer = Keep("fine")
+    job_id = world.submit(DEADLINE_SPEC)
+    held = world.run_to_running(job_id)
+    scripted.answer, lose[:] = Launch("m-b", "on-demand", "move"), [True]
+    for _ in range(20):
+        world.agent(held)("heartbeat", {})
+        world.tick(5)
+        if len(world.cloud.instances) == 2:
+            break
+    scripted.answer = Keep("fine")
+    [standby] = [i for i in world.cloud.instances.values() if i.instance_id != held]
+    assert [a.instance_id for a in world.attempts(job_id)] == [held, None]  # launched, not on record
+    world.agent(held)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick(5)
+
+    assert world.job(job_id).state == "SUCCEEDED"
+    assert world.cloud.describe(standby.instance_id).state == "terminated"
+    with world.store.session() as session:
+        attempt = session.query(Attempt).filter_by(job_id=job_id, number=2).one()
+        assert attempt.instance_id == standby.instance_id and attempt.billed_seconds > 0
+        assert session.get(Instance, standby.instance_id) is not None

@@ -153,3 +153,33 @@ def test_a_drive_that_outlasts_its_claim_keeps_it_and_no_other_worker_takes_the_
     thread.join()
     assert [name for driven, name, *_ in log if driven == job_id] == ["w1"], "the second worker drove it too"
     assert len(cloud.instances) == 1
+
+
+def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store, tmp_path, monkeypatch):
+    """w1 passes its claim check, then stalls in a cloud call (here: `zones`) past its claim; w2 takes the job and
+    places it. Resumed, w1 went on to place it too: two instances ran the job. Its launch intent is now fenced."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = MemoryCloud(clock)
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    make = lambda name: Controller(  # noqa: E731
+        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
+    )
+    stalled, other = make("w1"), make("w2")
+    job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
+    real_zones, stalls = cloud.zones, []
+
+    def zones_while_the_other_takes_over(instance_type):
+        if not stalls:
+            stalls.append(True)
+            clock.advance(60)  # past w1's claim
+            other.tick()  # w2 claims the job and places it
+        return real_zones(instance_type)
+
+    monkeypatch.setattr(cloud, "zones", zones_while_the_other_takes_over)
+    stalled.tick()
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        assert job.claimed_by == "w2"
+        assert [attempt.number for attempt in job.attempts] == [1]
+    assert len(cloud.instances) == 1

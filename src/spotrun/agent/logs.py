@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 
 from spotrun.agent.client import Backoff, ControllerClient, Delivery
 
@@ -20,9 +21,11 @@ DEFAULT_MAX_CHUNK_BYTES = 256 * 1024
 
 
 def split_chunk(text: str, max_bytes: int) -> tuple[str, str]:
-    """(head, rest) where head is the longest prefix of text whose UTF-8 encoding fits max_bytes."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= max_bytes:
+    """(head, rest) where head is the longest prefix of text whose UTF-8 encoding fits max_bytes. Only the first
+    max_bytes characters are encoded (they hold at least max_bytes bytes, when there are more): not the rest."""
+    window = text[:max_bytes]
+    encoded = window.encode("utf-8")
+    if len(encoded) <= max_bytes and len(window) == len(text):
         return text, ""
     head = encoded[:max_bytes].decode("utf-8", errors="ignore")  # drops a multi-byte char cut in half
     return head, text[len(head) :]
@@ -43,7 +46,7 @@ class LogShipper:
         self._max_chunk_bytes = max_chunk_bytes
         self._backoff = backoff or Backoff()
         self._lock = threading.Condition()
-        self._pending: list[str] = []
+        self._pending: deque[str] = deque()
         self._in_flight: str | None = None
         self._offset = 0
         self._closing = False
@@ -97,10 +100,19 @@ class LogShipper:
                 time.sleep(self._backoff.next_delay())
 
     def _next_chunk(self) -> str | None:
-        """The chunk in flight (a retry) or the next one cut from pending output; called under the lock."""
+        """The chunk in flight (a retry) or the next one cut from the front of pending output (the rest is not
+        touched: joining it all for every chunk made shipping a backlog quadratic); called under the lock."""
         if self._in_flight is None and self._pending:
-            self._in_flight, rest = split_chunk("".join(self._pending), self._max_chunk_bytes)
-            self._pending = [rest] if rest else []
+            parts, room = [], self._max_chunk_bytes
+            while self._pending and room > 0:
+                head, rest = split_chunk(self._pending.popleft(), room)
+                if rest:
+                    self._pending.appendleft(rest)
+                if not head:
+                    break  # a character larger than the room left: it opens the next chunk
+                parts.append(head)
+                room -= len(head.encode("utf-8"))
+            self._in_flight = "".join(parts)
         return self._in_flight
 
     def _send(self, chunk: str) -> bool:

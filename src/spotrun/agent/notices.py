@@ -145,8 +145,18 @@ def first_notice(sources: Sequence[NoticeSource]) -> Notice | None:
     return None
 
 
+def sooner(held: Notice | None, new: Notice | None) -> Notice | None:
+    """The notice to act on: ``new`` when it names a deadline before ``held``'s (or ``held`` named none)."""
+    if held is None or new is None:
+        return held or new
+    if new.deadline is not None and (held.deadline is None or new.deadline < held.deadline):
+        return new
+    return held
+
+
 class NoticeWatcher:
-    """Polls every source each `interval` seconds until one reports a notice; `wait` returns it."""
+    """Polls every source each `interval` seconds; `wait` returns the first notice, and `notice` the one with the
+    soonest deadline so far."""
 
     def __init__(self, sources: Sequence[NoticeSource], interval: float) -> None:
         self._sources = list(sources)
@@ -174,11 +184,14 @@ class NoticeWatcher:
         return self._notice
 
     def _watch(self) -> None:
+        """Every source, each interval, on after the first notice too: a later one may name a sooner deadline (the
+        cloud's, after a SIGTERM's grace), and the stop and the final backup must keep to it."""
         while not self._stop.is_set():
-            notice = first_notice(self._sources)
-            if notice is not None:
+            for source in self._sources:
+                notice = first_notice([source])
+                if notice is None or sooner(self._notice, notice) is self._notice:
+                    continue
                 log.warning("preemption notice from %s: %s (deadline %s)", notice.source, notice.detail, notice.deadline)
                 self._notice = notice
                 self._arrived.set()
-                return
             self._stop.wait(self._interval)

@@ -156,9 +156,13 @@ class Agent:
         try:
             restored_step = self._restore()
         except Exception as exc:
+            if (taken := self._taken_back_meanwhile()) is not None:
+                return taken
             log.exception("cannot restore checkpoints from the store")
             self._output(f"spotrun agent: cannot restore checkpoints from {self.config.checkpoint_store}: {exc}\n")
             return ExitReport("failed", None, checkpoint_synced=False)
+        if (taken := self._taken_back_meanwhile()) is not None:
+            return taken
         if restored_step is None:
             log.info("no checkpoint in the store: starting fresh")
         else:
@@ -167,6 +171,16 @@ class Agent:
         return self._run_commands(
             trainer_environment(self.config, self.checkpoint_dir, restored_step is not None, self.environ)
         )
+
+    def _taken_back_meanwhile(self) -> ExitReport | None:
+        """A notice that came while the checkpoints were restored: reported, and the command not started (nothing
+        ran: nothing to back up), instead of a failed restore or a trainer killed as it starts."""
+        notice = self.notices.notice
+        if notice is None:
+            return None
+        log.warning("preemption notice from %s during the restore: the command is not started", notice.source)
+        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        return ExitReport("preempted", None, checkpoint_synced=False)
 
     def _run_commands(self, env: dict[str, str]) -> ExitReport:
         """setup (when given) then run; a failed setup ends the attempt as failed."""
@@ -238,19 +252,27 @@ class Agent:
     def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
         process.signal_group(signal.SIGTERM)
-        stop_by = (
-            notice.deadline - self.config.sync_margin if notice.deadline is not None
-            else time.time() + self.config.notice_grace
-        )
-        exit_code = process.wait(max(0.0, stop_by - time.time()))
+        without_deadline = time.time() + self.config.notice_grace
+        exit_code = None
+        while exit_code is None and time.time() < self._stop_by(without_deadline):
+            exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, self._stop_by(without_deadline) - time.time())))
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
             exit_code = process.wait()
-        self._wait_for_the_group(process, stop_by)
+        self._wait_for_the_group(process, self._stop_by(without_deadline))
         log.info("command stopped after the notice with exit code %d", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
-        return ExitReport("preempted", exit_code, self._final_backup(deadline=notice.deadline))
+        deadline = self.notices.notice.deadline if self.notices.notice is not None else notice.deadline
+        return ExitReport("preempted", exit_code, self._final_backup(deadline=deadline))
+
+    def _stop_by(self, without_deadline: float) -> float:
+        """When the command must have stopped: the sync margin before the soonest deadline a notice named so far (a
+        later notice may name a sooner one), else the grace after the first notice."""
+        notice = self.notices.notice
+        if notice is None or notice.deadline is None:
+            return without_deadline
+        return notice.deadline - self.config.sync_margin
 
     @staticmethod
     def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:

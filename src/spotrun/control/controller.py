@@ -47,6 +47,14 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
 }
 
 
+# attempts that end so had their launch refused: the cloud started nothing for them
+REFUSED_LAUNCHES = frozenset({"no_capacity", "price_too_low", "quota_exceeded"})
+
+
+class ClaimLost(Exception):
+    """This worker no longer holds the job's claim: another worker drives it."""
+
+
 @dataclass
 class ControllerSettings:
     controller_url: str
@@ -107,6 +115,8 @@ class Controller:
                 keeper.drive_started()
                 try:
                     self.drive(job_id)
+                except ClaimLost as lost:  # another worker drives it now: nothing was written for it
+                    log.info("%s", lost)
                 except Exception as error:  # one broken job must not stop the others; the next tick retries it
                     self._stuck.failed(job_id, error)
                 else:
@@ -197,7 +207,9 @@ class Controller:
     def record_launch_intent(
         self, session, job: Job, spec: JobSpec, decision: Launch, now: float, node_rank: int = 0
     ) -> Attempt:
-        """The attempt row, with its client token, written before anything is launched."""
+        """The attempt row, with its client token, written before anything is launched; only by the worker that
+        holds the job's claim (``fence``)."""
+        self.fence(session, job.id)
         cloud = spec.resources.cloud
         price, on_demand = job_prices(spec, decision.market, decision.zone, self._prices)
         client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
@@ -254,6 +266,28 @@ class Controller:
             return self._record_launch_error(attempt_id, error)
         self._record_instance(attempt_id, info)
         return None
+
+    def _find_unrecorded_instance(self, attempt: Attempt) -> Attempt:
+        """An attempt ending with no instance on record may still have one: its launch went through but the answer
+        was lost (a timeout, a controller that died before recording it). Found by its client token, it is recorded,
+        so that it is terminated and billed now, not left running, unbilled, to the next orphan sweep."""
+        info = self.provider(attempt.provider).find_by_token(attempt.client_token)
+        if info is None:
+            return attempt
+        with self.store.session() as session:
+            found = session.get(Attempt, attempt.id)
+            if session.get(Instance, info.instance_id) is None:
+                session.add(Instance(
+                    id=info.instance_id, provider=found.provider, attempt_id=found.id, zone=info.zone,
+                    market=info.market, instance_type=info.instance_type, address=info.address, state=info.state,
+                    launched_at=info.launched_at or self.clock.now(),
+                ))
+            found.instance_id = info.instance_id
+            found.started_at = found.started_at or info.launched_at or self.clock.now()
+            add_event(session, at=self.clock.now(), kind="instance_launched", job_id=found.job_id, attempt_id=found.id,
+                      message=f"attempt {found.number}: instance {info.instance_id}, launched but not recorded, "
+                              "found by its client token as the attempt ends")
+            return found
 
     def _record_instance(self, attempt_id: int, info: InstanceInfo) -> None:
         now = self.clock.now()
@@ -438,9 +472,17 @@ class Controller:
             if attempt.job.state != JobState.RUNNING:
                 records.transition(session, attempt.job, JobState.RUNNING, now, verdict.message)
 
+    def fence(self, session, job_id: int) -> None:
+        """In a transaction that decides for the job (a launch, an end): ClaimLost unless this worker still holds
+        the job's claim, which then stays its own until the commit. A worker that stalled past its claim (a long
+        cloud call, a paused process) had placed a job another worker had placed meanwhile: two instances ran it."""
+        if self.worker_id and not claims.holds(session, self.worker_id, job_id, self.clock.now(), lock=True):
+            raise ClaimLost(f"job {job_id}: its claim is no longer this worker's ({self.worker_id})")
+
     def begin_end(self, attempt_id: int, verdict: Verdict) -> None:
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            self.fence(session, attempt.job_id)
             attempt.state = "ending"
             attempt.end_reason = verdict.end_reason
             if verdict.job_failure:
@@ -458,6 +500,8 @@ class Controller:
         same transaction to move the job on."""
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+        if attempt.instance_id is None and attempt.end_reason not in REFUSED_LAUNCHES:
+            attempt = self._find_unrecorded_instance(attempt)
         rule = self.billing_rule(attempt.provider)
         info, release_at = None, None
         if attempt.instance_id is not None:

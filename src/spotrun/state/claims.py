@@ -59,10 +59,13 @@ def held_jobs(session: Session, worker: str, now: float, *, live_states: Collect
     )
 
 
-def holds(session: Session, worker: str, job_id: int, now: float) -> bool:
+def holds(session: Session, worker: str, job_id: int, now: float, *, lock: bool = False) -> bool:
     """Whether `worker` still holds the job's claim (checked before each step: a worker that stalled past its
-    claim must not act on a job another worker has taken over)."""
-    row = session.execute(select(Job.claimed_by, Job.claim_expires_at).where(Job.id == job_id)).first()
+    claim must not act on a job another worker has taken over). With `lock`, the job's row stays locked to the end
+    of the transaction (PostgreSQL; SQLite's one writer serializes it anyway): no worker takes the claim before
+    what this transaction writes for the job is committed."""
+    query = select(Job.claimed_by, Job.claim_expires_at).where(Job.id == job_id)
+    row = session.execute(query.with_for_update() if lock else query).first()
     return row is not None and row.claimed_by == worker and (row.claim_expires_at or 0.0) >= now
 
 

@@ -228,8 +228,12 @@ class LocalProvider:
     # -- end ----------------------------------------------------------------------------------------
 
     def terminate(self, instance_id: str) -> None:
-        """Stop every process of the instance and delete its disk; returns once it is terminated. Idempotent."""
-        instance = self._existing(instance_id)
+        """Stop every process of the instance and delete its disk; returns once it is terminated. Idempotent: an
+        instance this cloud no longer knows (its record gone) is terminated already, as on the other clouds."""
+        try:
+            instance = self._existing(instance_id)
+        except UnknownInstance:
+            return
         record = instance.read()
         if record.state == "terminated":
             self._kill_leftovers(instance, record)
