@@ -492,3 +492,13 @@ def test_a_sigterm_after_the_clouds_notice_brings_the_stop_forward(controller, r
     assert agent.wait() == 0
     assert time.monotonic() - started < 10
     assert exit_body(controller)["outcome"] == "preempted" and exit_body(controller)["exit_code"] == -signal.SIGKILL
+
+
+def test_a_malformed_cloud_setting_fails_the_attempt_saying_why_instead_of_a_silent_agent(controller, run_agent):
+    """The agent exited 1 before telling the controller anything: an attempt that never reported in."""
+    agent = run_agent(controller.url, run="echo never",
+                      extra_env={"SPOTRUN_CLOUD": "azure", "SPOTRUN_AZURE_ACKNOWLEDGE_PREEMPT": "maybe"})
+    assert agent.wait() == 0
+    assert [r.endpoint for r in controller.requests][0] == "started"
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert "cannot watch for preemption notices" in controller.log_text() and "never" not in controller.log_text()

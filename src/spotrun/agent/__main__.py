@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sigterm = SigtermNotice(config.notice_grace).install()
     agent_class = GangAgent if config.gang is not None else Agent
-    agent_class(config, [sigterm, *metadata_notice_sources()]).run()
+    try:
+        sources, problem = metadata_notice_sources(), None
+    except Exception as exc:  # a malformed cloud setting: the attempt fails, saying so where its owner looks
+        sources, problem = [], f"cannot watch for preemption notices: {exc}"
+    agent_class(config, [sigterm, *sources], startup_problem=problem).run()
     return 0
 
 

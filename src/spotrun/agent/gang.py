@@ -157,11 +157,12 @@ def node_command(run: str, gang: GangConfig, order: GenerationOrder) -> str:
 
 class GangAgent(Agent):
     def __init__(
-        self, config: AgentConfig, notice_sources: Sequence[NoticeSource], environ: Mapping[str, str] = os.environ
+        self, config: AgentConfig, notice_sources: Sequence[NoticeSource], environ: Mapping[str, str] = os.environ,
+        startup_problem: str | None = None,
     ) -> None:
         if config.gang is None:
             raise ValueError("GangAgent needs a config with `gang`")
-        super().__init__(config, notice_sources, environ)
+        super().__init__(config, notice_sources, environ, startup_problem)
         self.gang = config.gang
         self.orders = GangOrders()
 

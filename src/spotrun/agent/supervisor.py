@@ -88,9 +88,11 @@ class Agent:
         config: AgentConfig,
         notice_sources: Sequence[NoticeSource],
         environ: Mapping[str, str] = os.environ,
+        startup_problem: str | None = None,
     ) -> None:
         self.config = config
         self.environ = environ
+        self.startup_problem = startup_problem  # the attempt fails at once, saying this in the job's log
         self.checkpoint_dir = config.local_checkpoint_dir(environ)
         self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options)
         self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
@@ -116,7 +118,7 @@ class Agent:
         self.notices.start()
         try:
             try:
-                report = self._attempt()
+                report = self._refused_at_start() or self._attempt()
             except Exception:
                 log.exception("agent error; reporting the attempt as failed")
                 self._kill_command()
@@ -125,6 +127,15 @@ class Agent:
             return report
         finally:
             self._shut_down()
+
+    def _refused_at_start(self) -> ExitReport | None:
+        """An instance set up so that the agent cannot do its work (a malformed cloud setting): the attempt is
+        reported, and fails with the reason in its log, instead of an agent the controller never hears from."""
+        if self.startup_problem is None:
+            return None
+        self._report_started()
+        self._output(f"spotrun agent: {self.startup_problem}\n")
+        return ExitReport("failed", None, checkpoint_synced=False)
 
     def report_early_warning(self, warning: EarlyWarning) -> None:
         """Tell the controller of an announcement that is not a preemption (an EC2 rebalance recommendation: the
