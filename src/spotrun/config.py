@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 
+MIN_TICK_SECONDS = 0.01  # the controller's tick interval at least: 0 or less would spin it on a core
+
+
 def home() -> Path:
     """$SPOTRUN_HOME, or ~/.spotrun; created on first use."""
     path = Path(os.environ.get("SPOTRUN_HOME") or Path.home() / ".spotrun").expanduser().resolve()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
+from spotrun.config import MIN_TICK_SECONDS
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
@@ -56,7 +57,6 @@ app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
 
-MIN_TICK_SECONDS = 0.01  # a tick interval of 0 or less would spin the controller on a core
 JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 

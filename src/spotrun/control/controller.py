@@ -276,12 +276,7 @@ class Controller:
             return attempt
         with self.store.session() as session:
             found = session.get(Attempt, attempt.id)
-            if session.get(Instance, info.instance_id) is None:
-                session.add(Instance(
-                    id=info.instance_id, provider=found.provider, attempt_id=found.id, zone=info.zone,
-                    market=info.market, instance_type=info.instance_type, address=info.address, state=info.state,
-                    launched_at=info.launched_at or self.clock.now(),
-                ))
+            _add_instance_row(session, found, info, self.clock.now())
             found.instance_id = info.instance_id
             found.started_at = found.started_at or info.launched_at or self.clock.now()
             add_event(session, at=self.clock.now(), kind="instance_launched", job_id=found.job_id, attempt_id=found.id,
@@ -293,20 +288,7 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-            if session.get(Instance, info.instance_id) is None:
-                session.add(
-                    Instance(
-                        id=info.instance_id,
-                        provider=attempt.provider,
-                        attempt_id=attempt.id,
-                        zone=info.zone,
-                        market=info.market,
-                        instance_type=info.instance_type,
-                        address=info.address,
-                        state=info.state,
-                        launched_at=info.launched_at or now,
-                    )
-                )
+            _add_instance_row(session, attempt, info, now)
             attempt.instance_id = info.instance_id
             attempt.started_at = info.launched_at or now
             attempt.state = "running"
@@ -630,3 +612,13 @@ class Controller:
         if spec.spot.policy == "default":
             options = {"backoff_base": self.settings.backoff_base, "backoff_max": self.settings.backoff_max}
         return get_policy(spec.spot.policy, **options)
+
+
+def _add_instance_row(session, attempt: Attempt, info: InstanceInfo, now: float) -> None:
+    """The cloud's instance on record for ``attempt`` (once: a launch repeated by its token finds it there)."""
+    if session.get(Instance, info.instance_id) is None:
+        session.add(Instance(
+            id=info.instance_id, provider=attempt.provider, attempt_id=attempt.id, zone=info.zone, market=info.market,
+            instance_type=info.instance_type, address=info.address, state=info.state,
+            launched_at=info.launched_at or now,
+        ))

@@ -225,7 +225,8 @@ def _seconds(at_least: float) -> Callable[[str], float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
     parser.add_argument(
-        "--tick-interval", type=_seconds(at_least=0.01), default=os.environ.get("SPOTRUN_TICK_INTERVAL", "0.5"),
+        "--tick-interval", type=_seconds(at_least=config.MIN_TICK_SECONDS),
+        default=os.environ.get("SPOTRUN_TICK_INTERVAL", "0.5"),
     )
     parser.add_argument(
         "--idle-exit", type=_seconds(at_least=0.0), default=os.environ.get("SPOTRUN_IDLE_EXIT", "120"),

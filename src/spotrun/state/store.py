@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -31,12 +30,15 @@ class Store:
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         try:
             self.url = url or config.database_url()
+        except OSError as error:  # SPOTRUN_HOME cannot be made
+            raise StoreUnavailable(f"cannot open the store under $SPOTRUN_HOME: {error}") from error
+        try:
             self.engine = _make_engine(self.url)
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
             if migrate:
                 self.upgrade()
         except (SQLAlchemyError, OSError) as error:
-            raise StoreUnavailable(f"cannot open the store {_shown(url)}: {_reason(error)}") from error
+            raise StoreUnavailable(f"cannot open the store {_shown(self.url)}: {_reason(error)}") from error
 
     def upgrade(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe to run from several processes)."""
@@ -89,10 +91,7 @@ def add_event(
 SQLITE_BUSY_SECONDS = 30.0  # how long a SQLite connection waits for another process's lock before failing
 
 
-def _shown(url: str | None) -> str:
-    url = url or os.environ.get("SPOTRUN_DATABASE_URL")
-    if not url:
-        return "under $SPOTRUN_HOME"
+def _shown(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
