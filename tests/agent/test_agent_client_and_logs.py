@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from spotrun.agent.client import ControllerClient, Delivery
-from spotrun.agent.logs import LogShipper, split_chunk
+from spotrun.agent.client import Backoff, ControllerClient, Delivery
+from spotrun.agent.logs import LogShipper, dropped_output_line, split_chunk
 
 from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port
 
@@ -85,3 +85,35 @@ def test_a_backlog_of_many_writes_is_cut_into_full_chunks_from_its_front():
     assert "".join(chunks) == "".join(pieces)
     sizes = [len(chunk.encode("utf-8")) for chunk in chunks]
     assert max(sizes) <= 1000 and min(sizes[:-1]) >= 999  # full but for a 2-byte character that did not fit
+
+
+def test_output_past_the_memory_cap_drops_the_oldest_and_says_so_where_it_was_cut():
+    shipper = LogShipper(client=None, max_chunk_bytes=1000, max_pending_chars=100)  # type: ignore[arg-type]
+    for letter in "abc":
+        shipper.write(letter * 60)
+    chunk = shipper._next_chunk()
+    assert chunk == dropped_output_line(80) + "b" * 40 + "c" * 60
+    assert "80 characters of output were dropped" in chunk
+    shipper._in_flight = None
+    shipper.write("d" * 250)  # one write larger than the cap keeps its newest part
+    assert shipper._next_chunk() == dropped_output_line(150) + "d" * 100
+
+
+def test_a_controller_that_was_away_gets_the_newest_output_after_a_line_naming_the_gap(controller):
+    controller.fail_before["logs"] = 10**6  # every chunk fails until the controller is back
+    shipper = LogShipper(
+        client_for(controller.url), interval=0.01, backoff=Backoff(0.01, 0.02), max_pending_chars=5000
+    ).start()
+    shipper.write("first\n")
+    time.sleep(0.2)  # "first" is in flight, being retried
+    lines = [f"line {index:05d}\n" for index in range(2000)]
+    for line in lines:
+        shipper.write(line)
+    with controller.lock:
+        controller.fail_before["logs"] = 0
+    assert shipper.close(timeout=10)
+    text = controller.log_text()
+    kept = "".join(lines)[-5000:]
+    assert text.startswith("first\n[spotrun agent: ") and text.endswith(kept)
+    dropped = len("".join(lines)) - 5000
+    assert text == "first\n" + dropped_output_line(dropped) + kept

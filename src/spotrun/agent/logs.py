@@ -4,6 +4,9 @@ Output is batched every `interval`. A chunk that fails is re-sent unchanged (sam
 until the controller answers, so a server that ignores offsets it already holds never loses or
 duplicates a byte. Offsets count UTF-8 bytes of the text stored; a chunk the controller refuses (4xx)
 is dropped without moving the offset.
+
+While the controller cannot be reached, output waits in memory, up to MAX_PENDING_CHARS. Past that the oldest
+waiting output is dropped (the newest is what explains a failure), and a line in the log says how much went where.
 """
 
 from __future__ import annotations
@@ -18,6 +21,15 @@ from spotrun.agent.client import Backoff, ControllerClient, Delivery
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CHUNK_BYTES = 256 * 1024
+MAX_PENDING_CHARS = 32 * 1024 * 1024
+
+
+def dropped_output_line(dropped_chars: int) -> str:
+    return (
+        f"[spotrun agent: {dropped_chars} characters of output were dropped here: the controller could not be "
+        "reached and the agent keeps only the newest output in memory; the agent's own stdout on the instance "
+        "has all of it]\n"
+    )
 
 
 def split_chunk(text: str, max_bytes: int) -> tuple[str, str]:
@@ -38,15 +50,21 @@ class LogShipper:
         interval: float = 0.5,
         max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
         backoff: Backoff | None = None,
+        max_pending_chars: int = MAX_PENDING_CHARS,
     ) -> None:
         if max_chunk_bytes < 4:
             raise ValueError(f"max_chunk_bytes must hold one UTF-8 character (>= 4), got {max_chunk_bytes}")
+        if max_pending_chars < 1:
+            raise ValueError(f"max_pending_chars must be at least 1, got {max_pending_chars}")
         self._client = client
         self._interval = interval
         self._max_chunk_bytes = max_chunk_bytes
         self._backoff = backoff or Backoff()
         self._lock = threading.Condition()
         self._pending: deque[str] = deque()
+        self._pending_chars = 0
+        self._max_pending_chars = max_pending_chars
+        self._dropped_chars = 0  # from the front of pending, since the last chunk was cut
         self._in_flight: str | None = None
         self._offset = 0
         self._closing = False
@@ -68,6 +86,21 @@ class LogShipper:
             return
         with self._lock:
             self._pending.append(text)
+            self._pending_chars += len(text)
+            self._drop_oldest_past_the_cap()
+
+    def _drop_oldest_past_the_cap(self) -> None:
+        excess = self._pending_chars - self._max_pending_chars
+        if excess > 0 and not self._dropped_chars:
+            log.warning("the controller is not taking output: keeping only its newest %d characters", self._max_pending_chars)
+        while excess > 0:
+            oldest = self._pending.popleft()
+            if len(oldest) > excess:
+                self._pending.appendleft(oldest[excess:])
+            cut = min(excess, len(oldest))
+            self._pending_chars -= cut
+            self._dropped_chars += cut
+            excess -= cut
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything written so far is shipped (or refused); False when the timeout passed first."""
@@ -102,10 +135,15 @@ class LogShipper:
     def _next_chunk(self) -> str | None:
         """The chunk in flight (a retry) or the next one cut from the front of pending output (the rest is not
         touched: joining it all for every chunk made shipping a backlog quadratic); called under the lock."""
+        if self._in_flight is None and self._dropped_chars:
+            self._pending.appendleft(dropped_output_line(self._dropped_chars))
+            self._pending_chars += len(self._pending[0])
+            self._dropped_chars = 0
         if self._in_flight is None and self._pending:
             parts, room = [], self._max_chunk_bytes
             while self._pending and room > 0:
                 head, rest = split_chunk(self._pending.popleft(), room)
+                self._pending_chars -= len(head)
                 if rest:
                     self._pending.appendleft(rest)
                 if not head:
