@@ -7,11 +7,12 @@ import json
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import fsspec
 import pytest
 
-from spotrun.agent import checkpoint_sync
+from spotrun.agent import checkpoint_sync, supervisor
 from spotrun.agent.checkpoint_sync import CheckpointSync
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
 
@@ -252,3 +253,58 @@ def test_restore_fails_when_no_checkpoint_can_be_copied(local, remote):
     with pytest.raises(checkpoint_sync.CopyDamaged, match="holds 6 bytes, its manifest says 18"):
         CheckpointSync(local, str(remote)).restore()
     assert list(local.iterdir()) == []
+
+
+def _failing_once_for(step: int, monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[str]:
+    """Copies of checkpoint `step`'s files fail with `error` once; the list holds the files it failed."""
+    failed, real_copy = [], checkpoint_sync._copy_file
+
+    def copy(src_fs, src, dst_fs, dst):
+        if checkpoint_name(step) in src and not failed:
+            failed.append(src)
+            raise error
+        real_copy(src_fs, src, dst_fs, dst)
+
+    monkeypatch.setattr(checkpoint_sync, "_copy_file", copy)
+    return failed
+
+
+def test_a_store_error_on_the_newest_is_raised_for_a_retry_instead_of_settling_for_an_older_one(
+    local, remote, monkeypatch
+):
+    """Skipping the newest on a store hiccup resumed from an older checkpoint and lost the steps between."""
+    write_checkpoint(remote, 5)
+    write_checkpoint(remote, 10)
+    failed = _failing_once_for(10, monkeypatch, ConnectionResetError("connection reset by peer"))
+    sync = CheckpointSync(local, str(remote))
+    with pytest.raises(ConnectionResetError):
+        sync.restore(older_on_error=False)
+    assert failed and list(local.iterdir()) == []
+    assert sync.restore(older_on_error=False) == 10  # the retry
+
+
+def test_the_last_try_settles_for_an_older_checkpoint_and_damage_never_waits_for_a_retry(local, remote, monkeypatch):
+    write_checkpoint(remote, 5)
+    write_checkpoint(remote, 10)
+    _failing_once_for(10, monkeypatch, ConnectionResetError("connection reset by peer"))
+    assert CheckpointSync(local, str(remote)).restore() == 5
+
+    fresh = local.parent / "fresh"
+    cut = remote / checkpoint_name(10) / "model.bin"
+    cut.write_bytes(b"mod")  # cut short: a retry cannot mend it
+    assert CheckpointSync(fresh, str(remote)).restore(older_on_error=False) == 5
+
+
+def test_the_agent_retries_a_restore_that_failed_on_the_newest_before_taking_an_older_one(monkeypatch):
+    calls = []
+
+    class Sync:
+        def restore(self, older_on_error: bool = True) -> int:
+            calls.append(older_on_error)
+            if len(calls) == 1:
+                raise ConnectionResetError("connection reset by peer")
+            return 10
+
+    monkeypatch.setattr(supervisor.time, "sleep", lambda seconds: None)
+    assert supervisor.Agent._restore(SimpleNamespace(sync=Sync())) == 10  # type: ignore[arg-type]
+    assert calls == [False, False]

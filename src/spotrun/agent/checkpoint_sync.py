@@ -38,6 +38,10 @@ class CopyDamaged(Exception):
     """A checkpoint copied from the store does not match its manifest (an object cut short)."""
 
 
+# What a retry cannot mend: an object cut short or missing, a manifest that is not JSON.
+DAMAGED = (CopyDamaged, FileNotFoundError, ValueError)
+
+
 class BackupCutShort(Exception):
     """The reclaim deadline came, or a stop was asked, before the copy was finished."""
 
@@ -150,8 +154,11 @@ class CheckpointSync:
     def newest_local_progress(self) -> CheckpointProgress | None:
         return self.local.newest_progress()
 
-    def restore(self) -> int | None:
-        """Copy every committed store checkpoint and the user files to the local disk; the newest step or None."""
+    def restore(self, older_on_error: bool = True) -> int | None:
+        """Copy every committed store checkpoint and the user files to the local disk; the newest step or None.
+        A damaged checkpoint is skipped for an older one. Any other error (the store not answering) skips it
+        only with `older_on_error`; without, it is raised while nothing newer is restored, so that a retry can
+        still resume from the newest instead of losing the steps between."""
         with self._lock:
             self.store.fs.invalidate_cache()  # listings cached by a shared fsspec instance may be stale
             Path(self.local.root).mkdir(parents=True, exist_ok=True)
@@ -161,6 +168,8 @@ class CheckpointSync:
                 try:
                     self._restore_checkpoint(path)
                 except Exception as error:  # this one cannot be had; an older one may
+                    if not (restored or older_on_error or isinstance(error, DAMAGED)):
+                        raise
                     failures.append(error)
                     log.warning("cannot restore checkpoint step %d (%s); skipped", step, error)
                     continue

@@ -239,7 +239,7 @@ class Agent:
         option that cannot work (unknown protocol, missing package) fails at once."""
         for attempt in range(1, RESTORE_TRIES):
             try:
-                return self.sync.restore()
+                return self.sync.restore(older_on_error=False)  # the last try may settle for an older one
             except (ValueError, ImportError):
                 raise
             except Exception:
