@@ -8,16 +8,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select, text
+from sqlalchemy import JSON, Boolean, Float, Integer, MetaData, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
-from spotrun.state import Base, Setting, Store, StoreUnavailable
+from spotrun.state import Base, Job, Setting, Store, StoreUnavailable
 from spotrun.state import store as store_module
 from spotrun.state.migrations import SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head
 from spotrun.state.migrations.lock import migration_connection
@@ -191,3 +192,85 @@ def test_open_attempts_index_holds_only_attempts_not_ended(store: Store) -> None
     assert index["column_names"] == ["job_id"]
     where = index.get("dialect_options", {}).get(f"{store.engine.dialect.name}_where")
     assert str(where).strip("()").lower() == "ended_at is null", f"ix_attempts_open is not partial: WHERE {where}"
+
+
+ROW_TABLES = ["jobs", "attempts", "instances", "events", "generations", "users", "api_tokens"]  # parents first
+REFERENCES = {("attempts", "job_id"), ("instances", "attempt_id"), ("events", "job_id"), ("generations", "job_id"),
+              ("api_tokens", "user_id")}
+
+
+def a_value(table: str, column: dict[str, Any], row: int) -> object:
+    """A value for `column` of row 1 or 2 of `table`; references point at row 1 of their parent."""
+    kind = column["type"]
+    if (table, column["name"]) in REFERENCES:
+        return 1
+    if column["name"] == "id":
+        return f"i-{row}" if table == "instances" else row
+    if column["name"] == "number":
+        return row
+    if isinstance(kind, Boolean):
+        return True
+    if isinstance(kind, Integer):
+        return 7 + row
+    if isinstance(kind, Float):
+        return 1234.5 + row
+    if isinstance(kind, JSON):
+        return {"row": row}
+    return f"{table}.{column['name']}.{row}"[: getattr(kind, "length", None) or None]
+
+
+def fill_every_table(engine: Engine) -> dict[str, int]:
+    tables = MetaData()
+    tables.reflect(engine)
+    with engine.begin() as connection:
+        for name in ROW_TABLES:
+            if name in tables.tables:
+                columns = inspect(engine).get_columns(name)
+                connection.execute(
+                    tables.tables[name].insert(), [{c["name"]: a_value(name, c, row) for c in columns} for row in (1, 2)]
+                )
+    return row_counts(engine)
+
+
+def row_counts(engine: Engine) -> dict[str, int]:
+    present = set(inspect(engine).get_table_names())
+    with engine.connect() as connection:
+        return {name: connection.execute(text(f"SELECT count(*) FROM {name}")).scalar_one() for name in ROW_TABLES
+                if name in present}
+
+
+def migrate(store: Store, revision: str, down: bool = False) -> None:
+    with migration_connection(store.engine) as connection:
+        (command.downgrade if down else command.upgrade)(alembic_config(connection), revision)
+
+
+@pytest.mark.parametrize("revision", ["0001", "0004", "0009"])
+def test_an_upgrade_from_an_older_schema_keeps_every_row(store: Store, revision: str) -> None:
+    """On SQLite, changing `jobs` (0010) copied and dropped it, and with foreign keys on the drop emptied attempts,
+    instances, events and generations."""
+    migrate(store, "base", down=True)
+    migrate(store, revision)
+    before = fill_every_table(store.engine)
+    assert before["attempts"] == before["events"] == 2
+    Store(store.url).dispose()  # what opening the store with this spotrun does
+    assert current_revision(store.engine) == head_revision()
+    assert {name: count for name, count in row_counts(store.engine).items() if name in before} == before
+    with store.session() as session:
+        assert {attempt.number for attempt in session.get(Job, 1).attempts} == {1, 2}
+
+
+def test_a_downgrade_keeps_the_rows_of_the_tables_it_keeps(store: Store) -> None:
+    before = fill_every_table(store.engine)
+    migrate(store, "0009", down=True)
+    assert row_counts(store.engine) == before
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM instances").scalar_one() == 2
+
+
+def test_foreign_keys_are_on_again_once_a_migration_ran(store: Store) -> None:
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's foreign keys are a setting of the connection")
+    migrate(store, "0015", down=True)
+    migrate(store, "head")
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1

@@ -9,6 +9,9 @@ run the DDL; the others wait for it and then find nothing left to do.
 - SQLite: ``BEGIN EXCLUSIVE`` takes the database's write lock before alembic even
   reads its version table; the others block on their own ``BEGIN EXCLUSIVE`` (for
   up to the connection's busy timeout) and then read the version the winner wrote.
+  Foreign keys are off while it runs: SQLite changes a table by copying it and
+  dropping the old one, and with them on that drop cascades to every row that
+  refers to it (an upgrade through 0010 emptied attempts, instances and events).
 - Any other database: one transaction, no extra lock.
 """
 
@@ -28,13 +31,27 @@ ADVISORY_LOCK_KEY = int.from_bytes(b"spotrun!", "big", signed=True)
 def migration_connection(engine: Engine) -> Iterator[Connection]:
     """A connection inside a transaction that holds the migration lock; committed when the block ends."""
     with engine.connect() as connection:
-        _take_lock(connection)
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction: set it first
         try:
-            yield connection
-        except BaseException:
-            connection.rollback()
-            raise
-        connection.commit()
+            _take_lock(connection)
+            broken_before = _broken_references(connection) if sqlite else set()
+            try:
+                yield connection
+                if sqlite and (broken := _broken_references(connection) - broken_before):
+                    raise RuntimeError(f"the migration would leave rows referring to missing rows: {sorted(broken)[:5]}")
+            except BaseException:
+                connection.rollback()
+                raise
+            connection.commit()
+        finally:
+            if sqlite:
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")  # the connection goes back to the pool
+
+
+def _broken_references(connection: Connection) -> set[tuple[object, ...]]:
+    return {tuple(row) for row in connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()}
 
 
 def _take_lock(connection: Connection) -> None:
