@@ -5,6 +5,7 @@ address the server cannot listen on, numbers out of range, a preemption with a n
 from __future__ import annotations
 
 import socket
+import sqlite3
 import time
 from pathlib import Path
 
@@ -54,6 +55,17 @@ def test_a_database_file_that_is_not_one_is_refused_and_left_as_it_was(home: Pat
     notes.write_text("my notes")
     assert "file is not a database" in refused(["status"], env={"SPOTRUN_DATABASE_URL": f"sqlite:///{notes}"})
     assert notes.read_text() == "my notes"
+
+
+def test_a_store_a_newer_spotrun_migrated_is_one_line_and_left_as_it_was(home: Path) -> None:
+    refused(["status", "999"])  # makes the store; job 999 does not exist
+    database = home / "state.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0099'")
+    before = database.read_bytes()
+    said = refused(["status"])
+    assert "is at schema revision '0099', which this spotrun does not know" in said and "Traceback" not in said
+    assert database.read_bytes() == before
 
 
 def test_the_server_refuses_a_port_it_cannot_listen_on(home: Path) -> None:

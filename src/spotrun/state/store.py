@@ -26,6 +26,10 @@ class StoreUnavailable(RuntimeError):
     SPOTRUN_HOME that cannot be a folder. The message names the store (its password hidden) and why."""
 
 
+class SchemaTooNew(StoreUnavailable):
+    """The database was migrated by a newer spotrun than this one."""
+
+
 class Store:
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         try:

@@ -28,15 +28,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from spotrun.state.migrations.lock import migration_connection
-from spotrun.state.store import schema_revision
+from spotrun.state.store import SchemaTooNew, schema_revision
 
 __all__ = ["SchemaTooNew", "alembic_config", "current_revision", "head_revision", "upgrade_to_head"]
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
-
-
-class SchemaTooNew(RuntimeError):
-    """The database was migrated by a newer spotrun than this one."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
