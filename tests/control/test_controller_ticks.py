@@ -11,6 +11,7 @@ from spotrun.control import jobs
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.cli.views import attempts_summary, progress_line
 from spotrun.control.placement import placement_context
+from spotrun.control.logs import attempt_log_path
 from spotrun.policy import DefaultPolicy
 from spotrun.server.views import job_row
 from spotrun.spec import parse_spec
@@ -214,6 +215,27 @@ def test_log_chunks_are_idempotent(world):
         headers={"Authorization": f"Bearer {config['token']}"},
     )
     assert gap.status_code == 409
+
+
+def test_a_log_past_2_gib_goes_on_and_an_exit_code_out_of_range_is_refused_by_name(world):
+    """PostgreSQL's 32-bit column refused the update past 2 GiB (a 500 for every later chunk, and the log stopped)."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    attempt = world.attempts(job_id)[0]
+    log = attempt_log_path(job_id, attempt.number)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sparse:
+        sparse.truncate(2**31 - 3)
+    post = world.agent(instance)
+    assert post("logs", {"offset": 2**31 - 3, "data": "hello\n"})["size"] == 2**31 + 3
+    assert world.attempts(job_id)[0].log_bytes == 2**31 + 3
+    config = json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])
+    refused = world.api.post(
+        f"/agent/v1/attempts/{config['attempt_id']}/exit", json={"outcome": "failed", "exit_code": 3221225477},
+        headers={"Authorization": f"Bearer {config['token']}"},
+    )
+    assert refused.status_code == 422 and "exit_code" in refused.text
+    assert world.attempts(job_id)[0].reported_outcome is None
 
 
 def test_a_requested_move_drains_the_trainer_then_places_again(world):

@@ -63,7 +63,7 @@ class GenerationExit(BaseModel):
 
 class Exit(BaseModel):
     outcome: Literal["succeeded", "failed", "preempted"]
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # the column is 32-bit
     checkpoint_synced: bool = False
 
 

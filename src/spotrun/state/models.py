@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
-    JSON, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, false, text,
+    JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, false, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -132,7 +132,7 @@ class Attempt(Base):
     # prices and their dollars; `price_per_hour` is the price since. Both 0: one price throughout.
     earlier_price_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     earlier_price_dollars: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
-    log_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # a log may pass 2 GiB
     # Multi-node jobs: which node slot this attempt's instance fills, where its agent can be reached (and the
     # free port it offers for the rendezvous when it is the master), and the last generation its command ran.
     node_rank: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
