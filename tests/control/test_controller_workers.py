@@ -7,13 +7,18 @@ import threading
 import time
 from collections import defaultdict
 
-from spotrun.control import jobs
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from spotrun.control import jobs, records
 from spotrun.control.clock import ManualClock, WallClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.spec import parse_spec
-from spotrun.state import Job
+from spotrun.server.agent_api import create_agent_app
+from spotrun.state import Event, Job
 
 from memory_cloud import MemoryCloud
+from world import agent_poster
 
 SPEC = "run: 'true'\nresources: {cloud: local, instance_type: local.cpu}\nspot: {zones: [m-a, m-b, m-c]}\n"
 
@@ -182,4 +187,79 @@ def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store
         job = session.get(Job, job_id)
         assert job.claimed_by == "w2"
         assert [attempt.number for attempt in job.attempts] == [1]
+    assert len(cloud.instances) == 1
+
+
+def test_a_worker_that_stalled_ending_an_attempt_writes_nothing_once_another_took_the_job_over(store, tmp_path,
+                                                                                                monkeypatch):
+    """w1 stalls in the cloud's terminate past its claim; w2 ends the attempt and places the job again. Resumed, w1
+    wrote the same end a second time: the failure counted twice (the job FAILED) and a bogus event was logged."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = MemoryCloud(clock)
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    make = lambda name: Controller(  # noqa: E731
+        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
+    )
+    stalled, other = make("w1"), make("w2")
+    job_id = jobs.submit(store, parse_spec(SPEC + "max_restarts_on_error: 1\n"), clock.now())
+    stalled.tick()
+    [first] = cloud.instances
+    agent = agent_poster(TestClient(create_agent_app(store, clock)), cloud.user_data[first])
+    agent("started", {"address": "127.0.0.1"})
+    stalled.tick()
+    agent("exit", {"outcome": "failed", "exit_code": 1})
+    real_terminate, stalls = cloud.terminate, []
+
+    def terminate_while_the_other_takes_over(instance_id):
+        if not stalls:
+            stalls.append(True)
+            clock.advance(60)  # past w1's claim
+            other.tick()  # w2 ends the attempt
+            other.tick()  # and places the job again
+        return real_terminate(instance_id)
+
+    monkeypatch.setattr(cloud, "terminate", terminate_while_the_other_takes_over)
+    stalled.tick()
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        assert job.claimed_by == "w2" and job.restarts_on_error == 1 and job.state != "FAILED"
+        assert [(a.number, a.ended_at is None) for a in job.attempts] == [(1, False), (2, True)]
+        ends = session.scalars(select(Event).where(Event.job_id == job_id, Event.kind == "attempt_ended")).all()
+        assert len(ends) == 1
+
+
+def test_on_sqlite_too_a_fenced_launch_keeps_the_claim_until_it_commits(store, tmp_path, monkeypatch):
+    """The fence is a row lock on PostgreSQL; on SQLite it was a bare SELECT, so w2 took the claim while w1, past
+    its fence, was still writing its launch intent: both launched the job."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = MemoryCloud(clock)
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    make = lambda name: Controller(  # noqa: E731
+        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
+    )
+    fenced, other_started = threading.Event(), threading.Event()
+    real_number = records.next_attempt_number
+
+    def number_after_a_stall(session, job_id):
+        if threading.current_thread().name == "w1":
+            fenced.set()
+            other_started.wait(10)
+            time.sleep(0.5)  # w2 tries to claim meanwhile
+        return real_number(session, job_id)
+
+    monkeypatch.setattr(records, "next_attempt_number", number_after_a_stall)
+    job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
+    first = threading.Thread(target=make("w1").tick, name="w1")
+    first.start()
+    assert fenced.wait(30)
+    clock.advance(60)  # past w1's claim
+    second = threading.Thread(target=make("w2").tick, name="w2")
+    second.start()
+    other_started.set()
+    first.join(30)
+    second.join(60)
+    with store.session() as session:
+        assert [attempt.number for attempt in session.get(Job, job_id).attempts] == [1]
     assert len(cloud.instances) == 1

@@ -208,10 +208,10 @@ class Controller:
         self, session, job: Job, spec: JobSpec, decision: Launch, now: float, node_rank: int = 0
     ) -> Attempt:
         """The attempt row, with its client token, written before anything is launched; only by the worker that
-        holds the job's claim (``fence``)."""
-        self.fence(session, job.id)
+        holds the job's claim (``fence``, after the price quote: the fence holds a lock, SQLite's on every write)."""
         cloud = spec.resources.cloud
         price, on_demand = job_prices(spec, decision.market, decision.zone, self._prices)
+        self.fence(session, job.id)
         client_token = f"sr-{job.id}-{uuid.uuid4().hex[:16]}"
         attempt = Attempt(
             job_id=job.id,
@@ -288,6 +288,7 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            self.fence(session, attempt.job_id)  # the worker that took the job over launches by the same token
             _add_instance_row(session, attempt, info, now)
             attempt.instance_id = info.instance_id
             attempt.started_at = info.launched_at or now
@@ -309,6 +310,7 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            self.fence(session, attempt.job_id)
             records.end_attempt(session, attempt, reason=reason, ended_at=now, billed_seconds=0.0)
             add_event(
                 session, at=now, kind="launch_refused", job_id=attempt.job_id, attempt_id=attempt.id,
@@ -498,6 +500,9 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            self.fence(session, attempt.job_id)  # a worker that stalled in the cloud calls above writes nothing
+            if attempt.ended_at is not None:
+                return  # ended meanwhile (by the worker that took the job over while this one stalled)
             ended_at = now
             if release_at is not None:
                 reclaims.leave_to_cloud(session, attempt, release_at, now)

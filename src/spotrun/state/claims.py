@@ -3,7 +3,8 @@ by at most one of them at a time, and the jobs of a worker that died are taken o
 
 Taking jobs is one UPDATE over a `SELECT … FOR UPDATE SKIP LOCKED` (PostgreSQL: concurrent workers skip each
 other's rows instead of waiting or double-claiming); SQLite has one writer at a time, so the same conditional
-UPDATE is already exclusive there (its dialect renders no FOR UPDATE). Which states are live is the caller's rule.
+UPDATE is already exclusive there (its dialect renders no FOR UPDATE; `holds` writes to lock). Which states are
+live is the caller's rule.
 """
 
 from __future__ import annotations
@@ -62,8 +63,14 @@ def held_jobs(session: Session, worker: str, now: float, *, live_states: Collect
 def holds(session: Session, worker: str, job_id: int, now: float, *, lock: bool = False) -> bool:
     """Whether `worker` still holds the job's claim (checked before each step: a worker that stalled past its
     claim must not act on a job another worker has taken over). With `lock`, the job's row stays locked to the end
-    of the transaction (PostgreSQL; SQLite's one writer serializes it anyway): no worker takes the claim before
-    what this transaction writes for the job is committed."""
+    of the transaction: no worker takes the claim before what this transaction writes for the job is committed.
+    PostgreSQL locks the row (FOR UPDATE). SQLite renders no FOR UPDATE and does not begin a transaction for a
+    SELECT, so a write to the row comes first: it takes the database's write lock, held to the commit."""
+    if lock and session.get_bind().dialect.name == "sqlite":
+        session.execute(
+            update(Job).where(Job.id == job_id).values(claimed_by=Job.claimed_by),
+            execution_options={"synchronize_session": False},
+        )
     query = select(Job.claimed_by, Job.claim_expires_at).where(Job.id == job_id)
     row = session.execute(query.with_for_update() if lock else query).first()
     return row is not None and row.claimed_by == worker and (row.claim_expires_at or 0.0) >= now
