@@ -94,17 +94,25 @@ class Daemon:
         self._stop.set()
 
     def _loop(self, controller: Controller, url: str, hold_lease: bool = True) -> None:
+        """Tick until stop(), the lease lost or idle_exit reached. A round that fails (the database away or locked
+        past its busy timeout) is logged and the next one tried: the agents report to this process, and it exiting
+        left them no controller until some command started another."""
         idle_since = time.time()
         ticks = 0
         while not self._stop.is_set():
-            if hold_lease and not self._take_lease(url):
-                log.error("lost the controller lease to another process; stopping")
-                return
-            if ticks % DEAD_CLAIMS_EVERY_TICKS == 0:
-                self._free_claims_of_dead_workers()
-            ticks += 1
-            controller.tick()
-            if self._has_work():
+            try:
+                if hold_lease and not self._take_lease(url):
+                    log.error("lost the controller lease to another process; stopping")
+                    return
+                if ticks % DEAD_CLAIMS_EVERY_TICKS == 0:
+                    self._free_claims_of_dead_workers()
+                ticks += 1
+                controller.tick()
+                busy = self._has_work()
+            except Exception:
+                log.exception("a controller round failed; the next starts in %.1f s", self.tick_interval)
+                busy = True  # an outage is not idleness
+            if busy:
                 idle_since = time.time()
             elif self.idle_exit and time.time() - idle_since > self.idle_exit:
                 log.info("no live jobs and no instance left to the cloud for %.0f s; exiting", self.idle_exit)
