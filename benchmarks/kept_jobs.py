@@ -148,7 +148,7 @@ def main() -> None:
         text = m["text"]
         print(f"| {jobs:,} | {m['attempts']:,} | {m['ms']:.1f} | {reported(text, 'spotrun_preemptions_total'):,.0f} | "
               f"{reported(text, 'spotrun_recoveries_total'):,.0f} | {reported(text, 'spotrun_recovery_seconds_sum'):,.0f} | "
-              f"{reported(text, 'spotrun_dollars_spent_total'):,.2f} | {reported(text, 'spotrun_dollars_saved_total'):,.2f} | "
+              f"{reported(text, 'spotrun_dollars_spent'):,.2f} | {reported(text, 'spotrun_dollars_saved'):,.2f} | "
               f"{m['all_ms']:.1f} | {m['status_ms']:.1f} | {m['status_rows']:,} | {m['tick_ms']:.2f} |", flush=True)
 
 if __name__ == "__main__":

@@ -643,3 +643,25 @@ def test_spot_launches_bid_the_users_max_price_else_the_on_demand_price(world):
     assert (first.market, first.max_price) == ("spot", 3.0)  # the on-demand price of `prices` above
     assert (second.market, second.max_price) == ("spot", 1.5)
     assert sorted(request.max_price for request in world.cloud.requests) == [1.5, 3.0]  # what the cloud was sent
+
+
+def test_a_launch_whose_every_answer_was_lost_takes_the_instance_it_made_when_it_gives_up(world, monkeypatch):
+    """The cloud made the instance, but every answer was lost until launch_timeout: the attempt ended as a launch
+    error with no instance, and the instance ran unbilled until the orphan sweep terminated it."""
+    real_launch = world.cloud.launch
+
+    def made_but_unheard(request):
+        if world.cloud.find_by_token(request.client_token) is None:
+            real_launch(request)
+        raise RuntimeError("read timeout")
+
+    monkeypatch.setattr(world.cloud, "launch", made_but_unheard)
+    job_id = world.submit()
+    for _ in range(7):  # past launch_timeout (300 s)
+        world.tick(60)
+    [made] = world.cloud.instances
+    [attempt] = world.attempts(job_id)
+    assert attempt.instance_id == made and attempt.state == "running" and attempt.end_reason is None
+    world.agent(made)("started", {"address": "127.0.0.1"})
+    world.tick(1)
+    assert world.job(job_id).state == "RUNNING"

@@ -160,3 +160,26 @@ def test_each_node_of_a_gang_follows_its_zones_price(quoted):
     repriced = [a for a in world.attempts(1) if a.ended_at is None]
     assert len(repriced) == 3 and {a.price_per_hour for a in repriced} == {0.5}
     assert all(a.earlier_price_seconds > 200 for a in repriced) and len(moved_events(world)) == 3
+
+
+def test_a_price_that_moves_while_the_instance_cannot_be_asked_about_is_not_followed(quoted, monkeypatch):
+    """The cloud took the instance at 1,000 s and describe failed for 10 minutes while the quote doubled: the move
+    was recorded at 1,300 s held, and the attempt billed seconds after its instance was gone at the new price."""
+    world = quoted
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.tick(998)
+    world.cloud.reclaim(instance)
+    real_describe, broken = world.cloud.describe, [True]
+    monkeypatch.setattr(world.cloud, "describe",
+                        lambda instance_id: (_ for _ in ()).throw(RuntimeError("RequestLimitExceeded")) if broken[0]
+                        else real_describe(instance_id))
+    world.quotes.zones = {zone: 2 * price for zone, price in world.quotes.zones.items()}
+    world.tick(300)
+    world.tick(300)
+    broken[0] = False
+    world.tick(1)
+    [attempt] = world.attempts(job_id)[:1]
+    assert attempt.end_reason == "preempted" and attempt.earlier_price_seconds == 0
+    assert moved_events(world) == []
+    assert ledger.attempt_cost(attempt, world.clock.now()) == pytest.approx(attempt.billed_seconds / 3600 * 0.7)

@@ -47,8 +47,8 @@ def test_metrics_follow_the_store(team: Team) -> None:
     assert seen[("spotrun_recovery_seconds_bucket", (("le", "10.0"),))] == 0
     assert seen[("spotrun_recovery_seconds_bucket", (("le", "30.0"),))] == 1
     # 190 s billed at $0.10/h against $0.40/h on-demand
-    assert seen[("spotrun_dollars_spent_total", ())] == pytest.approx(190 / 3600 * 0.1)
-    assert seen[("spotrun_dollars_saved_total", ())] == pytest.approx(190 / 3600 * 0.3)
+    assert seen[("spotrun_dollars_spent", ())] == pytest.approx(190 / 3600 * 0.1)
+    assert seen[("spotrun_dollars_saved", ())] == pytest.approx(190 / 3600 * 0.3)
 
 
 def test_early_warnings_are_counted_by_warning_and_how_the_attempt_ended(team: Team) -> None:

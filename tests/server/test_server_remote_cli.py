@@ -99,7 +99,7 @@ def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
 
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'spotrun_jobs{state="SUCCEEDED"} 1.0' in metrics
-    assert "spotrun_dollars_spent_total" in metrics
+    assert "spotrun_dollars_spent" in metrics
 
     refused = cli({**remote, "SPOTRUN_TOKEN": "spr_abc_wrong"}, "status")
     assert refused.returncode == 1 and "refused the token in SPOTRUN_TOKEN" in refused.stderr

@@ -263,9 +263,22 @@ class Controller:
         except ProviderError as refusal:
             return refusal
         except Exception as error:
-            return self._record_launch_error(attempt_id, error)
+            refusal = self._record_launch_error(attempt_id, error)
+            found = self._launched_unheard(provider, request.client_token) if refusal is not None else None
+            if found is None:
+                return refusal
+            info = found
         self._record_instance(attempt_id, info)
         return None
+
+    def _launched_unheard(self, provider: Provider, client_token: str) -> InstanceInfo | None:
+        """The instance a launch whose every answer was lost made after all (found by its client token): the
+        attempt takes it rather than ending with it running, unbilled, until the orphan sweep terminates it."""
+        try:
+            return provider.find_by_token(client_token)
+        except Exception:
+            log.warning("looking up the launch by its client token failed", exc_info=True)
+            return None
 
     def _find_unrecorded_instance(self, attempt: Attempt) -> Attempt:
         """An attempt ending with no instance on record may still have one: its launch went through but the answer
@@ -344,7 +357,8 @@ class Controller:
         info = self.describe(attempt)
         verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
         if verdict is None:
-            self.follow_spot_price(job, attempt, now)
+            if info is not None:  # not while the instance may be gone: its price would bill seconds after it
+                self.follow_spot_price(job, attempt, now)
             if attempt.state == "running" and job.state == JobState.RUNNING and not moving:
                 if not rebalance.move_off(self, job, attempt, now):
                     self._reconsider(job, attempt, now)

@@ -120,10 +120,11 @@ class GangDriver:
             job = session.get(Job, job_id)
             placed = [a for a in _nodes(session, job_id) if a.instance_id is not None and a.state != "ending"]
         for attempt in placed:
-            verdict = judge_attempt(job, attempt, self.c.describe(attempt), now, self.c.settings, self.c.started_at)
+            info = self.c.describe(attempt)
+            verdict = judge_attempt(job, attempt, info, now, self.c.settings, self.c.started_at)
             if verdict is not None and verdict.end_reason is not None:
                 self._end_nodes([attempt.id], verdict)
-            else:
+            elif info is not None:  # not while the instance may be gone (`Controller._watch`)
                 self.c.follow_spot_price(job, attempt, now)
 
     def _end_nodes(self, attempt_ids: list[int], verdict: Verdict) -> None:

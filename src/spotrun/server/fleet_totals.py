@@ -30,7 +30,7 @@ class Recoveries:
 
 
 def jobs_by_state(session: Session) -> Counter[str]:
-    return Counter(dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).tuples().all()))
+    return Counter(dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all()))
 
 
 def preemptions(session: Session) -> int:
@@ -86,7 +86,7 @@ def fleet_bill(session: Session, now: float) -> JobBill:
             func.sum(case((on_spot, held), else_=0.0)),
             func.sum(case((on_spot, 0.0), else_=held)),
             func.sum(_cost_times_3600(held)),
-            func.sum(held * Attempt.on_demand_price_per_hour),
+            func.sum(_on_demand_seconds(held) * Attempt.on_demand_price_per_hour),
         ).where(PLACED)
     ).one()
     return JobBill(
@@ -98,12 +98,20 @@ def fleet_bill(session: Session, now: float) -> JobBill:
 def _cost_times_3600(held: ColumnElement[float]) -> ColumnElement[float]:
     """`ledger.attempt_cost` in SQL, in dollar-seconds per hour (summed, then divided once)."""
     charged = _charged_seconds(held)
-    since_price = case((held > Attempt.earlier_price_seconds, held - Attempt.earlier_price_seconds), else_=0.0)
-    held_at_prices = Attempt.earlier_price_dollars * 3600 + since_price * Attempt.price_per_hour
+    held_at_prices = case(
+        (held < Attempt.earlier_price_seconds, Attempt.earlier_price_dollars * 3600 * held / Attempt.earlier_price_seconds),
+        else_=Attempt.earlier_price_dollars * 3600 + (held - Attempt.earlier_price_seconds) * Attempt.price_per_hour,
+    )
     return case(
         ((Attempt.earlier_price_seconds > 0) & (held > 0), held_at_prices * charged / held),
         else_=charged * Attempt.price_per_hour,
     )
+
+
+def _on_demand_seconds(held: ColumnElement[float]) -> ColumnElement[float]:
+    """`ledger.on_demand_seconds` in SQL."""
+    charged = _charged_seconds(held)
+    return case((charged > held, charged), else_=held)
 
 
 def _charged_seconds(held: ColumnElement[float]) -> ColumnElement[float]:

@@ -37,8 +37,10 @@ class StoreCollector(Collector):
                                   value=recoveries.count)
         yield _recovery_histogram(recoveries)
         yield _early_warnings(warnings)
-        yield CounterMetricFamily("spotrun_dollars_spent", "Dollars billed for all attempts so far.", value=total.cost)
-        yield CounterMetricFamily(
+        # Gauges, not counters: a bill can fall (an instance left for the cloud to take back is charged its seconds
+        # until the cloud takes it in its free first hour), and a saving can be negative.
+        yield GaugeMetricFamily("spotrun_dollars_spent", "Dollars billed for all attempts so far.", value=total.cost)
+        yield GaugeMetricFamily(
             "spotrun_dollars_saved", "Dollars saved against running the same instance-seconds on-demand.",
             value=total.saved,
         )
