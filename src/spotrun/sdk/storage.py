@@ -21,7 +21,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun import libc
-from spotrun.sdk import directio, layout, ranges, tensorfile
+from spotrun.sdk import directio, layout, parts, ranges, tensorfile
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -126,11 +126,13 @@ class CheckpointStore:
 
     def write_payload(self, staging: str, name: str, serialize: Serializer) -> dict[str, Any]:
         """Stream what ``serialize`` writes to the object, checksumming it on the way; its manifest entry. The
-        filesystem uploads it in parts as its buffer fills (s3fs: a multipart upload of ``block_size`` parts; gcsfs:
-        a resumable upload), and large writes reach it ``WRITE_CHUNK`` at a time, so a save holds about one part in
-        memory, not the serialized payload. An upload that fails is abandoned, where the filesystem can (an object
-        left behind is in a folder no manifest commits, and is removed with it)."""
-        fh = self.fs.open(f"{staging}/{name}", "wb")
+        object goes up in parts as they fill (S3: ``parts.PartUpload``, several parts at once, holding up to
+        ``parts.BYTES_IN_FLIGHT``; gcsfs: a resumable upload, one chunk after another), and large writes reach it
+        ``WRITE_CHUNK`` at a time, so a save holds a few parts in memory, not the serialized payload. An upload that
+        fails is abandoned, where the filesystem can (an object left behind is in a folder no manifest commits, and
+        is removed with it)."""
+        path = f"{staging}/{name}"
+        fh = parts.PartUpload(self.fs, path) if parts.can_upload_in_parts(self.fs) else self.fs.open(path, "wb")
         try:
             with ThreadPoolExecutor(1, "spotrun-hash") as hasher:
                 hashing = _HashingWriter(fh, hasher, start_writeback=False, piece_bytes=WRITE_CHUNK)
