@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spotrun.costs.ledger import attempt_cost, bill
+from spotrun.costs.ledger import attempt_cost, bill, format_bill
 
 
 @dataclass
@@ -43,3 +43,9 @@ def test_an_instance_gone_before_its_price_moved_is_billed_only_the_seconds_it_h
     gone = Held(ended_at=999.0, billed_seconds=999.0, charged_seconds=999.0, price_per_hour=2.0,
                 earlier_price_seconds=1_299.0, earlier_price_dollars=1_299 / 3600 * 1.0)
     assert attempt_cost(gone, now=2_000.0) == pytest.approx(999 / 3600 * 1.0)
+
+
+def test_the_seconds_of_the_bill_line_add_up():
+    line = format_bill(bill([Held(ended_at=13.6, billed_seconds=13.6, charged_seconds=13.6),
+                             Held(market="on-demand", ended_at=26.6, billed_seconds=26.6, charged_seconds=26.6)], 50.0))
+    assert line.startswith("ran 40 s (14 s spot, 26 s on-demand)")

@@ -98,9 +98,11 @@ def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
 
 
 def format_bill(bill: JobBill) -> str:
-    """e.g. "ran 2,423 s (1,900 s spot, 523 s on-demand): $0.96; on-demand only: $2.06; saved 53%"."""
+    """e.g. "ran 2,423 s (1,900 s spot, 523 s on-demand): $0.96; on-demand only: $2.06; saved 53%". The parts are
+    rounded so that they add up to the whole (13.6 s and 26.6 s read "40 s (14 s spot, 26 s on-demand)")."""
+    whole, spot = round(bill.seconds), round(bill.spot_seconds)
     return (
-        f"ran {bill.seconds:,.0f} s ({bill.spot_seconds:,.0f} s spot, {bill.on_demand_seconds:,.0f} s on-demand): "
+        f"ran {whole:,} s ({spot:,} s spot, {whole - spot:,} s on-demand): "
         f"{_dollars(bill.cost)}; on-demand only: {_dollars(bill.on_demand_cost)}; saved {bill.saved_fraction:.0%}"
     )
 
