@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from sqlalchemy import select
 
 from spotrun.control import jobs
 from spotrun.control.controller import Controller, ControllerSettings
@@ -665,3 +666,23 @@ def test_a_launch_whose_every_answer_was_lost_takes_the_instance_it_made_when_it
     world.agent(made)("started", {"address": "127.0.0.1"})
     world.tick(1)
     assert world.job(job_id).state == "RUNNING"
+
+
+def test_an_instance_the_cloud_accepted_then_could_not_place_ends_as_that_refusal_and_costs_nothing(world):
+    """Azure answers a create at once and fails the allocation later (ZonalAllocationFailed): the attempt ended as
+    "lost", charged the minimum, and the zone's spot market learnt of no refusal."""
+    job_id = world.submit()
+    world.tick()
+    [attempt] = world.attempts(job_id)
+    failed = world.cloud.instances[attempt.instance_id]
+    world.cloud.instances[attempt.instance_id] = replace(
+        failed, state="terminated", terminated_at=world.clock.now() + 20,
+        detail={"refusal": "no_capacity", "reason": "ZonalAllocationFailed: not enough capacity in this zone"},
+    )
+    world.tick(30)
+    [refused, *_] = world.attempts(job_id)
+    assert (refused.end_reason, refused.billed_seconds, refused.charged_seconds) == ("no_capacity", 0.0, 0.0)
+    assert world.job(job_id).state in ("PROVISIONING", "PENDING")
+    with world.store.session() as session:
+        said = session.scalars(select(Event.message).where(Event.attempt_id == refused.id)).all()
+    assert any("could not place" in message and "ZonalAllocationFailed" in message for message in said)

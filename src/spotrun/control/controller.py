@@ -22,7 +22,7 @@ from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
-from spotrun.control.observe import Verdict, judge_attempt
+from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.stuck import StuckJobs
@@ -46,9 +46,6 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
     QuotaExceeded: "quota_exceeded",
 }
 
-
-# attempts that end so had their launch refused: the cloud started nothing for them
-REFUSED_LAUNCHES = frozenset({"no_capacity", "price_too_low", "quota_exceeded"})
 
 
 class ClaimLost(Exception):
@@ -523,7 +520,8 @@ class Controller:
             elif attempt.instance_id is not None:
                 ended_at = (info.terminated_at if info and info.terminated_at else None) or now
                 self._record_instance_gone(session, attempt, ended_at, info)
-            billed = ended_at - attempt.started_at if attempt.started_at is not None else 0.0
+            placed = attempt.started_at is not None and attempt.end_reason not in REFUSED_LAUNCHES
+            billed = ended_at - attempt.started_at if placed else 0.0
             records.end_attempt(session, attempt, reason=attempt.end_reason, ended_at=ended_at, billed_seconds=billed)
             # an instance left to the cloud is billed again once it is gone (`reclaims.settle_awaiting`)
             attempt.charged_seconds = rule.charged_seconds(

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from spotrun.control.controller import ControllerSettings
 
 
+# Attempts that end so had their launch refused: the cloud started nothing for them, and charges nothing.
+REFUSED_LAUNCHES = frozenset({"no_capacity", "price_too_low", "quota_exceeded"})
+
+
 @dataclass(frozen=True)
 class Verdict:
     """end_reason None means "running, as it should"; otherwise the attempt must end for that reason."""
@@ -46,6 +50,9 @@ def judge_attempt(
     if info is None or info.state == "unknown":
         return _judge_unknown(attempt, now, settings, controller_started_at)
     if info.state == "terminated":
+        if info.detail.get("refusal") in REFUSED_LAUNCHES:  # accepted, then never placed (Azure's late failures)
+            reason = info.detail.get("reason", info.detail["refusal"])
+            return Verdict(info.detail["refusal"], f"the cloud could not place instance {info.instance_id}: {reason}")
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
         return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")

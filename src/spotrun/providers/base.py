@@ -48,6 +48,8 @@ class InstanceInfo:
     launched_at: float | None = None
     terminated_at: float | None = None
     client_token: str | None = None
+    # what the cloud said, for people; one key the controller reads: "refusal" on a terminated instance the cloud
+    # accepted but never placed ("no_capacity", "price_too_low", "quota_exceeded"), ended as that refusal, uncharged
     detail: dict[str, Any] = field(default_factory=dict)
     # why the instance cannot start the agent, where the provider knows (a pod's image that cannot be pulled):
     # another instance would fail alike, so the controller counts the attempt as failed at its boot timeout
