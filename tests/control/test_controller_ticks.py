@@ -14,6 +14,7 @@ from spotrun.cli.views import attempts_summary, progress_line
 from spotrun.control.placement import placement_context
 from spotrun.control.logs import attempt_log_path
 from spotrun.policy import DefaultPolicy
+from spotrun.providers import LaunchInvalid
 from spotrun.server.views import job_row
 from spotrun.spec import parse_spec
 from spotrun.state import Event, Job
@@ -686,3 +687,16 @@ def test_an_instance_the_cloud_accepted_then_could_not_place_ends_as_that_refusa
     with world.store.session() as session:
         said = session.scalars(select(Event.message).where(Event.attempt_id == refused.id)).all()
     assert any("could not place" in message and "ZonalAllocationFailed" in message for message in said)
+
+
+def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch):
+    """A startup script over the cloud's limit was retried as a transient error for as long as the job lived."""
+    def too_big(request):
+        raise LaunchInvalid("startup script is 17816 bytes; EC2 user data is limited to 16384 bytes")
+
+    monkeypatch.setattr(world.cloud, "launch", too_big)
+    job_id = world.submit()
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "FAILED" and "EC2 user data is limited to 16384 bytes" in job.failure_reason
+    assert [(a.end_reason, a.billed_seconds) for a in job.attempts] == [("launch_invalid", 0.0)]

@@ -33,8 +33,8 @@ from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
 )
 from spotrun.policy.default import backoff_delay
-from spotrun.providers import InstanceInfo, LaunchRequest, NoCapacity, PriceTooLow, Provider, ProviderError
-from spotrun.providers import QuotaExceeded, get_provider
+from spotrun.providers import InstanceInfo, LaunchInvalid, LaunchRequest, NoCapacity, PriceTooLow, Provider
+from spotrun.providers import ProviderError, QuotaExceeded, get_provider
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Instance, Job, Store, add_event, claims
 
@@ -44,6 +44,7 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
     NoCapacity: "no_capacity",
     PriceTooLow: "price_too_low",
     QuotaExceeded: "quota_exceeded",
+    LaunchInvalid: "launch_invalid",
 }
 
 
@@ -326,7 +327,11 @@ class Controller:
                 session, at=now, kind="launch_refused", job_id=attempt.job_id, attempt_id=attempt.id,
                 message=f"{attempt.market} in {attempt.zone}: {refusal}",
             )
-            if back_off_job and reason in ("quota_exceeded", "launch_error"):
+            if reason == "launch_invalid":  # retried, it failed alike forever
+                job = attempt.job
+                job.failure_reason = f"the cloud cannot take this job's launch: {refusal}"
+                records.transition(session, job, JobState.FAILED, now, job.failure_reason)
+            elif back_off_job and reason in ("quota_exceeded", "launch_error"):
                 job = attempt.job
                 delay = backoff_delay(job.capacity_rounds, self.settings.backoff_base, self.settings.backoff_max)
                 job.not_before = now + delay

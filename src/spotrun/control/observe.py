@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 # Attempts that end so had their launch refused: the cloud started nothing for them, and charges nothing.
-REFUSED_LAUNCHES = frozenset({"no_capacity", "price_too_low", "quota_exceeded"})
+REFUSED_LAUNCHES = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_invalid"})
 
 
 @dataclass(frozen=True)

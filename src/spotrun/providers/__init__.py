@@ -6,6 +6,7 @@ from typing import Any
 
 from spotrun.providers.base import (
     InstanceInfo,
+    LaunchInvalid,
     LaunchRequest,
     NoCapacity,
     PriceTooLow,
@@ -43,6 +44,6 @@ def get_provider(name: str, **options: Any) -> Provider:
 
 
 __all__ = [
-    "InstanceInfo", "LaunchRequest", "NoCapacity", "PriceTooLow", "Provider", "ProviderError", "QuotaExceeded",
+    "InstanceInfo", "LaunchInvalid", "LaunchRequest", "NoCapacity", "PriceTooLow", "Provider", "ProviderError", "QuotaExceeded",
     "get_provider",
 ]

@@ -25,6 +25,10 @@ class PriceTooLow(ProviderError):
     """The spot price is above the max price asked for."""
 
 
+class LaunchInvalid(ProviderError, ValueError):
+    """A launch request no retry can mend (a startup script over the cloud's limit): the job fails, saying why."""
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     zone: str

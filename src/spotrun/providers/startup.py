@@ -19,6 +19,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spotrun.providers.base import LaunchInvalid
+
 INSTANCE_DISK = "/var/lib/spotrun"
 AGENT_LOG = "/var/log/spotrun-agent.log"
 # Read by spotrun.agent.cloud_notices to pick the notice source to watch.
@@ -76,7 +78,10 @@ def encoded_within_limit(script: str, max_bytes: int, limit_of: str) -> bytes:
     """`script` as UTF-8, refused when it is over `max_bytes` (the limit of `limit_of`, e.g. "EC2 user data")."""
     raw = script.encode()
     if len(raw) > max_bytes:
-        raise ValueError(f"startup script is {len(raw)} bytes; {limit_of} is limited to {max_bytes} bytes")
+        raise LaunchInvalid(
+            f"startup script is {len(raw)} bytes; {limit_of} is limited to {max_bytes} bytes (the job's env, run and "
+            "setup travel in it)"
+        )
     return raw
 
 

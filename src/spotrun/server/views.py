@@ -41,7 +41,7 @@ class JobRow(BaseModel):
 
 
 # how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
-UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_error", "released"})
+UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_invalid", "launch_error", "released"})
 
 
 def ended_without_instance(placed: bool, end_reason: str | None, billed_seconds: float | None) -> bool:
