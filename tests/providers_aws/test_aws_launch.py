@@ -77,6 +77,13 @@ def test_same_token_returns_the_same_instance(aws, make_request, ec2_client) -> 
     assert [info.instance_id for info in listed] == [first.instance_id]
 
 
+def test_a_token_is_matched_exactly_though_ec2_filters_take_wildcards(aws, make_request) -> None:
+    first = aws.launch(make_request("sr-42-aaaa"))
+
+    assert aws.find_by_token("sr-42-*") is None and aws.find_by_token("sr-42-a???") is None
+    assert aws.launch(make_request("sr-42-a???")).instance_id != first.instance_id
+
+
 def test_same_token_for_a_different_placement_is_refused(aws, make_request) -> None:
     aws.launch(make_request("sr-42-clash", zone="us-east-1a"))
 

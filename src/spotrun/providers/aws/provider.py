@@ -183,7 +183,8 @@ class AwsProvider:
         return instance_info(instances[0])
 
     def find_by_token(self, client_token: str) -> InstanceInfo | None:
-        found = self._tagged_instances([{"Name": f"tag:{TOKEN_TAG}", "Values": [client_token]}])
+        tagged = self._tagged_instances([{"Name": f"tag:{TOKEN_TAG}", "Values": [client_token]}])
+        found = [info for info in tagged if info.client_token == client_token]  # EC2's filters take * and ? as wildcards
         if not found:
             return None
         # One launch per token; should a duplicate exist, a live one is the answer.
