@@ -502,3 +502,45 @@ def test_a_malformed_cloud_setting_fails_the_attempt_saying_why_instead_of_a_sil
     assert [r.endpoint for r in controller.requests][0] == "started"
     assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
     assert "cannot watch for preemption notices" in controller.log_text() and "never" not in controller.log_text()
+
+
+def _gang_order(state: str, **extra) -> dict:
+    order = {"generation": 1, "state": state, "master_addr": "127.0.0.1", "master_port": free_port(), "node_rank": 1,
+             "nnodes": 2}
+    return {"gang": {**order, **extra}}
+
+
+FINISHING_TRAINER = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its loop is done: the final save and evaluation end at 0
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_gang_node_noticed_mid_generation_still_reports_how_its_command_ended(controller, run_agent, tmp_path):
+    """Its exit code was lost: a generation whose every rank exited 0 was taken as interrupted and run again."""
+    controller.replies["heartbeat"] = _gang_order("running")
+    gang = {"nnodes": 2, "node_rank": 1}
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, FINISHING_TRAINER), gang=gang, notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    assert [r.body for r in controller.of("generation_exit")] == [{"generation": 1, "exit_code": 0}]
+    endpoints = [r.endpoint for r in controller.requests]
+    assert endpoints.index("generation_exit") < endpoints.index("exit")
+
+
+def test_a_stopping_gang_gives_its_ranks_until_the_noticed_nodes_deadline(controller, run_agent, tmp_path):
+    """The ranks were killed notice_grace after the stop whatever the notice said: mid-save, on a 120 s notice."""
+    controller.replies["heartbeat"] = _gang_order("running")
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, stubborn), gang={"nnodes": 2, "node_rank": 1},
+                      notice_grace=0.5, sync_margin=0.5)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    stopped_at = time.time()
+    controller.replies["heartbeat"] = _gang_order("stopping", stop_by=stopped_at + 3.5)
+    controller.wait_for(lambda: controller.of("generation_exit"), timeout=15)
+    assert time.time() - stopped_at >= 2.5  # killed at stop_by less the sync margin, not 0.5 s after the stop
+    assert controller.of("generation_exit")[0].body == {"generation": 1, "exit_code": -signal.SIGKILL}
+    agent.process.kill()

@@ -3,7 +3,7 @@ give-back, generations started, stopped and counted."""
 
 from __future__ import annotations
 
-from gang_world import GANG, generations, open_by_rank, report_in, running_gang  # noqa: E402  (tests/control is on sys.path)
+from gang_world import GANG, alive_for, generations, open_by_rank, report_in, running_gang  # noqa: E402  (tests/control is on sys.path)
 from memory_cloud import MemoryCloud  # noqa: E402
 from spotrun.providers import NoCapacity
 from world import World  # noqa: E402
@@ -155,3 +155,35 @@ def test_a_gang_whose_nodes_are_all_taken_back_at_once_is_placed_on_spot_again(s
     assert world.job(1).preemptions == 3
     replaced = open_by_rank(world)
     assert sorted(replaced) == [0, 1, 2] and {a.market for a in replaced.values()} == {"spot"}
+
+
+def test_a_generation_every_rank_finished_succeeds_though_a_node_is_taken_before_the_next_tick(store, tmp_path):
+    """It was "interrupted": a replacement was launched and the whole command ran again."""
+    world = World(store, tmp_path)
+    nodes = running_gang(world)
+    for node in nodes.values():
+        world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 0})
+    world.cloud.reclaim(nodes[2].instance_id)
+    world.tick()
+    world.tick()
+    assert generations(world)[0].end_reason == "succeeded"
+    assert world.job(1).state == "SUCCEEDED" and len(world.attempts(1)) == 3 and not world.cloud.running()
+
+
+def test_the_ranks_have_until_a_noticed_nodes_deadline_to_stop_and_that_node_ends_preempted(store, tmp_path):
+    """A 120 s notice: the stop order named no deadline (the agents killed their ranks after notice_grace, 30 s,
+    mid-save) and the controller ended the noticed node as "lost" at notice_grace + 15 s."""
+    world = World(store, tmp_path)
+    nodes = running_gang(world)
+    noticed = nodes[1]
+    deadline = world.clock.now() + 120
+    world.agent(noticed.instance_id)("notice", {"source": "aws-imds", "deadline": deadline})
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    order = world.agent(nodes[0].instance_id)("heartbeat", {})["gang"]
+    assert order["state"] == "stopping" and order["stop_by"] == deadline
+    alive_for(world, nodes, 100)  # every agent beats on while its ranks save
+    assert all(a.ended_at is None for a in world.attempts(1)), "ended before the notice's deadline"
+    alive_for(world, nodes, 60)
+    ended = next(a for a in world.attempts(1) if a.id == noticed.id)
+    assert ended.end_reason == "preempted" and world.job(1).preemptions == 1

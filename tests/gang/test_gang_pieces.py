@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import shlex
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from spotrun.agent.config import GangConfig
-from spotrun.agent.gang import GangOrders, GenerationOrder, node_command, rendezvous_environment
+from spotrun.agent.gang import GangAgent, GangOrders, GenerationOrder, node_command, rendezvous_environment
 from spotrun.control import jobs
 from spotrun.control.gang import generation_end_reason
 from spotrun.spec import SpecError, parse_spec
@@ -110,3 +111,15 @@ def test_the_local_cloud_refuses_more_nodes_than_its_quota_and_a_workdir_that_is
     assert jobs.submit(store, parse_spec(text.replace("17", "16"), "job.yaml"), now=0.0, spec_dir=tmp_path) == 1
     with pytest.raises(SpecError, match="resources.nodes"):
         parse_spec("run: x\nresources: {cloud: aws, instance_type: p3.2xlarge, nodes: 100000}\n", "job.yaml")
+
+
+@pytest.mark.parametrize(("launcher", "code", "reported"), [
+    ("torchrun", 1, 75),  # torchrun's answer to a worker's 75
+    ("torchrun", 0, 0),
+    ("torchrun", -9, -9),  # killed at the stop time: not saved
+    ("env", 1, 1),  # the rank's own code says what happened
+])
+def test_a_stop_torchrun_ended_1_is_reported_as_saved(launcher, code, reported) -> None:
+    """torchrun turns a worker's 75 into 1: a gang move counted as a failed command, against max_restarts_on_error."""
+    agent = SimpleNamespace(gang=GangConfig(nnodes=2, node_rank=0, launcher=launcher))
+    assert GangAgent._code_of_a_stop(agent, code) == reported  # type: ignore[arg-type]

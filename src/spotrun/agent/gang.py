@@ -34,6 +34,7 @@ from spotrun.agent.supervisor import (
     instance_address,
     trainer_environment,
 )
+from spotrun.sdk import PREEMPTED_EXIT_CODE
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class GenerationOrder:
     master_port: int
     node_rank: int
     nnodes: int
+    stop_by: float | None = None  # a stopping generation: when the cloud takes a noticed node (unix seconds)
 
     @classmethod
     def from_reply(cls, gang: Any) -> GenerationOrder | None:
@@ -62,6 +64,7 @@ class GenerationOrder:
                 master_port=int(gang["master_port"]),
                 node_rank=int(gang["node_rank"]),
                 nnodes=int(gang["nnodes"]),
+                stop_by=float(gang["stop_by"]) if gang.get("stop_by") is not None else None,
             )
         except (KeyError, TypeError, ValueError):
             log.warning("ignoring a malformed generation order: %r", gang)
@@ -252,23 +255,43 @@ class GangAgent(Agent):
         while process.wait(0) is None:
             notice = self.notices.wait(WAIT_STEP_SECONDS)
             if notice is not None:
-                return self._answer_notice(process, notice)
+                report = self._answer_notice(process, notice)
+                self._report_generation_exit(order, report.exit_code)  # all ranks may have finished meanwhile
+                return report
             if self._generation_is_over(order):
-                self._stop(process, order)
-                break
+                self._stop(process)
+                process.drain_output(OUTPUT_DRAIN_SECONDS)
+                self._report_generation_exit(order, self._code_of_a_stop(process.returncode))
+                return None
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         self._report_generation_exit(order, process.returncode)
         return None
+
+    def _code_of_a_stop(self, code: int | None) -> int | None:
+        """The exit code of a command this agent asked to stop. torchrun ends 1 whenever a worker ends non-zero, the
+        SDK's "saved, resume me" (75) included, and says no more: a stop the agent asked for that torchrun ended so
+        is taken as saved, as the controller would take 75 (a crash while stopping is resumed likewise, from the
+        newest checkpoint, without counting against max_restarts_on_error)."""
+        if self.gang.launcher == "torchrun" and code == 1:
+            log.info("torchrun ended 1 after the stop this agent asked for: reporting %d", PREEMPTED_EXIT_CODE)
+            return PREEMPTED_EXIT_CODE
+        return code
 
     def _generation_is_over(self, order: GenerationOrder) -> bool:
         current = self.orders.current
         return current is None or current.number != order.number or not current.running
 
-    def _stop(self, process: CommandProcess, order: GenerationOrder) -> None:
-        log.info("generation %d is stopping: asking the command to checkpoint and stop", order.number)
+    def _stop(self, process: CommandProcess) -> None:
+        """SIGTERM, then SIGKILL at the stop time: the sync margin before a noticed node's deadline (the ranks'
+        save must end together), else notice_grace from now."""
+        current = self.orders.current
+        stop_by = time.time() + self.config.notice_grace
+        if current is not None and current.stop_by is not None:
+            stop_by = max(stop_by, current.stop_by - self.config.sync_margin)
+        log.info("generation is stopping: asking the command to checkpoint and stop within %.0f s", stop_by - time.time())
         process.signal_group(signal.SIGTERM)
-        if process.wait(self.config.notice_grace) is None:
-            log.warning("command still running %.0f s after SIGTERM; killing its process group", self.config.notice_grace)
+        if process.wait(max(0.0, stop_by - time.time())) is None:
+            log.warning("command still running at its stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
             process.wait()
 

@@ -49,7 +49,7 @@ def assignment(session, attempt: Attempt) -> dict[str, Any] | None:
     generation = latest_generation(session, attempt.job_id)
     if generation is None or generation.members.get(str(attempt.node_rank)) != attempt.id:
         return None
-    return {
+    order = {
         "generation": generation.number,
         "state": generation.state,
         "master_addr": generation.master_addr,
@@ -57,6 +57,32 @@ def assignment(session, attempt: Attempt) -> dict[str, Any] | None:
         "node_rank": attempt.node_rank,
         "nnodes": len(generation.members),
     }
+    if generation.state == "stopping" and (deadline := notice_deadline(session, generation)) is not None:
+        order["stop_by"] = deadline  # the ranks have until the cloud takes the noticed node, not just notice_grace
+    return order
+
+
+def _every_rank_finished(session, job_id: int) -> bool:
+    """Whether every member of the job's newest generation reported exit code 0 for it."""
+    generation = latest_generation(session, job_id)
+    return generation is not None and all(
+        _exited(session.get(Attempt, attempt_id), generation.number) == 0 for attempt_id in generation.members.values()
+    )
+
+
+def _exited(attempt: Attempt, generation: int) -> int | None:
+    """The exit code the node reported for `generation`; None when it has not reported one."""
+    return attempt.generation_exit_code if (attempt.generation_done or 0) >= generation else None
+
+
+def notice_deadline(session, generation: Generation) -> float | None:
+    """The soonest time a cloud said it takes a member's instance (its notice's deadline), for members not gone."""
+    deadlines = [
+        attempt.reclaim_at for attempt_id in generation.members.values()
+        if (attempt := session.get(Attempt, attempt_id)) is not None and attempt.ended_at is None
+        and attempt.notice_at is not None and attempt.reclaim_at is not None
+    ]
+    return min(deadlines, default=None)
 
 
 def generation_end_reason(gone: list[int], exit_codes: dict[int, int | None]) -> str:
@@ -139,7 +165,9 @@ class GangDriver:
         if attempt.end_reason == "preempted":
             job.preemptions += 1
             message = f"{what} preempted (preemption {job.preemptions}); replacing it"
-            if job.state == JobState.PREEMPTED:
+            if _every_rank_finished(session, job.id):
+                message = f"{what} preempted (preemption {job.preemptions}) after every rank had finished"
+            if job.state == JobState.PREEMPTED or _every_rank_finished(session, job.id):
                 add_event(session, at=now, kind="node_preempted", job_id=job.id, attempt_id=attempt.id, message=message)
             else:
                 records.transition(session, job, JobState.PREEMPTED, now, message)
@@ -159,12 +187,16 @@ class GangDriver:
 
     def _steer_generation(self, job_id: int) -> None:
         now = self.c.clock.now()
-        overdue: list[int] = []
+        overdue: list[tuple[int, bool]] = []  # (attempt, whether its node had a notice)
         with self.c.store.session() as session:
             generation = latest_generation(session, job_id)
             if generation is None or generation.state == "ended":
                 return
             members = {int(rank): session.get(Attempt, attempt_id) for rank, attempt_id in generation.members.items()}
+            if _every_rank_finished(session, job_id):
+                # every rank finished; a node taken afterwards (a notice during the final save) changes nothing
+                self._end_generation(session, generation, "succeeded", now)
+                return
             gone = sorted(r for r, a in members.items() if a.ended_at is not None or a.state == "ending")
             exit_codes = {
                 r: a.generation_exit_code for r, a in members.items()
@@ -180,14 +212,20 @@ class GangDriver:
                 reason = generation_end_reason([r for r in gone if r not in migrated], exit_codes)
                 # every rank saved and stopped because the gang was asked to move: not a failure of the command
                 self._end_generation(session, generation, "moved" if moving and reason == "stopped" else reason, now)
-            elif generation.state == "stopping" and now - generation.stop_requested_at > self._stop_grace(session, job_id):
-                overdue = [a.id for r, a in members.items() if r not in gone and r not in exit_codes]
-        if overdue:
-            end = "migrated" if moving else "lost"
-            self._end_nodes(overdue, Verdict(end, "the node did not stop its command with the others"))
+            elif generation.state == "stopping" and now - generation.stop_requested_at > self._stop_grace(session, generation):
+                overdue = [(a.id, a.notice_at is not None) for r, a in members.items() if r not in gone and r not in exit_codes]
+        for attempt_id, noticed_node in overdue:
+            end = "migrated" if moving else "preempted" if noticed_node else "lost"
+            self._end_nodes([attempt_id], Verdict(end, "the node did not stop its command with the others"))
 
-    def _stop_grace(self, session, job_id: int) -> float:
-        return JobSpec.model_validate(session.get(Job, job_id).spec).spot.notice_grace + DRAIN_MARGIN
+    def _stop_grace(self, session, generation: Generation) -> float:
+        """How long the ranks have to stop: the job's notice_grace, or until the cloud takes a noticed node, if
+        later; and the margin for the agents to report."""
+        grace = JobSpec.model_validate(session.get(Job, generation.job_id).spec).spot.notice_grace
+        deadline = notice_deadline(session, generation)
+        if deadline is not None:
+            grace = max(grace, deadline - generation.stop_requested_at)
+        return grace + DRAIN_MARGIN
 
     def _end_generation(self, session, generation: Generation, reason: str, now: float) -> None:
         generation.state = "ended"
