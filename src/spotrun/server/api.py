@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
@@ -15,8 +15,10 @@ from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import attempt_log_path
 from spotrun.providers import ProviderError
 from spotrun.server import users as users_api
-from spotrun.server.auth import admin_dependency, owner_seen, principal_dependency, require_self_or_admin, visible_job
-from spotrun.server.logstream import job_log_stream, read_log
+from spotrun.server.auth import (
+    admin_dependency, owner_seen, principal_dependency, require_self_or_admin, still_signed_in, visible_job,
+)
+from spotrun.server.logstream import job_log_stream_async, read_log
 from spotrun.server.schemas import (
     CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
     PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
@@ -109,13 +111,15 @@ def _job_routes(store: Store) -> APIRouter:
         responses={**NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the logs as `spotrun logs` prints them"}},
     )
     def logs(
-        job_id: JobId, user: User,
+        request: Request, job_id: JobId, user: User,
         follow: Annotated[bool, Query(description="keep the response open, streaming, until the job ends")] = False,
     ) -> StreamingResponse:
-        """All attempts' logs as one text stream, each attempt's start marked."""
+        """All attempts' logs as one text stream, each attempt's start marked; a followed stream ends once its token
+        is revoked."""
         with store.session() as session:
             visible_job(session, job_id, user)
-        return StreamingResponse(job_log_stream(store, job_id, follow=follow), media_type="text/plain; charset=utf-8")
+        stream = job_log_stream_async(store, job_id, follow=follow, still_allowed=still_signed_in(store, request))
+        return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
 
     @router.get(
         "/jobs/{job_id}/attempts/{number}/log", response_class=PlainTextResponse,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -30,6 +30,17 @@ def principal_dependency(store: Store) -> Callable[..., Principal]:
         return principal
 
     return current_principal
+
+
+def still_signed_in(store: Store, request: Request) -> Callable[[], bool]:
+    """Whether the bearer token of `request` is still live: a stream that outlasts the request re-checks it."""
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+
+    def check() -> bool:
+        with store.session() as session:
+            return scheme.lower() == "bearer" and authenticate(session, token.strip()) is not None
+
+    return check
 
 
 def admin_dependency(store: Store) -> Callable[..., Principal]:

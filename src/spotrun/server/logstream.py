@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import codecs
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+
+import anyio
 
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import attempt_log_path
@@ -41,31 +43,74 @@ def read_log(path: Path, offset: int) -> bytes:
         return fh.read()
 
 
+class JobLogFollower:
+    """The job's log text poll by poll: each `poll` reads what the attempts wrote since the last one."""
+
+    def __init__(self, store: Store, job_id: int, *, follow: bool) -> None:
+        self.store, self.job_id, self.follow = store, job_id, follow
+        self._readers: dict[int, _AttemptReader] = {}
+        self._last_shown: int | None = None  # the attempt whose text was shown last
+
+    def poll(self) -> tuple[list[str], bool]:
+        """The text read now, headers included, and whether the stream is over. Raises JobNotFound."""
+        with self.store.session() as session:
+            job = jobs_api.get_job(session, self.job_id)
+            ended = is_terminal(job.state)
+            multi_node = (job.spec.get("resources") or {}).get("nodes", 1) > 1
+            attempts = [a for a in jobs_api.job_attempts(session, self.job_id) if a.started_at is not None]
+        pieces: list[str] = []
+        for attempt in attempts:
+            reader = self._readers.get(attempt.number)
+            if reader is None:
+                reader = self._readers[attempt.number] = _AttemptReader(attempt_log_path(self.job_id, attempt.number))
+                pieces.append(attempt_header(attempt, multi_node))
+                self._last_shown = attempt.number
+            text = reader.read_new(final=ended or not self.follow)
+            if text:
+                if self._last_shown != attempt.number:  # attempts that run at once (a gang's nodes, a standby)
+                    pieces.append(attempt_header(attempt, multi_node, again=True))
+                    self._last_shown = attempt.number
+                pieces.append(text)
+        return pieces, not self.follow or ended
+
+
 def job_log_stream(
     store: Store, job_id: int, *, follow: bool, poll: float = 0.3, sleep: Callable[[float], None] = time.sleep
 ) -> Iterator[str]:
     """Yield the job's log text; with `follow`, keep yielding until the job has ended. Raises JobNotFound first."""
-    readers: dict[int, _AttemptReader] = {}
+    follower = JobLogFollower(store, job_id, follow=follow)
     while True:
-        with store.session() as session:
-            job = jobs_api.get_job(session, job_id)
-            ended = is_terminal(job.state)
-            multi_node = (job.spec.get("resources") or {}).get("nodes", 1) > 1
-            attempts = [a for a in jobs_api.job_attempts(session, job_id) if a.started_at is not None]
-        for attempt in attempts:
-            if attempt.number not in readers:
-                readers[attempt.number] = _AttemptReader(attempt_log_path(job_id, attempt.number))
-                yield attempt_header(attempt, multi_node)
-            text = readers[attempt.number].read_new(final=ended or not follow)
-            if text:
-                yield text
-        if not follow or ended:
+        pieces, over = follower.poll()
+        yield from pieces
+        if over:
             return
         sleep(poll)
 
 
-def attempt_header(attempt: Attempt, multi_node: bool = False) -> str:
+async def job_log_stream_async(
+    store: Store, job_id: int, *, follow: bool, still_allowed: Callable[[], bool], poll: float = 0.3
+) -> AsyncIterator[str]:
+    """The same stream for the server. Between polls it holds no thread (a sync stream held one of the server's
+    40 for as long as a quiet job ran, even after its client left: 40 followers hung the agents' API), and it ends
+    once the client is gone (cancelled) or `still_allowed` says no (the token that opened it was revoked)."""
+    follower = JobLogFollower(store, job_id, follow=follow)
+    while True:
+        pieces, over = await anyio.to_thread.run_sync(follower.poll)
+        for piece in pieces:
+            yield piece
+        if over:
+            return
+        await anyio.sleep(poll)
+        if not await anyio.to_thread.run_sync(still_allowed):
+            yield "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
+            return
+
+
+def attempt_header(attempt: Attempt, multi_node: bool = False, again: bool = False) -> str:
+    """The line that marks an attempt's text: its start, or (`again`) its text going on after another's."""
     node = f" · node {attempt.node_rank}" if multi_node else ""
+    if again:
+        return f"──── attempt {attempt.number}{node} (continued) ────\n"
     return (
         f"──── attempt {attempt.number}{node} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
         f"started {clock_time(attempt.started_at)} ────\n"
