@@ -5,6 +5,7 @@ from __future__ import annotations
 from server_world import Team
 from sqlalchemy import func, select
 
+from spotrun.server.body_limit import MAX_BODY_BYTES
 from spotrun.state import Event, Job
 
 BAD_JOB = """\
@@ -73,3 +74,19 @@ def test_every_problem_found_after_parsing_is_listed_at_once_with_its_line(team:
     assert [(p["field"], p["line"]) for p in body["problems"]] == [
         ("checkpoint.store", 6), ("spot.policy", 8), ("spot.deadline", 9)]
     assert stored_rows(team) == (0, 0)
+
+
+def test_a_body_larger_than_any_request_is_refused_before_it_is_read(team: Team) -> None:
+    """A 200 MB body with no token was read and parsed (6 s, 700 MiB of the server's memory) to be told 401."""
+    declared = team.client.post("/api/v1/jobs", content=b"x" * (MAX_BODY_BYTES + 1),
+                                headers={"content-type": "application/json"})
+    assert declared.status_code == 413 and "request body is over" in declared.json()["detail"]
+
+    def streamed():  # no Content-Length: counted as it arrives
+        for _ in range(MAX_BODY_BYTES // 2**20 + 2):
+            yield b" " * 2**20
+
+    chunked = team.client.post("/api/v1/jobs", content=streamed(), headers={**team.as_user("alice"),
+                                                                           "content-type": "application/json"})
+    assert chunked.status_code == 413
+    assert team.client.get("/api/v1/jobs", headers=team.as_user("alice")).json() == []
