@@ -50,8 +50,8 @@ async def drain(stream) -> None:
 def test_attempts_that_take_turns_are_marked_again_when_their_text_goes_on(team: Team) -> None:
     """Followed, node 0's text written after node 1's header was shown under node 1's header."""
     job_id = team.launch("alice")
-    first, second = place_attempt(team.store, job_id, "agent-token"), place_attempt(team.store, job_id, "agent-2",
-                                                                                   number=2)
+    first = place_attempt(team.store, job_id, "agent-token")
+    place_attempt(team.store, job_id, "agent-2", number=2)  # a second node, running at once
     offset = post_log(team, first, 0, "node0 line A\n")
     with team.client.stream("GET", f"/api/v1/jobs/{job_id}/logs", params={"follow": True},
                             headers=team.as_user("alice")) as response:

@@ -303,3 +303,24 @@ def test_unusable_yaml_is_a_spec_error_with_its_line(text, line, message):
 def test_empty_file_is_a_spec_error(text):
     problem = only_problem(text)
     assert "the file is empty" in problem.message
+
+
+def test_a_job_file_that_aliases_expand_past_the_limit_is_refused_before_it_is_stored():
+    """100 aliases of one 0.5 MB text: a 0.5 MB file stored as a 50 MB spec."""
+    text = 'run: "true"\nresources: {cloud: local, instance_type: local.cpu}\nenv:\n  A0: &big "' + "x" * 500_000 + '"\n'
+    text += "".join(f"  A{index}: *big\n" for index in range(1, 100))
+    with pytest.raises(SpecError, match="expands to more than 1,000,000 characters"):
+        parse_spec(text)
+    nested = 'run: "true"\nresources: {cloud: local, instance_type: local.cpu}\nx0: &a0 [[], []]\n' + "".join(
+        f"x{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 10)}]\n" for level in range(1, 8)
+    )
+    with pytest.raises(SpecError, match="expands to more than"):  # nested aliases of empty lists
+        parse_spec(nested)
+
+
+def test_a_nul_character_is_refused_naming_its_field_and_line():
+    text = 'run: "echo \\0"\nresources: {cloud: local, instance_type: local.cpu}\nenv: {"K": "a\\0b"}\n'
+    with pytest.raises(SpecError) as refused:
+        parse_spec(text, source="job.yaml")
+    assert [(p.field, p.line) for p in refused.value.problems] == [("run", 1), ("env.K", 3)]
+    assert all("NUL character" in p.message for p in refused.value.problems)

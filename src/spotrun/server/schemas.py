@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from spotrun.control.jobs import MAX_NOTICE_SECONDS
 from spotrun.costs.ledger import bill
+from spotrun.spec.expansion import MAX_SPEC_CHARS
 from spotrun.spec.models import MAX_NODES
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
 from spotrun.server.views import BillView, JobRow
@@ -14,7 +15,7 @@ from spotrun.state import Job
 
 
 class LaunchRequest(BaseModel):
-    spec: str = Field(max_length=1_000_000, description="the job file's YAML text")
+    spec: str = Field(max_length=MAX_SPEC_CHARS, description="the job file's YAML text")
     source: str | None = Field(
         default=None, max_length=1000,
         description="the job file's name, for messages; its stem names a job that has no `name:`",
@@ -23,6 +24,13 @@ class LaunchRequest(BaseModel):
         default=None, max_length=4096,
         description="absolute folder a relative `workdir` is taken from (local cloud only; the server's own disk)",
     )
+
+    @field_validator("base_dir")
+    @classmethod
+    def _absolute_path(cls, value: str | None) -> str | None:
+        if value is not None and ("\0" in value or not value.startswith("/")):
+            raise ValueError("must be an absolute path (starting with /) without NUL characters")
+        return value
 
 
 class Launched(BaseModel):

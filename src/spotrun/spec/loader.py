@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from spotrun.spec.errors import Problem, SpecError
+from spotrun.spec.expansion import nul_problems, too_large
 from spotrun.spec.messages import reword
 from spotrun.spec.models import JobSpec
 from spotrun.spec.values import describe
@@ -40,11 +41,12 @@ def parse_spec(text: str, source: str = "<string>", default_name: str | None = N
     document = read_yaml(text, source)
     _require_mapping(document, source)
     data = document.env_as_written()
+    if (oversized := too_large(data)) is not None:
+        raise SpecError(source, [oversized])
+    problems = document.duplicate_keys() + nul_problems(data, document.line_of)
     named_by_default = default_name is not None and "name" not in data
     if named_by_default:
         data = {**data, "name": default_name}
-
-    problems = document.duplicate_keys()
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
