@@ -16,6 +16,7 @@ from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.job_list import listed_jobs
 from spotrun.cli.main import app
 from spotrun.cli.remote import RemoteBackend
+from spotrun.control.jobs import JobNotFound
 from spotrun.state import Job, Store
 
 ENDED_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -118,3 +119,11 @@ def test_status_lists_every_job_from_a_server_that_ignores_the_selection(team: T
     ids = add_jobs(team.store, [("alice", "SUCCEEDED")] * 25 + [("alice", "RUNNING")])
     shown = listed_jobs(ServerWithoutSelection(EmbeddedBackend(team.store)))
     assert [row.id for row in shown.rows] == ids and not shown.older_ended_left_out
+
+
+@pytest.mark.parametrize("job_id", [0, -1, 3_000_000_000, 7])
+def test_an_id_no_job_has_is_the_same_refusal_embedded_and_remote(team: Team, backend, job_id: int) -> None:
+    """Remote mode printed the server's 422 for ids out of the table's range, where embedded said no such job."""
+    for ask in (backend.detail, backend.cost, backend.cancel, lambda n: list(backend.log_stream(n, follow=False))):
+        with pytest.raises(JobNotFound, match=f"no job with id {job_id}"):
+            ask(job_id)

@@ -56,7 +56,9 @@ class RemoteBackend:
         except httpx.HTTPError as error:
             raise self._unreachable(error) from None
         try:
-            if response.status_code == 404:
+            if response.status_code in (404, 422):
+                response.read()
+            if _no_such_job(response):
                 raise JobNotFound(job_id)
             self._ok(response)
             yield from response.iter_text()
@@ -88,7 +90,7 @@ class RemoteBackend:
             raise self._unreachable(error) from None
 
     def _for_job(self, response: httpx.Response, job_id: int) -> httpx.Response:
-        if response.status_code == 404:
+        if _no_such_job(response):
             raise JobNotFound(job_id)
         return self._ok(response)
 
@@ -102,6 +104,22 @@ class RemoteBackend:
 
     def _unreachable(self, error: httpx.HTTPError) -> BackendError:
         return BackendError(f"cannot reach the spotrun server at {self.server}: {error}")
+
+
+def _no_such_job(response: httpx.Response) -> bool:
+    """404, or the server's 422 for a job id no job can have (0, -1, past 32 bits): what embedded mode says of
+    both is "no job with id N"."""
+    if response.status_code == 404:
+        return True
+    if response.status_code != 422:
+        return False
+    try:
+        problems = response.json().get("detail")
+    except ValueError:
+        return False
+    return isinstance(problems, list) and any(
+        isinstance(problem, dict) and problem.get("loc") == ["path", "job_id"] for problem in problems
+    )
 
 
 def _detail(response: httpx.Response) -> str:

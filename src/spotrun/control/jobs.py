@@ -20,6 +20,7 @@ from spotrun.providers import CLOUDS, ProviderError, get_provider
 from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
+from spotrun.state.models import MAX_ID
 
 
 class JobNotFound(LookupError):
@@ -235,6 +236,8 @@ def _open_attempt_of_node(session: Session, job_id: int, node: int) -> Attempt |
 
 
 def get_job(session: Session, job_id: int) -> Job:
+    if not 1 <= job_id <= MAX_ID:  # PostgreSQL refuses to compare its 32-bit ids with a larger number
+        raise JobNotFound(job_id)
     job = session.get(Job, job_id)
     if job is None:
         raise JobNotFound(job_id)

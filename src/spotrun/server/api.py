@@ -27,8 +27,8 @@ from spotrun.server.users import Principal
 from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
 from spotrun.spec import Problem, SpecError, located, parse_spec
 from spotrun.state import Store
+from spotrun.state.models import MAX_ID
 
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
 MAX_LISTED = 1000  # jobs a list asks for at most, with `limit`; older ones are paged with `before`
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
 UserName = Annotated[str, PathParam(min_length=1, max_length=200, description="the user's name")]
