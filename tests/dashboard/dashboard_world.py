@@ -14,8 +14,9 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import select
 
-from spotrun.control.logs import append_chunk, attempt_log_path
+from spotrun.control.logs import append_chunk
 from spotrun.control.tokens import hash_token
 from spotrun.state import Attempt, Job, Store
 
@@ -128,8 +129,10 @@ def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str 
             attempt.number = number
             session.add(attempt)
         job_id = job.id
-    for number, plan in zip((1, 3, 4), PREEMPTED_HISTORY, strict=True):
-        append_chunk(attempt_log_path(job_id, number), 0, plan.log.encode())
+    with store.session() as session:
+        ids = {a.number: a.id for a in session.scalars(select(Attempt).where(Attempt.job_id == job_id))}
+        for number, plan in zip((1, 3, 4), PREEMPTED_HISTORY, strict=True):
+            append_chunk(session, ids[number], 0, plan.log.encode())
     return job_id
 
 

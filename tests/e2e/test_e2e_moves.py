@@ -13,7 +13,7 @@ import pytest
 from harness import ddp_job, digits_job, final_ddp_result, final_result, reference_ddp, reference_digits
 from spotrun import policy
 from spotrun.control import jobs
-from spotrun.control.logs import attempt_log_path
+from spotrun.control.logs import read_log
 from spotrun.control.states import is_terminal
 from spotrun.policy import Keep, Launch
 from spotrun.providers.local import LocalProvider
@@ -97,7 +97,7 @@ def test_a_job_moved_make_before_break_resumes_exactly_on_the_new_instance(home,
     assert second.agent_started_at < first.notice_at < first.ended_at
     assert kinds.index("move_started") < kinds.index("move_requested") < kinds.index("move_taken_over")
     assert job.preemptions == 0 and job.restarts_on_error == 0
-    resumed = re.search(r"starting at step (\d+)", attempt_log_path(job_id, 2).read_text())
+    resumed = re.search(r"starting at step (\d+)", attempt_log(store, job_id, 2))
     assert resumed and int(resumed.group(1)) > 0  # from the checkpoint the old trainer wrote when asked to stop
     assert final_result(home, job_id)["sha256"] == reference["sha256"]
 
@@ -129,7 +129,13 @@ def test_a_gang_moved_from_on_demand_to_spot_trains_on_until_its_standbys_are_up
     assert [g.end_reason for g in ended] == ["moved", "succeeded"] and "to spot in" in ended[0].stop_reason
     assert kinds.count("move_started") == 1 and kinds.count("move_requested") == 2
     assert job.preemptions == 0 and job.restarts_on_error == 0
-    log_text = attempt_log_path(job_id, 3).read_text()
+    log_text = attempt_log(store, job_id, 3)
     resumed = [int(step) for step in re.findall(r"rank \d+: first step (\d+) done", log_text)]
     assert resumed and resumed[0] > 0  # from the checkpoint both ranks committed when asked to stop
     assert final_ddp_result(home, job_id)["sha256"] == reference["sha256"]
+
+
+def attempt_log(store: Store, job_id: int, number: int) -> str:
+    with store.session() as session:
+        attempt = next(a for a in session.get(Job, job_id).attempts if a.number == number)
+        return read_log(session, attempt).decode()

@@ -1,15 +1,20 @@
-"""Following a job's logs through the team server: no server thread held between polls, the attempts' text marked
-again when they take turns, and the stream ended once its token is revoked."""
+"""A job's logs through the team server: followed, no server thread is held between polls, the attempts' text is
+marked again when they take turns, and the stream ends once its token is revoked; every server on one store serves
+the same logs, and a log kept as a file before the store held logs is still read."""
 
 from __future__ import annotations
 
 import time
 
 import anyio
+from fastapi.testclient import TestClient
 from server_world import Team, place_attempt
 
+from spotrun.control.logs import legacy_log_path
+from spotrun.server.app import create_app
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.users import revoke_token
+from spotrun.state import Attempt
 
 AGENT = {"Authorization": "Bearer agent-token"}
 
@@ -75,3 +80,33 @@ def test_a_followed_stream_ends_once_its_token_is_revoked(team: Team) -> None:
         assert "attempt 1" in next(chunks) and next(chunks) == "before\n"
         revoke_token(team.store, team.tokens["alice"], time.time())
         assert "".join(chunks) == "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
+
+
+def test_two_servers_on_one_store_serve_one_log(team: Team, tmp_path, monkeypatch) -> None:
+    """Each server kept the chunks it was sent under its own $SPOTRUN_HOME: the other served a log without them and
+    refused the next chunk (409: a gap)."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    other = TestClient(create_app(team.store))
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "server-a"))
+    offset = post_log(team, attempt_id, 0, "to server a\n")
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "server-b"))
+    answer = other.post(f"/agent/v1/attempts/{attempt_id}/logs", json={"offset": offset, "data": "to server b\n"},
+                        headers=AGENT)
+    assert answer.status_code == 200, answer.text
+    for server in (team.client, other):
+        log = server.get(f"/api/v1/jobs/{job_id}/attempts/1/log", headers=team.as_user("alice"))
+        assert log.text == "to server a\nto server b\n"
+
+
+def test_a_log_written_as_a_file_before_the_store_kept_logs_is_read_and_goes_on(team: Team) -> None:
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    file = legacy_log_path(job_id, 1)
+    file.parent.mkdir(parents=True)
+    file.write_bytes("before the upgrade\n".encode())
+    with team.store.session() as session:
+        session.get(Attempt, attempt_id).log_bytes = file.stat().st_size  # what the server recorded then
+    post_log(team, attempt_id, file.stat().st_size, "after it\n")
+    log = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", params={"offset": 7}, headers=team.as_user("alice"))
+    assert log.text == "the upgrade\nafter it\n"

@@ -96,5 +96,5 @@ def test_a_body_larger_than_any_request_is_refused_before_it_is_read(team: Team)
 @pytest.mark.parametrize("base_dir", ["relative/dir", "/tmp/\0x"])
 def test_a_base_dir_that_is_not_an_absolute_path_is_refused_naming_it(team: Team, base_dir: str) -> None:
     answer = team.client.post("/api/v1/jobs", json={"spec": TINY_JOB, "base_dir": base_dir}, headers=team.as_user("alice"))
-    assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["body", "base_dir"]
+    assert answer.status_code == 422 and answer.json()["problems"][0]["field"] == "base_dir"
     assert team.client.get("/api/v1/jobs", headers=team.as_user("alice")).json() == []

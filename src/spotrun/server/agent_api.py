@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from spotrun.control import gang, records
 from spotrun.control.clock import Clock, WallClock
-from spotrun.control.logs import LogGap, append_chunk, attempt_log_path
+from spotrun.control.logs import LogGap, append_chunk
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.control.tokens import token_matches
@@ -184,14 +184,11 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
 
     @app.post("/agent/v1/attempts/{attempt_id}/logs")
     def logs(body: LogChunk, attempt_id: int = Authorized) -> dict:
-        with store.session() as session:
-            attempt = session.get(Attempt, attempt_id)
-            path = attempt_log_path(attempt.job_id, attempt.number)
-            try:
-                size = append_chunk(path, body.offset, body.data.encode())
-            except LogGap as gap:
-                raise HTTPException(status_code=409, detail=str(gap)) from None
-            attempt.log_bytes = size
+        try:
+            with store.session() as session:
+                size = append_chunk(session, attempt_id, body.offset, body.data.encode())
+        except LogGap as gap:
+            raise HTTPException(status_code=409, detail=str(gap)) from None
         return {"ok": True, "size": size}
 
     @app.post("/agent/v1/attempts/{attempt_id}/exit")

@@ -12,13 +12,13 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from spotrun.control import jobs as jobs_api
-from spotrun.control.logs import attempt_log_path
+from spotrun.control.logs import read_log
 from spotrun.providers import ProviderError
 from spotrun.server import users as users_api
 from spotrun.server.auth import (
     admin_dependency, owner_seen, principal_dependency, require_self_or_admin, still_signed_in, visible_job,
 )
-from spotrun.server.logstream import job_log_stream_async, read_log
+from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
     CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
     PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
@@ -62,6 +62,9 @@ def _job_routes(store: Store) -> APIRouter:
         source = request.source or "<request>"
         default_name = Path(request.source).stem if request.source else None
         try:
+            if request.base_dir is not None and ("\0" in request.base_dir or not request.base_dir.startswith("/")):
+                raise SpecError(source, [Problem("base_dir", "must be an absolute path (starting with /) without NUL "
+                                                             "characters")])
             spec = parse_spec(request.spec, source=source, default_name=default_name or None)
             base_dir = Path(request.base_dir) if request.base_dir else None
             job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source)
@@ -132,9 +135,10 @@ def _job_routes(store: Store) -> APIRouter:
         """One attempt's log from a byte offset; the `X-Log-Size` header says where the next read starts."""
         with store.session() as session:
             visible_job(session, job_id, user)
-            if number not in {a.number for a in jobs_api.job_attempts(session, job_id)}:
+            attempt = next((a for a in jobs_api.job_attempts(session, job_id) if a.number == number), None)
+            if attempt is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no attempt {number}")
-        data = read_log(attempt_log_path(job_id, number), offset)
+            data = read_log(session, attempt, offset)
         return PlainTextResponse(data, headers={"X-Log-Size": str(offset + len(data))})
 
     @router.post(

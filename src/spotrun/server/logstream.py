@@ -1,7 +1,7 @@
 """A job's logs as one text stream across its attempts, each attempt's start marked.
 
 `spotrun logs` prints this stream from the store, and the team server sends the very same stream over HTTP, so the
-two read alike. Attempt logs are the files the agent API appends to (`spotrun.control.logs`).
+two read alike. Attempt logs are the chunks the agent API stores (`spotrun.control.logs`).
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from __future__ import annotations
 import codecs
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
-
 import anyio
+from sqlalchemy.orm import Session
 
 from spotrun.control import jobs as jobs_api
-from spotrun.control.logs import attempt_log_path
+from spotrun.control.logs import read_log
 from spotrun.control.states import is_terminal
 from spotrun.server.views import clock_time
 from spotrun.state import Attempt, Store
@@ -23,24 +22,14 @@ from spotrun.state import Attempt, Store
 class _AttemptReader:
     """Reads the new bytes of one attempt's log; decodes UTF-8 split across reads correctly."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.offset = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def read_new(self, final: bool) -> str:
-        data = read_log(self.path, self.offset)
+    def read_new(self, session: Session, attempt: Attempt, final: bool) -> str:
+        data = read_log(session, attempt, self.offset)
         self.offset += len(data)
         return self._decoder.decode(data, final=final)
-
-
-def read_log(path: Path, offset: int) -> bytes:
-    """The log's bytes from `offset` on (nothing when the file does not exist yet)."""
-    if not path.exists():
-        return b""
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        return fh.read()
 
 
 class JobLogFollower:
@@ -53,25 +42,30 @@ class JobLogFollower:
 
     def poll(self) -> tuple[list[str], bool]:
         """The text read now, headers included, and whether the stream is over. Raises JobNotFound."""
+        pieces: list[str] = []
         with self.store.session() as session:
             job = jobs_api.get_job(session, self.job_id)
             ended = is_terminal(job.state)
             multi_node = (job.spec.get("resources") or {}).get("nodes", 1) > 1
-            attempts = [a for a in jobs_api.job_attempts(session, self.job_id) if a.started_at is not None]
-        pieces: list[str] = []
-        for attempt in attempts:
-            reader = self._readers.get(attempt.number)
-            if reader is None:
-                reader = self._readers[attempt.number] = _AttemptReader(attempt_log_path(self.job_id, attempt.number))
-                pieces.append(attempt_header(attempt, multi_node))
-                self._last_shown = attempt.number
-            text = reader.read_new(final=ended or not self.follow)
-            if text:
-                if self._last_shown != attempt.number:  # attempts that run at once (a gang's nodes, a standby)
-                    pieces.append(attempt_header(attempt, multi_node, again=True))
-                    self._last_shown = attempt.number
-                pieces.append(text)
+            for attempt in jobs_api.job_attempts(session, self.job_id):
+                if attempt.started_at is not None:
+                    pieces += self._read(session, attempt, multi_node, final=ended or not self.follow)
         return pieces, not self.follow or ended
+
+    def _read(self, session: Session, attempt: Attempt, multi_node: bool, final: bool) -> list[str]:
+        pieces = []
+        reader = self._readers.get(attempt.number)
+        if reader is None:
+            reader = self._readers[attempt.number] = _AttemptReader()
+            pieces.append(attempt_header(attempt, multi_node))
+            self._last_shown = attempt.number
+        text = reader.read_new(session, attempt, final)
+        if text:
+            if self._last_shown != attempt.number:  # attempts that run at once (a gang's nodes, a standby)
+                pieces.append(attempt_header(attempt, multi_node, again=True))
+                self._last_shown = attempt.number
+            pieces.append(text)
+        return pieces
 
 
 def job_log_stream(

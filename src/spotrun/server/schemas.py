@@ -25,13 +25,6 @@ class LaunchRequest(BaseModel):
         description="absolute folder a relative `workdir` is taken from (local cloud only; the server's own disk)",
     )
 
-    @field_validator("base_dir")
-    @classmethod
-    def _absolute_path(cls, value: str | None) -> str | None:
-        if value is not None and ("\0" in value or not value.startswith("/")):
-            raise ValueError("must be an absolute path (starting with /) without NUL characters")
-        return value
-
 
 class Launched(BaseModel):
     id: int

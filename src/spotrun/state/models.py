@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
-    JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint, false, text,
+    JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Text, UniqueConstraint,
+    false, text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -213,6 +214,17 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(40))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class LogChunk(Base):
+    """A piece of an attempt's output as its agent sent it, at its byte offset in the attempt's log. Logs live in the
+    store, so that every server on one store serves the same logs (files on each server's disk did not)."""
+
+    __tablename__ = "log_chunks"
+
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # its first byte's offset in the log
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ControllerLease(Base):
