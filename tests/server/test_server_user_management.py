@@ -106,6 +106,15 @@ def test_a_bad_user_name_is_422_naming_the_field_and_nothing_is_stored(team: Tea
     assert stored(team) == before
 
 
+@pytest.mark.parametrize("answer", ["yes", "on", 1])
+def test_only_true_makes_an_admin(team: Team, answer: object) -> None:
+    """pydantic's lax booleans made an admin of "yes", "on" and 1."""
+    before = stored(team)
+    response = team.client.post("/api/v1/users", json={"name": "carol", "is_admin": answer}, headers=team.as_user("root"))
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "is_admin"]
+    assert stored(team) == before
+
+
 def test_a_user_makes_their_own_tokens_and_an_admin_makes_anyones(team: Team) -> None:
     own = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice"))
     assert own.status_code == 201 and own.headers["Cache-Control"] == "no-store"

@@ -3,7 +3,7 @@ the CLI's remote mode reads its answers into these same classes."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from spotrun.control.jobs import MAX_NOTICE_SECONDS
 from spotrun.costs.ledger import bill
@@ -115,7 +115,8 @@ class UserView(BaseModel):
 class NewUser(BaseModel):
     # The pattern is documented for clients; the check itself is the one `spotrun user add` makes, with its message.
     name: str = Field(json_schema_extra={"pattern": NAME_PATTERN}, description="1-200 letters, digits or . _ @ -")
-    is_admin: bool = Field(default=False, description="may see and act on every user's jobs and manage users")
+    # strict: "yes", "on" or 1 made an admin; only true does
+    is_admin: StrictBool = Field(default=False, description="may see and act on every user's jobs and manage users")
 
     @field_validator("name")
     @classmethod
