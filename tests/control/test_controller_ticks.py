@@ -696,3 +696,31 @@ def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch)
     job = world.job(job_id)
     assert job.state == "FAILED" and "EC2 user data is limited to 16384 bytes" in job.failure_reason
     assert [(a.end_reason, a.billed_seconds) for a in job.attempts] == [("launch_invalid", 0.0)]
+
+
+def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when_swept(world, monkeypatch):
+    """The launch's answers were lost and so was the lookup by its token: the attempt ended with no instance, and
+    the orphan sweep terminated the instance without billing anyone for it."""
+    real_launch, real_find, made = world.cloud.launch, world.cloud.find_by_token, []
+
+    def made_but_unheard(request):
+        if not made:
+            made.append(real_launch(request).instance_id)
+        raise RuntimeError("read timeout")
+
+    def lookup_that_fails_once_made(token):
+        if made:
+            raise RuntimeError("read timeout")
+        return real_find(token)
+
+    monkeypatch.setattr(world.cloud, "launch", made_but_unheard)
+    monkeypatch.setattr(world.cloud, "find_by_token", lookup_that_fails_once_made)
+    job_id = world.submit()
+    for _ in range(7):  # past launch_timeout (300 s)
+        world.tick(60)
+    [made] = made
+    assert world.attempts(job_id)[0].end_reason == "launch_error"
+    world.controller.sweep_orphans()
+    unheard = world.attempts(job_id)[0]
+    assert world.cloud.instances[made].state == "terminated"
+    assert unheard.instance_id == made and unheard.billed_seconds >= 300 and unheard.charged_seconds > 0

@@ -602,6 +602,26 @@ class Controller:
                 if info.client_token in ended and info.instance_id not in left_to_cloud:
                     log.warning("terminating orphan instance %s", info.instance_id)
                     provider.terminate(info.instance_id)
+                    self._bill_unheard_launch(info)
+
+    def _bill_unheard_launch(self, info: InstanceInfo) -> None:
+        """An orphan whose attempt ended with no instance on record (its launch was never heard of, and the lookup
+        by its token failed too) is that attempt's: it is recorded and billed now, not left unbilled."""
+        now = self.clock.now()
+        with self.store.session() as session:
+            attempt = session.scalar(select(Attempt).where(Attempt.client_token == info.client_token))
+            if attempt is None or attempt.instance_id is not None:
+                return
+            _add_instance_row(session, attempt, info, now)
+            attempt.instance_id = info.instance_id
+            self._record_instance_gone(session, attempt, now, None)
+            attempt.started_at = info.launched_at or attempt.created_at
+            attempt.billed_seconds = max(now - attempt.started_at, 0.0)
+            attempt.charged_seconds = self.billing_rule(attempt.provider).charged_seconds(
+                attempt.billed_seconds, market=attempt.market, reclaimed=False)
+            add_event(session, at=now, kind="orphan_billed", job_id=attempt.job_id, attempt_id=attempt.id,
+                      message=f"attempt {attempt.number}: instance {info.instance_id}, launched but never heard of, "
+                              f"terminated and billed {attempt.billed_seconds:.0f} s")
 
     def _live_job_ids(self) -> list[int]:
         live = state_names(LIVE)
