@@ -115,7 +115,7 @@ TOTAL_STEPS = 1250  # of the whole run, as the SDK reported it
 
 
 def seed_preempted_job(store: Store, owner: str, submitted_at: float, name: str = "resnet") -> int:
-    """A finished job whose attempts follow PREEMPTED_HISTORY, with each placed attempt's log on disk."""
+    """A finished job whose attempts follow PREEMPTED_HISTORY, with each placed attempt's log in the store."""
     with store.session() as session:
         job = Job(
             name=name, owner=owner, spec={"name": name, "run": "train"}, state="SUCCEEDED", created_at=submitted_at,
@@ -157,7 +157,7 @@ def _placed_attempt(job_id: int, plan: PlannedAttempt, submitted_at: float) -> A
         ended_at=ended, end_reason=plan.end_reason, billed_seconds=plan.end - plan.start,
         charged_seconds=plan.charged_seconds,
         warned_at=started + 600 if plan.warning else None, warning=plan.warning,
-        checkpoint_step=plan.checkpoint_step, total_steps=TOTAL_STEPS, log_bytes=len(plan.log.encode()),
+        checkpoint_step=plan.checkpoint_step, total_steps=TOTAL_STEPS, log_bytes=0,  # its log is appended below
     )
 
 
