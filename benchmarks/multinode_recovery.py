@@ -31,10 +31,9 @@ FIRST_STEP = re.compile(r"rank (\d+): first step (\d+) done at ([0-9.]+)")
 def first_steps(world: Spotrun, after: float) -> dict[int, float]:
     """Each rank's first-step time after `after` (the generation's start)."""
     found: dict[int, float] = {}
-    for log in sorted((world.home / "logs" / "job-1").glob("attempt-*.log")):
-        for rank, _, at in FIRST_STEP.findall(log.read_text(errors="replace")):
-            if float(at) >= after:
-                found[int(rank)] = min(found.get(int(rank), float("inf")), float(at))
+    for rank, _, at in FIRST_STEP.findall(world.run("logs", "1").stdout):  # the logs are in the store
+        if float(at) >= after:
+            found[int(rank)] = min(found.get(int(rank), float("inf")), float(at))
     return found
 
 

@@ -17,7 +17,7 @@ import pytest
 from harness import Spotrun
 from sqlalchemy import select as sql_select
 
-from spotrun.state import Event
+from spotrun.state import Event, LogChunk
 
 
 # `sleep 1` rather than `true`: a command that ends before the controller's next tick trips a controller bug
@@ -112,6 +112,7 @@ def assert_no_credential_leaked(spotrun: Spotrun, token: str) -> None:
     store = spotrun.store()
     with store.session() as session:
         texts = [message + json.dumps(data) for message, data in session.execute(sql_select(Event.message, Event.data))]
+        texts += [data.decode(errors="replace") for data in session.scalars(sql_select(LogChunk.data))]  # the logs
     store.dispose()
     texts += [f"{path}: " + path.read_text(errors="replace") for path in spotrun.home.rglob("*.log")]
     secret_prefix = token.split("_", 2)[2][:12]  # the secret itself may contain "_"
