@@ -44,6 +44,14 @@ def worker(store, cloud, name, log, claim_ttl):
     )
 
 
+def workers_on(store, clock, cloud):
+    """make(name): a controller worker of that name on `store`, `clock` and `cloud`, with 30 s claims."""
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    return lambda name: Controller(
+        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
+    )
+
+
 def run_ticks(controller, stop: threading.Event, errors: list) -> None:
     while not stop.is_set():
         try:
@@ -166,10 +174,7 @@ def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     clock = ManualClock()
     cloud = MemoryCloud(clock)
-    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
-    make = lambda name: Controller(  # noqa: E731
-        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
-    )
+    make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
     job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
     real_zones, stalls = cloud.zones, []
@@ -197,10 +202,7 @@ def test_a_worker_that_stalled_ending_an_attempt_writes_nothing_once_another_too
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     clock = ManualClock()
     cloud = MemoryCloud(clock)
-    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
-    make = lambda name: Controller(  # noqa: E731
-        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
-    )
+    make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
     job_id = jobs.submit(store, parse_spec(SPEC + "max_restarts_on_error: 1\n"), clock.now())
     stalled.tick()
@@ -235,10 +237,7 @@ def test_on_sqlite_too_a_fenced_launch_keeps_the_claim_until_it_commits(store, t
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     clock = ManualClock()
     cloud = MemoryCloud(clock)
-    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
-    make = lambda name: Controller(  # noqa: E731
-        store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id=name,
-    )
+    make = workers_on(store, clock, cloud)
     fenced, other_started = threading.Event(), threading.Event()
     real_number = records.next_attempt_number
 

@@ -164,10 +164,10 @@ class GangDriver:
         what = f"node {attempt.node_rank} ({attempt.instance_id})"
         if attempt.end_reason == "preempted":
             job.preemptions += 1
-            message = f"{what} preempted (preemption {job.preemptions}); replacing it"
-            if _every_rank_finished(session, job.id):
-                message = f"{what} preempted (preemption {job.preemptions}) after every rank had finished"
-            if job.state == JobState.PREEMPTED or _every_rank_finished(session, job.id):
+            finished = _every_rank_finished(session, job.id)
+            message = f"{what} preempted (preemption {job.preemptions}); " + (
+                "every rank had finished" if finished else "replacing it")
+            if job.state == JobState.PREEMPTED or finished:
                 add_event(session, at=now, kind="node_preempted", job_id=job.id, attempt_id=attempt.id, message=message)
             else:
                 records.transition(session, job, JobState.PREEMPTED, now, message)
