@@ -162,6 +162,9 @@ checkpoint: {{store: '{checkpoints.as_uri()}', sync_interval: 1s}}
 """
 
 
+# A soak run (`make soak`, ~30 s): the provider's pods run end to end in the test above, and a gang replaces only
+# its lost node in tests/control/test_controller_gang.py
+@pytest.mark.soak
 def test_a_two_pod_gang_loses_one_pods_node_and_only_that_pod_is_replaced(
     cluster, cloud_store, tmp_path, uninterrupted_pair,
 ):

@@ -302,6 +302,9 @@ def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path
     assert final["steps"] == reference["steps"]
 
 
+# A soak run (`make soak`, ~30 s): AWS runs end to end in the rebalance test below, GCP and Azure through this
+# same run_spot_reclaim, and the agent reads IMDS's interruption notice in tests/agent_cloud_notices
+@pytest.mark.soak
 def test_aws_spot_reclaim_through_imds(aws_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):
     run_spot_reclaim(aws_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits)
 

@@ -7,6 +7,23 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from world import ScriptedPolicy, World  # noqa: E402
 
+# Modules whose PostgreSQL half is a soak run (`make soak`): they test the controller's decisions (moves, deadlines,
+# spot news, repricing), whose reads and writes are the same ones the PostgreSQL half of test_controller_ticks,
+# test_controller_gang, test_controller_workers and test_reclaim_billing make. Their SQLite half stays in the suite.
+DECISIONS_ONLY = {
+    "test_controller_gang_moves.py", "test_deadline_progress.py", "test_controller_moves.py", "test_spot_news.py",
+    "test_rebalance_moves.py", "test_refused_tries_folded.py", "test_spot_repricing.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not soak'` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        here = item.path.parent == Path(__file__).parent and item.path.name in DECISIONS_ONLY
+        if here and callspec and callspec.params.get("database_url") == "postgresql":
+            item.add_marker(pytest.mark.soak)
+
 
 @pytest.fixture
 def world(store, tmp_path, monkeypatch):

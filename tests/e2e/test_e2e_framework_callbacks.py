@@ -1,7 +1,7 @@
 """End to end on one machine, for each framework callback: a 🤗 Trainer job (examples/hf_trainer) and a Lightning
-job (examples/lightning, a soak run) through the real CLI, controller daemon, local cloud and agent, preempted with its notice
+job (examples/lightning) through the real CLI, controller daemon, local cloud and agent, preempted with its notice
 once it has a checkpoint; the next attempt restores the backed-up checkpoint and the job ends with the weights of
-an uninterrupted run."""
+an uninterrupted run. Both are soak runs (`make soak`)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ pytestmark = pytest.mark.xdist_group("e2e")  # with `make test`'s workers: one e
 STEPS = 240
 
 
-# Lightning's run through the agent is a soak run (`make soak`): the agent's side is the same for every payload,
-# and tests/sdk/test_sdk_lightning.py preempts and resumes Lightning itself, alone and under DDP
-@pytest.mark.parametrize("example, library", [
-    ("hf_trainer", "transformers"), pytest.param("lightning", "lightning", marks=pytest.mark.soak),
-])
+# Soak runs (~45 s each): the agent's side is the same for every payload (tests/e2e/test_e2e_local_spot.py), and
+# tests/sdk/test_sdk_hf_trainer.py and test_sdk_lightning.py preempt and resume each framework itself
+@pytest.mark.soak
+@pytest.mark.parametrize("example, library", [("hf_trainer", "transformers"), ("lightning", "lightning")])
 def test_a_preempted_framework_job_resumes_from_its_backed_up_checkpoint_exactly(spotrun, tmp_path, example, library):
     if importlib.util.find_spec(library) is None:
         pytest.skip(f"{library} is not installed")

@@ -98,8 +98,10 @@ def test_controller_killed_at_random_moments_loses_nothing(spotrun, tmp_path):
 
 
 def test_bad_job_file_is_refused_and_the_store_is_unchanged(spotrun, tmp_path):
-    # long enough to be still running when it is cancelled, however slow the machine (6 epochs ended first once)
-    spotrun.run("launch", str(digits_job(tmp_path, epochs=500)))
+    # a job still running when it is cancelled, however slow the machine; it trains nothing, to leave the CPU alone
+    job = tmp_path / "waiting.yaml"
+    job.write_text("name: waiting-e2e\nrun: sleep 600\nresources: {cloud: local, instance_type: local.cpu}\n")
+    spotrun.run("launch", str(job))
     before = spotrun.run("status", "--json").stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nrun: python train.py\nspot:\n  max_wait: -5m\n  colour: blue\nmax_restarts_on_error: many\n")
@@ -108,7 +110,7 @@ def test_bad_job_file_is_refused_and_the_store_is_unchanged(spotrun, tmp_path):
     assert "bad.yaml:4: spot.max_wait" in refused.stderr
     assert "bad.yaml:5: spot.colour" in refused.stderr
     assert "bad.yaml:6: max_restarts_on_error" in refused.stderr
-    assert '"name": "digits-e2e"' in before
+    assert '"name": "waiting-e2e"' in before
     after = spotrun.run("status", "--json").stdout
     assert [r["id"] for r in __import__("json").loads(after)] == [1]
     spotrun.run("cancel", "1")

@@ -75,6 +75,9 @@ def run_daemon_until_done(store: Store, job_id: int, timeout: float = 120.0) -> 
         thread.join(timeout=30)
 
 
+# A soak run (`make soak`, ~32 s): a single node's make-before-break move runs end to end in
+# tests/clouds_e2e (AWS's rebalance recommendation)
+@pytest.mark.soak
 def test_a_job_moved_make_before_break_resumes_exactly_on_the_new_instance(home, tmp_path):
     reference = reference_digits(tmp_path, epochs=8)
     extra = "estimated_duration: 1m\n"
@@ -102,6 +105,9 @@ def test_a_job_moved_make_before_break_resumes_exactly_on_the_new_instance(home,
     assert final_result(home, job_id)["sha256"] == reference["sha256"]
 
 
+# A soak run (`make soak`, ~50 s): tests/control/test_controller_gang_moves.py moves gangs against the fake cloud,
+# and a single node's move runs end to end in tests/clouds_e2e (AWS's rebalance recommendation)
+@pytest.mark.soak
 def test_a_gang_moved_from_on_demand_to_spot_trains_on_until_its_standbys_are_up_and_ends_with_the_same_weights(
     home, tmp_path
 ):

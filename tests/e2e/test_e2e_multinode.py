@@ -88,6 +88,9 @@ def first_steps_between(world: Spotrun, start: float, end: float) -> list[str]:
     return [f"rank {rank} step {step} at {at}" for rank, step, at in FIRST_STEP.findall(logs) if start < float(at) < end]
 
 
+# A soak run (`make soak`, ~50 s): tests/control/test_controller_gang.py replaces nodes lost at any point of a
+# generation against the fake cloud; the test above loses two nodes end to end
+@pytest.mark.soak
 def test_a_node_lost_while_the_gang_restarts_is_replaced_too(spotrun, tmp_path):
     reference = reference_ddp(tmp_path, epochs=EPOCHS)
     spotrun.run("launch", str(ddp_job(tmp_path, epochs=EPOCHS)))
@@ -112,6 +115,9 @@ def test_a_node_lost_while_the_gang_restarts_is_replaced_too(spotrun, tmp_path):
     assert numbers[last[0]] > 3 and numbers[last[1]] > 3 and numbers[last[2]] == 3, "replace both lost, keep node 2"
 
 
+# A soak run (`make soak`, ~60 s): tests/gang/test_gang_pieces.py wraps the command in torchrun and reads its exit
+# codes, and tests/sdk/test_sdk_sharded_state.py runs ranks under torchrun
+@pytest.mark.soak
 def test_torchrun_launcher_runs_each_node_under_torchrun_and_resumes_exactly(spotrun, tmp_path):
     reference = reference_ddp(tmp_path, nodes=2, epochs=6)
     spotrun.run("launch", str(ddp_job(tmp_path, nodes=2, epochs=6, extra="distributed: {launcher: torchrun}")))

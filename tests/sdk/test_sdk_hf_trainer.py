@@ -98,6 +98,9 @@ def test_a_preempted_trainer_saves_exits_75_and_resumes_to_the_uninterrupted_wei
     assert _weights(resumed.stdout) == _weights(uninterrupted.stdout)
 
 
+# A soak run (`make soak`, ~60 s): ranks stopping together at one rank's notice is tested in test_sdk_distributed.py,
+# and the platform's torchrun launcher in tests/e2e/test_e2e_multinode.py
+@pytest.mark.soak
 def test_under_torchrun_every_rank_stops_at_one_ranks_notice_and_resumes_exactly(tmp_path: Path) -> None:
     """Two ranks (gloo, CPU): the notice reaches rank 1 only, both save the same step and exit 75, and each
     rank's own RNG state is in the committed checkpoint, so the resumed run ends with the uninterrupted weights."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "live_replay.py"
 ROW = re.compile(
     r"^\| (\S+) \| ([\d.]+) \| ([\d.]+) / ([\d.]+) \| ([\d.-]+) / ([\d.-]+) \| (\d+) / (\d+) \| (\d+) / (\d+) \|$",
@@ -84,6 +86,7 @@ def test_a_notice_lets_the_trainer_save_what_a_preemption_without_one_loses(tmp_
     assert float(told[2]) < 0.4 < float(quiet[2])  # on-demand at the end only without notice
 
 
+@pytest.mark.soak  # ~20 s: gangs' generations and preemptions are tested against the fake cloud in tests/control
 def test_a_gang_runs_its_generations_through_a_preemption_and_meets_its_deadline(tmp_path: Path) -> None:
     # three nodes in the trace's zone: one launch each while spot holds, and each billed as the one-node job is
     _, _, live, sim, _, _, preempted, _, launches, _ = replay(tmp_path, "always", [1] * 40, "--nodes", "3")
@@ -95,6 +98,7 @@ def test_a_gang_runs_its_generations_through_a_preemption_and_meets_its_deadline
     assert preempted == "3" and int(launches) >= 6 and float(hours) <= 3.0 and float(live) < 1.0
 
 
+@pytest.mark.soak  # ~15 s: gangs' moves are tested against the fake cloud in tests/control/test_controller_gang_moves.py
 def test_a_gang_moves_to_spot_that_returns_as_a_single_node_does(tmp_path: Path) -> None:
     # no spot for the first half hour: on-demand first, then spot. The gang's ranks trained from its restart overhead
     # after the generation began, two ticks after the launch, not after the launch as one node's trainer does: two
@@ -155,6 +159,7 @@ def test_a_zone_priced_apart_is_quoted_billed_and_simulated_alike(tmp_path: Path
     assert refused.returncode == 2 and "no zone mars in these markets; zones: always" in refused.stderr
 
 
+@pytest.mark.soak  # ~15 s: EC2's free first hour is tested in tests/control/test_reclaim_billing.py
 def test_billed_as_ec2_the_spot_it_takes_back_in_its_first_hour_is_free_unless_spotrun_terminates_it(
     tmp_path: Path,
 ) -> None:
