@@ -317,6 +317,10 @@ def test_gcp_spot_preemption_through_metadata_server(gcp_world, cloud_store, tmp
     assert prices == pytest.approx((8 * 0.00698 + 30 * 0.000935 + 0.14, 8 * 0.031611 + 30 * 0.004237 + 0.35))
 
 
+# A soak run (`make soak`, ~26 s): GCP runs this same run_spot_reclaim in the suite, the agent reads Azure's
+# Scheduled Events in tests/agent_cloud_notices, and the provider and its retail prices are tested in
+# tests/providers_azure and tests/costs
+@pytest.mark.soak
 def test_azure_spot_eviction_through_scheduled_events(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits):
     run_spot_reclaim(azure_world, cloud_store, tmp_path, spotrun_home, uninterrupted_digits)
     # the job named no prices: each attempt is billed as Azure's retail prices list the size there

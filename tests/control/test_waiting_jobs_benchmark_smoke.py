@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# A soak run (`make soak`): it checks that the benchmark still runs; jobs sharing a market's probes are tested in tests/control/test_shared_spot_probes.py
+pytestmark = pytest.mark.soak
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "waiting_jobs.py"
 
 

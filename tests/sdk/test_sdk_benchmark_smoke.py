@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# Soak runs (`make soak`, ~65 s in all): these check that the benchmarks still run; what they measure (saves, restores,
+# host memory, sharded and object-store saves, transfers) has its own tests in tests/sdk and tests/agent
+pytestmark = pytest.mark.soak
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "checkpoint.py"
 
 
@@ -69,7 +73,6 @@ def test_host_memory_probe_small_run() -> None:
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
 
-@pytest.mark.soak  # ~45 s: sharded saves, object-store saves and transfers have their own tests in tests/sdk and tests/agent
 def test_sharded_and_object_store_benchmarks_small_runs() -> None:
     """benchmarks/sharded_checkpoints.py, object_store_save.py and store_transfer.py run end to end at a small size
     (store_transfer's runs compare the restored files with the originals)."""

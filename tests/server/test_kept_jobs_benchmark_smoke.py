@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# A soak run (`make soak`): it checks that the benchmark still runs; status's lists of kept jobs are tested in
+# tests/server/test_job_lists.py
+pytestmark = pytest.mark.soak
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "kept_jobs.py"
 
 

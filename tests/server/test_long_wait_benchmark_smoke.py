@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# A soak run (`make soak`): it checks that the benchmark still runs; the reads of a long wait are tested in tests/control/test_long_wait_reads.py
+pytestmark = pytest.mark.soak
+
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "long_wait.py"
 
 
