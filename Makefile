@@ -12,8 +12,9 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 # torch==2.13.0 is a CPU build on this machine's disk; a plain "torch" would pull a multi-GB CUDA build.
-# Not: it saves about a minute of a fresh install, but where PYTHONDONTWRITEBYTECODE is set (as on
-# this project's machines) every process then compiles what it imports, and the suite took 140 s longer.
+# pip byte-compiles what it installs. With --no-compile a fresh install took about a minute less, but where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines) every process then compiles what it imports:
+# `pytest` took 800 s in a fresh clone, against 660 s for the commit before, which ran 8 more tests.
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[torch]' scikit-learn
