@@ -111,6 +111,33 @@ def test_a_preempted_node_alone_is_replaced_in_the_survivors_zone(store, tmp_pat
     assert second.state == "running" and second.master_addr == open_by_rank(world)[0].address != nodes[0].address
 
 
+def test_a_node_lost_while_the_gang_waits_for_a_replacement_is_replaced_too(store, tmp_path) -> None:
+    # node 0 is taken and replaced; before its replacement reports in, survivor node 1 is taken too
+    world = World(store, tmp_path)
+    nodes = running_gang(world)
+    world.cloud.reclaim(nodes[0].instance_id)
+    world.tick()
+    for rank in (1, 2):
+        world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    waiting = open_by_rank(world)
+    assert waiting[0].id != nodes[0].id and len(generations(world)) == 1
+    world.cloud.reclaim(nodes[1].instance_id)
+    world.tick()
+    world.tick()
+    replaced = open_by_rank(world)
+    assert replaced[0].id == waiting[0].id and replaced[1].id != nodes[1].id and replaced[2].id == nodes[2].id
+    assert world.job(1).preemptions == 2 and world.job(1).restarts_on_error == 0
+    assert len(generations(world)) == 1, "no generation started without node 1"
+    report_in(world, ranks=(0, 1))
+    world.tick()
+    second = generations(world)[1]
+    assert second.state == "running"
+    assert {int(rank): attempt for rank, attempt in second.members.items()} == {
+        rank: attempt.id for rank, attempt in replaced.items()
+    }
+
+
 def test_a_node_whose_agent_keeps_failing_fails_the_job_after_max_restarts(store, tmp_path) -> None:
     world = World(store, tmp_path)
     world.submit(GANG)  # max_restarts_on_error: 1

@@ -88,8 +88,8 @@ def first_steps_between(world: Spotrun, start: float, end: float) -> list[str]:
     return [f"rank {rank} step {step} at {at}" for rank, step, at in FIRST_STEP.findall(logs) if start < float(at) < end]
 
 
-# A soak run (`make soak`, ~50 s): tests/control/test_controller_gang.py replaces nodes lost at any point of a
-# generation against the fake cloud; the test above loses two nodes end to end
+# A soak run (`make soak`, ~50 s): tests/control/test_controller_gang.py loses a node while the gang waits for a
+# replacement, against the in-memory cloud; the test above loses two nodes end to end
 @pytest.mark.soak
 def test_a_node_lost_while_the_gang_restarts_is_replaced_too(spotrun, tmp_path):
     reference = reference_ddp(tmp_path, epochs=EPOCHS)
