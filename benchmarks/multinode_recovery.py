@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path[:0] = [str(TESTS / "e2e"), str(TESTS)]  # as tests/e2e/conftest.py puts them: harness, then vm_emulation
 from harness import Spotrun, ddp_job  # noqa: E402  (the end-to-end tests' driver of the real CLI and cloud)
 
 from spotrun.state import Attempt, Generation  # noqa: E402
@@ -31,7 +32,7 @@ FIRST_STEP = re.compile(r"rank (\d+): first step (\d+) done at ([0-9.]+)")
 def first_steps(world: Spotrun, after: float) -> dict[int, float]:
     """Each rank's first-step time after `after` (the generation's start)."""
     found: dict[int, float] = {}
-    for rank, _, at in FIRST_STEP.findall(world.run("logs", "1").stdout):  # the logs are in the store
+    for rank, _, at in FIRST_STEP.findall(world.logs(1)):
         if float(at) >= after:
             found[int(rank)] = min(found.get(int(rank), float("inf")), float(at))
     return found
@@ -72,8 +73,8 @@ def main() -> None:
         world = Spotrun(Path(tmp) / "home")
         try:
             world.run("launch", str(ddp_job(Path(tmp), epochs=400, step_seconds=0.1)))
-            wait(lambda: world.rows(Generation, Generation.number) and first_steps(world, 0) and len(first_steps(world, 0)) == 3,
-                 240, "generation 1 training")
+            wait(lambda: world.rows(Generation, Generation.number) and len(first_steps(world, 0)) == 3, 240,
+                 "generation 1 training")
             results = []
             for round_ in range(args.rounds):
                 time.sleep(3)  # let it train a little

@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.providers.local import LocalProvider, ManualMarket
+from spotrun.server.logstream import job_log_stream
 from spotrun.state import Store, lease
 from vm_emulation.ddp import DDP, uninterrupted_ddp
 
@@ -50,6 +51,11 @@ class Spotrun:
         """The job's row as `spotrun status ID --json` prints it, read in this process. Polled through the CLI, each
         read started a Python process (~1.5 s of CPU), most of a core taken from the trainers on a 2-core machine."""
         return json.loads(json.dumps(EmbeddedBackend(self._reader()).detail(job_id).job.to_json()))
+
+    def logs(self, job_id: int) -> str:
+        """The job's logs as `spotrun logs ID` prints them (the same stream), read in this process: for polls, where
+        a CLI process each time would take most of a core from the trainers."""
+        return "".join(job_log_stream(self._reader(), job_id, follow=False))
 
     def cli_status(self, job_id: int) -> dict:
         """The job's row from the real `spotrun status ID --json`."""
