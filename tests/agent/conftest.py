@@ -89,7 +89,12 @@ def _handler_for(controller: RecordingController) -> type[BaseHTTPRequestHandler
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            self._answer(json.loads(self.rfile.read(length) or b"{}"))
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer({})
+
+        def _answer(self, body: dict[str, Any]) -> None:
             if not self.path.startswith(PREFIX):
                 status = 404
             else:

@@ -41,7 +41,7 @@ def test_config_file_wins_over_the_environment(tmp_path: Path):
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"run": None}, "run"),
+        ({"run": ""}, "run"),
         ({"workdir": "relative/dir"}, "workdir"),
         ({"controller_url": "ftp://x"}, "controller_url"),
         ({"heartbeat_interval": 0}, "heartbeat_interval"),

@@ -9,6 +9,7 @@ import sys
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfigError, load_config
 from spotrun.agent.notices import SigtermNotice, metadata_notice_sources
 from spotrun.agent.gang import GangAgent
+from spotrun.agent.job_part import complete_config, forget_copy
 from spotrun.agent.supervisor import Agent
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        config = load_config(args.config)
+        # Before SIGTERM is taken over: until the job's part is here there is no trainer to give time to save.
+        config = complete_config(load_config(args.config))
     except AgentConfigError as exc:
         logging.getLogger("spotrun.agent").error("%s", exc)
         return 2
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a malformed cloud setting: the attempt fails, saying so where its owner looks
         sources, problem = [], f"cannot watch for preemption notices: {exc}"
     agent_class(config, [sigterm, *sources], startup_problem=problem).run()
+    forget_copy(config)
     return 0
 
 

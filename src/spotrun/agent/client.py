@@ -80,17 +80,36 @@ class ControllerClient:
         on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> Delivery:
         """POST body to the attempt's endpoint; retry transient failures until give_up_at (monotonic) or stop."""
+        return self._send("POST", endpoint, body, retry=retry, give_up_at=give_up_at, stop=stop, on_reply=on_reply)
+
+    def get(
+        self, endpoint: str, *, on_reply: Callable[[dict[str, Any]], None], stop: threading.Event | None = None
+    ) -> Delivery:
+        """GET the attempt's endpoint, handing its JSON answer to on_reply; retry transient failures until stop."""
+        return self._send("GET", endpoint, None, retry=True, give_up_at=None, stop=stop, on_reply=on_reply)
+
+    def _send(
+        self,
+        method: str,
+        endpoint: str,
+        body: dict[str, Any] | None,
+        *,
+        retry: bool,
+        give_up_at: float | None,
+        stop: threading.Event | None,
+        on_reply: Callable[[dict[str, Any]], None] | None,
+    ) -> Delivery:
         backoff = Backoff(self._backoff_initial, self._backoff_max)
         failures = 0
         while True:
-            outcome = self._post_once(endpoint, body, on_reply)
+            outcome = self._send_once(method, endpoint, body, on_reply)
             if outcome is not None:
                 if failures:
-                    log.info("POST %s delivered after %d failed tries", endpoint, failures)
+                    log.info("%s %s delivered after %d failed tries", method, endpoint, failures)
                 return outcome
             failures += 1
             if failures == 1 and retry:
-                log.warning("controller unreachable for POST %s; retrying with backoff", endpoint)
+                log.warning("controller unreachable for %s %s; retrying with backoff", method, endpoint)
             if not retry:
                 return Delivery.GAVE_UP
             delay = backoff.next_delay()
@@ -104,14 +123,18 @@ class ControllerClient:
             else:
                 time.sleep(delay)
 
-    def _post_once(
-        self, endpoint: str, body: dict[str, Any], on_reply: Callable[[dict[str, Any]], None] | None = None
+    def _send_once(
+        self,
+        method: str,
+        endpoint: str,
+        body: dict[str, Any] | None,
+        on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> Delivery | None:
         """The final Delivery, or None when the failure is transient."""
         try:
-            response = self._http.post(f"{self._base}/{endpoint}", json=body)
+            response = self._http.request(method, f"{self._base}/{endpoint}", json=body)
         except httpx.HTTPError as exc:
-            log.debug("POST %s failed: %s", endpoint, type(exc).__name__)
+            log.debug("%s %s failed: %s", method, endpoint, type(exc).__name__)
             return None
         status = response.status_code
         if status < 300:
@@ -119,12 +142,12 @@ class ControllerClient:
                 _hand_reply(response, on_reply)
             return Delivery.DELIVERED
         if status >= 500:
-            log.debug("POST %s answered %d; will retry", endpoint, status)
+            log.debug("%s %s answered %d; will retry", method, endpoint, status)
             return None
         if status == 409:
-            log.info("POST %s answered 409 (conflict): %s", endpoint, response.text[:200])
+            log.info("%s %s answered 409 (conflict): %s", method, endpoint, response.text[:200])
             return Delivery.CONFLICT
-        log.error("POST %s rejected with %d: %s", endpoint, status, response.text[:200])
+        log.error("%s %s rejected with %d: %s", method, endpoint, status, response.text[:200])
         return Delivery.REJECTED
 
 

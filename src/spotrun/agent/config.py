@@ -6,9 +6,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 CONFIG_ENV_VAR = "SPOTRUN_AGENT_CONFIG"
 INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
@@ -16,6 +16,15 @@ INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
 
 class AgentConfigError(ValueError):
     """The agent's configuration is missing or invalid; the message names what is wrong."""
+
+
+def _absolute(value: str) -> str:
+    if not os.path.isabs(value):
+        raise ValueError(f"must be an absolute path, got {value!r}")
+    return value
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 
 
 class GangConfig(BaseModel):
@@ -37,9 +46,10 @@ class AgentConfig(BaseModel):
     job_id: int
     attempt_id: int
     attempt_number: int = Field(ge=0)
-    run: str = Field(min_length=1, description="bash command of the trainer")
+    # None in a boot configuration: run, setup, workdir and env are fetched from the controller (agent.job_part).
+    run: str | None = Field(default=None, min_length=1, description="bash command of the trainer")
     setup: str | None = None
-    workdir: str | None = None
+    workdir: AbsolutePath | None = None
     env: dict[str, str] = Field(default_factory=dict)
     checkpoint_dir: str = "checkpoints"
     checkpoint_store: str = Field(min_length=1, description="fsspec URI or local path")
@@ -58,13 +68,6 @@ class AgentConfig(BaseModel):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"must start with http:// or https://, got {value!r}")
         return value.rstrip("/")
-
-    @field_validator("workdir")
-    @classmethod
-    def _absolute_workdir(cls, value: str | None) -> str | None:
-        if value is not None and not os.path.isabs(value):
-            raise ValueError(f"must be an absolute path, got {value!r}")
-        return value
 
     def instance_disk(self, environ: Mapping[str, str] = os.environ) -> Path:
         """The instance's scratch disk: $SPOTRUN_INSTANCE_DISK, else the current directory."""

@@ -1,4 +1,11 @@
-"""What an instance is told at boot: the agent's configuration, carried as the provider's user data."""
+"""What an instance is told at boot, and what its agent asks the controller for once it runs.
+
+The boot configuration travels as the provider's user data, which the cloud keeps for the instance's whole life
+and shows to anyone allowed to describe the instance. So it holds only what the agent needs to reach the
+controller (the attempt's token among it); the job's own part (run, setup, workdir, env: where its secrets go)
+is handed to the agent over the agent API, and only until the agent reports that it started
+(`spotrun.server.agent_api`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from spotrun.state import Attempt, Job
 
 
 def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float) -> dict[str, Any]:
+    """The agent's boot configuration: everything but the job's part, which the agent fetches (`job_part`)."""
     spec = JobSpec.model_validate(job.spec)
     return {
         "controller_url": controller_url,
@@ -19,10 +27,6 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "job_id": job.id,
         "attempt_id": attempt.id,
         "attempt_number": attempt.number,
-        "run": spec.run,
-        "setup": spec.setup,
-        "workdir": spec.workdir,
-        "env": dict(spec.env),
         "checkpoint_dir": spec.checkpoint.dir,
         "checkpoint_store": spec.checkpoint.store,
         "sync_interval": spec.checkpoint.sync_interval,
@@ -31,6 +35,11 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "gang": _gang_config(spec, attempt),
         "hold": attempt.standby_for is not None,
     }
+
+
+def job_part(spec: JobSpec) -> dict[str, Any]:
+    """What the agent fetches before it starts: the job's commands and environment."""
+    return {"run": spec.run, "setup": spec.setup, "workdir": spec.workdir, "env": dict(spec.env)}
 
 
 def _gang_config(spec: JobSpec, attempt: Attempt) -> dict[str, Any] | None:

@@ -3,7 +3,8 @@
 The controller hands every provider the same boot command, ``{"argv": [...], "env": {...}}`` (see
 ``spotrun.control.boot.user_data``), built for processes on the controller's machine. On an instance, argv[0]
 (the controller's interpreter) becomes the instance's Python, and PATH (the controller's) is left out. The env
-carries the agent's token, so the script never echoes it: no ``set -x``, values only in ``export`` lines, and
+carries the agent's token (the job's run, setup and env are not in it: the agent fetches them, see
+``spotrun.agent.job_part``), so the script never echoes it: no ``set -x``, values only in ``export`` lines, and
 the agent's output goes to a root-only log file.
 
 Each cloud's own ``startup`` module adds what differs (which cloud the agent runs on, its size limit). This
@@ -79,8 +80,8 @@ def encoded_within_limit(script: str, max_bytes: int, limit_of: str) -> bytes:
     raw = script.encode()
     if len(raw) > max_bytes:
         raise LaunchInvalid(
-            f"startup script is {len(raw)} bytes; {limit_of} is limited to {max_bytes} bytes (the job's env, run and "
-            "setup travel in it)"
+            f"startup script is {len(raw)} bytes; {limit_of} is limited to {max_bytes} bytes (the install command and "
+            "the agent's boot configuration travel in it)"
         )
     return raw
 

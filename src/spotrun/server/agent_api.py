@@ -10,12 +10,14 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from spotrun.control import gang, records
+from spotrun.control.boot import job_part
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.control.tokens import token_matches
 from spotrun.server.refusals import answer_invalid_requests
+from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Event, Store, add_event
 
 
@@ -83,6 +85,22 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
         return attempt_id
 
     Authorized = Depends(attempt_id_for)
+
+    @app.get("/agent/v1/attempts/{attempt_id}/job")
+    def job(attempt_id: int = Authorized) -> dict:
+        """The job's part of the agent's configuration, kept out of the user data the cloud shows (control.boot).
+        Served only until the agent reports started: whoever reads the user data later gets nothing from it."""
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt.ended_at is not None:
+                raise HTTPException(status_code=410, detail=f"attempt {attempt.number} of job {attempt.job_id} has ended")
+            if attempt.agent_started_at is not None:
+                raise HTTPException(
+                    status_code=410,
+                    detail=f"attempt {attempt.number} of job {attempt.job_id}: its agent started already, and the "
+                    "job's part of the configuration is handed out only before that",
+                )
+            return job_part(JobSpec.model_validate(attempt.job.spec))
 
     @app.post("/agent/v1/attempts/{attempt_id}/started")
     def started(body: Started, attempt_id: int = Authorized) -> dict:
