@@ -74,7 +74,7 @@ def list_checkpoints(
     for row in rows:
         written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"])) if row["created"] else "-"
         table.add_row(
-            str(row["steps"]), escape(row["state"]), _size(row["bytes"]), str(row["files"]),
+            str(row["steps"]), escape(row["state"]), byte_size(row["bytes"]), str(row["files"]),
             str(row["world_size"] or "-"), row["kind"],
             f"{row['save_seconds']:.1f} s" if row["save_seconds"] is not None else "-", written,
         )
@@ -129,7 +129,7 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     return {**row, "state": "intact"}
 
 
-def _size(count: int) -> str:
+def byte_size(count: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if count < 1024 or unit == "GiB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
@@ -184,7 +184,7 @@ def export(
     size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
     what = ", ".join(component) if component else ", ".join(loaded.state)
     console.print(f"wrote {escape(what)} of {escape(loaded.path)} ({loaded.steps} steps): {len(tensors)} tensors, "
-                  f"{_size(size)}, to {escape(str(output))}")
+                  f"{byte_size(size)}, to {escape(str(output))}")
 
 
 def _safetensors_bytes(content: Any, metadata: dict[str, str]) -> bytes:

@@ -24,6 +24,7 @@ from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.failing import errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
+from spotrun.cli.retention import prune_logs_command
 from spotrun.cli.simulate import simulate
 from spotrun.cli.views import attempts_summary, attempts_table, follow_events, print_whole, status_table
 from spotrun.control import jobs as jobs_api
@@ -56,6 +57,7 @@ app.add_typer(checkpoints_cli.app, name="checkpoints")
 app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
+app.command(name="prune-logs")(prune_logs_command)
 
 JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from datetime import datetime
 from collections.abc import AsyncIterator, Callable, Iterator
 import anyio
 from sqlalchemy.orm import Session
@@ -58,6 +59,8 @@ class JobLogFollower:
         if reader is None:
             reader = self._readers[attempt.number] = _AttemptReader()
             pieces.append(attempt_header(attempt, multi_node))
+            if attempt.log_pruned_at is not None:
+                pieces.append(pruned_line(attempt))
             self._last_shown = attempt.number
         text = reader.read_new(session, attempt, final)
         if text:
@@ -98,6 +101,11 @@ async def job_log_stream_async(
         if not await anyio.to_thread.run_sync(still_allowed):
             yield "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
             return
+
+
+def pruned_line(attempt: Attempt) -> str:
+    day = datetime.fromtimestamp(attempt.log_pruned_at or 0).strftime("%Y-%m-%d %H:%M")
+    return f"[its log of {attempt.log_bytes} bytes was removed on {day} by `spotrun prune-logs`]\n"
 
 
 def attempt_header(attempt: Attempt, multi_node: bool = False, again: bool = False) -> str:

@@ -136,6 +136,7 @@ class Attempt(Base):
     earlier_price_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     earlier_price_dollars: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # a log may pass 2 GiB
+    log_pruned_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the log removed (control.log_retention)
     # Multi-node jobs: which node slot this attempt's instance fills, where its agent can be reached (and the
     # free port it offers for the rendezvous when it is the master), and the last generation its command ran.
     node_rank: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

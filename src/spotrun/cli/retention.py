@@ -1,0 +1,52 @@
+"""`spotrun prune-logs`: remove the logs of jobs that ended long ago (`spotrun.control.log_retention`).
+
+Like `spotrun user` and `spotrun token`, it acts on the store directly ($SPOTRUN_DATABASE_URL), never over HTTP:
+whoever can reach the database is the server's administrator.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from spotrun.cli.checkpoints import byte_size
+from spotrun.cli.failing import fail
+from spotrun.control.log_retention import prune_logs, stored_log_bytes
+from spotrun.spec.durations import parse_duration
+from spotrun.state import Store
+
+console = Console()
+
+
+def prune_logs_command(
+    older_than: Annotated[str, typer.Option(
+        "--older-than", help="remove the logs of jobs that ended longer ago than this: 30d, 12h, 90m")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be removed; remove nothing")] = False,
+) -> None:
+    """Remove the logs of jobs that ended long ago; their jobs, attempts, events and bills stay. Acts on the store
+    ($SPOTRUN_DATABASE_URL)."""
+    try:
+        age = parse_duration(older_than)
+    except ValueError as problem:
+        raise fail(f"--older-than {problem}") from None
+    now = time.time()
+    store = Store()
+    try:
+        pruned = prune_logs(store, ended_before=now - age, now=now, dry_run=dry_run)
+        with store.session() as session:
+            left = stored_log_bytes(session)
+        sqlite = store.engine.dialect.name == "sqlite"
+    finally:
+        store.dispose()
+    cutoff = datetime.fromtimestamp(now - age).strftime("%Y-%m-%d %H:%M")
+    verb = "would remove" if dry_run else "removed"
+    console.print(
+        f"{verb} the logs of {pruned.attempts} attempt(s) of {pruned.jobs} job(s) that ended before {cutoff} "
+        f"({byte_size(pruned.bytes)}); the store holds {byte_size(left)} of logs"
+    )
+    if sqlite and pruned.bytes and not dry_run:
+        console.print("SQLite reuses the freed pages; `VACUUM` on the database gives them back to the disk")
