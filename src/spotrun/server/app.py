@@ -13,6 +13,7 @@ from spotrun.control.jobs import JobNotFound
 from spotrun.server.agent_api import create_agent_app
 from spotrun.server.api import create_api_router
 from spotrun.server.body_limit import BodyLimit
+from spotrun.server.early_auth import AuthBeforeBody
 from spotrun.server.dashboard import create_dashboard_router
 from spotrun.server.metrics import store_registry
 from spotrun.server.refusals import answer_invalid_requests
@@ -45,7 +46,8 @@ def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
     app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)
     app.add_exception_handler(JobNotFound, _not_found)
     answer_invalid_requests(app)
-    app.add_middleware(BodyLimit)
+    app.add_middleware(AuthBeforeBody, store=store)
+    app.add_middleware(BodyLimit)  # added last, so it runs first: a body over the limit is refused before the token check
     registry = store_registry(store)
 
     @app.get("/metrics", tags=["operations"], response_class=Response,

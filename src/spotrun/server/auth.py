@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from spotrun.control import jobs as jobs_api
+from spotrun.server.early_auth import USER_REFUSAL
 from spotrun.server.users import Principal, authenticate
 from spotrun.state import Job, Store
 
@@ -18,14 +19,16 @@ _bearer = HTTPBearer(auto_error=False, description="a user's API token (`spotrun
 def principal_dependency(store: Store) -> Callable[..., Principal]:
     """A FastAPI dependency answering 401 unless the request carries a live user token."""
 
-    def current_principal(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
-        principal = None
-        if credentials is not None:
+    def current_principal(
+        request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+    ) -> Principal:
+        principal = getattr(request.state, "verified_principal", None)  # checked before the body (early_auth)
+        if principal is None and credentials is not None:
             with store.session() as session:
                 principal = authenticate(session, credentials.credentials)
         if principal is None:
             raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED, "a valid API token is required", headers={"WWW-Authenticate": "Bearer"}
+                status.HTTP_401_UNAUTHORIZED, USER_REFUSAL, headers={"WWW-Authenticate": "Bearer"}
             )
         return principal
 
