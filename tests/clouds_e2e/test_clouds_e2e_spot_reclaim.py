@@ -132,6 +132,7 @@ def gcp_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWorld]:
     fake = FakeCloud(
         project=GCP_PROJECT, zones={zone: "UP" for zone in GCP_ZONES},
         machine_types={zone: {"n1-standard-8"} for zone in GCP_ZONES},
+        accelerator_types={zone: {"nvidia-tesla-t4": 4} for zone in GCP_ZONES},
     )
     with FakeCompute(fake) as compute, FakeBillingCatalog(GCP_SKUS) as billing:
         # priced as GCP's billing catalog lists the machine's parts (faked); a job not yet placed in the region

@@ -39,7 +39,7 @@ class MemoryCloud:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()  # several controller workers may call at once
 
-    def zones(self, instance_type):
+    def zones(self, instance_type, accelerators=None):
         return list(self._zones)
 
     @_locked

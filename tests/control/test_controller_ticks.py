@@ -724,3 +724,29 @@ def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when
     unheard = world.attempts(job_id)[0]
     assert world.cloud.instances[made].state == "terminated"
     assert unheard.instance_id == made and unheard.billed_seconds >= 300 and unheard.charged_seconds > 0
+
+
+def test_a_gpu_job_is_placed_only_in_zones_that_have_its_gpus(world, monkeypatch):
+    """GCE attaches a GPU to a machine in only some of the machine's zones: the provider is asked with the job's
+    accelerators, at launch and when spot is lost."""
+    asked = []
+
+    def zones(instance_type, accelerators=None):
+        asked.append(accelerators)
+        return ["m-b"] if accelerators == {"V100": 1} else ["m-a", "m-b", "m-c"]
+
+    monkeypatch.setattr(world.cloud, "zones", zones)
+    job_id = world.submit(SPEC_WITH_GPU)
+    world.spot_lost_after(job_id, 600)
+    world.tick()
+
+    assert {attempt.zone for attempt in world.attempts(job_id)} == {"m-b"} and len(world.attempts(job_id)) == 2
+    assert asked and all(accelerators == {"V100": 1} for accelerators in asked)
+
+
+SPEC_WITH_GPU = """
+name: gpu
+run: "true"
+resources: {cloud: local, instance_type: local.cpu, accelerators: {V100: 1}}
+spot: {preemptions_before_fallback: 3}
+"""

@@ -179,12 +179,12 @@ def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store
     job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
     real_zones, stalls = cloud.zones, []
 
-    def zones_while_the_other_takes_over(instance_type):
+    def zones_while_the_other_takes_over(instance_type, accelerators=None):
         if not stalls:
             stalls.append(True)
             clock.advance(60)  # past w1's claim
             other.tick()  # w2 claims the job and places it
-        return real_zones(instance_type)
+        return real_zones(instance_type, accelerators)
 
     monkeypatch.setattr(cloud, "zones", zones_while_the_other_takes_over)
     stalled.tick()

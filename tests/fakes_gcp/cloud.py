@@ -85,6 +85,14 @@ class FakeCloud:
         "us-central1-c": {"n1-standard-8"},
         "europe-west4-a": {"e2-small"},
     })
+    # The GPUs each zone offers to attach to a VM, and how many cards of each one VM may take (GCE's
+    # acceleratorTypes); as in GCE, far fewer zones offer a GPU than offer the N1 types it attaches to
+    accelerator_types: dict[str, dict[str, int]] = field(default_factory=lambda: {
+        "us-central1-a": {"nvidia-tesla-t4": 4},
+        "us-central1-b": {"nvidia-tesla-v100": 8, "nvidia-tesla-t4": 4},
+        "us-central1-c": {"nvidia-tesla-v100": 8},
+        "europe-west4-a": {},
+    })
     # GCE's published shapes of the types above and of those the price tests ask about: vCPUs, memory in MB, the
     # GPUs a type comes with, and whether its cores are shared
     machine_shapes: dict[str, dict[str, Any]] = field(default_factory=lambda: {
@@ -188,6 +196,13 @@ class FakeCloud:
             for name in sorted(self.machine_types.get(zone, ()))
         ]
 
+    def accelerator_type_resources(self, zone: str) -> list[dict[str, Any]]:
+        return [
+            {"kind": "compute#acceleratorType", "name": name, "zone": self._zone_link(zone),
+             "selfLink": f"{self._zone_link(zone)}/acceleratorTypes/{name}", "maximumCardsPerInstance": cards}
+            for name, cards in sorted(self.accelerator_types.get(zone, {}).items())
+        ]
+
     def insert(self, zone: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
         with self.lock:
             self.check_zone(zone)
@@ -288,6 +303,13 @@ class FakeCloud:
                 raise ApiError(400, "invalid", "Invalid value for field 'resource.scheduling': Spot and preemptible instances must have automaticRestart false and onHostMaintenance TERMINATE")
         if body.get("guestAccelerators") and scheduling.get("onHostMaintenance", "MIGRATE") != "TERMINATE":
             raise ApiError(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        for number, accelerator in enumerate(body.get("guestAccelerators", [])):
+            kind = accelerator.get("acceleratorType", "").rsplit("/", 1)[-1]
+            cards = self.accelerator_types.get(zone, {}).get(kind)
+            if cards is None:
+                raise ApiError(400, "badRequest", f"The resource 'projects/{self.project}/zones/{zone}/acceleratorTypes/{kind}' was not found")
+            if accelerator.get("acceleratorCount", 0) > cards:
+                raise ApiError(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[{number}].acceleratorCount': '{accelerator.get('acceleratorCount')}'. At most {cards} cards of {kind} may be attached to a VM.")
 
     def _new_instance(self, zone: str, body: dict[str, Any]) -> dict[str, Any]:
         instance = dict(body)

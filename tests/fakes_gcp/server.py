@@ -27,6 +27,7 @@ class FakeCompute:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = [
             ("GET", re.compile(_P + r"/zones"), self._zones),
             ("GET", re.compile(_P + r"/aggregated/machineTypes"), self._aggregated_machine_types),
+            ("GET", re.compile(_P + r"/aggregated/acceleratorTypes"), self._aggregated_accelerator_types),
             ("GET", re.compile(_Z + r"/machineTypes"), self._machine_types),
             ("GET", re.compile(_P + r"/aggregated/instances"), self._aggregated_instances),
             ("POST", re.compile(_Z + r"/instances"), self._insert),
@@ -144,6 +145,10 @@ class FakeCompute:
     def _aggregated_machine_types(self, query: dict[str, str], **_: Any) -> dict[str, Any]:
         scopes = [(f"zones/{zone}", self.cloud.machine_type_resources(zone)) for zone in sorted(self.cloud.zones)]
         return self._aggregated("compute#machineTypeAggregatedList", "machineTypes", scopes, query)
+
+    def _aggregated_accelerator_types(self, query: dict[str, str], **_: Any) -> dict[str, Any]:
+        scopes = [(f"zones/{zone}", self.cloud.accelerator_type_resources(zone)) for zone in sorted(self.cloud.zones)]
+        return self._aggregated("compute#acceleratorTypeAggregatedList", "acceleratorTypes", scopes, query)
 
     def _aggregated_instances(self, query: dict[str, str], **_: Any) -> dict[str, Any]:
         scopes = [(f"zones/{zone}", self.cloud.list_instances(zone)) for zone in sorted(self.cloud.zones)]

@@ -168,8 +168,7 @@ class Controller:
             self._launch(attempt_id)
 
     def _place(self, session, job: Job, spec: JobSpec, now: float) -> int | None:
-        provider = self.provider(spec.resources.cloud)
-        zones = provider.zones(spec.resources.instance_type)
+        zones = self.job_zones(spec)
         ctx = placement_context(
             session, job, spec, zones, now, market=self.market_tries(session, job, spec, now),
             **self.policy_prices(spec, zones),
@@ -190,6 +189,11 @@ class Controller:
             session, job, JobState.PROVISIONING, now, f"attempt {attempt.number}: {decision.market} in {decision.zone} ({decision.reason})"
         )
         return attempt.id
+
+    def job_zones(self, spec: JobSpec) -> list[str]:
+        """The zones of the job's cloud that offer its instance type with its accelerators."""
+        resources = spec.resources
+        return self.provider(resources.cloud).zones(resources.instance_type, resources.accelerators)
 
     def policy_prices(self, spec: JobSpec, zones: list[str]) -> dict[str, Any]:
         """The job's prices for its policy, spot's in each of `zones` (`placement.policy_prices`, from this
@@ -443,7 +447,7 @@ class Controller:
         """What a running job's policy sees: the job on `attempt`'s market and zone since `since`, asked every
         `reconsider_every`, at that attempt's prices (spot at the job's reference price while it is not on spot) and
         spot's in each zone."""
-        zones = self.provider(attempt.provider).zones(attempt.instance_type)
+        zones = self.job_zones(spec)
         prices = self.policy_prices(spec, zones)
         if attempt.market == "spot":  # the instance held bills its own price
             prices["spot_price"] = attempt.price_per_hour

@@ -361,7 +361,7 @@ class GangDriver:
         """Record launch intents for the empty slots, where the policy says (in the survivors' zone if any)."""
         if job.not_before is not None and now < job.not_before:
             return False
-        zones = self.c.provider(spec.resources.cloud).zones(spec.resources.instance_type)
+        zones = self.c.job_zones(spec)
         if survivors:
             zones = [survivors[0].zone]
         ctx = placement_context(

@@ -59,7 +59,7 @@ def spot_elsewhere(
     go to spot, or `warned` was already given a standby (the one try per attempt)."""
     if session.scalar(select(exists().where(Attempt.standby_for == warned.id))):
         return None
-    zones = [z for z in controller.provider(warned.provider).zones(warned.instance_type) if z != warned.zone]
+    zones = [z for z in controller.job_zones(spec) if z != warned.zone]
     ctx = placement_context(
         session, job, spec, zones, now, market=controller.market_tries(session, job, spec, now),
         **controller.policy_prices(spec, zones),

@@ -19,8 +19,9 @@ from spotrun.policy.deadline import can_plan
 from spotrun.policy.deadline_aware import DeadlineAwarePolicy
 from spotrun.policy.observations import CAPACITY_MISSES
 from spotrun.policy.placement import (
-    Decision, GiveUp, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
+    Decision, Keep, Launch, PastAttempt, PlacementContext, RunningDecision, Wait, place_by_deciding,
 )
+from spotrun.policy.requests import no_zone
 from spotrun.policy.zones import (
     ZONE_NEWS_LASTS, priced_out, spot_zone_order, zone_order, zones_refused_to_others, zones_without_bad_news,
 )
@@ -77,8 +78,8 @@ class DefaultPolicy:
         return ctx.use_spot and ctx.fallback == "on-demand" and can_plan(ctx)
 
     def _place_without_deadline(self, ctx: PlacementContext) -> Decision:
-        if not ctx.zones:
-            return GiveUp("none of the job's zones is offered for its instance type")
+        if (nowhere := no_zone(ctx)) is not None:
+            return nowhere
         if not ctx.use_spot:
             return Launch(self._on_demand_zone(ctx), "on-demand", "the job does not use spot")
         recent = recent_preemptions(ctx.history, ctx.now, ctx.fallback_window)

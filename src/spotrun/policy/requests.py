@@ -36,7 +36,8 @@ def want_nothing(ctx: PlacementContext, step: float, reason: str) -> RunningDeci
 
 def no_zone(ctx: PlacementContext) -> GiveUp | None:
     if not ctx.zones:
-        return GiveUp("none of the job's zones is offered for its instance type")
+        return GiveUp("none of the job's zones offers its instance type (with its accelerators, where the cloud "
+                      "attaches them apart)")
     return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -76,7 +77,10 @@ def check_token_and_market(request: LaunchRequest, max_token_length: int) -> Non
 class Provider(Protocol):
     name: str
 
-    def zones(self, instance_type: str) -> list[str]: ...
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
+        """Where `instance_type` can be launched, with `accelerators` (the job's resources.accelerators: GPU name →
+        count) attached where the cloud attaches them apart from the type (GCE); clouds whose types carry their GPUs
+        ignore them."""
 
     def launch(self, request: LaunchRequest) -> InstanceInfo:
         """Start an instance; idempotent on request.client_token (the same token returns the same instance)."""

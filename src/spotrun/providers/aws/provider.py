@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -66,8 +66,9 @@ class AwsProvider:
 
     # -- where -------------------------------------------------------------------------------------------
 
-    def zones(self, instance_type: str) -> list[str]:
-        """Available zones of the region that offer `instance_type` (`ZoneCache`: asked at most every 10 minutes)."""
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
+        """Available zones of the region that offer `instance_type` (`ZoneCache`: asked at most every 10 minutes).
+        An EC2 type carries its GPUs: `accelerators` changes nothing."""
         return self._zone_cache.zones(instance_type, lambda: self._list_zones(instance_type))
 
     def _list_zones(self, instance_type: str) -> list[str]:

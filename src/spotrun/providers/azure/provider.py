@@ -89,7 +89,7 @@ class AzureProvider:
 
     # -- where -------------------------------------------------------------------------------------------
 
-    def zones(self, instance_type: str) -> list[str]:
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
         """Zones ("<location>-<n>") of the location that offer `instance_type` to this subscription."""
         return self._zone_cache.zones(instance_type.lower(), lambda: self._list_zones(instance_type))  # case-insensitive
 

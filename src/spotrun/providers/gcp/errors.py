@@ -7,6 +7,7 @@ reasons among each one's `errorDetails`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,6 +24,9 @@ NO_CAPACITY_CODES = frozenset({
     "zoneResourcePoolExhausted",
 })
 QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+# GCE's answer to a launch with a GPU its zone does not have (HTTP 400, reason badRequest): that zone cannot give the
+# job an instance, as in a stockout, while other zones may.
+_MISSING_ACCELERATOR = re.compile(r"acceleratorTypes/([A-Za-z0-9-]+)' was not found")
 
 _REFUSALS: tuple[tuple[frozenset[str], type[ProviderError]], ...] = (
     (NO_CAPACITY_CODES, NoCapacity),
@@ -65,13 +69,15 @@ def operation_error_message(operation: compute_v1.Operation) -> str:
 def translate_http(error: api_exceptions.GoogleAPICallError, operation: str) -> Exception:
     """The exception to raise for a failed call: a ProviderError subclass for refusals, else GcpApiError."""
     codes = http_error_codes(error)
-    return _refusal(codes, error.message) or GcpApiError(operation, _first(codes, str(error.code or "Unknown")), error.message)
+    return (_refusal(codes, error.message) or _missing_accelerator(error.message)
+            or GcpApiError(operation, _first(codes, str(error.code or "Unknown")), error.message))
 
 
 def translate_operation(operation: compute_v1.Operation, what: str) -> Exception:
     codes = operation_error_codes(operation)
     message = operation_error_message(operation)
-    return _refusal(codes, message) or GcpApiError(what, _first(codes, str(operation.http_error_status_code or "Unknown")), message)
+    return (_refusal(codes, message) or _missing_accelerator(message)
+            or GcpApiError(what, _first(codes, str(operation.http_error_status_code or "Unknown")), message))
 
 
 def is_refusal(error: BaseException) -> bool:
@@ -85,6 +91,11 @@ def _refusal(codes: Iterable[str], message: str) -> ProviderError | None:
         if found is not None:
             return refusal(f"{found}: {message}")
     return None
+
+
+def _missing_accelerator(message: str | None) -> NoCapacity | None:
+    found = _MISSING_ACCELERATOR.search(message or "")
+    return NoCapacity(f"the zone has no {found.group(1)}: {message}") if found else None
 
 
 def _error_info_reasons(details: Iterable[Any]) -> Iterator[str]:

@@ -21,6 +21,7 @@ from google.api_core.retry import Retry
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
+from spotrun.gcp_accelerators import accelerator_type
 from spotrun.providers.base import InstanceInfo, LaunchRequest, check_token_and_market
 from spotrun.providers.gcp.body import instance_resource
 from spotrun.providers.gcp.errors import GcpApiError, is_refusal, translate_http, translate_operation
@@ -89,6 +90,7 @@ class GcpProvider:
         self.operations = compute_v1.ZoneOperationsClient(**clients)
         self.zones_client = compute_v1.ZonesClient(**clients)
         self.machine_types = compute_v1.MachineTypesClient(**clients)
+        self.accelerator_types = compute_v1.AcceleratorTypesClient(**clients)
         self._sleep = sleep
         self._zone_cache = ZoneCache()
 
@@ -99,23 +101,20 @@ class GcpProvider:
 
     # -- where -------------------------------------------------------------------------------------------
 
-    def zones(self, instance_type: str) -> list[str]:
-        """Zones of the project that are UP and offer machine type `instance_type` (`ZoneCache`: asked at most every
-        10 minutes)."""
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
+        """Zones of the project that are UP, offer machine type `instance_type` and each of `accelerators` (GPU name
+        → count, attached to the machine) with that many cards a VM (`ZoneCache`: asked at most every 10 minutes).
+        Most zones that offer an N1 type offer few of the GPUs; GCE refuses a launch with a GPU its zone lacks."""
         if not instance_type:
             raise ValueError("zones() needs a machine type such as n1-standard-8")
-        return self._zone_cache.zones(instance_type, lambda: self._list_zones(instance_type))
+        wanted = {accelerator_type(name): count for name, count in sorted((accelerators or {}).items())}
+        key = " ".join([instance_type, *(f"{name}x{count}" for name, count in wanted.items())])
+        return self._zone_cache.zones(key, lambda: self._list_zones(instance_type, wanted))
 
-    def _list_zones(self, instance_type: str) -> list[str]:
-        offered = set()
-        for scope, scoped in self._call(
-            "compute.machineTypes.aggregatedList",
-            self.machine_types.aggregated_list,
-            request=compute_v1.AggregatedListMachineTypesRequest(project=self.project, filter=f'name = "{instance_type}"'),
-            paged=True,
-        ):
-            if any(machine.name == instance_type for machine in scoped.machine_types):
-                offered.add(scope.removeprefix("zones/"))
+    def _list_zones(self, instance_type: str, accelerators: Mapping[str, int]) -> list[str]:
+        offered = self._machine_type_zones(instance_type)
+        for name, count in accelerators.items():
+            offered &= self._accelerator_zones(name, count)
         up = {
             zone.name
             for zone in self._call(
@@ -125,6 +124,27 @@ class GcpProvider:
             if zone.status == "UP"
         }
         return sorted(offered & up)
+
+    def _machine_type_zones(self, instance_type: str) -> set[str]:
+        return self._zones_listing(
+            "compute.machineTypes.aggregatedList", self.machine_types.aggregated_list,
+            compute_v1.AggregatedListMachineTypesRequest(project=self.project, filter=f'name = "{instance_type}"'),
+            lambda scoped: any(machine.name == instance_type for machine in scoped.machine_types),
+        )
+
+    def _accelerator_zones(self, name: str, count: int) -> set[str]:
+        """Zones that offer accelerator type `name` with at least `count` cards a VM."""
+        return self._zones_listing(
+            "compute.acceleratorTypes.aggregatedList", self.accelerator_types.aggregated_list,
+            compute_v1.AggregatedListAcceleratorTypesRequest(project=self.project, filter=f'name = "{name}"'),
+            lambda scoped: any(kind.name == name and kind.maximum_cards_per_instance >= count
+                               for kind in scoped.accelerator_types),
+        )
+
+    def _zones_listing(self, call: str, method: Callable[..., Any], request: Any, offers: Callable[[Any], bool]) -> set[str]:
+        """The zones of an aggregated list whose own list `offers` what is asked."""
+        return {scope.removeprefix("zones/") for scope, scoped in self._call(call, method, request=request, paged=True)
+                if offers(scoped)}
 
     # -- launch ------------------------------------------------------------------------------------------
 

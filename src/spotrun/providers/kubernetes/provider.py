@@ -88,7 +88,7 @@ class KubernetesProvider:
 
     # -- where -------------------------------------------------------------------------------------------
 
-    def zones(self, instance_type: str) -> list[str]:
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
         """The zones the settings name, else those of the cluster's nodes of the type (asked at most every 10
         minutes). A cluster that scales a node pool from zero has no such nodes: name its zones then."""
         if self.settings.zones:

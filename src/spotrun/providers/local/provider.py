@@ -82,7 +82,7 @@ class LocalProvider:
     def set_market(self, market: Market) -> None:
         set_market(self.root, market)
 
-    def zones(self, instance_type: str) -> list[str]:
+    def zones(self, instance_type: str, accelerators: Mapping[str, int] | None = None) -> list[str]:
         _check_instance_type(instance_type)
         return list(ZONES)
 
