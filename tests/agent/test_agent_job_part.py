@@ -38,7 +38,8 @@ def test_a_boot_config_gets_its_job_part_from_the_controller_under_its_token(con
     assert request.authorization == f"Bearer {TOKEN}"
     copy = kept_copy_path(config, environ)
     assert json.loads(copy.read_text()) == PART
-    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600 and stat.S_IMODE(copy.parent.stat().st_mode) == 0o700
+    assert copy.parent != config.command_cwd(environ)  # not among the command's files
 
 
 def test_a_second_boot_starts_from_the_kept_copy_without_asking(controller, tmp_path):
@@ -56,6 +57,7 @@ def test_a_torn_copy_is_ignored_and_the_part_asked_for_again(controller, tmp_pat
     controller.replies["job"] = PART
     environ = instance(tmp_path)
     config = boot_config(controller, tmp_path)
+    kept_copy_path(config, environ).parent.mkdir()
     kept_copy_path(config, environ).write_text('{"run": "echo hi", "env"')
 
     assert complete_config(config, environ).run == "echo hi"
@@ -100,14 +102,17 @@ def test_the_agent_runs_the_fetched_command_with_its_env_and_drops_the_copy(cont
     assert agent.wait() == 0
     assert controller.log_text() == "key=k-123\n"
     assert [r.endpoint for r in controller.requests][:2] == ["job", "started"]
-    assert list(agent.disk.glob(".spotrun-job-*")) == []
+    kept = agent.disk / ".spotrun"
+    assert kept.is_dir() and list(kept.iterdir()) == []  # it was kept while the attempt ran, and dropped
     assert "k-123" not in agent.stderr
 
 
-def test_an_agent_refused_its_job_part_exits_2_saying_why(controller, run_agent):
-    controller.force_status["job"] = 403
+def test_an_agent_refused_its_job_part_fails_the_attempt_saying_why_in_its_log(controller, run_agent):
+    """Not an agent the controller never hears from, lost at the boot timeout with the reason on the instance."""
+    controller.force_status["job"] = 410
     agent = run_agent(controller.url, run=None)
 
-    assert agent.wait() == 2
-    assert "did not hand out the job's part of attempt 41" in agent.stderr
-    assert [r.endpoint for r in controller.requests] == ["job"]
+    assert agent.wait() == 0
+    assert [r.endpoint for r in controller.requests][:2] == ["job", "started"]
+    assert "did not hand out the job's part of attempt 41" in controller.log_text()
+    assert controller.of("exit")[-1].body == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}

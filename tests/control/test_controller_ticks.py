@@ -290,6 +290,9 @@ def test_an_instance_the_cloud_cannot_describe_and_a_silent_agent_is_lost_only_a
         ("{cloud: nimbus, instance_type: x}", "resources.cloud", "unknown cloud 'nimbus'"),
         ("{cloud: aws, instance_type: p9.mega}", "resources.instance_type", "p9.mega"),
         ("{cloud: aws, accelerators: V100}", "resources.instance_type", "needs an instance type"),
+        # priced by the job itself, so the catalog never looks at the GPU; GCE is asked for it by name
+        ("{cloud: gcp, instance_type: n1-standard-8, accelerators: {RTX4090: 1}, prices: {on_demand: 3, spot: 1}}",
+         "resources.accelerators", "unknown accelerator 'RTX4090'"),
     ],
 )
 def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stored(world, resources, field, words):

@@ -14,6 +14,7 @@ from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, set_job_stat
 from PIL import Image
 
 from spotrun.control import jobs as jobs_api
+from spotrun.control.log_retention import prune_logs
 from spotrun.costs.ledger import bill
 from spotrun.state import Store
 
@@ -186,3 +187,21 @@ def test_another_users_job_is_not_found_and_a_revoked_token_logs_out(dashboard: 
     expect(page.locator("#login-note")).to_contain_text("refused the stored token")
     assert page.evaluate("localStorage.getItem('spotrun.token')") is None
     context.close()
+
+
+def test_a_pruned_log_says_so_instead_of_its_text(dashboard: Dashboard, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    pruned = prune_logs(dashboard.store, ended_before=time.time() + 60, now=time.time())
+    assert pruned.jobs == 1  # the finished job; the running ones keep theirs
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    seen = PageErrors(page)
+    log_in(page, dashboard.url, dashboard.tokens["alice"])
+    page.goto(f"{dashboard.url}/dashboard/jobs/{dashboard.finished_job}")
+
+    logs = page.locator("#logs .log")
+    expect(logs).to_have_count(3)
+    for index, plan in enumerate(PREEMPTED_HISTORY):
+        text = logs.nth(index).locator(".log-text").text_content()
+        assert f"its log of {len(plan.log.encode())} bytes was removed on" in text and plan.log not in text
+    assert seen.errors == []

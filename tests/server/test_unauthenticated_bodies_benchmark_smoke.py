@@ -15,5 +15,6 @@ def test_both_apis_refuse_the_forged_requests_it_times() -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout)["rows"]
-    assert [(row["path"], row["status"]) for row in rows] == [("/api/v1/jobs", 401), ("/agent/v1/attempts/1/logs", 403)]
+    assert [(row["path"], row["status"], row["body_reads"]) for row in rows] == [
+        ("/api/v1/jobs", 401, 0), ("/agent/v1/attempts/1/logs", 403, 0)]  # refused unread
     assert all(row["ms_per_request"] > 0 and row["peak_mib"] >= 0 for row in rows)

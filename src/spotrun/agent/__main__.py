@@ -9,7 +9,7 @@ import sys
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfigError, load_config
 from spotrun.agent.notices import SigtermNotice, metadata_notice_sources
 from spotrun.agent.gang import GangAgent
-from spotrun.agent.job_part import complete_config, forget_copy
+from spotrun.agent.job_part import JobPartUnavailable, complete_config, forget_copy
 from spotrun.agent.supervisor import Agent
 
 
@@ -29,17 +29,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        # Before SIGTERM is taken over: until the job's part is here there is no trainer to give time to save.
-        config = complete_config(load_config(args.config))
+        boot = load_config(args.config)
     except AgentConfigError as exc:
         logging.getLogger("spotrun.agent").error("%s", exc)
         return 2
+    try:
+        # Before SIGTERM is taken over: until the job's part is here there is no trainer to give time to save.
+        config, problem = complete_config(boot), None
+    except JobPartUnavailable as refused:  # the attempt fails, saying why in the job's log
+        config, problem = boot, str(refused)
     sigterm = SigtermNotice(config.notice_grace).install()
     agent_class = GangAgent if config.gang is not None else Agent
     try:
-        sources, problem = metadata_notice_sources(), None
+        sources = metadata_notice_sources()
     except Exception as exc:  # a malformed cloud setting: the attempt fails, saying so where its owner looks
-        sources, problem = [], f"cannot watch for preemption notices: {exc}"
+        sources, problem = [], problem or f"cannot watch for preemption notices: {exc}"
     agent_class(config, [sigterm, *sources], startup_problem=problem).run()
     forget_copy(config)
     return 0

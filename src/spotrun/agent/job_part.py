@@ -24,6 +24,7 @@ from spotrun.agent.config import AbsolutePath, AgentConfig, AgentConfigError
 log = logging.getLogger(__name__)
 
 ENDPOINT = "job"
+KEPT_FOLDER = ".spotrun"
 
 
 class JobPart(BaseModel):
@@ -58,7 +59,8 @@ def complete_config(
 
 
 def kept_copy_path(config: AgentConfig, environ: Mapping[str, str] = os.environ) -> Path:
-    return config.instance_disk(environ) / f".spotrun-job-{config.job_id}-attempt-{config.attempt_id}.json"
+    """In a folder of its own: the instance disk is also the command's working folder by default."""
+    return config.instance_disk(environ) / KEPT_FOLDER / f"job-{config.job_id}-attempt-{config.attempt_id}.json"
 
 
 def forget_copy(config: AgentConfig, environ: Mapping[str, str] = os.environ) -> None:
@@ -99,6 +101,8 @@ def _read_copy(path: Path) -> JobPart | None:
 
 def _keep_copy(path: Path, part: JobPart) -> None:
     """Written whole (a new file renamed over) and readable by this user only: it holds the job's env."""
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    path.parent.chmod(0o700)
     partial = path.with_name(f"{path.name}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # a leftover partial file keeps its mode through O_CREAT

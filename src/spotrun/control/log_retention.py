@@ -3,13 +3,16 @@ team server's store grows by them without end.
 
 Only the log text goes. The job, its attempts, events and bill stay, and each pruned attempt keeps its log size and
 the time its log was removed (`log_pruned_at`), so `spotrun logs` says what happened instead of printing nothing.
-Jobs are pruned a batch at a time, each batch in its own transaction, so a large store is not locked for long.
+Jobs are pruned a batch at a time, each batch in its own transaction, so a large store is not locked for long. Logs
+kept as files before the store held them (schema 0018) are deleted under this process's $SPOTRUN_HOME, which must
+be the server's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -39,8 +42,10 @@ def prune_logs(store: Store, *, ended_before: float, now: float, dry_run: bool =
             job_ids = _jobs_with_logs(session, ended_before, after_id)
             if not job_ids:
                 return total
-            total += _prune_jobs(session, job_ids, now, dry_run)
-            after_id = job_ids[-1]
+            pruned, files = _prune_jobs(session, job_ids, now, dry_run)
+        for file in files:  # once the store no longer points to them
+            file.unlink(missing_ok=True)
+        total, after_id = total + pruned, job_ids[-1]
 
 
 def _jobs_with_logs(session: Session, ended_before: float, after_id: int) -> list[int]:
@@ -62,10 +67,11 @@ def _jobs_with_logs(session: Session, ended_before: float, after_id: int) -> lis
     return list(session.scalars(query))
 
 
-def _prune_jobs(session: Session, job_ids: list[int], now: float, dry_run: bool) -> PrunedLogs:
+def _prune_jobs(session: Session, job_ids: list[int], now: float, dry_run: bool) -> tuple[PrunedLogs, list[Path]]:
+    """What the batch's pruning removes, and the logs kept as files before 0018, to delete once it is committed."""
     unpruned = (Attempt.job_id.in_(job_ids), Attempt.log_pruned_at.is_(None), Attempt.log_bytes > 0)
     if dry_run:
-        return _counted(session.scalars(select(Attempt).where(*unpruned)).all())
+        return _counted(session.scalars(select(Attempt).where(*unpruned)).all()), []
     # Marked first: the write takes the rows' locks (PostgreSQL) or the database's (SQLite), so a run at the same
     # time waits here and then finds these attempts pruned already.
     session.execute(update(Attempt).where(*unpruned).values(log_pruned_at=now),
@@ -74,8 +80,6 @@ def _prune_jobs(session: Session, job_ids: list[int], now: float, dry_run: bool)
         select(Attempt).where(Attempt.job_id.in_(job_ids), Attempt.log_pruned_at == now).order_by(Attempt.id)
     ).all()
     session.execute(delete(LogChunk).where(LogChunk.attempt_id.in_([attempt.id for attempt in attempts])))
-    for attempt in attempts:
-        legacy_log_path(attempt.job_id, attempt.number).unlink(missing_ok=True)
     for job_id in sorted({attempt.job_id for attempt in attempts}):
         of_job = _counted([attempt for attempt in attempts if attempt.job_id == job_id])
         add_event(
@@ -84,7 +88,7 @@ def _prune_jobs(session: Session, job_ids: list[int], now: float, dry_run: bool)
             "the retention",
             data={"attempts": of_job.attempts, "bytes": of_job.bytes},
         )
-    return _counted(attempts)
+    return _counted(attempts), [legacy_log_path(attempt.job_id, attempt.number) for attempt in attempts]
 
 
 def _counted(attempts: Sequence[Attempt]) -> PrunedLogs:

@@ -92,6 +92,9 @@ class AttemptView(BaseModel):
         "while it ran is followed)")
     checkpoint_step: int | None
     log_bytes: int
+    log_pruned_at: float | None = Field(
+        default=None, description="when `spotrun prune-logs` removed the attempt's log (its size stays in "
+        "log_bytes); null: the log is whole")
     total_steps: int | None = None
     node_rank: int = 0
     address: str | None = None

@@ -14,13 +14,15 @@ export class LogView {
 
   reader(attempt) {
     if (!this.readers.has(attempt.number)) {
-      const skipped = Math.max(0, attempt.log_bytes - FIRST_READ_LIMIT);
-      const text = el("pre", { className: "log-text" }, skipped ? `… (${skipped} earlier bytes not shown)\n` : "");
+      const pruned = attempt.log_pruned_at !== null && attempt.log_pruned_at !== undefined;
+      const skipped = pruned ? 0 : Math.max(0, attempt.log_bytes - FIRST_READ_LIMIT);
+      const text = el("pre", { className: "log-text" }, pruned ? prunedLine(attempt)
+        : skipped ? `… (${skipped} earlier bytes not shown)\n` : "");
       const header = `attempt ${attempt.number} · ${attempt.market} · ${attempt.zone} · ${attempt.instance_id ?? "—"}`
         + ` · started ${clockTime(attempt.started_at)}`;
       this.container.append(el("div", { className: "log", dataset: { attempt: attempt.number } },
         el("h3", { className: "log-header" }, header), text));
-      this.readers.set(attempt.number, { offset: skipped, decoder: new TextDecoder("utf-8"), text });
+      this.readers.set(attempt.number, { offset: skipped, decoder: new TextDecoder("utf-8"), text, pruned });
     }
     return this.readers.get(attempt.number);
   }
@@ -29,6 +31,7 @@ export class LogView {
   async update(attempts, final) {
     for (const attempt of attempts.filter((a) => a.started_at !== null)) {
       const reader = this.reader(attempt);
+      if (reader.pruned) continue;  // nothing left to read
       const response = await apiGet(`/jobs/${this.jobId}/attempts/${attempt.number}/log?offset=${reader.offset}`);
       const bytes = await response.arrayBuffer();
       reader.offset = Number(response.headers.get("X-Log-Size"));
@@ -36,4 +39,10 @@ export class LogView {
       if (text) reader.text.append(text);
     }
   }
+}
+
+// As `spotrun logs` says it (spotrun.server.logstream.pruned_line).
+function prunedLine(attempt) {
+  const day = new Date(attempt.log_pruned_at * 1000).toISOString().slice(0, 16).replace("T", " ");
+  return `[its log of ${attempt.log_bytes} bytes was removed on ${day} UTC by \`spotrun prune-logs\`]\n`;
 }
