@@ -753,3 +753,29 @@ run: "true"
 resources: {cloud: local, instance_type: local.cpu, accelerators: {V100: 1}}
 spot: {preemptions_before_fallback: 3}
 """
+
+
+@pytest.mark.parametrize(("cloud", "apart"), [("gcp", True), ("aws", False)])
+def test_gpus_attached_apart_from_the_machine_make_their_own_market(world, cloud, apart):
+    """On GCE a V100 stockout in a zone says nothing of the same N1 machine without one; an EC2 type carries its
+    GPUs, so the accelerators a job file names there change nothing."""
+    text = f"""
+run: "true"
+resources: {{cloud: {cloud}, instance_type: n1-standard-8, {{gpus}} prices: {{on_demand: 3.0, spot: 1.0}}}}
+spot: {{zones: [m-a, m-b, m-c]}}
+"""
+    with_gpu, without = text.replace("{gpus}", "accelerators: {V100: 1},"), text.replace("{gpus}", "")
+    first_gpu_job, cpu_job = world.submit(with_gpu), world.submit(without)
+    world.tick()
+    second_gpu_job = world.submit(with_gpu)
+
+    def seen_by(job_id: int) -> int:
+        with world.store.session() as session:
+            job = session.get(Job, job_id)
+            return len(world.controller.market_tries(session, job, parse_spec(job_text[job_id]), world.clock.now()))
+
+    job_text = {first_gpu_job: with_gpu, cpu_job: without, second_gpu_job: with_gpu}
+    assert world.attempts(first_gpu_job) and world.attempts(cpu_job), "both were placed"
+    assert seen_by(second_gpu_job) == (1 if apart else 2)  # the other GPU job's try (and the CPU job's, on EC2)
+    assert seen_by(cpu_job) == (0 if apart else 1)
+    assert world.attempts(first_gpu_job)[0].gpus == ("nvidia-tesla-v100x1" if apart else None)

@@ -23,7 +23,7 @@ from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
-from spotrun.control.placement import job_prices, market_attempts, placement_context, policy_prices
+from spotrun.control.placement import job_prices, market_attempts, market_gpus, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.stuck import StuckJobs
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
@@ -223,6 +223,7 @@ class Controller:
             zone=decision.zone,
             market=decision.market,
             instance_type=spec.resources.instance_type,
+            gpus=market_gpus(spec),
             price_per_hour=price,
             on_demand_price_per_hour=on_demand,
             max_price=max_spot_price(on_demand, spec.spot.max_price) if decision.market == "spot" else None,

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.costs.market_prices import catalog_prices as price_for
+from spotrun.gcp_accelerators import accelerator_type
 from spotrun.policy import PastAttempt, PlacementContext, max_spot_price
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
@@ -86,18 +87,20 @@ def job_tries(session: Session, job_id: int) -> tuple[PastAttempt, ...]:
 def market_attempts(
     session: Session, job: Job, spec: JobSpec, now: float, window: float, limit: int | None = None,
 ) -> tuple[PastAttempt, ...]:
-    """Other jobs' spot tries of the job's instance type with the same provider in the last `window` seconds (and,
+    """Other jobs' spot tries of the job's instance type (with its GPUs, where attached apart: `market_gpus`) with
+    the same provider in the last `window` seconds (and,
     with `limit`, only that many, the newest), oldest first: how long spot lasted and how often it was refused
     there, which a policy would otherwise have to learn again for every job. Only the columns a policy reads are
     loaded (there may be thousands of rows); a job that does not use spot reads nothing."""
     if window <= 0 or not spec.spot.use_spot:
         return ()
-    resources = spec.resources
+    resources, gpus = spec.resources, market_gpus(spec)
     query = (
         select(*_PAST_COLUMNS)
         .where(
             Attempt.provider == resources.cloud,
             Attempt.instance_type == resources.instance_type,
+            Attempt.gpus == gpus if gpus is not None else Attempt.gpus.is_(None),
             Attempt.created_at >= now - window,
             Attempt.market == "spot",
             Attempt.job_id != job.id,
@@ -106,6 +109,16 @@ def market_attempts(
         .limit(limit)
     )
     return tuple(map(PastAttempt._make, reversed(session.execute(query).all())))
+
+
+def market_gpus(spec: JobSpec) -> str | None:
+    """The GPUs that make the job's market with its machine type where the cloud attaches them apart (GCE: a V100
+    stockout in a zone says nothing of the machine without one), as attempts record them; None elsewhere, where the
+    type carries its GPUs."""
+    accelerators = spec.resources.accelerators
+    if spec.resources.cloud != "gcp" or not accelerators:
+        return None
+    return ",".join(f"{accelerator_type(name)}x{count}" for name, count in sorted(accelerators.items()))
 
 
 def policy_prices(

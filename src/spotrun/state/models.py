@@ -95,6 +95,9 @@ class Attempt(Base):
     zone: Mapped[str] = mapped_column(String(80))
     market: Mapped[str] = mapped_column(String(20))  # spot | on-demand
     instance_type: Mapped[str] = mapped_column(String(80))
+    # GPUs attached apart from the machine type (GCE), e.g. "nvidia-tesla-v100x1": part of the market
+    # (`control.placement.market_gpus`); None: none, or the type carries them
+    gpus: Mapped[str | None] = mapped_column(String(200), nullable=True)
     price_per_hour: Mapped[float] = mapped_column(Float)
     on_demand_price_per_hour: Mapped[float] = mapped_column(Float)
     max_price: Mapped[float | None] = mapped_column(Float, nullable=True)
