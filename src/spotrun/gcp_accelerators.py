@@ -27,3 +27,13 @@ def accelerator_type(name: str) -> str:
     if found is None:
         raise ValueError(f"unknown accelerator {name!r}; known: {', '.join(ACCELERATOR_TYPES)} or a GCE type (nvidia-...)")
     return found
+
+
+def accelerator_types(accelerators: Mapping[str, int]) -> dict[str, int]:
+    """GCE's accelerator types and counts for a job file's GPUs, in type order; ValueError for an unknown name."""
+    return dict(sorted((accelerator_type(name), count) for name, count in accelerators.items()))
+
+
+def accelerators_text(accelerators: Mapping[str, int]) -> str:
+    """A job file's GPUs as one text, e.g. "nvidia-tesla-t4x2,nvidia-tesla-v100x1": the same GPUs, the same text."""
+    return ",".join(f"{name}x{count}" for name, count in accelerator_types(accelerators).items())

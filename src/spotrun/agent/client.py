@@ -82,11 +82,9 @@ class ControllerClient:
         """POST body to the attempt's endpoint; retry transient failures until give_up_at (monotonic) or stop."""
         return self._send("POST", endpoint, body, retry=retry, give_up_at=give_up_at, stop=stop, on_reply=on_reply)
 
-    def get(
-        self, endpoint: str, *, on_reply: Callable[[dict[str, Any]], None], stop: threading.Event | None = None
-    ) -> Delivery:
-        """GET the attempt's endpoint, handing its JSON answer to on_reply; retry transient failures until stop."""
-        return self._send("GET", endpoint, None, retry=True, give_up_at=None, stop=stop, on_reply=on_reply)
+    def get(self, endpoint: str, *, on_reply: Callable[[dict[str, Any]], None]) -> Delivery:
+        """GET the attempt's endpoint, handing its JSON answer to on_reply; retry transient failures until answered."""
+        return self._send("GET", endpoint, None, retry=True, give_up_at=None, stop=None, on_reply=on_reply)
 
     def _send(
         self,

@@ -50,11 +50,13 @@ def complete_config(
     if config.run is not None:
         return config
     copy = kept_copy_path(config, environ)
-    part = _read_copy(copy) or _fetch(config, client_for or _client)
-    try:
-        _keep_copy(copy, part)
-    except OSError as exc:  # the copy only serves a second boot; this one can go on without it
-        log.warning("cannot keep the job part at %s for a second boot: %s", copy, exc)
+    part = _read_copy(copy)
+    if part is None:
+        part = _fetch(config, client_for or _client)
+        try:
+            _keep_copy(copy, part)
+        except OSError as exc:  # the copy only serves a second boot; this one can go on without it
+            log.warning("cannot keep the job part at %s for a second boot: %s", copy, exc)
     return AgentConfig.model_validate({**config.model_dump(), **part.model_dump()})
 
 

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from spotrun.cli.failing import errors
 from spotrun.cli.failing import fail as _fail
+from spotrun.cli.views import byte_size
 from spotrun.sdk import layout
 
 app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
@@ -127,14 +128,6 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     except layout.CorruptCheckpoint as damage:
         return {**row, "state": f"damaged: {damage}"}
     return {**row, "state": "intact"}
-
-
-def byte_size(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
 
 
 @app.command()

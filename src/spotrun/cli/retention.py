@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from spotrun.cli.checkpoints import byte_size
+from spotrun.cli.views import byte_size
 from spotrun.cli.failing import fail
 from spotrun.control.log_retention import prune_logs, stored_log_bytes
 from spotrun.spec.durations import parse_duration

@@ -12,10 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from spotrun import config
-from spotrun.control.placement import job_prices, price_for
+from spotrun.control.placement import job_prices, market_gpus, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_names
 from spotrun.costs.catalog import UnknownPrice
-from spotrun.gcp_accelerators import accelerator_type
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, ProviderError, get_provider
 from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
@@ -89,16 +88,12 @@ def resource_problems(spec: JobSpec, prices: Callable[..., tuple[float, float]] 
 
 def _accelerator_problems(spec: JobSpec) -> list[Problem]:
     """GPUs a cloud attaches by name (GCE's accelerator types) must be names it knows, prices given or not: the
-    zones and the launch are asked by that name."""
-    if spec.resources.cloud != "gcp":  # other clouds' types carry their GPUs (Kubernetes: see its flavor)
-        return []
-    problems = []
-    for name in spec.resources.accelerators or {}:
-        try:
-            accelerator_type(name)
-        except ValueError as unknown:
-            problems.append(Problem("resources.accelerators", str(unknown)))
-    return problems
+    zones, the launch and the market are asked by that name (`market_gpus`)."""
+    try:
+        market_gpus(spec)
+    except ValueError as unknown:
+        return [Problem("resources.accelerators", str(unknown))]
+    return []
 
 
 def _problems_on_this_machine(spec: JobSpec, base_dir: Path) -> list[Problem]:

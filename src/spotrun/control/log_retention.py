@@ -10,6 +10,7 @@ be the server's.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,11 @@ def _prune_jobs(session: Session, job_ids: list[int], now: float, dry_run: bool)
         select(Attempt).where(Attempt.job_id.in_(job_ids), Attempt.log_pruned_at == now).order_by(Attempt.id)
     ).all()
     session.execute(delete(LogChunk).where(LogChunk.attempt_id.in_([attempt.id for attempt in attempts])))
-    for job_id in sorted({attempt.job_id for attempt in attempts}):
-        of_job = _counted([attempt for attempt in attempts if attempt.job_id == job_id])
+    by_job: dict[int, list[Attempt]] = defaultdict(list)
+    for attempt in attempts:
+        by_job[attempt.job_id].append(attempt)
+    for job_id, its_attempts in sorted(by_job.items()):
+        of_job = _counted(its_attempts)
         add_event(
             session, at=now, kind="logs_pruned", job_id=job_id,
             message=f"logs of {of_job.attempts} attempt(s) removed ({of_job.bytes} bytes): the job ended before "
@@ -97,5 +101,7 @@ def _counted(attempts: Sequence[Attempt]) -> PrunedLogs:
 
 
 def stored_log_bytes(session: Session) -> int:
-    """The bytes of log text the store holds now, every attempt's together."""
-    return int(session.scalar(select(func.coalesce(func.sum(func.length(LogChunk.data)), 0))) or 0)
+    """The bytes of log text the store holds now, every attempt's together: the sizes the attempts keep, not a read
+    of every chunk."""
+    kept = select(func.coalesce(func.sum(Attempt.log_bytes), 0)).where(Attempt.log_pruned_at.is_(None))
+    return int(session.scalar(kept) or 0)

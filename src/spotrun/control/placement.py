@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.costs.market_prices import catalog_prices as price_for
-from spotrun.gcp_accelerators import accelerator_type
+from spotrun.gcp_accelerators import accelerators_text
 from spotrun.policy import PastAttempt, PlacementContext, max_spot_price
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
@@ -118,7 +118,7 @@ def market_gpus(spec: JobSpec) -> str | None:
     accelerators = spec.resources.accelerators
     if spec.resources.cloud != "gcp" or not accelerators:
         return None
-    return ",".join(f"{accelerator_type(name)}x{count}" for name, count in sorted(accelerators.items()))
+    return accelerators_text(accelerators)
 
 
 def policy_prices(

@@ -15,8 +15,7 @@ from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.rebalance import AT_RISK_WARNINGS
-from spotrun.control.tokens import token_matches
-from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody
+from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody, attempt_holds
 from spotrun.server.refusals import answer_invalid_requests
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Event, Store, add_event
@@ -79,13 +78,9 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     def attempt_id_for(
         request: Request, attempt_id: int = PathParam(ge=1, le=2**31 - 1), authorization: str = Header(default="")
     ) -> int:
-        if getattr(request.state, "verified_attempt", None) == attempt_id:  # checked before the body (early_auth)
-            return attempt_id
-        token = authorization.removeprefix("Bearer ").strip()
-        with store.session() as session:
-            attempt = session.get(Attempt, attempt_id)
-            if attempt is None or not token or not token_matches(token, attempt.token_hash):
-                raise HTTPException(status_code=403, detail=AGENT_REFUSAL)
+        verified = getattr(request.state, "verified_attempt", None) == attempt_id  # before the body (early_auth)
+        if not verified and not attempt_holds(store, attempt_id, authorization):
+            raise HTTPException(status_code=403, detail=AGENT_REFUSAL)
         return attempt_id
 
     Authorized = Depends(attempt_id_for)

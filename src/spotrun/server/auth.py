@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from spotrun.control import jobs as jobs_api
-from spotrun.server.early_auth import USER_REFUSAL
+from spotrun.server.early_auth import USER_REFUSAL, user_of
 from spotrun.server.users import Principal, authenticate
 from spotrun.state import Job, Store
 
@@ -24,8 +24,7 @@ def principal_dependency(store: Store) -> Callable[..., Principal]:
     ) -> Principal:
         principal = getattr(request.state, "verified_principal", None)  # checked before the body (early_auth)
         if principal is None and credentials is not None:
-            with store.session() as session:
-                principal = authenticate(session, credentials.credentials)
+            principal = user_of(store, credentials.credentials)
         if principal is None:
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED, USER_REFUSAL, headers={"WWW-Authenticate": "Bearer"}

@@ -7,8 +7,7 @@ characters, which JSON may escape to 6 bytes each) or an agent's log chunk (256 
 
 from __future__ import annotations
 
-import json
-
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 8 * 2**20
@@ -26,7 +25,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+            await self._refuse(scope, receive, send)
             return
         seen, refused, answered = 0, False, False
 
@@ -37,7 +36,7 @@ class BodyLimit:
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes and not (refused or answered):
                     refused = True
-                    await self._refuse(send)
+                    await self._refuse(scope, receive, send)
                     return {"type": "http.disconnect"}  # the app stops reading; what it answers is dropped
             return message
 
@@ -49,8 +48,6 @@ class BodyLimit:
 
         await self.app(scope, counted_receive, unless_refused)
 
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"the request body is over {self.max_bytes} bytes, more than any request takes"})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body.encode()})
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"the request body is over {self.max_bytes} bytes, more than any request takes"
+        await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)

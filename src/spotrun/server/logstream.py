@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import codecs
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from collections.abc import AsyncIterator, Callable, Iterator
 import anyio
 from sqlalchemy.orm import Session
@@ -104,7 +104,8 @@ async def job_log_stream_async(
 
 
 def pruned_line(attempt: Attempt) -> str:
-    day = datetime.fromtimestamp(attempt.log_pruned_at or 0).strftime("%Y-%m-%d %H:%M")
+    """What stands for a log `spotrun prune-logs` removed (the dashboard's log view writes the same)."""
+    day = datetime.fromtimestamp(attempt.log_pruned_at or 0, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"[its log of {attempt.log_bytes} bytes was removed on {day} by `spotrun prune-logs`]\n"
 
 

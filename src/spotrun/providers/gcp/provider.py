@@ -21,7 +21,7 @@ from google.api_core.retry import Retry
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
-from spotrun.gcp_accelerators import accelerator_type
+from spotrun.gcp_accelerators import accelerator_types, accelerators_text
 from spotrun.providers.base import InstanceInfo, LaunchRequest, check_token_and_market
 from spotrun.providers.gcp.body import instance_resource
 from spotrun.providers.gcp.errors import GcpApiError, is_refusal, translate_http, translate_operation
@@ -107,14 +107,22 @@ class GcpProvider:
         Most zones that offer an N1 type offer few of the GPUs; GCE refuses a launch with a GPU its zone lacks."""
         if not instance_type:
             raise ValueError("zones() needs a machine type such as n1-standard-8")
-        wanted = {accelerator_type(name): count for name, count in sorted((accelerators or {}).items())}
-        key = " ".join([instance_type, *(f"{name}x{count}" for name, count in wanted.items())])
-        return self._zone_cache.zones(key, lambda: self._list_zones(instance_type, wanted))
+        wanted = accelerator_types(accelerators or {})
+        if not wanted:
+            return self._zone_cache.zones(instance_type, lambda: self._list_zones(instance_type))
+        machine_zones = self.zones(instance_type)  # not inside the cache's ask below: its lock is not reentrant
+        key = f"{instance_type} {accelerators_text(accelerators or {})}"
+        return self._zone_cache.zones(key, lambda: self._zones_with(machine_zones, wanted))
 
-    def _list_zones(self, instance_type: str, accelerators: Mapping[str, int]) -> list[str]:
-        offered = self._machine_type_zones(instance_type)
+    def _zones_with(self, machine_zones: list[str], accelerators: Mapping[str, int]) -> list[str]:
+        """Those of the machine's zones that offer each of `accelerators` with its count of cards."""
+        offered = set(machine_zones)
         for name, count in accelerators.items():
             offered &= self._accelerator_zones(name, count)
+        return sorted(offered)
+
+    def _list_zones(self, instance_type: str) -> list[str]:
+        offered = self._machine_type_zones(instance_type)
         up = {
             zone.name
             for zone in self._call(

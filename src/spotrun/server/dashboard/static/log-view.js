@@ -14,7 +14,7 @@ export class LogView {
 
   reader(attempt) {
     if (!this.readers.has(attempt.number)) {
-      const pruned = attempt.log_pruned_at !== null && attempt.log_pruned_at !== undefined;
+      const pruned = attempt.log_pruned_at != null;  // null or absent: the log is whole
       const skipped = pruned ? 0 : Math.max(0, attempt.log_bytes - FIRST_READ_LIMIT);
       const text = el("pre", { className: "log-text" }, pruned ? prunedLine(attempt)
         : skipped ? `… (${skipped} earlier bytes not shown)\n` : "");
