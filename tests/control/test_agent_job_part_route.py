@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+from sqlalchemy import select
 from world import agent_poster
+
+from spotrun.server.agent_api import ordinal
+from spotrun.state import Event
 
 SECRET = "sk-live-0123456789abcdef"
 SPEC = f"""
@@ -84,3 +88,41 @@ def test_an_ended_attempts_token_gets_nothing(world):
     response = fetch(world, user_data)
 
     assert response.status_code == 410 and "has ended" in response.text
+
+
+def handouts(world, job_id: int) -> list:
+    with world.store.session() as session:
+        rows = session.scalars(
+            select(Event).where(Event.job_id == job_id, Event.kind == "job_part_served").order_by(Event.id)
+        ).all()
+        return [(row.message, row.data) for row in rows]
+
+
+def test_each_handout_is_an_event_naming_who_asked_and_a_second_one_says_so(world):
+    job_id, user_data = launched(world)
+    assert handouts(world, job_id) == []
+
+    fetch(world, user_data)
+    fetch(world, user_data)
+
+    (first, first_data), (second, second_data) = handouts(world, job_id)
+    assert first_data == {"client": "testclient", "handout": 1} and "handed to testclient" in first
+    assert "time" not in first
+    assert second_data == {"client": "testclient", "handout": 2}
+    assert "2nd time (first to testclient)" in second and "anyone else holding the attempt's token" in second
+
+
+def test_a_refused_fetch_records_no_handout(world):
+    job_id, user_data = launched(world)
+
+    fetch(world, user_data, token="0" * 64)
+    agent_poster(world.api, user_data)("started", {"address": "127.0.0.1"})
+    fetch(world, user_data)
+
+    assert handouts(world, job_id) == []
+
+
+def test_ordinals_read_as_english():
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th",
+    ]

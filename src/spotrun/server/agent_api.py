@@ -69,6 +69,13 @@ class Exit(BaseModel):
     checkpoint_synced: bool = False
 
 
+JOB_PART_SERVED = "job_part_served"
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
@@ -86,9 +93,11 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     Authorized = Depends(attempt_id_for)
 
     @app.get("/agent/v1/attempts/{attempt_id}/job")
-    def job(attempt_id: int = Authorized) -> dict:
+    def job(request: Request, attempt_id: int = Authorized) -> dict:
         """The job's part of the agent's configuration, kept out of the user data the cloud shows (control.boot).
-        Served only until the agent reports started: whoever reads the user data later gets nothing from it."""
+        Served only until the agent reports started: whoever reads the user data later gets nothing from it.
+        Each handout is an event naming who asked, so a second one (an agent that lost its answer, or someone
+        else holding the token) shows in the job's events."""
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             if attempt.ended_at is not None:
@@ -99,7 +108,26 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
                     detail=f"attempt {attempt.number} of job {attempt.job_id}: its agent started already, and the "
                     "job's part of the configuration is handed out only before that",
                 )
-            return job_part(JobSpec.model_validate(attempt.job.spec))
+            part = job_part(JobSpec.model_validate(attempt.job.spec))
+            record_handout(session, attempt, request.client.host if request.client else None)
+            return part
+
+    def record_handout(session, attempt: Attempt, client: str | None) -> None:
+        earlier = session.scalars(
+            select(Event).where(Event.attempt_id == attempt.id, Event.kind == JOB_PART_SERVED).order_by(Event.id)
+        ).all()
+        who = client or "an unknown address"
+        message = f"attempt {attempt.number}: the job's configuration was handed to {who}"
+        if earlier:
+            first = earlier[0].data.get("client") or "an unknown address"
+            message += (
+                f", for the {ordinal(len(earlier) + 1)} time (first to {first}): an agent whose answer was lost asks "
+                "again, but so could anyone else holding the attempt's token"
+            )
+        add_event(
+            session, at=clock.now(), kind=JOB_PART_SERVED, job_id=attempt.job_id, attempt_id=attempt.id,
+            message=message, data={"client": client, "handout": len(earlier) + 1},
+        )
 
     @app.post("/agent/v1/attempts/{attempt_id}/started")
     def started(body: Started, attempt_id: int = Authorized) -> dict:
