@@ -13,7 +13,6 @@ from types import TracebackType
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
 from sqlalchemy import select
 
 from spotrun.control.logs import append_chunk
@@ -35,7 +34,7 @@ def chromium_path() -> str | None:
 class LiveServer:
     """The app served by uvicorn in a thread, on 127.0.0.1 at a free port, until the block ends."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: Any) -> None:  # any ASGI app
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
@@ -56,6 +55,17 @@ class LiveServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()
+
+
+class PageErrors:
+    """Script errors and failed requests of a page, and every URL it asked for."""
+
+    def __init__(self, page: Any) -> None:
+        self.errors: list[str] = []
+        self.urls: list[str] = []
+        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+        page.on("request", lambda request: self.urls.append(request.url))
 
 
 @dataclass(frozen=True)

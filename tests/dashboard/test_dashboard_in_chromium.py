@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, set_job_state
+from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, PageErrors, set_job_state
 from PIL import Image
 
 from spotrun.control import jobs as jobs_api
@@ -20,17 +20,6 @@ from spotrun.state import Store
 
 POLL_WAIT_MS = 8_000  # the pages poll every 3 s
 SPOT_GREEN, ON_DEMAND_BLUE, PREEMPTED_RED = (22, 163, 74), (37, 99, 235), (220, 38, 38)
-
-
-class PageErrors:
-    """Script errors and failed requests of a page, and every URL it asked for."""
-
-    def __init__(self, page: Any) -> None:
-        self.errors: list[str] = []
-        self.urls: list[str] = []
-        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
-        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None)
-        page.on("request", lambda request: self.urls.append(request.url))
 
 
 def log_in(page: Any, url: str, token: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from urllib.parse import urljoin
 
 import pytest
 from fastapi.testclient import TestClient
@@ -36,7 +37,19 @@ def test_pages_are_served_with_a_strict_content_policy(client: TestClient, path:
 def test_the_root_leads_to_the_job_list(client: TestClient) -> None:
     for path in ("/", "/dashboard"):
         response = client.get(path, follow_redirects=False)
-        assert response.status_code == 307 and response.headers["location"] == "/dashboard/"
+        assert response.status_code == 307 and response.headers["location"] == "dashboard/"  # relative
+        assert urljoin(f"http://testserver{path}", response.headers["location"]) == "http://testserver/dashboard/"
+
+
+def test_no_page_or_script_names_an_absolute_path() -> None:
+    """Behind a proxy serving spotrun under a path prefix an absolute path would miss it (the Chromium test serves
+    the dashboard under one)."""
+    absolute = re.compile(r'(?:href|src)="/|["`\'](?:/dashboard|/api)')
+    for path in STATIC_DIR.iterdir():
+        if path.suffix in (".html", ".js"):
+            lines = [line for line in path.read_text().splitlines() if not line.startswith("const MARK = ")]
+            assert not [line for line in lines if absolute.search(line)], path.name
+    assert 'const MARK = "/dashboard/";' in (STATIC_DIR / "api.js").read_text()  # the one left out, the pages' mark
 
 
 def test_only_the_dashboards_own_files_are_served(client: TestClient) -> None:
@@ -50,7 +63,7 @@ def test_only_the_dashboards_own_files_are_served(client: TestClient) -> None:
 def test_every_script_and_stylesheet_a_page_loads_exists(client: TestClient) -> None:
     """A renamed file would leave a page blank; the browser test covers the pages, this covers every import."""
     sources = [path for path in STATIC_DIR.iterdir() if path.suffix in (".html", ".js")]
-    page_links = r'(?:src|href)="/dashboard/static/([^"]+)"'
+    page_links = r'(?:src|href)="(?:\.\./)?static/([^"]+)"'
     module_imports = r'from "\./([^"]+)"'
     referenced = {
         name for path in sources for pattern in (page_links, module_imports)

@@ -39,13 +39,15 @@ def create_dashboard_router() -> APIRouter:
     router = APIRouter(include_in_schema=False)
     assets = _asset_names()  # a fixed set: a request names one of these files or gets 404, never a path
 
+    # Relative redirects and links throughout: behind a proxy that serves spotrun under a path prefix (and strips
+    # it), an absolute path would leave the prefix.
     @router.get("/")
     def root() -> RedirectResponse:
-        return RedirectResponse("/dashboard/")
+        return RedirectResponse("dashboard/")
 
     @router.get("/dashboard")
     def dashboard_without_slash() -> RedirectResponse:
-        return RedirectResponse("/dashboard/")
+        return RedirectResponse("dashboard/")
 
     @router.get("/dashboard/")
     def job_list() -> FileResponse:

@@ -4,6 +4,12 @@ const TOKEN_KEY = "spotrun.token";
 const LOGIN_NOTE_KEY = "spotrun.loginNote";
 export const POLL_MS = 3000;
 
+// Where the dashboard and the API are, from this page's own address: a proxy may serve spotrun under a path
+// prefix (https://example.org/spotrun/dashboard/), so no page names an absolute path.
+const MARK = "/dashboard/";
+export const DASHBOARD = location.pathname.slice(0, location.pathname.lastIndexOf(MARK) + MARK.length);
+const API = `${DASHBOARD.slice(0, -MARK.length)}/api/v1`;
+
 export class Unauthorized extends Error {}
 export class NotFound extends Error {}
 
@@ -19,7 +25,7 @@ export function saveToken(token) {
 export function toLogin(note = "") {
   localStorage.removeItem(TOKEN_KEY);
   if (note) sessionStorage.setItem(LOGIN_NOTE_KEY, note);
-  location.replace("/dashboard/login");
+  location.replace(`${DASHBOARD}login`);
 }
 
 export function takeLoginNote() {
@@ -28,12 +34,12 @@ export function takeLoginNote() {
   return note;
 }
 
-// A request to /api/v1{path} carrying the token in the Authorization header (no cookie); a 401 throws Unauthorized.
+// A request to {prefix}/api/v1{path} carrying the token in the Authorization header (no cookie); a 401 throws Unauthorized.
 async function apiFetch(path, token, { method = "GET", body = undefined } = {}) {
   if (!token) throw new Unauthorized("no token entered");
   const headers = { Authorization: `Bearer ${token}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(`/api/v1${path}`, {
+  const response = await fetch(`${API}${path}`, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),

@@ -1,8 +1,8 @@
-import { apiJson, poll, setUpPage } from "./api.js";
+import { DASHBOARD, apiJson, poll, setUpPage } from "./api.js";
 import { clockTime, dollars, duration, el, integer, stateBadge } from "./format.js";
 
 function jobRow(job) {
-  const link = el("a", { href: `/dashboard/jobs/${job.id}` }, job.name);
+  const link = el("a", { href: `${DASHBOARD}jobs/${job.id}` }, job.name);
   return el("tr", { dataset: { jobId: job.id, state: job.state } },
     el("td", { className: "id" }, job.id),
     el("td", { className: "name" }, link),

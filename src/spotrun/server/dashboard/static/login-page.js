@@ -1,4 +1,4 @@
-import { Unauthorized, apiGet, saveToken, takeLoginNote } from "./api.js";
+import { DASHBOARD, Unauthorized, apiGet, saveToken, takeLoginNote } from "./api.js";
 
 const TOKEN_MARK = "spr_";
 
@@ -22,7 +22,7 @@ async function logIn(event) {
   }
   input.value = "";
   saveToken(token);
-  location.replace("/dashboard/");
+  location.replace(DASHBOARD);
 }
 
 document.getElementById("login-note").textContent = takeLoginNote();
