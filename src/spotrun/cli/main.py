@@ -30,6 +30,7 @@ from spotrun.cli.views import attempts_summary, attempts_table, follow_events, p
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
+from spotrun.spec.durations import parse_duration
 from spotrun.state import StoreUnavailable
 
 console = Console()
@@ -170,6 +171,9 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
         console.print(f"job {job_id} ({job_cost.name}, {job_cost.state}): {format_bill(the_bill)}")
 
 
+MIN_KEEP_LOGS_SECONDS = 3600.0
+
+
 @app.command()
 def server(
     host: Annotated[str, typer.Option(envvar="SPOTRUN_SERVER_HOST", help="address to listen on")] = "127.0.0.1",
@@ -182,6 +186,10 @@ def server(
     tick_interval: Annotated[float, typer.Option(
         envvar="SPOTRUN_TICK_INTERVAL", min=MIN_TICK_SECONDS, help="seconds between ticks")] = 0.5,
     no_controller: Annotated[bool, typer.Option("--no-controller", help="serve the API only; never drive jobs")] = False,
+    keep_logs: Annotated[Optional[str], typer.Option(
+        envvar="SPOTRUN_KEEP_LOGS",
+        help="remove the logs of jobs that ended longer ago than this (30d, 12h), at start and every hour "
+        "(default: keep them; see `spotrun prune-logs`)")] = None,
 ) -> None:
     """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
     import logging
@@ -192,8 +200,15 @@ def server(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
+        keep_seconds = None if keep_logs is None else parse_duration(keep_logs)
+    except ValueError as problem:
+        raise _fail(f"--keep-logs {problem}") from None
+    if keep_seconds is not None and keep_seconds < MIN_KEEP_LOGS_SECONDS:
+        # A bare number is seconds: "--keep-logs 30" meant as days would remove every log half a minute after its job.
+        raise _fail(f"--keep-logs must be at least 1h; got {keep_logs!r} ({keep_seconds:g} s; a bare number is seconds)")
+    try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
-              run_controller=not no_controller)
+              run_controller=not no_controller, keep_logs=keep_seconds)
     except CannotListen as problem:
         raise _fail(str(problem)) from None
 

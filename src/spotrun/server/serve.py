@@ -10,6 +10,7 @@ import uvicorn
 
 from spotrun.server.app import create_app
 from spotrun.server.daemon import Daemon
+from spotrun.server.log_pruner import LogPruner
 from spotrun.state import Store
 
 
@@ -21,9 +22,10 @@ def public_url(host: str, port: int) -> str:
 
 def serve(
     store: Store, *, host: str, port: int, url: str | None = None, tick_interval: float = 0.5,
-    run_controller: bool = True,
+    run_controller: bool = True, keep_logs: float | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it)."""
+    """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it). With `keep_logs`
+    (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`)."""
     sock = _listen(host, port)
     url = url or public_url(host, sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="info", timeout_graceful_shutdown=3))
@@ -31,11 +33,16 @@ def serve(
     controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
     if run_controller:
         controller.start()
+    pruner = LogPruner(store, keep_logs) if keep_logs is not None else None
+    if pruner is not None:
+        threading.Thread(target=pruner.run, name="log-pruner", daemon=True).start()
     print(f"spotrun server listening on {url}", flush=True)
     try:
         server.run(sockets=[sock])
     finally:
         daemon.stop()
+        if pruner is not None:
+            pruner.stop()
         if controller.is_alive():
             controller.join(timeout=10)
 
