@@ -145,6 +145,28 @@ def test_local_metadata_notice_stops_trainer_backs_up_and_reports_preempted(cont
     assert endpoints.index("notice") < endpoints.index("exit")
 
 
+def test_a_notice_whose_deadline_has_passed_still_lets_the_trainer_save_and_back_up(controller, run_agent, tmp_path):
+    """Seen after its stated time (seen late, or the clocks disagree), the notice got the trainer killed at once: no
+    save, and a final backup cut short by the deadline behind it."""
+    metadata = tmp_path / "metadata"
+    agent = run_agent(
+        controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)}
+    )
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=30)
+    (metadata / "spot").mkdir(parents=True)
+    (metadata / "spot" / "instance-action").write_text(
+        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
+    )
+    assert agent.wait() == 0
+
+    (notice,) = controller.of("notice")
+    assert notice.body["deadline"] == reclaim_at.timestamp()  # reported as the cloud stated it
+    assert "got SIGTERM" in controller.log_text()
+    assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
 def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
     agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
     controller.wait_for(lambda: "ready" in controller.log_text())

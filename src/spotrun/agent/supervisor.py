@@ -26,6 +26,7 @@ from spotrun.agent.process import CommandProcess
 from spotrun.agent.reporting import Reporter
 from spotrun.agent.save_budget import SlowSaveCheck, budget_for
 from spotrun.agent.standby import StandbyHold
+from spotrun.agent.stop_times import StopTimes
 from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
 
 log = logging.getLogger(__name__)
@@ -263,27 +264,18 @@ class Agent:
     def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
         process.signal_group(signal.SIGTERM)
-        without_deadline = time.time() + self.config.notice_grace
+        times = StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin)
         exit_code = None
-        while exit_code is None and time.time() < self._stop_by(without_deadline):
-            exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, self._stop_by(without_deadline) - time.time())))
+        while exit_code is None and time.time() < times.stop_by():
+            exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, times.stop_by() - time.time())))
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
             exit_code = process.wait()
-        self._wait_for_the_group(process, self._stop_by(without_deadline))
+        self._wait_for_the_group(process, times.stop_by())
         log.info("command stopped after the notice with exit code %d", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
-        deadline = self.notices.notice.deadline if self.notices.notice is not None else notice.deadline
-        return ExitReport("preempted", exit_code, self._final_backup(deadline=deadline))
-
-    def _stop_by(self, without_deadline: float) -> float:
-        """When the command must have stopped: the sync margin before the soonest deadline a notice named so far (a
-        later notice may name a sooner one), else the grace after the first notice."""
-        notice = self.notices.notice
-        if notice is None or notice.deadline is None:
-            return without_deadline
-        return notice.deadline - self.config.sync_margin
+        return ExitReport("preempted", exit_code, self._final_backup(deadline=times.deadline()))
 
     @staticmethod
     def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:
