@@ -8,7 +8,7 @@ import pytest
 from spotrun.costs import ledger
 from spotrun.costs.billing import CLOUD_RULES
 from spotrun.server.fleet_totals import fleet_bill
-from spotrun.state import Event, Instance
+from spotrun.state import Event, Instance, Job
 
 AWS_RULES = {"local": CLOUD_RULES["aws"]}  # the world's jobs run on the `local` cloud: billed here as EC2 bills
 # Hours pass in single ticks here: a heartbeat every 30 s over them would only make the tests slow.
@@ -251,3 +251,45 @@ def test_status_shows_what_was_charged_beside_the_seconds_held(aws_world):
     [row] = [line for line in console.export_text().splitlines() if first in line]
     assert f"{free.billed_seconds:.0f} (0 charged)" in row and "$0.0000" in row
     assert attempt_views([free], world.clock.now())[0].charged_seconds == 0.0
+
+
+def test_a_charge_the_cloud_may_still_waive_is_marked_provisional_until_settled(aws_world):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from spotrun.cli.views import attempts_table, provisional_note
+    from spotrun.server.schemas import JobCost
+    from spotrun.server.views import clock_time, job_detail
+
+    world = aws_world
+    job_id, first = interrupted_after(world, 1200)
+    release_at = instance_row(world, first).release_at
+
+    def read() -> tuple:
+        now = world.clock.now()
+        with world.store.session() as session:
+            job = session.get(Job, job_id)
+            return job_detail(session, job, now), JobCost.of(session, job, now)
+
+    detail, cost = read()
+    [left, *_] = detail.attempts
+    assert left.left_to_cloud_until == pytest.approx(release_at) and left.cost > 0
+    assert [a.left_to_cloud_until for a in detail.attempts[1:]] == [None] * (len(detail.attempts) - 1)
+    assert detail.bill.provisional == pytest.approx(left.cost) and cost.bill.provisional == pytest.approx(left.cost)
+    assert detail.bill.provisional_until == pytest.approx(release_at)
+    assert provisional_note(cost.bill) == (
+        f"${left.cost:.4f} of it is provisional: instances left for the cloud to take back, free if it does by "
+        f"{clock_time(release_at)}, charged to then if not"
+    )
+    console = Console(width=250, file=StringIO(), record=True)
+    console.print(attempts_table(detail.attempts, job_id, world.clock.now()))
+    [row] = [line for line in console.export_text().splitlines() if first in line]
+    assert f"(free if the cloud takes it back by {clock_time(release_at)})" in row
+
+    world.cloud.reclaim(first)
+    world.tick()
+    detail, cost = read()
+    assert detail.attempts[0].left_to_cloud_until is None and detail.attempts[0].cost == 0.0
+    assert (cost.bill.provisional, cost.bill.provisional_until) == (0.0, None)
+    assert provisional_note(cost.bill) is None

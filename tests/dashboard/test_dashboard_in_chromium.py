@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, PageErrors, set_job_state
 from PIL import Image
+from sqlalchemy import select
 
 from spotrun.control import jobs as jobs_api
 from spotrun.control.log_retention import prune_logs
 from spotrun.costs.ledger import bill
-from spotrun.state import Store
+from spotrun.state import Attempt, Instance, Store
 
 POLL_WAIT_MS = 8_000  # the pages poll every 3 s
 SPOT_GREEN, ON_DEMAND_BLUE, PREEMPTED_RED = (22, 163, 74), (37, 99, 235), (220, 38, 38)
@@ -193,4 +194,28 @@ def test_a_pruned_log_says_so_instead_of_its_text(dashboard: Dashboard, browser:
     for index, plan in enumerate(PREEMPTED_HISTORY):
         text = logs.nth(index).locator(".log-text").text_content()
         assert f"its log of {len(plan.log.encode())} bytes was removed on" in text and plan.log not in text
+    assert seen.errors == []
+
+
+def test_a_charge_the_cloud_may_still_waive_is_marked_provisional(dashboard: Dashboard, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    job_id = dashboard.finished_job
+    release_at = time.time() + 120
+    with dashboard.store.session() as session:  # attempt 3's instance, interrupted, left for the cloud to take back
+        attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == 3)).one()
+        session.add(Instance(id=attempt.instance_id, provider="local", attempt_id=attempt.id, zone=attempt.zone,
+                             market="spot", instance_type="local.cpu", state="awaiting_reclaim",
+                             launched_at=attempt.started_at, release_at=release_at))
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    seen = PageErrors(page)
+    log_in(page, dashboard.url, dashboard.tokens["alice"])
+    page.goto(f"{dashboard.url}/dashboard/jobs/{job_id}")
+
+    cell = page.locator("#attempts tbody tr[data-attempt='3'] td.cost")
+    expect(cell).to_contain_text("(free if the cloud takes it back by ")
+    cost = float(cell.get_attribute("data-value"))
+    assert cost == pytest.approx(900 / 3600 * 0.10)
+    expect(page.locator("#provisional")).to_contain_text(f"${cost:.4f} of it provisional")
+    assert "free if" not in page.locator("#attempts tbody tr[data-attempt='4'] td.cost").inner_text()
     assert seen.errors == []

@@ -72,4 +72,4 @@ class EmbeddedBackend:
 
     def cost(self, job_id: int) -> JobCost:
         with self.store.session() as session:
-            return JobCost.of(jobs_api.get_job(session, job_id), time.time())
+            return JobCost.of(session, jobs_api.get_job(session, job_id), time.time())

@@ -26,7 +26,9 @@ from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.retention import prune_logs_command
 from spotrun.cli.simulate import simulate
-from spotrun.cli.views import attempts_summary, attempts_table, follow_events, print_whole, status_table
+from spotrun.cli.views import (
+    attempts_summary, attempts_table, follow_events, print_whole, provisional_note, status_table,
+)
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
@@ -89,6 +91,8 @@ def _follow(backend: Backend, job_id: int) -> None:
     if detail.job.failure_reason:
         console.print(f"reason: {detail.job.failure_reason}")
     console.print(format_bill(detail.bill.to_bill()))
+    if (note := provisional_note(detail.bill)) is not None:
+        console.print(note)
     if state != "SUCCEEDED":
         raise typer.Exit(1)
 
@@ -164,11 +168,12 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
         job_cost = current_backend().cost(job_id)
     except jobs_api.JobNotFound as missing:
         raise _fail(str(missing)) from None
-    the_bill = job_cost.bill.to_bill()
     if as_json:
-        typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **the_bill.to_json()}, indent=2))
-    else:
-        console.print(f"job {job_id} ({job_cost.name}, {job_cost.state}): {format_bill(the_bill)}")
+        typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **job_cost.bill.model_dump()}, indent=2))
+        return
+    console.print(f"job {job_id} ({job_cost.name}, {job_cost.state}): {format_bill(job_cost.bill.to_bill())}")
+    if (note := provisional_note(job_cost.bill)) is not None:
+        console.print(note)
 
 
 MIN_KEEP_LOGS_SECONDS = 3600.0

@@ -14,7 +14,7 @@ from rich.text import Text
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.costs import ledger
 from spotrun.control.states import is_terminal
-from spotrun.server.views import AttemptView, EventView, JobRow, clock_time, job_row
+from spotrun.server.views import AttemptView, BillView, EventView, JobRow, clock_time, job_row
 
 if TYPE_CHECKING:
     from spotrun.cli.backend import Backend
@@ -69,8 +69,7 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
         node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(
             str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-            clock_time(a.ended_at), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}",
-            f"${a.cost:.4f}",
+            clock_time(a.ended_at), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}", cost_cell(a),
         )
     return table
 
@@ -80,6 +79,22 @@ def end_cell(attempt: AttemptView) -> str:
     rebalance")."""
     end = attempt.end_reason or attempt.state
     return f"{end}, warned: {attempt.warning.split('/', 1)[-1]}" if attempt.warning else end
+
+
+def cost_cell(attempt: AttemptView) -> str:
+    """The attempt's cost, and when it is provisional, what settles it (`control.reclaims`)."""
+    if attempt.left_to_cloud_until is None:
+        return f"${attempt.cost:.4f}"
+    return f"${attempt.cost:.4f} (free if the cloud takes it back by {clock_time(attempt.left_to_cloud_until)})"
+
+
+def provisional_note(bill: BillView) -> str | None:
+    """What part of a bill the cloud may still waive, or None."""
+    if not bill.provisional:
+        return None
+    by = f" by {clock_time(bill.provisional_until)}" if bill.provisional_until else ""
+    return (f"${bill.provisional:.4f} of it is provisional: instances left for the cloud to take back, free if it "
+            f"does{by}, charged to then if not")
 
 
 def billed_cell(attempt, now: float) -> str:

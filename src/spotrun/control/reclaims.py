@@ -116,5 +116,16 @@ def awaiting_instances(session) -> list:
     return session.execute(select(Instance.id, Instance.provider, Instance.release_at).where(_IS_AWAITING)).all()
 
 
+def awaiting_release(session, attempt_ids: list[int]) -> dict[int, float | None]:
+    """For each of these attempts whose instance is left for the cloud to take back: when spotrun will terminate it
+    if the cloud has not. Until then the attempt's charge is provisional (`server.views`)."""
+    if not attempt_ids:
+        return {}
+    rows = session.execute(
+        select(Instance.attempt_id, Instance.release_at).where(_IS_AWAITING, Instance.attempt_id.in_(attempt_ids))
+    )
+    return {row.attempt_id: row.release_at for row in rows}
+
+
 def awaiting_ids(session) -> set[str]:
     return {row.id for row in awaiting_instances(session)}

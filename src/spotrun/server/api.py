@@ -175,7 +175,7 @@ def _job_routes(store: Store) -> APIRouter:
     def cost(job_id: JobId, user: User) -> JobCost:
         """What the job cost, what it would have cost on-demand, and the saving."""
         with store.session() as session:
-            return JobCost.of(visible_job(session, job_id, user), time.time())
+            return JobCost.of(session, visible_job(session, job_id, user), time.time())
 
     return router
 

@@ -4,13 +4,13 @@ the CLI's remote mode reads its answers into these same classes."""
 from __future__ import annotations
 
 from pydantic import BaseModel, Field, StrictBool, field_validator
+from sqlalchemy.orm import Session
 
 from spotrun.control.jobs import MAX_NOTICE_SECONDS
-from spotrun.costs.ledger import bill
 from spotrun.spec.expansion import MAX_SPEC_CHARS
 from spotrun.spec.models import MAX_NODES
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
-from spotrun.server.views import BillView, JobRow
+from spotrun.server.views import BillView, JobRow, job_bill_view, pending_reclaims
 from spotrun.state import Job
 
 
@@ -77,8 +77,9 @@ class JobCost(BaseModel):
     bill: BillView
 
     @classmethod
-    def of(cls, job: Job, now: float) -> JobCost:
-        return cls(job_id=job.id, name=job.name, state=job.state, bill=BillView.of(bill(job.placed_attempts, now)))
+    def of(cls, session: Session, job: Job, now: float) -> JobCost:
+        return cls(job_id=job.id, name=job.name, state=job.state,
+                   bill=job_bill_view(job, now, pending_reclaims(session, job)))
 
 
 class Me(BaseModel):

@@ -6,6 +6,7 @@ the store itself or asked a team server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from sqlalchemy import and_, not_, select
 from sqlalchemy.orm import Session
 
-from spotrun.control import records
+from spotrun.control import reclaims, records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
 from spotrun.costs.ledger import JobBill, attempt_cost, bill
@@ -90,6 +91,10 @@ class AttemptView(BaseModel):
         default=0.0, description="dollars, as the ledger bills the attempt at the time of the response: the seconds "
         "charged once it ended (held so far while it runs), each at the price of its time (a spot price that moved "
         "while it ran is followed)")
+    left_to_cloud_until: float | None = Field(
+        default=None, description="the instance, interrupted, is left for the cloud to take back, which makes it "
+        "free (AWS, in its first hour); spotrun terminates it at this time if the cloud has not, and it is then "
+        "charged to this time. Until one or the other, `cost` is provisional. null: nothing pending")
     checkpoint_step: int | None
     log_bytes: int
     log_pruned_at: float | None = Field(
@@ -138,6 +143,10 @@ class BillView(BaseModel):
     seconds: float
     saved: float
     saved_fraction: float
+    provisional: float = Field(
+        default=0.0, description="dollars of `cost` charged for instances left for the cloud to take back: free if "
+        "it does by `provisional_until`, charged to that time if not")
+    provisional_until: float | None = Field(default=None, description="when the last of those is settled")
 
     @classmethod
     def of(cls, job_bill: JobBill) -> BillView:
@@ -181,15 +190,22 @@ def job_row(job: Job, now: float) -> JobRow:
     )
 
 
-def attempt_views(attempts: list[Attempt], now: float) -> list[AttemptView]:
-    """The attempts as the API shows them, their costs as of `now`."""
+def attempt_views(
+    attempts: list[Attempt], now: float, pending: Mapping[int, float | None] | None = None
+) -> list[AttemptView]:
+    """The attempts as the API shows them, their costs as of `now`; `pending`: the release times of those whose
+    instance is left for the cloud to take back (`reclaims.awaiting_release`)."""
     by_id = {attempt.id: attempt for attempt in attempts}
     held = {a.id for a in records.held_standbys([a for a in attempts if a.ended_at is None])}
-    return [_attempt_view(attempt, by_id, attempt.id in held, now) for attempt in attempts]
+    pending = pending or {}
+    return [_attempt_view(attempt, by_id, attempt.id in held, pending.get(attempt.id), now) for attempt in attempts]
 
 
-def _attempt_view(attempt: Attempt, by_id: dict[int, Attempt], held: bool, now: float) -> AttemptView:
-    view = AttemptView.model_validate(attempt).model_copy(update={"cost": attempt_cost(attempt, now)})
+def _attempt_view(
+    attempt: Attempt, by_id: dict[int, Attempt], held: bool, left_until: float | None, now: float
+) -> AttemptView:
+    view = AttemptView.model_validate(attempt).model_copy(
+        update={"cost": attempt_cost(attempt, now), "left_to_cloud_until": left_until})
     predecessor = by_id.get(attempt.standby_for) if attempt.standby_for is not None else None
     if predecessor is None:
         return view
@@ -212,13 +228,34 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
     instance: they never change once ended, and a job that waited days for spot has thousands, so a reader that
     keeps them asks only for the rest."""
     settled = and_(Attempt.number < settled_below, _TRY_WITHOUT_INSTANCE)
-    attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number))
+    attempts = list(
+        session.scalars(select(Attempt).where(Attempt.job_id == job.id, not_(settled)).order_by(Attempt.number)))
+    pending = pending_reclaims(session, job)
     return JobDetail(
-        job=job_row(job, now), owner=job.owner, attempts=attempt_views(list(attempts), now),
-        bill=BillView.of(bill(job.placed_attempts, now)),
+        job=job_row(job, now), owner=job.owner, attempts=attempt_views(attempts, now, pending),
+        bill=job_bill_view(job, now, pending),
         checkpoint_store=(job.spec.get("checkpoint") or {}).get("store"),
         stuck=None if is_terminal(job.state) else _stuck(session, job.id),
     )
+
+
+def pending_reclaims(session: Session, job: Job) -> dict[int, float | None]:
+    """The release times of the job's ended attempts whose instance is left for the cloud to take back."""
+    return reclaims.awaiting_release(session, [attempt.id for attempt in job.placed_attempts if attempt.ended_at])
+
+
+def job_bill_view(job: Job, now: float, pending: Mapping[int, float | None]) -> BillView:
+    """The job's bill, and the part of it that is provisional: the attempts whose instance the cloud may yet take
+    back for free (`control.reclaims`)."""
+    placed = job.placed_attempts
+    view = BillView.of(bill(placed, now))
+    left = [attempt for attempt in placed if attempt.id in pending]
+    if not left:
+        return view
+    until = [pending[attempt.id] for attempt in left if pending[attempt.id] is not None]
+    return view.model_copy(update={
+        "provisional": sum(attempt_cost(attempt, now) for attempt in left), "provisional_until": max(until, default=None),
+    })
 
 
 def _stuck(session: Session, job_id: int) -> str | None:

@@ -42,6 +42,10 @@ function renderBill(bill) {
   setAmount("saved-percent", percent(bill.saved_fraction), bill.saved_fraction);
   setText("spot-seconds", duration(bill.spot_seconds));
   setText("on-demand-seconds", duration(bill.on_demand_seconds));
+  const until = bill.provisional_until === null ? "" : ` by ${clockTime(bill.provisional_until)}`;
+  setText("provisional", bill.provisional > 0
+    ? `${dollars(bill.provisional)} of it provisional: free if the cloud takes back what it interrupted${until}`
+    : "");
   const share = bill.on_demand_cost > 0 ? Math.min(bill.cost / bill.on_demand_cost, 1) : 0;
   document.getElementById("cost-bar").style.width = `${(share * 100).toFixed(1)}%`;
 }
@@ -98,10 +102,14 @@ function refusedRow({ tries }) {
 
 // The API prices each attempt as the ledger bills it (`cost`). Once ended, the cloud's rule may have charged
 // other seconds than those held (its minimum; EC2 charges nothing for spot it reclaims in the first hour): say so.
+// An instance left for the cloud to take back has a provisional cost: free if the cloud does, in time.
 function costCell(a) {
   const charged = a.ended_at !== null && a.charged_seconds !== null ? a.charged_seconds : null;
   const differs = charged !== null && Math.round(charged) !== Math.round(a.billed_seconds);
-  const text = differs ? `${dollars(a.cost)} (${integer(Math.round(charged))} s charged)` : dollars(a.cost);
+  let text = differs ? `${dollars(a.cost)} (${integer(Math.round(charged))} s charged)` : dollars(a.cost);
+  if (a.left_to_cloud_until !== null) {
+    text = `${dollars(a.cost)} (free if the cloud takes it back by ${clockTime(a.left_to_cloud_until)})`;
+  }
   return el("td", { className: "num cost", dataset: { value: a.cost, charged: charged ?? "" } }, text);
 }
 
