@@ -62,7 +62,7 @@ def test_sigterm_notice_deadline_counts_from_the_signal():
     source = SigtermNotice(grace=30.0, clock=lambda: 1000.0)
     assert source.poll() is None
     source.trigger()
-    assert source.poll() == Notice("sigterm", 1030.0, "SIGTERM received by the agent")
+    assert source.poll() == Notice("sigterm", 1030.0, "SIGTERM received by the agent", own_grace=True)
 
 
 def test_sigterm_handler_records_the_signal():
@@ -94,7 +94,7 @@ def test_watcher_survives_a_broken_source_and_reports_the_first_notice(tmp_path)
     try:
         assert watcher.wait(0.1) is None
         sigterm.trigger()
-        assert watcher.wait(2.0) == Notice("sigterm", 51.0, "SIGTERM received by the agent")
+        assert watcher.wait(2.0) == Notice("sigterm", 51.0, "SIGTERM received by the agent", own_grace=True)
     finally:
         watcher.stop()
 

@@ -34,8 +34,23 @@ def test_a_deadline_already_past_still_gives_the_trainer_a_few_seconds():
     assert plan.deadline() == NOW + LATE_NOTICE_SECONDS + 2.0
 
 
-def test_a_deadline_too_close_for_the_margin_counts_as_late_too():
-    assert times(deadline=NOW + 1).stop_by() == NOW + LATE_NOTICE_SECONDS
+def test_a_stated_deadline_still_ahead_is_kept_however_close():
+    plan = times(deadline=NOW + 1)
+    assert (plan.stop_by(), plan.deadline()) == (NOW - 1, NOW + 1)  # killed at once; the backup has its second
+
+
+def test_a_sigterms_own_grace_is_its_deadline_even_a_short_one():
+    """The late rule took it for a cloud's deadline: with notice_grace 5, the trainer ran past it."""
+    from spotrun.agent.notices import SigtermNotice
+
+    sigterm = SigtermNotice(5.0)
+    sigterm.trigger()
+    notice = sigterm.poll()
+    received = notice.deadline - 5.0
+    plan = StopTimes(SimpleNamespace(notice=notice), notice, received + 0.5, 5.0, 2.0)  # type: ignore[arg-type]
+    assert (plan.stop_by(), plan.deadline()) == (received + 3.0, received + 5.0)
+    late = StopTimes(SimpleNamespace(notice=notice), notice, received + 9.0, 5.0, 2.0)  # type: ignore[arg-type]
+    assert late.stop_by() == received + 3.0  # answered after its own grace: no more time
 
 
 def test_the_late_floor_is_never_more_than_the_grace():

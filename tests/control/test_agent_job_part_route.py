@@ -5,11 +5,12 @@ started."""
 from __future__ import annotations
 
 import json
+import threading
 
 from sqlalchemy import select
 from world import agent_poster
 
-from spotrun.server.agent_api import ordinal
+from spotrun.server.agent_api import hand_out_job_part, ordinal
 from spotrun.state import Event
 
 SECRET = "sk-live-0123456789abcdef"
@@ -125,4 +126,36 @@ def test_a_refused_fetch_records_no_handout(world):
 def test_ordinals_read_as_english():
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th",
+    ]
+
+
+def test_two_handouts_at_the_same_moment_are_counted_in_turn(world):
+    """Both read the count before either wrote: both were "the first", and no event said "2nd time"."""
+    job_id, _ = launched(world)
+    attempt_id = world.attempts(job_id)[0].id
+    first_inside, release, second_done = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with world.store.session() as session:
+            hand_out_job_part(session, attempt_id, "10.0.0.1", world.clock.now())
+            first_inside.set()
+            release.wait(10)  # still inside its transaction
+
+    def second() -> None:
+        with world.store.session() as session:
+            hand_out_job_part(session, attempt_id, "10.0.0.2", world.clock.now())
+        second_done.set()
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert first_inside.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    assert not second_done.wait(0.5)  # it waits for the first
+    release.set()
+    for thread in threads:
+        thread.join(15)
+
+    assert [data for _, data in handouts(world, job_id)] == [
+        {"client": "10.0.0.1", "handout": 1}, {"client": "10.0.0.2", "handout": 2},
     ]

@@ -85,3 +85,22 @@ def test_the_cli_and_an_agent_reach_the_server_under_the_prefix(dashboard: Dashb
         finally:
             agent.close()
         assert replies and replies[0]["ok"] is True
+
+
+def test_a_trailing_slash_and_the_api_docs_stay_under_the_prefix(dashboard: Dashboard) -> None:
+    """Starlette's own slash redirect named an absolute URL without the prefix, and /docs read /openapi.json."""
+    import httpx
+
+    with LiveServer(PrefixStrippingProxy(create_app(dashboard.store), PREFIX)) as proxy:
+        base = f"{proxy.url}{PREFIX}"
+        with httpx.Client(follow_redirects=True) as client:
+            job = f"/dashboard/jobs/{dashboard.finished_job}"
+            redirects = ((f"{job}/", job), ("/dashboard/login/", "/dashboard/login"), ("/", "/dashboard/"),
+                         ("/dashboard", "/dashboard/"))
+            for path, lands_on in redirects:
+                response = client.get(f"{base}{path}")
+                assert (response.status_code, str(response.url)) == (200, f"{base}{lands_on}"), path
+            docs = client.get(f"{base}/docs")
+            assert docs.status_code == 200 and "url: 'openapi.json'" in docs.text
+            assert client.get(f"{base}/openapi.json").json()["info"]["title"] == "spotrun server"
+            assert 'spec-url="openapi.json"' in client.get(f"{base}/redoc").text

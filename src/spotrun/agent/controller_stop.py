@@ -27,4 +27,4 @@ class ControllerStopNotice:
         if self._requested is None:
             return None
         asked_at, reason = self._requested
-        return Notice(self.name, asked_at + self._grace, f"the controller asked to stop: {reason}")
+        return Notice(self.name, asked_at + self._grace, f"the controller asked to stop: {reason}", own_grace=True)

@@ -33,6 +33,9 @@ class Notice:
     source: str
     deadline: float | None  # unix seconds when the instance is reclaimed; None when unknown
     detail: str
+    # the deadline is the agent's own grace after the notice arrived (a SIGTERM, the controller's stop), not a time
+    # the cloud stated
+    own_grace: bool = False
 
 
 class NoticeSource(Protocol):
@@ -115,7 +118,7 @@ class SigtermNotice:
         received_at = self._received_at
         if received_at is None:
             return None
-        return Notice(self.name, received_at + self._grace, "SIGTERM received by the agent")
+        return Notice(self.name, received_at + self._grace, "SIGTERM received by the agent", own_grace=True)
 
 
 def metadata_notice_sources(environ: Mapping[str, str] = os.environ) -> list[NoticeSource]:

@@ -1,12 +1,14 @@
 """When a noticed trainer must have stopped, and when its final backup must be done.
 
 With a deadline: the sync margin before the soonest deadline a notice named so far (a later notice may name a
-sooner one). Without one (a SIGTERM, the controller's stop): notice_grace after the agent answered the first notice.
+sooner one). Without one: notice_grace after the agent answered the first notice; a SIGTERM's and the controller's
+stop carry that grace as their deadline.
 
-A deadline already past when the agent answered (the notice seen late, or the instance's clock ahead of the
-cloud's) means the cloud is late too, and the instance still runs. The trainer then gets a few seconds anyway
-(`LATE_NOTICE_SECONDS`, or notice_grace if less): it may still save and back up, where one killed at once cannot,
-and the cloud taking the instance meanwhile loses nothing more than killing it would have.
+A deadline the cloud stated that had already passed when the agent answered (the notice seen late, or the
+instance's clock ahead of the cloud's) means the cloud is late too, and the instance still runs. The trainer then
+gets a few seconds anyway (`LATE_NOTICE_SECONDS`, or notice_grace if less), and the backup the sync margin after:
+they may still save and back up, where a trainer killed at once cannot, and the cloud taking the instance meanwhile
+loses nothing more than killing it would have. A stated deadline still ahead is kept, however close.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ class StopTimes:
         notice = self.watcher.notice or self.answered
         if notice.deadline is None:
             return None
-        earliest_stop = self.answered_at + min(LATE_NOTICE_SECONDS, self.notice_grace)
-        return max(notice.deadline, earliest_stop + self.sync_margin)
+        if notice.own_grace or notice.deadline > self.answered_at:
+            return notice.deadline
+        return self.answered_at + min(LATE_NOTICE_SECONDS, self.notice_grace) + self.sync_margin
 
     def stop_by(self) -> float:
         """When the command must have stopped."""

@@ -8,6 +8,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from spotrun.control import gang, records
 from spotrun.control.boot import job_part
@@ -76,6 +77,37 @@ def ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
+def hand_out_job_part(session: Session, attempt_id: int, client: str | None, now: float) -> dict:
+    """The job's part for its attempt's agent (410 once it started or ended), recorded as an event naming who asked,
+    so that a second handout (an agent whose answer was lost, or someone else holding the token) shows."""
+    attempt = session.get(Attempt, attempt_id, with_for_update=True)  # PostgreSQL: handouts of one attempt in turn
+    if attempt.ended_at is not None:
+        raise HTTPException(status_code=410, detail=f"attempt {attempt.number} of job {attempt.job_id} has ended")
+    if attempt.agent_started_at is not None:
+        raise HTTPException(
+            status_code=410,
+            detail=f"attempt {attempt.number} of job {attempt.job_id}: its agent started already, and the job's part "
+            "of the configuration is handed out only before that",
+        )
+    part = job_part(JobSpec.model_validate(attempt.job.spec))
+    event = add_event(session, at=now, kind=JOB_PART_SERVED, job_id=attempt.job_id, attempt_id=attempt.id, message="")
+    session.flush()  # SQLite: the insert takes the write lock first, so a handout at the same moment is counted
+    earlier = session.scalars(
+        select(Event).where(Event.job_id == attempt.job_id, Event.attempt_id == attempt.id,
+                            Event.kind == JOB_PART_SERVED, Event.id < event.id).order_by(Event.id)
+    ).all()
+    who = client or "an unknown address"
+    event.message = f"attempt {attempt.number}: the job's configuration was handed to {who}"
+    if earlier:
+        first = earlier[0].data.get("client") or "an unknown address"
+        event.message += (
+            f", for the {ordinal(len(earlier) + 1)} time (first to {first}): an agent whose answer was lost asks "
+            "again, but so could anyone else holding the attempt's token"
+        )
+    event.data = {"client": client, "handout": len(earlier) + 1}
+    return part
+
+
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
@@ -95,39 +127,9 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     @app.get("/agent/v1/attempts/{attempt_id}/job")
     def job(request: Request, attempt_id: int = Authorized) -> dict:
         """The job's part of the agent's configuration, kept out of the user data the cloud shows (control.boot).
-        Served only until the agent reports started: whoever reads the user data later gets nothing from it.
-        Each handout is an event naming who asked, so a second one (an agent that lost its answer, or someone
-        else holding the token) shows in the job's events."""
+        Served only until the agent reports started: whoever reads the user data later gets nothing from it."""
         with store.session() as session:
-            attempt = session.get(Attempt, attempt_id)
-            if attempt.ended_at is not None:
-                raise HTTPException(status_code=410, detail=f"attempt {attempt.number} of job {attempt.job_id} has ended")
-            if attempt.agent_started_at is not None:
-                raise HTTPException(
-                    status_code=410,
-                    detail=f"attempt {attempt.number} of job {attempt.job_id}: its agent started already, and the "
-                    "job's part of the configuration is handed out only before that",
-                )
-            part = job_part(JobSpec.model_validate(attempt.job.spec))
-            record_handout(session, attempt, request.client.host if request.client else None)
-            return part
-
-    def record_handout(session, attempt: Attempt, client: str | None) -> None:
-        earlier = session.scalars(
-            select(Event).where(Event.attempt_id == attempt.id, Event.kind == JOB_PART_SERVED).order_by(Event.id)
-        ).all()
-        who = client or "an unknown address"
-        message = f"attempt {attempt.number}: the job's configuration was handed to {who}"
-        if earlier:
-            first = earlier[0].data.get("client") or "an unknown address"
-            message += (
-                f", for the {ordinal(len(earlier) + 1)} time (first to {first}): an agent whose answer was lost asks "
-                "again, but so could anyone else holding the attempt's token"
-            )
-        add_event(
-            session, at=clock.now(), kind=JOB_PART_SERVED, job_id=attempt.job_id, attempt_id=attempt.id,
-            message=message, data={"client": client, "handout": len(earlier) + 1},
-        )
+            return hand_out_job_part(session, attempt_id, request.client.host if request.client else None, clock.now())
 
     @app.post("/agent/v1/attempts/{attempt_id}/started")
     def started(body: Started, attempt_id: int = Authorized) -> dict:

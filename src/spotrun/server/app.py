@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from sqlalchemy import text
@@ -35,11 +36,26 @@ AGENT_REFUSALS: dict[int | str, dict[str, object]] = {
 }
 
 
+def _serve_api_docs(app: FastAPI) -> None:
+    """/docs and /redoc as FastAPI serves them, but with the spec's URL relative to the page: under a proxy's path
+    prefix, FastAPI's absolute /openapi.json would miss it."""
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="openapi.json", title=f"{app.title} - Swagger UI")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="openapi.json", title=f"{app.title} - ReDoc")
+
+
 def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
     app = FastAPI(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
+        docs_url=None, redoc_url=None,  # served below, reading the spec by a relative URL
     )
+    _serve_api_docs(app)
     app.include_router(create_api_router(store))
     app.include_router(create_dashboard_router())
     # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.

@@ -31,7 +31,10 @@ class LogPruner:
 
     def run(self) -> None:
         while not self._stopped.is_set():
-            self.prune_once()
+            try:
+                self.prune_once()
+            except Exception:  # a bug must not end retention for the server's life: said, and tried next round
+                log.exception("pruning logs failed, next try in %.0f s", self.every)
             self._stopped.wait(self.every)
 
     def stop(self) -> None:

@@ -61,6 +61,15 @@ def create_dashboard_router() -> APIRouter:
     def job_page(job_id: JobId) -> FileResponse:
         return _file("job.html")
 
+    # With a trailing slash: Starlette's own redirect would name an absolute URL, without the proxy's prefix.
+    @router.get("/dashboard/login/")
+    def login_with_slash() -> RedirectResponse:
+        return RedirectResponse("../login")
+
+    @router.get("/dashboard/jobs/{job_id}/")
+    def job_page_with_slash(job_id: JobId) -> RedirectResponse:
+        return RedirectResponse(f"../{job_id}")
+
     @router.get("/dashboard/static/{name}")
     def asset(name: str) -> FileResponse:
         if name not in assets:
