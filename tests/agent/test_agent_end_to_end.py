@@ -37,6 +37,16 @@ while True:
 """
 
 
+def announce_reclaim(metadata: Path, in_seconds: int) -> datetime:
+    """The local metadata's instance-action, as EC2 writes it: terminate at a whole second `in_seconds` from now."""
+    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=in_seconds)
+    (metadata / "spot").mkdir(parents=True)
+    (metadata / "spot" / "instance-action").write_text(
+        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
+    )
+    return reclaim_at
+
+
 def write_trainer(tmp_path: Path, source: str) -> str:
     script = tmp_path / "trainer.py"
     script.write_text(source)
@@ -127,11 +137,7 @@ def test_local_metadata_notice_stops_trainer_backs_up_and_reports_preempted(cont
         controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)}
     )
     controller.wait_for(lambda: "ready" in controller.log_text())
-    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=30)
-    (metadata / "spot").mkdir(parents=True)
-    (metadata / "spot" / "instance-action").write_text(
-        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
-    )
+    reclaim_at = announce_reclaim(metadata, in_seconds=30)
     assert agent.wait() == 0
 
     (notice,) = controller.of("notice")
@@ -153,11 +159,7 @@ def test_a_notice_whose_deadline_has_passed_still_lets_the_trainer_save_and_back
         controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)}
     )
     controller.wait_for(lambda: "ready" in controller.log_text())
-    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=30)
-    (metadata / "spot").mkdir(parents=True)
-    (metadata / "spot" / "instance-action").write_text(
-        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
-    )
+    reclaim_at = announce_reclaim(metadata, in_seconds=-30)
     assert agent.wait() == 0
 
     (notice,) = controller.of("notice")
@@ -296,6 +298,29 @@ def test_a_stop_asked_in_a_heartbeat_answer_checkpoints_and_ends_the_attempt(con
     assert notice.body["source"] == "controller" and "spot is back" in notice.body["detail"]
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+SLOW_TO_STOP_TRAINER = SAVING_TRAINER.replace('    print("got SIGTERM", flush=True)\n',
+                                               '    print("got SIGTERM", flush=True)\n    time.sleep(1.5)\n')
+
+
+def test_the_clouds_notice_during_a_stop_to_move_is_told_to_the_controller(controller, run_agent, tmp_path):
+    """The agent told only the first notice it answered (the controller's stop): the controller never knew the cloud
+    would take the instance, and terminated it itself, charged, where EC2 takes it back free."""
+    metadata = tmp_path / "metadata"
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SLOW_TO_STOP_TRAINER), notice_grace=5.0,
+                      extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)})
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.replies["heartbeat"] = {"ok": True, "stop": "move: spot is back"}
+    controller.wait_for(lambda: "got SIGTERM" in controller.log_text())
+    reclaim_at = announce_reclaim(metadata, in_seconds=60)
+    assert agent.wait() == 0
+
+    assert [n.body["source"] for n in controller.of("notice")] == ["controller", "local-metadata"]
+    assert controller.of("notice")[1].body["deadline"] == reclaim_at.timestamp()
+    endpoints = [r.endpoint for r in controller.requests]
+    assert len(endpoints) - endpoints[::-1].index("notice") - 1 < endpoints.index("exit")
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
 
 
@@ -482,11 +507,7 @@ def test_a_notice_during_the_restore_is_reported_and_the_command_never_starts(co
     plugin.mkdir()
     (plugin / "sitecustomize.py").write_text(SLOW_STORE)
     metadata = tmp_path / "metadata"
-    (metadata / "spot").mkdir(parents=True)
-    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=60)
-    (metadata / "spot" / "instance-action").write_text(
-        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
-    )
+    announce_reclaim(metadata, in_seconds=60)
     env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "SPOTRUN_LOCAL_METADATA": str(metadata)}
     agent = run_agent(controller.url, extra_env=env, run="echo started", checkpoint_store=f"slow://{tmp_path / 's'}")
     assert agent.wait() == 0
@@ -503,11 +524,7 @@ def test_a_sigterm_after_the_clouds_notice_brings_the_stop_forward(controller, r
     agent = run_agent(controller.url, run=write_trainer(tmp_path, stubborn), notice_grace=1.5, sync_margin=0.5,
                       extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)})
     controller.wait_for(lambda: "ready" in controller.log_text())
-    reclaim_at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=30)
-    (metadata / "spot").mkdir(parents=True)
-    (metadata / "spot" / "instance-action").write_text(
-        json.dumps({"action": "terminate", "time": reclaim_at.isoformat().replace("+00:00", "Z")})
-    )
+    announce_reclaim(metadata, in_seconds=30)
     controller.wait_for(lambda: controller.of("notice"))
     agent.process.send_signal(signal.SIGTERM)
     started = time.monotonic()

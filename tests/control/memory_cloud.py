@@ -36,6 +36,7 @@ class MemoryCloud:
         self.requests: list[LaunchRequest] = []  # every launch asked for, in order
         self.crash_after_launch = False
         self.crash_after_terminate = False
+        self.forgotten: set[str] = set()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()  # several controller workers may call at once
 
@@ -68,10 +69,21 @@ class MemoryCloud:
         return next((i for i in self.instances.values() if i.client_token == client_token), None)
 
     def describe(self, instance_id):
+        if instance_id in self.forgotten:  # as EC2 answers an hour after an instance went: not listed
+            return InstanceInfo(instance_id=instance_id, zone="", market="spot", instance_type="", state="unknown",
+                                detail={"why": "not listed"})
         return self.instances[instance_id]
 
     @_locked
+    def forget(self, instance_id):
+        """The instance went (taken back) and the cloud no longer lists it."""
+        self.reclaim(instance_id)
+        self.forgotten.add(instance_id)
+
+    @_locked
     def terminate(self, instance_id):
+        if instance_id in self.forgotten:
+            return  # EC2: an instance it no longer knows is fine
         info = self.instances[instance_id]
         if info.state != "terminated":
             self.instances[instance_id] = replace(info, state="terminated", terminated_at=self.clock.now())
@@ -86,7 +98,7 @@ class MemoryCloud:
 
     @_locked
     def list_instances(self):
-        return list(self.instances.values())
+        return [info for instance_id, info in self.instances.items() if instance_id not in self.forgotten]
 
     def preempt(self, instance_id, notice_seconds=None):
         self.reclaim(instance_id)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from world import SPEC
+
 from spotrun.costs import ledger
 from spotrun.costs.billing import CLOUD_RULES
 from spotrun.server.fleet_totals import fleet_bill
@@ -293,3 +295,90 @@ def test_a_charge_the_cloud_may_still_waive_is_marked_provisional_until_settled(
     assert detail.attempts[0].left_to_cloud_until is None and detail.attempts[0].cost == 0.0
     assert (cost.bill.provisional, cost.bill.provisional_until) == (0.0, None)
     assert provisional_note(cost.bill) is None
+
+
+def test_the_clouds_notice_while_stopping_to_move_still_leaves_the_instance_to_it(aws_world):
+    """The move's stop had set the attempt's notice: the cloud's was dropped, and spotrun terminated the instance
+    itself, charged in full (20 minutes of spot) where EC2 would have taken it back free."""
+    world = aws_world
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 1200)
+    [attempt] = world.attempts(job_id)
+    world.controller.request_move(attempt.id, "a better zone")
+    assert world.attempts(job_id)[0].state == "draining"
+    world.agent(instance)("notice", {"source": "controller", "deadline": world.clock.now() + 30})  # the stop, answered
+    world.agent(instance)("notice", {"source": "aws-imds", "deadline": world.clock.now() + 120})  # then EC2's
+    world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "migrated" and attempt.notice_source == "aws-imds"
+    assert world.cloud.instances[instance].state == "running" and instance_row(world, instance).state == "awaiting_reclaim"
+    assert [e.message for e in events(world, "preemption_notice")] == [
+        "attempt 1: preemption notice from aws-imds, 120 s left"]
+    world.cloud.reclaim(instance)
+    world.tick()
+    assert world.attempts(job_id)[0].charged_seconds == 0.0
+
+
+def test_a_move_asked_after_the_clouds_notice_keeps_that_notice(aws_world):
+    world = aws_world
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 1200)
+    world.agent(instance)("notice", {"source": "aws-imds", "deadline": world.clock.now() + 120})
+    [attempt] = world.attempts(job_id)
+    world.controller.request_move(attempt.id, "idle a while")  # the policy's next look, before the agent's exit
+    with world.store.session() as session:
+        from spotrun.control import records
+        from spotrun.state import Attempt
+        records.ask_to_stop(session, session.get(Attempt, attempt.id), "a gang's stop", world.clock.now())
+    [attempt] = world.attempts(job_id)
+    assert attempt.notice_source == "aws-imds"
+    world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    assert instance_row(world, instance).state == "awaiting_reclaim"
+
+
+def test_an_instance_the_cloud_forgot_during_an_outage_is_charged_at_most_to_its_release(aws_world):
+    """Settled as gone "now", after the controller was down three hours: charged 11,522 s of spot."""
+    world = aws_world
+    job_id, first = interrupted_after(world, 600)
+    release_at = instance_row(world, first).release_at
+    world.clock.advance(3 * 3600)  # the controller is down; EC2 takes the instance back, then forgets it
+    world.cloud.forget(first)
+    world.controller = world.new_controller(billing_rules=AWS_RULES, **PATIENT)
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert instance_row(world, first).state == "terminated"
+    assert attempt.billed_seconds == pytest.approx(release_at - attempt.started_at)
+    assert attempt.charged_seconds == pytest.approx(attempt.billed_seconds) and attempt.billed_seconds < 800
+
+
+def test_an_instance_alive_past_its_release_is_charged_to_when_spotrun_ends_it(aws_world):
+    world = aws_world
+    job_id, first = interrupted_after(world, 600)
+    world.clock.advance(3600)  # the controller is down, and EC2 never took the instance
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert world.cloud.instances[first].state == "terminated" and not instance_row(world, first).reclaimed
+    assert attempt.billed_seconds == pytest.approx(world.clock.now() - attempt.started_at, abs=2)
+
+
+def test_a_lost_instance_the_cloud_no_longer_lists_is_billed_to_its_last_sign_of_life(aws_world):
+    """Ended "now" after a three-hour outage: 12,621 s charged for an instance last heard of at 1,200 s."""
+    world = aws_world
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 12h"))  # the outage does not end the job
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 1200)
+    world.agent(instance)("heartbeat", {})
+    last_heard = world.clock.now()
+    world.clock.advance(3 * 3600)
+    world.cloud.forget(instance)
+    world.controller = world.new_controller(billing_rules=AWS_RULES, heartbeat_timeout=60.0, unknown_timeout=60.0)
+    for _ in range(3):  # the restarted controller gives the silent instance its timeout first
+        world.tick(61)
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "lost"
+    assert attempt.ended_at == pytest.approx(last_heard) and attempt.billed_seconds < 1300

@@ -158,13 +158,14 @@ def sooner(held: Notice | None, new: Notice | None) -> Notice | None:
 
 
 class NoticeWatcher:
-    """Polls every source each `interval` seconds; `wait` returns the first notice, and `notice` the one with the
-    soonest deadline so far."""
+    """Polls every source each `interval` seconds; `wait` returns the first notice, `notice` the one with the
+    soonest deadline so far, and `cloud_notice` the first the cloud stated (not a SIGTERM's or the controller's)."""
 
     def __init__(self, sources: Sequence[NoticeSource], interval: float) -> None:
         self._sources = list(sources)
         self._interval = interval
         self._notice: Notice | None = None
+        self._cloud_notice: Notice | None = None
         self._arrived = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="spotrun-notices", daemon=True)
@@ -172,6 +173,10 @@ class NoticeWatcher:
     @property
     def notice(self) -> Notice | None:
         return self._notice
+
+    @property
+    def cloud_notice(self) -> Notice | None:
+        return self._cloud_notice
 
     def start(self) -> NoticeWatcher:
         self._thread.start()
@@ -192,6 +197,8 @@ class NoticeWatcher:
         while not self._stop.is_set():
             for source in self._sources:
                 notice = first_notice([source])
+                if notice is not None and not notice.own_grace and self._cloud_notice is None:
+                    self._cloud_notice = notice
                 if notice is None or sooner(self._notice, notice) is self._notice:
                     continue
                 log.warning("preemption notice from %s: %s (deadline %s)", notice.source, notice.detail, notice.deadline)

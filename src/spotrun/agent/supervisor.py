@@ -265,9 +265,11 @@ class Agent:
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
         process.signal_group(signal.SIGTERM)
         times = StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin)
+        cloud_told = not notice.own_grace
         exit_code = None
         while exit_code is None and time.time() < times.stop_by():
             exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, times.stop_by() - time.time())))
+            cloud_told = cloud_told or self._report_cloud_notice()
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
@@ -275,7 +277,18 @@ class Agent:
         self._wait_for_the_group(process, times.stop_by())
         log.info("command stopped after the notice with exit code %d", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
+        if not cloud_told:
+            self._report_cloud_notice()
         return ExitReport("preempted", exit_code, self._final_backup(deadline=times.deadline()))
+
+    def _report_cloud_notice(self) -> bool:
+        """Tell the controller of the cloud's notice that came after the agent's own (a SIGTERM, the controller's
+        stop): only then does it leave the instance to the cloud, which takes it back free on EC2 in its first
+        hour (`control.reclaims`). Whether there was one to tell."""
+        cloud = self.notices.cloud_notice
+        if cloud is not None:
+            self.reporter.send("notice", {"source": cloud.source, "deadline": cloud.deadline, "detail": cloud.detail})
+        return cloud is not None
 
     @staticmethod
     def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:

@@ -48,6 +48,15 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
 }
 
 
+def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float) -> float:
+    """When an instance the cloud gives no end time for was gone: now, as spotrun has just terminated it, unless the
+    attempt was lost and the cloud cannot describe the instance at all (EC2 no longer lists one an hour after it
+    went): then its last sign of life, so that a controller that was down is not billed the outage."""
+    if attempt.end_reason == "lost" and (info is None or info.state == "unknown"):
+        signs = [at for at in (attempt.last_heartbeat_at, attempt.agent_started_at, attempt.started_at) if at]
+        return max(signs, default=now)
+    return now
+
 
 class ClaimLost(Exception):
     """This worker no longer holds the job's claim: another worker drives it."""
@@ -467,7 +476,7 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-            if attempt.state == "running":
+            if attempt.state == "running" and attempt.notice_at is None:  # noticed: it is stopping for the cloud
                 records.ask_to_stop(session, attempt, reason, now)
 
     def _mark_running(self, attempt_id: int, verdict: Verdict) -> None:
@@ -528,7 +537,7 @@ class Controller:
             if release_at is not None:
                 reclaims.leave_to_cloud(session, attempt, release_at, now)
             elif attempt.instance_id is not None:
-                ended_at = (info.terminated_at if info and info.terminated_at else None) or now
+                ended_at = (info.terminated_at if info and info.terminated_at else None) or _gone_at(attempt, info, now)
                 self._record_instance_gone(session, attempt, ended_at, info)
             placed = attempt.started_at is not None and attempt.end_reason not in REFUSED_LAUNCHES
             billed = ended_at - attempt.started_at if placed else 0.0

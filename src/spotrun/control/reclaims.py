@@ -38,8 +38,9 @@ CLOUD_NOTICE_SOURCES = frozenset({"aws-imds", "gcp-metadata", "azure-scheduled-e
 
 def release_time(attempt: Attempt, rule: BillingRule, now: float) -> float | None:
     """When to terminate `attempt`'s instance if the cloud has not taken it, or None to terminate it now: only an
-    instance the cloud announced it will take back, inside the window where that costs nothing, is left to it."""
-    if attempt.end_reason != "preempted" or attempt.notice_source not in CLOUD_NOTICE_SOURCES:
+    instance the cloud announced it will take back, inside the window where that costs nothing, is left to it (also
+    one stopping to move when the cloud's notice came: it ends "migrated")."""
+    if attempt.end_reason not in ("preempted", "migrated") or attempt.notice_source not in CLOUD_NOTICE_SOURCES:
         return None
     if attempt.started_at is None or attempt.notice_at is None:
         return None
@@ -76,9 +77,11 @@ def settle_awaiting(controller: Controller) -> None:
 
 def _settle(controller: Controller, instance_id: str, provider_name: str, release_at: float | None, now: float) -> None:
     info = controller.describe_instance(provider_name, instance_id)
+    ended_now = False  # the cloud showed it up, and spotrun terminates it now
     if info is None or info.state != "terminated":
         if release_at is not None and now < release_at:
             return
+        ended_now = info is not None and info.state in ("pending", "running")
         controller.provider(provider_name).terminate(instance_id)
         info = controller.describe_instance(provider_name, instance_id)
     with controller.store.session() as session:
@@ -90,9 +93,17 @@ def _settle(controller: Controller, instance_id: str, provider_name: str, releas
         instance = session.get(Instance, instance_id)
         attempt = session.get(Attempt, instance.attempt_id)
         reclaimed = bool(info and info.state == "terminated" and info.reclaimed)
-        gone_at = (info.terminated_at if info and info.terminated_at else None) or controller.clock.now()
+        told = info.terminated_at if info and info.terminated_at else None
+        gone_at = told or (now if ended_now else _gone_by(release_at, now))
         instance.terminated_at, instance.reclaimed = gone_at, reclaimed
         _bill(session, attempt, controller.billing_rule(attempt.provider), gone_at, reclaimed)
+
+
+def _gone_by(release_at: float | None, now: float) -> float:
+    """When an instance the cloud gives no time for was gone: by its release time at the latest, as spotrun would have
+    terminated it then. A controller down for longer (EC2 no longer lists an instance an hour after it went) would
+    otherwise charge it through the outage; the release time is the most it can cost."""
+    return min(now, release_at) if release_at is not None else now
 
 
 def _bill(session, attempt: Attempt, rule: BillingRule, gone_at: float, reclaimed: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.control.states import JobState, check_transition, is_terminal
 from spotrun.state import Attempt, Job, add_event
 
@@ -57,8 +58,9 @@ def ask_to_stop(session: Session, attempt: Attempt, reason: str, now: float) -> 
     """Mark a running attempt "draining": its agent is told, in its next heartbeat's answer, to have the trainer
     checkpoint and stop (it then ends as "migrated"), so that the job can move."""
     attempt.state = "draining"
-    attempt.notice_at = now
-    attempt.notice_source = f"move: {reason}"[:60]
+    if attempt.notice_source not in CLOUD_NOTICE_SOURCES:  # the cloud's notice stands: it decides the instance's end
+        attempt.notice_at = now
+        attempt.notice_source = f"move: {reason}"[:60]
     add_event(
         session, at=now, kind="move_requested", job_id=attempt.job_id, attempt_id=attempt.id,
         message=f"attempt {attempt.number}: asking the trainer to checkpoint and stop ({reason})",

@@ -15,6 +15,7 @@ from spotrun.control.boot import job_part
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.logs import LogGap, append_chunk
 from spotrun.control.progress import record_checkpoint, restored_step
+from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody, attempt_holds
 from spotrun.server.refusals import answer_invalid_requests
@@ -179,7 +180,10 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     def notice(body: Notice, attempt_id: int = Authorized) -> dict:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-            if attempt.notice_at is None:
+            # The first notice, or the cloud's after the agent's own (a SIGTERM) or the controller's stop to move:
+            # what the cloud said decides whether its instance is left to it (`control.reclaims`).
+            overtaken = attempt.notice_source not in CLOUD_NOTICE_SOURCES and body.source in CLOUD_NOTICE_SOURCES
+            if attempt.notice_at is None or overtaken:
                 attempt.notice_at = clock.now()
                 attempt.notice_source = body.source
                 attempt.reclaim_at = body.deadline
