@@ -114,6 +114,8 @@ def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_
     assert torch.equal(whole["model"]["weight"], weights[0]["weight"])
 
     before = out.read_bytes()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
     refusals = {
         "exists: give --force": ["checkpoints", "export", str(out), str(store)],
         "no checkpoint of 9 steps (it holds: 1, 2, 3)": ["checkpoints", "export", str(tmp_path / "a.pt"), str(store), "--step", "9"],
@@ -121,12 +123,15 @@ def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_
         "no component 'modle'": ["checkpoints", "export", str(tmp_path / "c.pt"), str(store), "--component", "modle"],
         "one of them": ["checkpoints", "export", str(tmp_path / "d.pt")],
         "is a folder: give the file to write": ["checkpoints", "export", str(store), str(store), "--force"],
+        # a FIFO was renamed over (as root, /dev/null became a regular file)
+        "is not a regular file": ["checkpoints", "export", str(fifo), str(store), "--force"],
+        "all.pt/x.pt: cannot be written": ["checkpoints", "export", str(tmp_path / "all.pt" / "x.pt"), str(store)],
     }
     for message, arguments in refusals.items():
         refused = runner.invoke(app, arguments, env={"COLUMNS": "300"})
         assert refused.exit_code in (1, 2) and message in refused.output.replace("\n", ""), (message, refused.output)
-    assert out.read_bytes() == before
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["all.pt", "model.pt", "store"]  # no half-written file
+    assert out.read_bytes() == before and fifo.is_fifo()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["all.pt", "model.pt", "pipe", "store"]  # no half-written file
 
 
 def test_a_jobs_own_store_is_found_by_its_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,3 +179,53 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("created", "yesterday"), ("created", 1e300), ("created", -1e18), ("created", float("nan")),
+    ("payload", 5), ("payload", ["x"]), ("world_size", "two"), ("total_steps", 2.5),
+])
+def test_a_manifest_field_of_the_wrong_type_shows_as_unknown_not_a_traceback(store_of_three, field, value) -> None:
+    store, _ = store_of_three
+    manifest_path = store / layout.checkpoint_name(2) / layout.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest[field] = value
+    manifest_path.write_text(json.dumps(manifest))
+    runner = CliRunner()
+
+    table = runner.invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "200"})
+    listed = runner.invoke(app, ["checkpoints", "list", str(store), "--json", "--verify"])
+
+    assert table.exit_code == 0 and table.exception is None, table.output
+    assert listed.exception is None or isinstance(listed.exception, SystemExit)
+    rows = json.loads(listed.stdout)  # valid JSON: no bare NaN
+    row = next(row for row in rows if row["steps"] == 2)
+    assert row[{"payload": "kind"}.get(field, field)] in (None, "checkpointer")
+    if field == "payload":
+        assert row["state"].startswith("damaged: its payload")  # nothing could load it
+
+
+def test_a_file_entry_whose_size_is_not_a_number_damages_only_its_checkpoint(store_of_three) -> None:
+    store, _ = store_of_three
+    manifest_path = store / layout.checkpoint_name(2) / layout.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["shared.pt"]["size"] = "576"
+    manifest_path.write_text(json.dumps(manifest))
+
+    listed = CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json", "--verify"])
+
+    rows = json.loads(listed.stdout)
+    assert [(row["steps"], row["state"].split(":")[0]) for row in rows][:2] == [(1, "intact"), (2, "damaged")]
+
+
+def test_verify_calls_a_checkpoint_with_nothing_to_load_damaged(store_of_three) -> None:
+    """A manifest listing no file was "intact", though export and the SDK's restore refuse it."""
+    store, _ = store_of_three
+    manifest_path = store / layout.checkpoint_name(2) / layout.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"] = {}
+    manifest_path.write_text(json.dumps(manifest))
+
+    rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json", "--verify"]).stdout)
+
+    assert rows[1]["state"] == "damaged: shared.pt is not listed in the manifest"

@@ -115,11 +115,14 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
             return {**row, "state": f"damaged: {layout.MANIFEST_NAME} is not a readable manifest"}
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
     files = manifest["files"]
+    payload = manifest.get("payload")
     row.update(
-        bytes=sum(entry.get("size", 0) for entry in files.values() if isinstance(entry, dict)),
-        files=len(files), world_size=manifest.get("world_size"), created=manifest.get("created"),
-        total_steps=manifest.get("total_steps"), save_seconds=layout.save_seconds_of(manifest),
-        kind=manifest.get("payload") or ("sharded" if layout.SHARDS_INDEX_NAME in files else "checkpointer"),
+        bytes=sum(size for entry in files.values() if isinstance(entry, dict) and _is_count(size := entry.get("size"))),
+        files=len(files), world_size=_count_or_none(manifest.get("world_size")),
+        created=_time_or_none(manifest.get("created")), total_steps=_count_or_none(manifest.get("total_steps")),
+        save_seconds=layout.save_seconds_of(manifest),
+        kind=payload if isinstance(payload, str) and payload else (
+            "sharded" if layout.SHARDS_INDEX_NAME in files else "checkpointer"),
     )
     if not verify:
         return {**row, "state": "complete"}
@@ -127,7 +130,26 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
         layout.verify_files(fs, path)
     except layout.CorruptCheckpoint as damage:
         return {**row, "state": f"damaged: {damage}"}
+    if (problem := layout.unloadable(manifest)) is not None:
+        return {**row, "state": f"damaged: {problem}"}
     return {**row, "state": "intact"}
+
+
+# A manifest's facts as the listing shows them: a value of the wrong type (a manifest written by hand, or damaged)
+# shows as unknown, and `--verify` says what is wrong with its files.
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count_or_none(value: Any) -> int | None:
+    return value if _is_count(value) else None
+
+
+def _time_or_none(value: Any) -> float | None:
+    """A unix time a clock can show (1970 to 9999), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 253_402_300_800:
+        return None
+    return float(value)
 
 
 @app.command()
@@ -151,6 +173,8 @@ def export(
         raise _fail(f"{output} is a folder: give the file to write", 2)
     if output.exists() and not force:
         raise _fail(f"{output} exists: give --force to replace it", 2)
+    if output.exists() and not output.is_file():  # a device or a pipe: a rename would put a file in its place
+        raise _fail(f"{output} is not a regular file: give a file to write", 2)
     _reach(where)
     import torch
 
@@ -168,11 +192,14 @@ def export(
         for warning in skipped:
             errors.print(f"[yellow]warning:[/] {escape(str(warning.message))}", soft_wrap=True)
     content = loaded.state[component[0]] if component and len(component) == 1 else loaded.state
-    if output.suffix == ".safetensors":
-        data = _safetensors_bytes(content, {"spotrun_checkpoint": loaded.path, "spotrun_steps": str(loaded.steps)})
-        _write_atomically(output, lambda fh: fh.write(data))
-    else:
-        _write_atomically(output, lambda fh: torch.save(content, fh))
+    try:
+        if output.suffix == ".safetensors":
+            data = _safetensors_bytes(content, {"spotrun_checkpoint": loaded.path, "spotrun_steps": str(loaded.steps)})
+            _write_atomically(output, lambda fh: fh.write(data))
+        else:
+            _write_atomically(output, lambda fh: torch.save(content, fh))
+    except OSError as problem:  # a parent that is a file, a folder not writable, a full disk
+        raise _fail(f"{output}: cannot be written: {problem.strerror or problem}") from None
     tensors = [value for _, value in leaves(content) if isinstance(value, torch.Tensor)]
     size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
     what = ", ".join(component) if component else ", ".join(loaded.state)

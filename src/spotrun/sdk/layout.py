@@ -23,10 +23,22 @@ import fsspec
 CHECKPOINT_PREFIX = "ckpt-"
 MANIFEST_NAME = "manifest.json"
 SHARDS_INDEX_NAME = "shards.idx"  # where each piece of a sharded or spread tensor is (``sdk.sharding``)
+SHARED_FILE = "shared.pt"  # the Checkpointer's components every rank loads (``sdk.reading``)
 # the manifest's ``payload`` of a framework's own checkpoint, and what it holds (the Checkpointer's have none)
 TRAINER_PAYLOAD, LIGHTNING_PAYLOAD = "transformers-trainer", "lightning"
 FRAMEWORK_PAYLOADS = {TRAINER_PAYLOAD: "the Trainer's own files", LIGHTNING_PAYLOAD: "lightning.ckpt"}
 _NAME = re.compile(r"^ckpt-(\d{12})$")
+
+
+def unloadable(manifest: dict[str, Any]) -> str | None:
+    """Why nothing could load the checkpoint this manifest describes, whatever its files hold, or None: the
+    Checkpointer reads its shared file, and a framework's files are that framework's to read."""
+    payload = manifest.get("payload")
+    if payload is None:
+        return None if SHARED_FILE in manifest["files"] else f"{SHARED_FILE} is not listed in the manifest"
+    if not isinstance(payload, str) or payload not in FRAMEWORK_PAYLOADS:
+        return f"its payload {payload!r} is none spotrun knows ({', '.join(FRAMEWORK_PAYLOADS)} or the Checkpointer's)"
+    return None if manifest["files"] else "the manifest lists no file"
 
 
 def checkpoint_name(step: int) -> str:

@@ -23,7 +23,7 @@ from spotrun.sdk.errors import (
 from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
 
 
-SHARED_FILE = "shared.pt"
+SHARED_FILE = layout.SHARED_FILE
 
 
 def rank_file(rank: int) -> str:
