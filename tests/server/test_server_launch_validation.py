@@ -98,3 +98,47 @@ def test_a_base_dir_that_is_not_an_absolute_path_is_refused_naming_it(team: Team
     answer = team.client.post("/api/v1/jobs", json={"spec": TINY_JOB, "base_dir": base_dir}, headers=team.as_user("alice"))
     assert answer.status_code == 422 and answer.json()["problems"][0]["field"] == "base_dir"
     assert team.client.get("/api/v1/jobs", headers=team.as_user("alice")).json() == []
+
+
+def test_a_remote_launch_from_a_path_longer_than_the_server_takes_sends_its_file_name(team: Team, tmp_path) -> None:
+    """The server refuses a `source` over 1,000 characters with FastAPI's 422, which the CLI read as the job file's
+    problems: a pydantic traceback."""
+    from fastapi.testclient import TestClient
+
+    from spotrun.cli.backend import BackendError
+    from spotrun.cli.remote import RemoteBackend
+
+    folder = tmp_path
+    for part in range(6):
+        folder = folder / (f"{part}" * 200)
+    folder.mkdir(parents=True)
+    job_file = folder / "deep.yaml"
+    job_file.write_text(TINY_JOB)
+    assert len(str(job_file)) > 1000
+    remote = RemoteBackend("http://testserver", team.tokens["alice"], client=TestClient(team.client.app))
+
+    assert remote.launch(job_file).name == "tiny"
+
+    import httpx
+
+    from spotrun.cli.remote import _invalid_spec
+
+    fastapis = httpx.Response(422, json={"detail": [{"type": "string_too_long", "loc": ["body", "source"]}]})
+    assert _invalid_spec(fastapis) is None  # a 422 about the request itself is said as the server said it
+    with pytest.raises(BackendError, match="answered 422: .*string_too_long"):
+        remote._ok(fastapis)
+
+
+@pytest.mark.parametrize("cloud", ["local", "aws"])
+def test_a_checkpoint_store_of_a_protocol_no_filesystem_knows_is_refused_at_launch(team: Team, cloud: str) -> None:
+    """Stored, it failed every attempt at its restore, after an instance was launched and paid for."""
+    on_aws = "cloud: aws, instance_type: m5.large, prices: {on_demand: 0.1, spot: 0.04}"
+    text = TINY_JOB.replace("cloud: local, instance_type: local.cpu", on_aws) if cloud == "aws" else TINY_JOB
+    text += "checkpoint: {store: 's4://bucket/run'}\n"
+    response = team.client.post("/api/v1/jobs", json={"spec": text}, headers=team.as_user("alice"))
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["problems"]
+    assert problem["field"] == "checkpoint.store" and "no filesystem knows the protocol 's4'" in problem["message"]
+    assert stored_rows(team) == (0, 0)
+    chained = text.replace("s4://bucket/run", "simplecache::s3://bucket/run")
+    assert team.client.post("/api/v1/jobs", json={"spec": chained}, headers=team.as_user("alice")).status_code == 201

@@ -78,3 +78,30 @@ def test_a_nul_byte_is_a_spec_error_not_a_crash() -> None:
 
     with pytest.raises(SpecError, match="invalid YAML"):
         parse_spec("run: x\x00\n", "job.yaml")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("run: x\nmax_restarts_on_error: " + "9" * 5000 + "\n", "invalid YAML: Exceeds the limit"),
+    ("run: x\nmax_restarts_on_error: 0x" + "f" * 4000 + "\n", "max_restarts_on_error: is a number too long"),
+    ("run: x\nsetup: &a [*a]\n", "setup[0]: refers to itself (a YAML alias inside its own anchor)"),
+    ("run: x\nenv: " + "[" * 2000 + "]" * 2000 + "\n", "invalid YAML: nested too deeply"),
+    ("run: x\nspot: {deadline: " + "9" * 400 + "}\n", "spot.deadline"),
+    ("run: x\nspot: {max_wait: " + "9" * 400 + "}\n", "must be a finite duration; got a number of about 400 digits"),
+    ('run: "echo \\ud800"\n', "run: holds an unpaired surrogate ('\\ud800')"),
+])
+def test_valid_yaml_that_no_job_can_be_is_a_spec_error_not_a_crash(tmp_path, text, message):
+    """Each was a traceback in the CLI and a 500 from the API (or, the surrogate, stored and then never started)."""
+    path = tmp_path / "odd.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert message in str(caught.value)
+
+
+def test_a_file_that_never_ends_is_read_no_further_than_a_job_file_can_be(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text("run: x\n" + "#" * 1_100_000 + "\n")
+    with pytest.raises(SpecError, match="holds more than 1,000,000 characters"):
+        load_spec(path)
+    with pytest.raises(SpecError, match="holds more than 1,000,000 characters"):
+        load_spec("/dev/zero")

@@ -10,7 +10,7 @@ import httpx
 
 from spotrun.cli.backend import TOKEN_ENV, BackendError
 from spotrun.control.jobs import JobNotFound
-from spotrun.server.schemas import CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
+from spotrun.server.schemas import MAX_SOURCE_CHARS, CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
 from spotrun.server.views import EventView, JobDetail, JobRow
 from spotrun.spec import Problem, SpecError, load_spec
 
@@ -27,13 +27,13 @@ class RemoteBackend:
 
     def launch(self, job_file: Path) -> Launched:
         load_spec(job_file)  # the same file errors as embedded mode, before anything is sent; the server checks again
-        body = {"spec": job_file.read_text(encoding="utf-8"), "source": str(job_file),
+        source = str(job_file) if len(str(job_file)) <= MAX_SOURCE_CHARS else job_file.name  # what the server takes
+        body = {"spec": job_file.read_text(encoding="utf-8"), "source": source,
                 "base_dir": str(job_file.resolve().parent)}
         response = self._send("POST", "/jobs", json=body)
-        if response.status_code == 422:
-            invalid = InvalidSpec.model_validate(response.json())
+        if response.status_code == 422 and (invalid := _invalid_spec(response)) is not None:
             raise SpecError(invalid.source, [Problem(p.field, p.message, p.line) for p in invalid.problems])
-        return Launched.model_validate(self._ok(response).json())
+        return Launched.model_validate(self._ok(response).json())  # another 422 (the request's shape): its detail
 
     def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
         if job_id is not None:
@@ -104,6 +104,14 @@ class RemoteBackend:
 
     def _unreachable(self, error: httpx.HTTPError) -> BackendError:
         return BackendError(f"cannot reach the spotrun server at {self.server}: {error}")
+
+
+def _invalid_spec(response: httpx.Response) -> InvalidSpec | None:
+    """The job file's problems, when the 422 is about them (not about the request's own fields)."""
+    try:
+        return InvalidSpec.model_validate(response.json())
+    except ValueError:  # not JSON, or FastAPI's 422 of a request it could not read
+        return None
 
 
 def _no_such_job(response: httpx.Response) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -141,7 +142,9 @@ def _checkpoint_store_problems(spec: JobSpec) -> list[Problem]:
     """Checkpoints must outlive the instance: on a cloud, a relative path is on the instance's own disk, and every
     rank of a multi-node job reads and writes the same checkpoints, which a path on one instance's disk cannot be."""
     store = spec.checkpoint.store
-    if spec.resources.cloud == "local" or (store is not None and "://" in store):
+    if store is not None and "://" in store:
+        return _unknown_protocol(store)
+    if spec.resources.cloud == "local":
         return []
     if spec.resources.nodes > 1:
         return [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
@@ -151,6 +154,16 @@ def _checkpoint_store_problems(spec: JobSpec) -> list[Problem]:
                         "with it at a preemption: give storage that outlives it (s3://, gs://, ...) or a mounted "
                         "folder's absolute path")]
     return []
+
+
+def _unknown_protocol(store: str) -> list[Problem]:
+    """A store URL whose protocol no fsspec filesystem here knows fails every attempt at its restore, after its
+    instance was paid for. A known one whose package is missing here may be on the instance: not refused."""
+    protocol = store.split("://", 1)[0].split("::")[-1]
+    if protocol in fsspec.available_protocols():
+        return []
+    return [Problem("checkpoint.store", f"{store!r}: no filesystem knows the protocol {protocol!r} (e.g. s3://, gs://, "
+                    "az://, or a folder's absolute path)")]
 
 
 def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:

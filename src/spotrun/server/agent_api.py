@@ -19,12 +19,14 @@ from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody, attempt_holds
 from spotrun.server.refusals import answer_invalid_requests
+from spotrun.server.stored_text import StoredText
+from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Event, Store, add_event
 
 
 class Started(BaseModel):
-    address: str | None = Field(default=None, max_length=120)
+    address: StoredText | None = Field(default=None, max_length=120)
     port: int | None = Field(default=None, ge=1, le=65535, description="a free port for a multi-node rendezvous")
 
 
@@ -34,16 +36,16 @@ class Heartbeat(BaseModel):
 
 
 class Notice(BaseModel):
-    source: str = Field(max_length=60)
+    source: StoredText = Field(max_length=60)
     deadline: float | None = Field(default=None, gt=0, allow_inf_nan=False,
                                    description="unix seconds when the cloud said it will take the instance")
-    detail: str = ""
+    detail: StoredText = ""
 
 
 class EarlyWarningReport(BaseModel):
-    source: str = Field(min_length=1, max_length=60)
-    kind: str = Field(default="", max_length=60)
-    detail: str = ""
+    source: StoredText = Field(min_length=1, max_length=60)
+    kind: StoredText = Field(default="", max_length=60)
+    detail: StoredText = ""
     at: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="unix seconds the cloud gave for it")
 
 
@@ -52,7 +54,7 @@ class SlowSaveReport(BaseModel):
     save_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="None: the save was not timed")
     upload_seconds: float = Field(ge=0, allow_inf_nan=False)
     budget_seconds: float = Field(gt=0, allow_inf_nan=False, description="what a notice leaves for both")
-    notice: str = Field(min_length=1, max_length=80)
+    notice: StoredText = Field(min_length=1, max_length=80)
 
 
 class LogChunk(BaseModel):
@@ -112,6 +114,7 @@ def hand_out_job_part(session: Session, attempt_id: int, client: str | None, now
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
+    app.router.route_class = StrictJsonRoute
     answer_invalid_requests(app)
     app.add_middleware(AuthBeforeBody, store=store)
 

@@ -23,6 +23,8 @@ from spotrun.server.schemas import (
     CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
     PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
 )
+from spotrun.server.stored_text import StoredText
+from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.server.users import Principal
 from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
 from spotrun.spec import Problem, SpecError, located, parse_spec
@@ -31,7 +33,7 @@ from spotrun.state.models import MAX_ID
 
 MAX_LISTED = 1000  # jobs a list asks for at most, with `limit`; older ones are paged with `before`
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
-UserName = Annotated[str, PathParam(min_length=1, max_length=200, description="the user's name")]
+UserName = Annotated[StoredText, PathParam(min_length=1, max_length=200, description="the user's name")]
 # Letters and digits only: a whole token (`spr_<prefix>_<secret>`) is refused, so none is put in a URL and its log.
 TokenPrefix = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9]{1,32}$", description="the token's public prefix")]
 
@@ -50,7 +52,7 @@ def create_api_router(store: Store) -> APIRouter:
 
 
 def _job_routes(store: Store) -> APIRouter:
-    router = APIRouter(tags=["jobs"])
+    router = APIRouter(tags=["jobs"], route_class=StrictJsonRoute)
     User = Annotated[Principal, Depends(principal_dependency(store))]
 
     @router.post(
@@ -62,6 +64,8 @@ def _job_routes(store: Store) -> APIRouter:
         source = request.source or "<request>"
         default_name = Path(request.source).stem if request.source else None
         try:
+            if "\0" in source:  # the store keeps it as text (PostgreSQL's holds no NUL)
+                raise SpecError("<request>", [Problem("source", "must not hold NUL characters")])
             if request.base_dir is not None and ("\0" in request.base_dir or not request.base_dir.startswith("/")):
                 raise SpecError(source, [Problem("base_dir", "must be an absolute path (starting with /) without NUL "
                                                              "characters")])
@@ -182,7 +186,7 @@ def _job_routes(store: Store) -> APIRouter:
 
 def _user_routes(store: Store) -> APIRouter:
     """Users and tokens. Admins manage everyone; a user may only see themself and make or revoke their own tokens."""
-    router = APIRouter(tags=["users"])
+    router = APIRouter(tags=["users"], route_class=StrictJsonRoute)
     User = Annotated[Principal, Depends(principal_dependency(store))]
     Admin = Annotated[Principal, Depends(admin_dependency(store))]
 

@@ -14,10 +14,13 @@ from spotrun.server.views import BillView, JobRow, job_bill_view, pending_reclai
 from spotrun.state import Job
 
 
+MAX_SOURCE_CHARS = 1000
+
+
 class LaunchRequest(BaseModel):
     spec: str = Field(max_length=MAX_SPEC_CHARS, description="the job file's YAML text")
     source: str | None = Field(
-        default=None, max_length=1000,
+        default=None, max_length=MAX_SOURCE_CHARS,
         description="the job file's name, for messages; its stem names a job that has no `name:`",
     )
     base_dir: str | None = Field(

@@ -29,7 +29,11 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):  # bool is an int subclass; `true` is never a duration
         raise ValueError(f"{_EXPECTED}; got {describe(value)}")
     if isinstance(value, int | float):
-        return _checked_seconds(float(value), value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer past a float's range
+            raise ValueError(f"must be a finite duration; got {describe(value)}") from None
+        return _checked_seconds(seconds, value)
     if isinstance(value, str):
         return _checked_seconds(_parse_text(value), value)
     raise ValueError(f"{_EXPECTED}; got {describe(value)}")

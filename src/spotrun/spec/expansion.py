@@ -18,38 +18,69 @@ from spotrun.spec.yaml_source import field_path
 MAX_SPEC_CHARS = 1_000_000  # a job file's text, and what it expands to
 
 
+class _Unreadable(Exception):
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
 def too_large(data: Any) -> Problem | None:
     """A problem when `data`, its aliases expanded, holds more than MAX_SPEC_CHARS characters (each value, key and
-    container counting one at least, so that nested aliases of empty lists count too); it stops counting there."""
+    container counting one at least, so that nested aliases of empty lists count too); it stops counting there. Also
+    when it cannot be read as text at all: a YAML alias inside its own anchor, or a number too long to write."""
     size = 0
-    for _, text in _texts(data, ()):
-        size += max(len(text), 1)
-        if size > MAX_SPEC_CHARS:
-            return Problem("", f"expands to more than {MAX_SPEC_CHARS:,} characters (YAML aliases repeat their "
-                               "anchor's text); a job file may hold at most that many", None)
+    try:
+        for _, text in _texts(data, ()):
+            size += max(len(text), 1)
+            if size > MAX_SPEC_CHARS:
+                return Problem("", f"expands to more than {MAX_SPEC_CHARS:,} characters (YAML aliases repeat their "
+                                   "anchor's text); a job file may hold at most that many", None)
+    except _Unreadable as unreadable:
+        return Problem(field_path(unreadable.path), unreadable.message, None)
     return None
 
 
 def nul_problems(data: Any, line_of: Callable[[Sequence[str | int]], int | None]) -> list[Problem]:
-    """A problem for each value or key holding a NUL character, on its line (call it on data not `too_large`)."""
+    """A problem for each value or key holding a NUL character or a lone UTF-16 surrogate (YAML's "\\ud800"), on
+    its line (call it on data not `too_large`)."""
     return [
-        Problem(field_path(path), "holds a NUL character (\\0), which no path, command or environment variable can "
-                                  "hold", line_of(path))
-        for path, text in _texts(data, ()) if "\0" in text
+        Problem(field_path(path), problem, line_of(path))
+        for path, text in _texts(data, ()) if (problem := _not_text(text)) is not None
     ]
 
 
-def _texts(data: Any, path: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+def _not_text(text: str) -> str | None:
+    if "\0" in text:
+        return "holds a NUL character (\\0), which no path, command or environment variable can hold"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (f"holds an unpaired surrogate ({text[error.start]!r}), which is not text: no file, command or "
+                "environment variable can hold it")
+    return None
+
+
+def _texts(
+    data: Any, path: tuple[str | int, ...], inside: frozenset[int] = frozenset()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """Every key and scalar of `data` as text, with the path it is at (containers as ""); a shared (aliased) value
-    once per use."""
-    if isinstance(data, dict):
+    once per use. `inside`: the containers this one is in, so that an alias inside its own anchor is refused."""
+    if isinstance(data, dict | list):
+        if id(data) in inside:
+            raise _Unreadable(path, "refers to itself (a YAML alias inside its own anchor)")
+        inside = inside | {id(data)}
         yield path, ""
-        for key, value in data.items():
-            yield path, str(key)
-            yield from _texts(value, (*path, str(key)))
-    elif isinstance(data, list):
-        yield path, ""
-        for index, item in enumerate(data):
-            yield from _texts(item, (*path, index))
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        for key, value in items:
+            if isinstance(data, dict):
+                yield path, _text(key, path)
+            yield from _texts(value, (*path, str(key) if isinstance(data, dict) else key), inside)
     else:
-        yield path, str(data)
+        yield path, _text(data, path)
+
+
+def _text(value: Any, path: tuple[str | int, ...]) -> str:
+    try:
+        return str(value)
+    except ValueError:  # an integer of more digits than Python writes (4,300)
+        raise _Unreadable(path, "is a number too long to be any setting's value") from None

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from spotrun.spec.errors import Problem, SpecError
-from spotrun.spec.expansion import nul_problems, too_large
+from spotrun.spec.expansion import MAX_SPEC_CHARS, nul_problems, too_large
 from spotrun.spec.messages import reword
 from spotrun.spec.models import JobSpec
 from spotrun.spec.values import describe
@@ -24,7 +24,8 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
     file = Path(path)
     source = str(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open(encoding="utf-8") as fh:
+            text = fh.read(MAX_SPEC_CHARS + 1)  # no more: `spotrun launch /dev/zero` read until memory ran out
     except FileNotFoundError:
         raise SpecError(source, [Problem("", "no such file")]) from None
     except IsADirectoryError:
@@ -33,6 +34,9 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
         raise SpecError(source, [Problem("", f"is not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
     except OSError as exc:
         raise SpecError(source, [Problem("", f"cannot be read: {exc.strerror or exc}")]) from None
+    if len(text) > MAX_SPEC_CHARS:
+        raise SpecError(source, [Problem("", f"holds more than {MAX_SPEC_CHARS:,} characters; a job file may hold at "
+                                             "most that many")])
     return parse_spec(text, source=source, default_name=file.stem)
 
 

@@ -21,4 +21,6 @@ def describe(value: object) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
+    if isinstance(value, int) and value.bit_length() > 200:  # Python writes at most 4,300 digits
+        return f"a number of about {round(value.bit_length() * 0.30103)} digits"
     return str(value)

@@ -94,6 +94,10 @@ def read_yaml(text: str, source: str) -> YamlSource:
         raise SpecError(source, [_syntax_problem(exc)]) from None
     except yaml.YAMLError as exc:
         raise SpecError(source, [Problem("", f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise SpecError(source, [Problem("", "invalid YAML: nested too deeply")]) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python reads (4,300)
+        raise SpecError(source, [Problem("", f"invalid YAML: {exc}")]) from None
     finally:
         loader.dispose()
     return YamlSource(data, root)
