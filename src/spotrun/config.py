@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 MIN_TICK_SECONDS = 0.01  # the controller's tick interval at least: 0 or less would spin it on a core
+MAX_TICK_SECONDS = 3600.0  # and at most: heartbeats time out in seconds, and a wait past threading's limit fails
 
 
 def home() -> Path:

@@ -26,6 +26,8 @@ BUNDLED_ZONE_TRACES = {
     "local-b": "aws-10-26-2022_us-west-2b_v100_1.json",
     "local-c": "aws-10-26-2022_us-west-2a_v100_8.json",
 }
+MAX_GAP_SECONDS = 365 * 86400.0
+MAX_SAMPLE = 2**31 - 1  # instances at once: more than any market holds, and an int64 holds it
 
 
 class TraceError(ValueError):
@@ -77,8 +79,9 @@ def parse_trace(document: Any, source: Path | None = None) -> Trace:
     if not isinstance(metadata, dict) or "gap_seconds" not in metadata:
         raise TraceError(f"{where}: missing 'metadata.gap_seconds'")
     gap = metadata["gap_seconds"]
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not math.isfinite(gap) or gap <= 0:
-        raise TraceError(f"{where}: 'metadata.gap_seconds' must be a positive number, got {gap!r}")
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 < gap <= MAX_GAP_SECONDS:
+        raise TraceError(f"{where}: 'metadata.gap_seconds' must be a positive number of seconds up to a year, "
+                         f"got {_shown(gap)}")
     if "data" not in document:
         raise TraceError(f"{where}: missing 'data'")
     samples = document["data"]
@@ -92,9 +95,17 @@ def parse_trace(document: Any, source: Path | None = None) -> Trace:
 def _validated_samples(samples: list[Any], where: str) -> np.ndarray:
     for index, sample in enumerate(samples):
         numeric = isinstance(sample, (int, float)) and not isinstance(sample, bool)
-        if not numeric or not math.isfinite(sample) or sample < 0 or sample != int(sample):
-            raise TraceError(f"{where}: data[{index}] must be a non-negative whole number, got {sample!r}")
+        if not numeric or not 0 <= sample <= MAX_SAMPLE or sample != int(sample):
+            raise TraceError(f"{where}: data[{index}] must be a whole number of instances from 0 to {MAX_SAMPLE:,}, "
+                             f"got {_shown(sample)}")
     return np.asarray(samples, dtype=np.int64)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"a number of about {round(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
@@ -104,9 +115,17 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TraceError(f"{source}: no such trace file") from None
+    except UnicodeDecodeError as error:
+        raise TraceError(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except OSError as error:
+        raise TraceError(f"{source}: cannot be read: {error.strerror or error}") from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
+        raise TraceError(f"{source}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise TraceError(f"{source}: not a trace: nested too deeply") from None
+    except ValueError as error:  # an integer of more digits than Python reads (4,300)
         raise TraceError(f"{source}: not valid JSON ({error})") from None
     return parse_trace(document, source)
 

@@ -145,10 +145,14 @@ def test_the_market_command_sets_a_trace_replay_that_waits_for_the_first_launch(
     ("arguments", "message"),
     [
         (["trace", "--speed", "0"], "--speed: input should be greater than 0, got 0.0"),
+        (["trace", "--speed", "inf"], "--speed: input should be less than or equal to 1000000"),
         (["trace", "--offset", "-5", "--notice", "-1"], "--notice: input should be greater than or equal to 0, got -1.0; "
                                                          "--offset: input should be greater than or equal to 0, got -5"),
         (["random", "--mean-lifetime", "0"], "--mean-lifetime: input should be greater than 0, got 0.0"),
         (["manual", "--notice", "-2"], "--notice: input should be greater than or equal to 0, got -2.0"),
+        # each was stored, and then broke every preemption or every spot launch of the local cloud
+        (["manual", "--notice", "inf"], "--notice: input should be less than or equal to 3600, got inf"),
+        (["random", "--mean-lifetime", "inf"], "--mean-lifetime: input should be less than or equal to"),
         (["trace", "--zone", "a.json"], "--zone takes ZONE=TRACE.json, got 'a.json'"),
     ],
 )

@@ -49,7 +49,10 @@ def test_available_follows_samples_and_loops() -> None:
         ({"data": [1]}, "missing 'metadata.gap_seconds'"),
         ({"metadata": {"gap_seconds": 600}}, "missing 'data'"),
         ({"metadata": {"gap_seconds": 600}, "data": []}, "'data' is empty"),
-        ({"metadata": {"gap_seconds": 600}, "data": [1, "x"]}, r"data\[1\] must be a non-negative whole number"),
+        ({"metadata": {"gap_seconds": 600}, "data": [1, "x"]}, r"data\[1\] must be a whole number of instances"),
+        ({"metadata": {"gap_seconds": 600}, "data": [10**30]}, r"data\[0\] .* got a number of about 30 digits"),
+        ({"metadata": {"gap_seconds": 600}, "data": [1e30]}, r"data\[0\] .* got 1e\+30"),
+        ({"metadata": {"gap_seconds": 10**400}, "data": [1]}, "got a number of about 400 digits"),
         ({"metadata": {"gap_seconds": 600}, "data": [1, -1]}, r"data\[1\]"),
         ({"metadata": {"gap_seconds": 600}, "data": [0.5]}, r"data\[0\]"),
         ({"metadata": {"gap_seconds": 0}, "data": [1]}, "positive number"),
@@ -71,6 +74,17 @@ def test_unreadable_trace_files(tmp_path: Path) -> None:
     (tmp_path / "garbled.json").write_text("{")
     with pytest.raises(TraceError, match="not valid JSON"):
         load_trace(tmp_path / "garbled.json")
+    # each was a traceback (RecursionError, ValueError, UnicodeDecodeError) naming no file
+    for name, content, complaint in (
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ("long.json", b'{"metadata": {"gap_seconds": 600}, "data": [' + b"9" * 5000 + b"]}", "not valid JSON"),
+        ("latin.json", b'{"metadata": {"gap_seconds": 600}, "data": [1], "note": "\xe9"}',
+         "not UTF-8 text"),
+    ):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(TraceError, match=complaint) as raised:
+            load_trace(tmp_path / name)
+        assert str(tmp_path / name) in str(raised.value)
 
 
 def test_shared_traces_dir_is_found_or_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -79,9 +79,24 @@ def test_the_server_refuses_a_port_it_cannot_listen_on(home: Path) -> None:
     assert "Invalid value for '--port'" in refused(["server", "--port", "65536"], code=2)
 
 
-@pytest.mark.parametrize("option", [["--tick-interval", "-1"], ["--tick-interval", "0"], ["--idle-exit", "-5"]])
+@pytest.mark.parametrize("option", [["--tick-interval", "-1"], ["--tick-interval", "0"], ["--idle-exit", "-5"],
+                                    ["--tick-interval", "inf"], ["--tick-interval", "1e300"]])
 def test_the_controller_refuses_intervals_below_its_floor(home: Path, option: list[str]) -> None:
     assert f"Invalid value for '{option[0]}'" in refused(["controller", *option], code=2)
+
+
+@pytest.mark.parametrize("interval", ["inf", "1e300", "0"])
+def test_the_server_refuses_a_tick_interval_out_of_bounds(home: Path, interval: str) -> None:
+    """inf was taken: every round of the controller's loop then failed with an OverflowError, logged."""
+    assert "Invalid value for '--tick-interval'" in refused(["server", "--port", "0", "--tick-interval", interval],
+                                                            code=2)
+
+
+def test_the_daemon_refuses_a_tick_interval_past_an_hour() -> None:
+    from spotrun.server import daemon
+
+    with pytest.raises(SystemExit):
+        daemon.main(["--tick-interval", "1e300"])
 
 
 def _job(home: Path) -> int:

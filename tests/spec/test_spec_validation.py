@@ -324,3 +324,10 @@ def test_a_nul_character_is_refused_naming_its_field_and_line():
         parse_spec(text, source="job.yaml")
     assert [(p.field, p.line) for p in refused.value.problems] == [("run", 1), ("env.K", 3)]
     assert all("NUL character" in p.message for p in refused.value.problems)
+
+
+@pytest.mark.parametrize("count", ["²", "0", "9" * 5000])
+def test_an_accelerator_count_that_is_no_plain_whole_number_is_named(count: str) -> None:
+    """"²" is a digit to Python, and int() refused it with its own words; 5,000 digits were past int()'s limit."""
+    with pytest.raises(SpecError, match="the count after ':' must be a whole number of at least 1"):
+        parse_spec(f'run: x\nresources: {{cloud: aws, accelerators: "V100:{count}"}}\n')

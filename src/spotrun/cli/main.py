@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
-from spotrun.config import MIN_TICK_SECONDS
+from spotrun.config import MAX_TICK_SECONDS, MIN_TICK_SECONDS
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
@@ -189,7 +189,7 @@ def server(
     public_url: Annotated[Optional[str], typer.Option(
         envvar="SPOTRUN_PUBLIC_URL", help="the URL agents and users reach this server at (default: from host/port)")] = None,
     tick_interval: Annotated[float, typer.Option(
-        envvar="SPOTRUN_TICK_INTERVAL", min=MIN_TICK_SECONDS, help="seconds between ticks")] = 0.5,
+        envvar="SPOTRUN_TICK_INTERVAL", min=MIN_TICK_SECONDS, max=MAX_TICK_SECONDS, help="seconds between ticks")] = 0.5,
     no_controller: Annotated[bool, typer.Option("--no-controller", help="serve the API only; never drive jobs")] = False,
     keep_logs: Annotated[Optional[str], typer.Option(
         envvar="SPOTRUN_KEEP_LOGS",
@@ -220,7 +220,8 @@ def server(
 
 @app.command()
 def controller(
-    tick_interval: Annotated[float, typer.Option(min=MIN_TICK_SECONDS, help="seconds between reconcile ticks")] = 0.5,
+    tick_interval: Annotated[float, typer.Option(
+        min=MIN_TICK_SECONDS, max=MAX_TICK_SECONDS, help="seconds between reconcile ticks")] = 0.5,
     idle_exit: Annotated[float, typer.Option(min=0, help="exit after this long without live jobs (0: never)")] = 0,
 ) -> None:
     """Run the controller in the foreground."""

@@ -32,6 +32,7 @@ HOUR = 3600.0
 
 console = Console()
 errors = Console(stderr=True)
+MAX_PRICE_PER_HOUR = 1e6  # $/h: no instance costs more; costs of 1e308 $/h overflow to inf, then NaN
 
 
 def simulate(
@@ -212,8 +213,8 @@ def parse_zone_price(item: str) -> tuple[str, float]:
         price = float(text) if sep else math.nan
     except ValueError:
         price = math.nan
-    if not zone or not (price > 0 and math.isfinite(price)):
-        raise ValueError("expected ZONE=PRICE with a positive $/h")
+    if not zone or not 0 < price <= MAX_PRICE_PER_HOUR:
+        raise ValueError(f"expected ZONE=PRICE with a positive $/h up to {MAX_PRICE_PER_HOUR:,.0f}")
     return zone, price
 
 
@@ -318,6 +319,8 @@ def _check_options(*, overhead_hours: float, max_price: float | None, **positive
     for name, value in positive.items():
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value:g}")
+        if name.endswith("price") and value > MAX_PRICE_PER_HOUR:
+            raise ValueError(f"--{name.replace('_', '-')} must be at most {MAX_PRICE_PER_HOUR:,.0f} $/h, got {value:g}")
     if not (overhead_hours >= 0 and math.isfinite(overhead_hours)):
         raise ValueError(f"--overhead-hours must be 0 or more, got {overhead_hours:g}")
 

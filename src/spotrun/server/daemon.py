@@ -215,16 +215,17 @@ def ensure_running(store: Store, timeout: float = 30.0) -> str:
     raise RuntimeError(f"the controller did not start within {timeout:.0f} s; see {log_path}")
 
 
-def _seconds(at_least: float) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds, at least ``at_least`` (argparse names the option)."""
+def _seconds(at_least: float, at_most: float = math.inf) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds from ``at_least`` to ``at_most`` (argparse names the option)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if not (math.isfinite(value) and value >= at_least):
-            raise argparse.ArgumentTypeError(f"must be a number of seconds of at least {at_least:g}, got {text}")
+        if not (math.isfinite(value) and at_least <= value <= at_most):
+            bounds = f"of at least {at_least:g}" + (f" and at most {at_most:g}" if math.isfinite(at_most) else "")
+            raise argparse.ArgumentTypeError(f"must be a number of seconds {bounds}, got {text}")
         return value
 
     return parse
@@ -233,7 +234,7 @@ def _seconds(at_least: float) -> Callable[[str], float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
     parser.add_argument(
-        "--tick-interval", type=_seconds(at_least=config.MIN_TICK_SECONDS),
+        "--tick-interval", type=_seconds(at_least=config.MIN_TICK_SECONDS, at_most=config.MAX_TICK_SECONDS),
         default=os.environ.get("SPOTRUN_TICK_INTERVAL", "0.5"),
     )
     parser.add_argument(

@@ -63,7 +63,7 @@ def _accelerators(value: object) -> object:
         count = match["count"]
         if count is None:
             return {match["name"]: 1}
-        if not count.isdigit() or int(count) < 1:
+        if not (count.isascii() and count.isdecimal()) or len(count) > 9 or int(count) < 1:  # "²" is a digit too
             raise ValueError(f"the count after ':' must be a whole number of at least 1; got {describe(value)}")
         return {match["name"]: int(count)}
     raise ValueError(f"must be like 'V100:1', 'V100' or a mapping like {{V100: 1}}; got {describe(value)}")

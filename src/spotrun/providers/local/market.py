@@ -46,7 +46,7 @@ class MarketError(ValueError):
 class _MarketBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    notice_seconds: float = Field(default=DEFAULT_NOTICE_SECONDS, ge=0)
+    notice_seconds: float = Field(default=DEFAULT_NOTICE_SECONDS, ge=0, le=3600)  # as `spotrun preempt --notice`
 
     def spot_available(self, zone: str, now: float) -> bool:
         return True
@@ -62,7 +62,7 @@ class ManualMarket(_MarketBase):
 
 class RandomMarket(_MarketBase):
     kind: Literal["random"] = "random"
-    mean_lifetime_seconds: float = Field(gt=0)
+    mean_lifetime_seconds: float = Field(gt=0, le=10 * 365 * 86400.0)
     seed: int = 0
 
     def lifetime_seconds(self, instance_id: str) -> float:
@@ -76,8 +76,8 @@ class RandomMarket(_MarketBase):
 class TraceMarket(_MarketBase):
     kind: Literal["trace"] = "trace"
     traces: dict[str, str]  # zone -> trace file; a zone without one has no spot capacity
-    speed: float = Field(default=600.0, gt=0)  # trace seconds per real second
-    start_epoch: float | None = None  # real UNIX time at which sample `offset` is current; None: not started
+    speed: float = Field(default=600.0, gt=0, le=1e6)  # trace seconds per real second
+    start_epoch: float | None = Field(default=None, allow_inf_nan=False)  # real UNIX time at which sample `offset` is current; None: not started
     offset: int = Field(default=0, ge=0)
 
     @property
