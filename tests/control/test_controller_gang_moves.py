@@ -331,3 +331,26 @@ def test_a_gang_without_a_deadline_sends_its_node_that_fell_back_to_on_demand_ba
     assert sorted(standbys) == [2] and (standbys[2].zone, standbys[2].market) == (mixed[2].zone, "spot")
     assert world.clock.now() - mixed[2].started_at >= 600
 
+
+
+def test_a_gang_that_succeeds_after_a_crash_half_ended_a_standby_still_ends(world, scripted, monkeypatch):
+    """The gang's end waited on the half-ended standby, and the move's step returned early once the gang was over:
+    the job stayed RUNNING, its nodes and the other standbys running (and billed) forever."""
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
+    world.cloud.reclaim(standbys[0].instance_id)
+
+    def crash(attempt_id, after, **_):
+        raise Crash()
+
+    monkeypatch.setattr(world.controller, "finish_attempt", crash)  # dies between marking its end and ending it
+    with pytest.raises(Crash):
+        world.tick()
+    monkeypatch.undo()
+    world.controller = world.new_controller()  # restarted
+    for node in nodes.values():  # meanwhile every rank finished the run
+        world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 0})
+    for _ in range(3):
+        world.tick()
+    assert world.job(1).state == "SUCCEEDED" and not world.cloud.running()
+    assert all(attempt.ended_at is not None for attempt in world.attempts(1))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import select
 
 from spotrun.cli.embedded import EmbeddedBackend
+from spotrun.control.observe import Verdict
 from spotrun.control.states import JobState
 from spotrun.policy import Keep, Launch, Wait
 from spotrun.server.views import attempt_views, job_row
@@ -164,7 +166,12 @@ def test_a_job_that_ends_while_a_standby_boots_ends_the_standby_too(world, scrip
     assert job.attempts[1].end_reason == "cancelled" and world.cloud.running() == []
 
 
-def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_sweep(world, scripted, monkeypatch):
+@pytest.mark.parametrize("workers", [(None, None), ("host:111:aaaa", "host:222:bbbb")])
+def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_sweep(world, scripted, monkeypatch, workers):
+    """As daemons run it, one of several workers (the second case): no worker holds an ended job's claim, and the
+    sweep's end of the standby was refused as a stale worker's, every sweep, the standby's row never ended or billed."""
+    first_worker, restarted = workers
+    world.controller = world.new_controller(worker_id=first_worker)
     job_id, old = start_move(world, scripted)
     standby = standby_instance(world, job_id)
 
@@ -176,10 +183,11 @@ def test_a_crash_between_the_jobs_end_and_its_standbys_is_cleaned_up_by_the_swee
     with pytest.raises(Crash):
         world.tick()
     assert world.job(job_id).state == "SUCCEEDED" and world.cloud.describe(standby).state == "running"
-    world.controller = world.new_controller()  # restarted; its first tick sweeps
+    world.controller = world.new_controller(worker_id=restarted)  # restarted; its first tick sweeps
     world.tick()
     assert world.cloud.describe(standby).state == "terminated"
-    assert world.attempts(job_id)[1].end_reason == "cancelled"
+    [_, ended] = world.attempts(job_id)
+    assert ended.end_reason == "cancelled" and ended.ended_at is not None
 
 
 def test_a_crash_right_after_the_standbys_launch_does_not_launch_it_twice(world, scripted):
@@ -298,3 +306,21 @@ def test_a_standby_launched_but_not_recorded_is_found_by_its_token_terminated_an
         attempt = session.query(Attempt).filter_by(job_id=job_id, number=2).one()
         assert attempt.instance_id == standby.instance_id and attempt.billed_seconds > 0
         assert session.get(Instance, standby.instance_id) is not None
+
+
+def test_two_workers_sweeping_one_leftover_end_it_once(world, scripted, monkeypatch):
+    job_id, old = start_move(world, scripted)
+    world.agent(old)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    monkeypatch.setattr(world.controller.moves, "drive", lambda standby_id: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        world.tick()
+    first, second = world.new_controller(worker_id="w1"), world.new_controller(worker_id="w2")
+    leftover = world.attempts(job_id)[1].id
+    for worker in (first, second):  # both read it as open before either marked it
+        worker.begin_end(leftover, Verdict("cancelled", "not needed: the job has ended"), fenced=False)
+    for worker in (first, second):
+        worker.finish_attempt(leftover, lambda session, attempt, now: None, fenced=False)
+    with world.store.session() as session:
+        kinds = [e.kind for e in session.scalars(select(Event).where(Event.attempt_id == leftover))]
+    assert kinds.count("attempt_ending") == 1 and kinds.count("attempt_ended") == 1
+    assert world.attempts(job_id)[1].ended_at is not None

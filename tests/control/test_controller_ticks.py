@@ -153,6 +153,29 @@ def test_cancel_terminates_the_instance(world):
     assert not jobs.request_cancel(world.store, job_id, world.clock.now())
 
 
+@pytest.mark.parametrize("answer_lost", [False, True])
+def test_a_cancel_while_a_launch_is_retried_launches_nothing_more(world, monkeypatch, answer_lost):
+    """The launch was tried again after the cancel: an instance made for a job already cancelled, and charged."""
+    real_launch, tries = world.cloud.launch, []
+
+    def fails_once(request):
+        tries.append(request.client_token)
+        if len(tries) == 1:
+            if answer_lost:  # the cloud made it, and the answer was lost on the way
+                real_launch(request)
+            raise RuntimeError("connection reset")
+        return real_launch(request)
+
+    monkeypatch.setattr(world.cloud, "launch", fails_once)
+    job_id = world.submit()
+    world.tick()
+    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    world.tick()
+    job = world.job(job_id)
+    assert len(tries) == 1 and job.state == "CANCELLED" and job.attempts[0].end_reason == "cancelled"
+    assert world.cloud.running() == []  # a made instance is found by its token and ended
+
+
 def test_max_wait_fails_a_job_that_waits_too_long(world):
     for zone in world.cloud.capacity:
         world.cloud.capacity[zone] = False
@@ -701,7 +724,8 @@ def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch)
     assert [(a.end_reason, a.billed_seconds) for a in job.attempts] == [("launch_invalid", 0.0)]
 
 
-def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when_swept(world, monkeypatch):
+@pytest.mark.parametrize("crash", [False, True])
+def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when_swept(world, monkeypatch, crash):
     """The launch's answers were lost and so was the lookup by its token: the attempt ended with no instance, and
     the orphan sweep terminated the instance without billing anyone for it."""
     real_launch, real_find, made = world.cloud.launch, world.cloud.find_by_token, []
@@ -723,6 +747,11 @@ def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when
         world.tick(60)
     [made] = made
     assert world.attempts(job_id)[0].end_reason == "launch_error"
+    if crash:  # the sweep dies right after the terminate: no later sweep sees the instance to bill it
+        world.cloud.crash_after_terminate = True
+        with pytest.raises(Crash):
+            world.controller.sweep_orphans()
+        world.controller = world.new_controller()
     world.controller.sweep_orphans()
     unheard = world.attempts(job_id)[0]
     assert world.cloud.instances[made].state == "terminated"

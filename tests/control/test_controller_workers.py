@@ -7,6 +7,7 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -262,3 +263,37 @@ def test_on_sqlite_too_a_fenced_launch_keeps_the_claim_until_it_commits(store, t
     with store.session() as session:
         assert [attempt.number for attempt in session.get(Job, job_id).attempts] == [1]
     assert len(cloud.instances) == 1
+
+
+@pytest.mark.parametrize("answer", ["wait", "give up"])
+def test_a_worker_that_stalled_past_its_claim_does_not_wait_or_fail_a_job_another_placed(
+    store, tmp_path, monkeypatch, scripted, answer
+):
+    """w1 stalls in the cloud's zones while w2 takes the job and places it; resumed, w1's Wait (or GiveUp) was
+    written over w2's placement: a job WAITING with an attempt running (stuck: it could never move to RUNNING), or
+    FAILED with its instance running on."""
+    from spotrun.policy import GiveUp, Wait
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = MemoryCloud(clock)
+    make = workers_on(store, clock, cloud)
+    stalled, other = make("w1"), make("w2")
+    job_id = jobs.submit(store, parse_spec(SPEC.replace("zones: [m-a, m-b, m-c]", "zones: [m-a], policy: scripted")),
+                         clock.now())
+    real_zones, stalls = cloud.zones, []
+
+    def zones_while_the_other_takes_over(instance_type, accelerators=None):
+        if not stalls:
+            stalls.append(True)
+            clock.advance(60)  # past w1's claim
+            other.tick()  # w2 claims the job and places it
+            scripted.placement = Wait(clock.now() + 600, "no spot") if answer == "wait" else GiveUp("no zone")
+        return real_zones(instance_type, accelerators)
+
+    monkeypatch.setattr(cloud, "zones", zones_while_the_other_takes_over)
+    stalled.tick()
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        assert job.claimed_by == "w2" and job.state == "PROVISIONING" and job.failure_reason is None
+        assert [attempt.number for attempt in job.attempts] == [1]

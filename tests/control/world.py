@@ -35,11 +35,13 @@ class World:
         self.api = TestClient(create_agent_app(store, self.clock))
         self.controller = self.new_controller()
 
-    def new_controller(self, **overrides) -> Controller:
-        """A controller on this world's store, clock and cloud; `overrides`: ControllerSettings fields."""
+    def new_controller(self, worker_id: str | None = None, **overrides) -> Controller:
+        """A controller on this world's store, clock and cloud; `overrides`: ControllerSettings fields; `worker_id`:
+        one of several workers, as every daemon is (it drives the jobs it claims)."""
         fields = {"heartbeat_timeout": 30, "boot_timeout": 60, "backoff_base": 5, **overrides}
         settings = ControllerSettings(controller_url="http://unused", **fields)
-        return Controller(self.store, settings, clock=self.clock, provider_factory=lambda name: self.cloud, prices=prices)
+        return Controller(self.store, settings, clock=self.clock, provider_factory=lambda name: self.cloud, prices=prices,
+                          worker_id=worker_id)
 
     def submit(self, text: str = SPEC) -> int:
         return jobs.submit(self.store, parse_spec(text), self.clock.now())

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from spotrun.control import rebalance, reclaims, records, repricing, spot_news
 from spotrun.control.boot import agent_config, user_data
@@ -56,6 +56,19 @@ def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float) -> float:
         signs = [at for at in (attempt.last_heartbeat_at, attempt.agent_started_at, attempt.started_at) if at]
         return max(signs, default=now)
     return now
+
+
+def _first_to_mark(session, attempt_id: int) -> bool:
+    """Whether this transaction marks the open attempt "ending" first: the write takes the row's lock (PostgreSQL) or
+    the database's (SQLite), so a second worker waits and then finds it marked."""
+    marked = update(Attempt).where(Attempt.id == attempt_id, Attempt.ended_at.is_(None), Attempt.state != "ending")
+    return session.execute(marked.values(state="ending"), execution_options={"synchronize_session": False}).rowcount > 0
+
+
+def _first_to_end(session, attempt_id: int) -> bool:
+    """Whether the attempt is still open once this transaction holds its row (as `_first_to_mark`)."""
+    held = update(Attempt).where(Attempt.id == attempt_id, Attempt.ended_at.is_(None)).values(state="ending")
+    return session.execute(held, execution_options={"synchronize_session": False}).rowcount > 0
 
 
 class ClaimLost(Exception):
@@ -149,6 +162,9 @@ class Controller:
             self._drive_without_attempt(job)
         elif attempt.state == "ending":
             self._finish_attempt(attempt.id)
+        elif attempt.instance_id is None and job.cancel_requested:  # not launched yet (a launch being retried)
+            self.begin_end(attempt.id, Verdict("cancelled", "cancelled by the user before its instance was launched"))
+            self._finish_attempt(attempt.id)  # finds an instance a lost answer made, by its token, and ends it
         elif attempt.instance_id is None:
             self._launch(attempt.id)
         else:
@@ -164,9 +180,11 @@ class Controller:
         with self.store.session() as session:
             job = session.get(Job, job.id)
             if job.cancel_requested:
+                self.fence(session, job.id)  # a worker that stalled before this writes nothing on a job another placed
                 records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
                 return
             if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait:
+                self.fence(session, job.id)
                 job.failure_reason = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
                 records.transition(session, job, JobState.FAILED, now, job.failure_reason)
                 return
@@ -183,6 +201,8 @@ class Controller:
             **self.policy_prices(spec, zones),
         )
         decision = self.policy(spec).place(ctx)
+        if not isinstance(decision, Launch):  # (a launch's intent is fenced where it is recorded)
+            self.fence(session, job.id)  # the answer may have taken long (the cloud's zones): still this worker's?
         if isinstance(decision, GiveUp):
             job.failure_reason = decision.reason
             records.transition(session, job, JobState.FAILED, now, decision.reason)
@@ -493,10 +513,15 @@ class Controller:
         if self.worker_id and not claims.holds(session, self.worker_id, job_id, self.clock.now(), lock=True):
             raise ClaimLost(f"job {job_id}: its claim is no longer this worker's ({self.worker_id})")
 
-    def begin_end(self, attempt_id: int, verdict: Verdict) -> None:
+    def begin_end(self, attempt_id: int, verdict: Verdict, *, fenced: bool = True) -> None:
+        """Mark the attempt "ending" with its verdict. `fenced=False`: an attempt of a job that has ended, whose claim
+        no worker holds any more; the first worker to mark it does (a compare-and-set), the others do nothing."""
         with self.store.session() as session:
+            if not fenced and not _first_to_mark(session, attempt_id):
+                return
             attempt = session.get(Attempt, attempt_id)
-            self.fence(session, attempt.job_id)
+            if fenced:
+                self.fence(session, attempt.job_id)
             attempt.state = "ending"
             attempt.end_reason = verdict.end_reason
             if verdict.job_failure:
@@ -509,9 +534,9 @@ class Controller:
     def _finish_attempt(self, attempt_id: int) -> None:
         self.finish_attempt(attempt_id, self._after_single_attempt)
 
-    def finish_attempt(self, attempt_id: int, after: Callable[..., None]) -> None:
+    def finish_attempt(self, attempt_id: int, after: Callable[..., None], *, fenced: bool = True) -> None:
         """Terminate the instance (idempotent), bill the attempt, and call `after(session, attempt, now)` in the
-        same transaction to move the job on."""
+        same transaction to move the job on. `fenced=False`: as `begin_end`'s, the first worker to end it does."""
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
         if attempt.instance_id is None and attempt.end_reason not in REFUSED_LAUNCHES:
@@ -529,8 +554,11 @@ class Controller:
                 info = self.describe(attempt)
         now = self.clock.now()
         with self.store.session() as session:
+            if not fenced and not _first_to_end(session, attempt_id):
+                return
             attempt = session.get(Attempt, attempt_id)
-            self.fence(session, attempt.job_id)  # a worker that stalled in the cloud calls above writes nothing
+            if fenced:
+                self.fence(session, attempt.job_id)  # a worker that stalled in the cloud calls above writes nothing
             if attempt.ended_at is not None:
                 return  # ended meanwhile (by the worker that took the job over while this one stalled)
             ended_at = now
@@ -615,8 +643,8 @@ class Controller:
             for info in live:
                 if info.client_token in ended and info.instance_id not in left_to_cloud:
                     log.warning("terminating orphan instance %s", info.instance_id)
+                    self._bill_unheard_launch(info)  # first: once terminated, no later sweep would see it to bill
                     provider.terminate(info.instance_id)
-                    self._bill_unheard_launch(info)
 
     def _bill_unheard_launch(self, info: InstanceInfo) -> None:
         """An orphan whose attempt ended with no instance on record (its launch was never heard of, and the lookup

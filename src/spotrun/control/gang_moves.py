@@ -64,8 +64,15 @@ class GangMoveDriver:
             generation = latest_generation(session, job_id)
             committed = generation is None or generation.state != "running"
             over = job.cancel_requested or job.failure_reason or (generation and generation.end_reason == "succeeded")
-        if not standbys or over:
-            return  # the gang's end gives every standby back with the nodes
+        if over:
+            # the gang's end gives every standby back with the nodes; one whose end was half done (a tick that died
+            # in it) is finished first, or the gang's end would wait on it forever
+            for standby in standbys:
+                if standby.state == "ending":
+                    self.c.finish_attempt(standby.id, _nothing_more)
+            return
+        if not standbys:
+            return
         for standby in standbys:
             if standby.state == "ending":  # its end was recorded in a tick that died before it gave the others back
                 self.c.finish_attempt(standby.id, _nothing_more)

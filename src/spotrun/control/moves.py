@@ -165,7 +165,7 @@ class MoveDriver:
                     Attempt.ended_at.is_(None), Job.state.in_([s.value for s in TERMINAL])
                 )
             ).all()
-        for attempt_id, state in leftovers:
+        for attempt_id, state in leftovers:  # no worker holds an ended job's claim: unfenced, first come ends it
             if state != "ending":
-                c.begin_end(attempt_id, Verdict("cancelled", "not needed: the job has ended"))
-            c.finish_attempt(attempt_id, lambda session, attempt, now: None)
+                c.begin_end(attempt_id, Verdict("cancelled", "not needed: the job has ended"), fenced=False)
+            c.finish_attempt(attempt_id, lambda session, attempt, now: None, fenced=False)
