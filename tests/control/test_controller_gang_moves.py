@@ -45,6 +45,19 @@ def node_2_replaced(world: World, nodes: dict) -> dict:
     return open_by_rank(world)
 
 
+def crash_between_marking_an_end_and_ending(world: World, monkeypatch) -> None:
+    """The next tick dies after it marked an attempt "ending" and before it ended it; the controller restarts."""
+
+    def crash(attempt_id, after, **_):
+        raise Crash()
+
+    monkeypatch.setattr(world.controller, "finish_attempt", crash)
+    with pytest.raises(Crash):
+        world.tick()
+    monkeypatch.undo()
+    world.controller = world.new_controller()
+
+
 def test_a_gang_moves_to_on_demand_only_once_every_standby_is_up(world, scripted):
     nodes = running_deadline_gang(world, scripted)
     alive_for(world, nodes, 61)
@@ -265,15 +278,7 @@ def test_a_crash_after_a_standby_was_marked_to_end_still_gives_the_others_back(w
     nodes = running_deadline_gang(world, scripted)
     standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
     world.cloud.reclaim(standbys[1].instance_id)
-
-    def crash(attempt_id, after):
-        raise Crash()
-
-    monkeypatch.setattr(world.controller, "finish_attempt", crash)  # dies between marking its end and ending it
-    with pytest.raises(Crash):
-        world.tick()
-    monkeypatch.undo()
-    world.controller = world.new_controller()  # restarted
+    crash_between_marking_an_end_and_ending(world, monkeypatch)
     world.tick()
     assert not standing_by(world) and len(world.cloud.running()) == 3
     assert generations(world)[0].state == "running"
@@ -339,15 +344,7 @@ def test_a_gang_that_succeeds_after_a_crash_half_ended_a_standby_still_ends(worl
     nodes = running_deadline_gang(world, scripted)
     standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")
     world.cloud.reclaim(standbys[0].instance_id)
-
-    def crash(attempt_id, after, **_):
-        raise Crash()
-
-    monkeypatch.setattr(world.controller, "finish_attempt", crash)  # dies between marking its end and ending it
-    with pytest.raises(Crash):
-        world.tick()
-    monkeypatch.undo()
-    world.controller = world.new_controller()  # restarted
+    crash_between_marking_an_end_and_ending(world, monkeypatch)
     for node in nodes.values():  # meanwhile every rank finished the run
         world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 0})
     for _ in range(3):

@@ -169,15 +169,14 @@ def test_a_drive_that_outlasts_its_claim_keeps_it_and_no_other_worker_takes_the_
     assert len(cloud.instances) == 1
 
 
-def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store, tmp_path, monkeypatch):
-    """w1 passes its claim check, then stalls in a cloud call (here: `zones`) past its claim; w2 takes the job and
-    places it. Resumed, w1 went on to place it too: two instances ran the job. Its launch intent is now fenced."""
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+def stalled_while_another_places(store, monkeypatch, spec: str, then=None):
+    """w1 ticks and stalls in a cloud call (the zones) past its claim; meanwhile w2 takes the job and places it, and
+    `then(clock)` runs (the stale answer w1's policy will give). (clock, cloud, job id) once w1's tick is over."""
     clock = ManualClock()
     cloud = MemoryCloud(clock)
     make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
-    job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
+    job_id = jobs.submit(store, parse_spec(spec), clock.now())
     real_zones, stalls = cloud.zones, []
 
     def zones_while_the_other_takes_over(instance_type, accelerators=None):
@@ -185,10 +184,20 @@ def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store
             stalls.append(True)
             clock.advance(60)  # past w1's claim
             other.tick()  # w2 claims the job and places it
+            if then is not None:
+                then(clock)
         return real_zones(instance_type, accelerators)
 
     monkeypatch.setattr(cloud, "zones", zones_while_the_other_takes_over)
     stalled.tick()
+    return clock, cloud, job_id
+
+
+def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store, tmp_path, monkeypatch):
+    """w1 passes its claim check, then stalls in a cloud call (here: `zones`) past its claim; w2 takes the job and
+    places it. Resumed, w1 went on to place it too: two instances ran the job. Its launch intent is now fenced."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    _, cloud, job_id = stalled_while_another_places(store, monkeypatch, SPEC)
     with store.session() as session:
         job = session.get(Job, job_id)
         assert job.claimed_by == "w2"
@@ -275,24 +284,12 @@ def test_a_worker_that_stalled_past_its_claim_does_not_wait_or_fail_a_job_anothe
     from spotrun.policy import GiveUp, Wait
 
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
-    clock = ManualClock()
-    cloud = MemoryCloud(clock)
-    make = workers_on(store, clock, cloud)
-    stalled, other = make("w1"), make("w2")
-    job_id = jobs.submit(store, parse_spec(SPEC.replace("zones: [m-a, m-b, m-c]", "zones: [m-a], policy: scripted")),
-                         clock.now())
-    real_zones, stalls = cloud.zones, []
 
-    def zones_while_the_other_takes_over(instance_type, accelerators=None):
-        if not stalls:
-            stalls.append(True)
-            clock.advance(60)  # past w1's claim
-            other.tick()  # w2 claims the job and places it
-            scripted.placement = Wait(clock.now() + 600, "no spot") if answer == "wait" else GiveUp("no zone")
-        return real_zones(instance_type, accelerators)
+    def stale_answer(clock) -> None:
+        scripted.placement = Wait(clock.now() + 600, "no spot") if answer == "wait" else GiveUp("no zone")
 
-    monkeypatch.setattr(cloud, "zones", zones_while_the_other_takes_over)
-    stalled.tick()
+    spec = SPEC.replace("zones: [m-a, m-b, m-c]", "zones: [m-a], policy: scripted")
+    _, _, job_id = stalled_while_another_places(store, monkeypatch, spec, then=stale_answer)
     with store.session() as session:
         job = session.get(Job, job_id)
         assert job.claimed_by == "w2" and job.state == "PROVISIONING" and job.failure_reason is None
