@@ -36,9 +36,11 @@ class RecordingController:
     """Records every agent API call; assembles /logs like the real server (a chunk at an offset already held
     is ignored). `fail_before[endpoint]` answers that many next calls with 503 without recording their effect;
     `lose_response[endpoint]` applies that many next calls but answers 500, as if the answer was lost;
-    `force_status[endpoint]` records every call but answers with that status, without applying it."""
+    `force_status[endpoint]` records every call but answers with that status, without applying it. /logs answers
+    the stored size, as the real server; a shipper's empty chunk asking for it is kept apart, in `log_probes`."""
 
     requests: list[Request] = field(default_factory=list)
+    log_probes: list[Request] = field(default_factory=list)
     log: bytearray = field(default_factory=bytearray)
     log_gaps: list[int] = field(default_factory=list)
     fail_before: dict[str, int] = field(default_factory=dict)
@@ -68,6 +70,9 @@ class RecordingController:
             if self.fail_before.get(endpoint, 0) > 0:
                 self.fail_before[endpoint] -= 1
                 return 503
+            if endpoint == "logs" and body.get("data") == "":  # a shipper asking where the stored log ends
+                self.log_probes.append(Request(endpoint, body, authorization, time.time()))
+                return self.force_status.get(endpoint, 200)
             self.requests.append(Request(endpoint, body, authorization, time.time()))
             if endpoint in self.force_status:
                 return self.force_status[endpoint]
@@ -99,7 +104,9 @@ def _handler_for(controller: RecordingController) -> type[BaseHTTPRequestHandler
                 status = 404
             else:
                 status = controller.handle(self.path[len(PREFIX) :], body, self.headers.get("Authorization"))
-            payload = json.dumps(controller.replies.get(self.path[len(PREFIX) :], {})).encode()
+            endpoint = self.path[len(PREFIX) :]
+            reply = controller.replies.get(endpoint, {"size": len(controller.log)} if endpoint == "logs" else {})
+            payload = json.dumps(reply).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

@@ -117,3 +117,23 @@ def test_a_controller_that_was_away_gets_the_newest_output_after_a_line_naming_t
     assert text.startswith("first\n[spotrun agent: ") and text.endswith(kept)
     dropped = len("".join(lines)) - 5000
     assert text == "first\n" + dropped_output_line(dropped) + kept
+
+
+def test_a_second_boot_ships_its_output_after_what_the_first_boot_stored(controller: RecordingController):
+    """The instance booted again for the same attempt: its agent's stream started at 0, and the store took its
+    output, up to the first boot's size, for retries of the first boot's chunks, and dropped it."""
+    controller.log += b"boot 1 line 1\nboot 1 line 2\n"
+    shipper = LogShipper(client_for(controller.url), interval=0.05).start()
+    shipper.write("boot 2 line 1\n")
+    assert shipper.close(timeout=5)
+    assert [probe.body for probe in controller.log_probes] == [{"offset": 0, "data": ""}]
+    assert [r.body["offset"] for r in controller.of("logs")] == [28]
+    assert controller.log_text() == "boot 1 line 1\nboot 1 line 2\nboot 2 line 1\n"
+
+
+def test_the_first_chunk_waits_for_the_controller_to_say_where_the_log_ends(controller: RecordingController):
+    controller.fail_before["logs"] = 2  # the probe is not answered twice
+    shipper = LogShipper(client_for(controller.url), interval=0.05, backoff=Backoff(0.01, 0.02)).start()
+    shipper.write("first\n")
+    assert shipper.close(timeout=5)
+    assert controller.log_text() == "first\n" and len(controller.log_probes) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -167,6 +168,39 @@ def test_a_notice_whose_deadline_has_passed_still_lets_the_trainer_save_and_back
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def test_a_command_that_exits_0_after_the_notice_finished_and_is_not_run_again(controller, run_agent, tmp_path):
+    """Its loop done, the trainer's last save and evaluation ended at 0 after the SIGTERM: reported "preempted", the
+    controller ran the finished job again."""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, FINISHING_TRAINER), notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    assert [n.body["source"] for n in controller.of("notice")] == ["sigterm"]
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+
+
+def test_a_setups_background_process_does_not_outlive_the_attempt(controller, run_agent, tmp_path):
+    """Only the run command's group was killed at the end: a daemon the setup started ran on after the agent."""
+    pidfile = tmp_path / "setup.pid"
+    agent = run_agent(controller.url, setup=f"sleep 300 >/dev/null 2>&1 & echo $! > {pidfile}", run="echo run")
+    assert agent.wait() == 0
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while process_alive(pid):
+        assert time.monotonic() < deadline, "the setup's background process outlived the agent"
+        time.sleep(0.05)
+    assert exit_body(controller)["outcome"] == "succeeded"
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    return status != "Z"  # a zombie has ended
 
 
 def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):

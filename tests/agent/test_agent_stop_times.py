@@ -60,3 +60,11 @@ def test_the_late_floor_is_never_more_than_the_grace():
 def test_a_sooner_deadline_named_later_is_the_one_kept():
     sooner = Notice("sigterm", NOW + 40, "SIGTERM")
     assert times(deadline=NOW + 120, watched=sooner).stop_by() == NOW + 38
+
+
+def test_a_late_cloud_notice_after_a_sigterm_keeps_to_the_sigterms_grace():
+    """The cloud's notice, its deadline past, became the one acted on and gave 10 s: past the SIGTERM's own 5 s."""
+    sigterm = Notice("sigterm", NOW + 5.0, "SIGTERM", own_grace=True)
+    late_cloud = Notice("local-metadata", NOW - 30.0, "terminate")
+    plan = StopTimes(SimpleNamespace(notice=late_cloud), sigterm, NOW, 5.0, 2.0)  # type: ignore[arg-type]
+    assert (plan.stop_by(), plan.deadline()) == (NOW + 3.0, NOW + 5.0)

@@ -324,3 +324,19 @@ def test_two_workers_sweeping_one_leftover_end_it_once(world, scripted, monkeypa
         kinds = [e.kind for e in session.scalars(select(Event).where(Event.attempt_id == leftover))]
     assert kinds.count("attempt_ending") == 1 and kinds.count("attempt_ended") == 1
     assert world.attempts(job_id)[1].ended_at is not None
+
+
+def test_a_job_that_finishes_as_it_stops_to_move_succeeds_and_its_standby_is_given_back(world, scripted):
+    """Its command ended 0 after the stop (the run's last step was done): the attempt ended "migrated", and the
+    standby took over and ran the finished job again."""
+    job_id, old = start_move(world, scripted)
+    standby = standby_instance(world, job_id)
+    world.agent(standby)("started", {})
+    world.tick()
+    assert world.attempts(job_id)[0].state == "draining"
+    world.agent(old)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick()
+    world.tick()
+    job = world.job(job_id)
+    assert job.state == "SUCCEEDED" and [a.end_reason for a in job.attempts] == ["succeeded", "cancelled"]
+    assert world.cloud.running() == []

@@ -216,7 +216,7 @@ class GangAgent(Agent):
 
     def _run_setup(self) -> ExitReport | None:
         env = trainer_environment(self.config, self.config.checkpoint_store, False, self.environ)
-        process = self._process = CommandProcess(self.config.setup, self.config.command_cwd(self.environ), env, self._output)
+        process = self._new_process(self.config.setup, env)
         try:
             process.start()
         except OSError as exc:
@@ -238,6 +238,11 @@ class GangAgent(Agent):
             if order is not None:
                 return order, None
 
+    def _kill_earlier_generations(self) -> None:
+        for process in self._started[1 if self.config.setup else 0:]:  # a setup's daemons may serve every generation
+            if process.group_alive():
+                process.signal_group(signal.SIGKILL)
+
     def _run_generation(self, order: GenerationOrder) -> ExitReport | None:
         """Run one generation's command; an ExitReport when the attempt itself must end (a notice)."""
         log.info("generation %d: node %d of %d, master %s:%d", order.number, order.node_rank, order.nnodes,
@@ -245,7 +250,8 @@ class GangAgent(Agent):
         env = trainer_environment(self.config, self.config.checkpoint_store, order.number > 1, self.environ)
         env.update(rendezvous_environment(self.gang, order))
         command = node_command(self.config.run, self.gang, order)
-        process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+        self._kill_earlier_generations()  # what is left of them may hold the GPU memory or ports this one needs
+        process = self._new_process(command, env)
         try:
             process.start()
         except OSError as exc:

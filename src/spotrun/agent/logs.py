@@ -67,6 +67,7 @@ class LogShipper:
         self._dropped_chars = 0  # from the front of pending, since the last chunk was cut
         self._in_flight: str | None = None
         self._offset = 0
+        self._offset_known = False  # asked of the controller before the first chunk (`_stored_size`)
         self._closing = False
         self._finished = threading.Event()
         self._thread = threading.Thread(target=self._ship_forever, name="spotrun-logs", daemon=True)
@@ -132,6 +133,16 @@ class LogShipper:
             else:
                 time.sleep(self._backoff.next_delay())
 
+    def _stored_size(self) -> int | None:
+        """Where the attempt's stored log ends, or None when the controller did not answer. A second boot of the
+        instance (the agent again, for the same attempt) starts its stream there: from 0, its output up to the
+        first boot's size was taken for retries of the first boot's chunks, and dropped."""
+        answers: list[dict] = []
+        delivery = self._client.post("logs", {"offset": 0, "data": ""}, retry=False, on_reply=answers.append)
+        if not delivery.final:
+            return None
+        return int(answers[0].get("size", 0)) if delivery is Delivery.DELIVERED and answers else 0
+
     def _next_chunk(self) -> str | None:
         """The chunk in flight (a retry) or the next one cut from the front of pending output (the rest is not
         touched: joining it all for every chunk made shipping a backlog quadratic); called under the lock."""
@@ -154,6 +165,12 @@ class LogShipper:
         return self._in_flight
 
     def _send(self, chunk: str) -> bool:
+        if not self._offset_known:
+            size = self._stored_size()
+            if size is None:
+                return False
+            with self._lock:
+                self._offset, self._offset_known = size, True
         with self._lock:
             offset = self._offset
         delivery = self._client.post("logs", {"offset": offset, "data": chunk}, retry=False)

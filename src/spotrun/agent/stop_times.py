@@ -35,7 +35,9 @@ class StopTimes:
             return None
         if notice.own_grace or notice.deadline > self.answered_at:
             return notice.deadline
-        return self.answered_at + min(LATE_NOTICE_SECONDS, self.notice_grace) + self.sync_margin
+        late = self.answered_at + min(LATE_NOTICE_SECONDS, self.notice_grace) + self.sync_margin
+        own = self.answered.deadline if self.answered.own_grace else None  # a SIGTERM's grace still holds
+        return late if own is None else min(late, own)
 
     def stop_by(self) -> float:
         """When the command must have stopped."""

@@ -112,6 +112,7 @@ class Agent:
         self.slow_saves = SlowSaveCheck(budget_for(notice_sources, config.notice_grace), self._report_slow_save)
         self.sync.on_uploaded = self.slow_saves.checked
         self._process: CommandProcess | None = None
+        self._started: list[CommandProcess] = []  # every command's group: the setup's, the run's, each generation's
 
     def run(self) -> ExitReport:
         """Do the whole attempt and return what was reported to the controller as its exit."""
@@ -199,7 +200,7 @@ class Agent:
         steps = ([("setup", self.config.setup)] if self.config.setup else []) + [("run", self.config.run)]
         for label, command in steps:
             log.info("starting %s command", label)
-            process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+            process = self._new_process(command, env)
             try:
                 process.start()
             except OSError as exc:  # e.g. the workdir does not exist: the user's to fix, so it goes in their log
@@ -279,7 +280,9 @@ class Agent:
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         if not cloud_told:
             self._report_cloud_notice()
-        return ExitReport("preempted", exit_code, self._final_backup(deadline=times.deadline()))
+        # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
+        outcome = "succeeded" if exit_code == 0 else "preempted"
+        return ExitReport(outcome, exit_code, self._final_backup(deadline=times.deadline()))
 
     def _report_cloud_notice(self) -> bool:
         """Tell the controller of the cloud's notice that came after the agent's own (a SIGTERM, the controller's
@@ -331,10 +334,17 @@ class Agent:
         self.reporter.wait_delivered()
         self.logs.close(timeout=LOG_FLUSH_SECONDS)
 
+    def _new_process(self, command: str, env: dict[str, str]) -> CommandProcess:
+        process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)
+        self._started.append(process)
+        return process
+
     def _kill_command(self) -> None:
-        """The command's whole group, the command itself gone or not: nothing it started outlives the agent."""
-        if self._process is not None and (self._process.is_running() or self._process.group_alive()):
-            self._process.signal_group(signal.SIGKILL)
+        """Every command's whole group, the commands gone or not: nothing they started (a setup's daemon, a helper
+        of an earlier generation) outlives the agent."""
+        for process in self._started:
+            if process.is_running() or process.group_alive():
+                process.signal_group(signal.SIGKILL)
 
     def _shut_down(self) -> None:
         self._kill_command()  # never leave the trainer behind

@@ -84,6 +84,8 @@ DRAIN_MARGIN = 15.0  # seconds beyond the trainer's grace for the agent to back 
 def _judge_draining(attempt: Attempt, info: InstanceInfo | None, now: float, spec: JobSpec) -> Verdict | None:
     """An attempt the controller asked to stop so that the job can move: it ends as "migrated" once the agent
     reports (the trainer checkpointed), or when it overstays its grace."""
+    if attempt.reported_outcome == "succeeded":  # the run was done as it stopped: nothing is left to move
+        return Verdict("succeeded", f"the command finished as it stopped to move ({attempt.notice_source})")
     if attempt.reported_outcome:
         return Verdict("migrated", f"stopped to move ({attempt.notice_source}); the agent reported {attempt.reported_outcome}")
     if info is not None and info.state == "terminated":
