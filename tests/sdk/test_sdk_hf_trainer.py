@@ -197,6 +197,9 @@ def test_what_would_break_an_exact_resume_is_refused(spot_run, tmp_path):
     run.args.save_only_model = True
     with pytest.raises(ValueError, match="save_only_model"):
         run.train()
+    run.args.save_only_model, run.args.save_strategy = False, "best"
+    with pytest.raises(ValueError, match='save_strategy="best"'):
+        run.train()
     with pytest.raises(ValueError, match="local path"):
         TrainerCheckpoints("memory://checkpoints", signals=())
     with pytest.raises(ValueError, match="every_seconds"):

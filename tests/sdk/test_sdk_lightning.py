@@ -33,8 +33,13 @@ import lightning as L
 import spotrun, train
 
 class Notice(L.Callback):
+    batches = 0
+
     def on_train_batch_end(self, trainer, *_):
-        if trainer.global_step == int(os.environ.get("NOTICE_AT_STEP", "0")) and os.environ.get("RANK", "1") == "1":
+        Notice.batches += 1
+        at = trainer.global_step == int(os.environ.get("NOTICE_AT_STEP", "-1")) or (
+            Notice.batches == int(os.environ.get("NOTICE_AT_BATCH", "-1")))
+        if at and os.environ.get("RANK", "1") == "1":
             os.kill(os.getpid(), signal.SIGTERM)
 
 L.seed_everything(7, verbose=False)
@@ -44,6 +49,7 @@ loader = spotrun.ResumableLoader(train.digits(), batch_size=32, seed=7, world_si
 spot = spotrun.LightningCheckpoints(every_steps=int(os.environ.get("SAVE_STEPS", "1000")), every_seconds=None)
 options = dict(strategy="ddp", devices=world, num_nodes=1) if world > 1 else dict(devices=1)
 run = L.Trainer(max_steps={STEPS}, accelerator="cpu", logger=False, enable_checkpointing=False,
+                accumulate_grad_batches=int(os.environ.get("ACCUMULATE", "1")),
                 enable_progress_bar=False, enable_model_summary=False, callbacks=[Notice(), spot], **options)
 start = spot.resume_from()
 print(f"starting from {{start or 'scratch'}}", flush=True)
@@ -91,6 +97,17 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ran
     resumed = run_trainer(tmp_path, store, ranks=ranks)
     assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
     assert weights(resumed) == reference
+
+
+def test_a_notice_between_accumulated_micro_batches_saves_after_the_step_and_the_resume_is_exact(tmp_path):
+    """Two micro-batches a step: the notice at the end of step 40, seen after the next batch (the first of step
+    41), was saved at once, the gradients summed so far lost, and the resumed run's weights differed."""
+    reference = weights(run_trainer(tmp_path, tmp_path / "reference", ACCUMULATE="2"))
+    store = tmp_path / "store"
+    preempted = run_trainer(tmp_path, store, ACCUMULATE="2", NOTICE_AT_BATCH="80")
+    assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.stdout[-2000:] + preempted.stderr[-3000:]
+    assert [p.name for p in store.iterdir()] == [checkpoint_name(41)]  # at the end of the step it was in
+    assert weights(run_trainer(tmp_path, store, ACCUMULATE="2")) == reference
 
 
 def test_saves_every_so_many_steps_keep_the_last_a_damaged_one_is_skipped_none_intact_deletes_nothing(tmp_path):

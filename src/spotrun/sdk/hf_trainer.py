@@ -111,6 +111,13 @@ class TrainerCheckpoints(TrainerCallback):
                 "TrainingArguments(save_only_model=True) saves no optimizer, scheduler or RNG state: a preempted run "
                 "could not resume exactly; leave it False"
             )
+        if str(getattr(args.save_strategy, "value", args.save_strategy)) == "best":
+            # at an evaluation step the Trainer sets should_save to whether the metric improved, over the save a
+            # notice asked for: the run stopped with nothing saved, and exit_if_stopped let the script go on
+            raise ValueError(
+                'TrainingArguments(save_strategy="best") saves only when the metric improves, so a preemption at an '
+                'evaluation step would save nothing: use "steps" or "epoch" (keep the best with load_best_model_at_end)'
+            )
         self._ranks = distributed.current()  # the Trainer has joined the process group by now
         self._last_save = time.monotonic()
 

@@ -81,7 +81,7 @@ class LightningCheckpoints(pl.Callback):
         if self._signals and threading.current_thread() is threading.main_thread():
             flag.install(self._signals)  # a notice before training starts is not lost
         self._last_save = time.monotonic()
-        self._saved_step = -1
+        self._saved_step = self._seen_step = -1
         self._distributed = False
         self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
 
@@ -121,14 +121,15 @@ class LightningCheckpoints(pl.Callback):
         self._distributed = trainer.world_size > 1
         self._hold_signals()
         self._last_save = time.monotonic()
-        self._saved_step = trainer.global_step
+        self._saved_step = self._seen_step = trainer.global_step
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
     ) -> None:
         step = trainer.global_step
-        if step == self._saved_step:
-            return  # gradients still accumulating: no optimizer step since the last save
+        stepped, self._seen_step = step != self._seen_step, step
+        if not stepped or step == self._saved_step:
+            return  # gradients still accumulating (no optimizer step since the last batch), or saved at this step
         due = (self.every_steps is not None and step % self.every_steps == 0) or (
             self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
         )
