@@ -203,6 +203,47 @@ def process_alive(pid: int) -> bool:
     return status != "Z"  # a zombie has ended
 
 
+HELPER_STILL_SAVING = SAVING_TRAINER.replace("signal.signal(signal.SIGTERM, save_and_exit)", """
+if os.fork() == 0:  # a helper of the trainer's group, still writing the checkpoint when the trainer exits 0
+    time.sleep(1.5)
+    try:
+        save_and_exit(None, None)
+    finally:
+        os._exit(0)
+print("ready", flush=True)
+sys.exit(0)
+""")
+
+
+def test_after_a_normal_exit_the_groups_helpers_finish_before_the_backup_and_a_notice_then_is_told(
+    controller, run_agent, tmp_path
+):
+    """The final backup ran at once, without the checkpoint a helper of the trainer's group was still writing, and
+    the helper was killed; a notice that came meanwhile was never told to the controller."""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, HELPER_STILL_SAVING), notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    time.sleep(0.5)
+    agent.process.send_signal(signal.SIGTERM)  # as the helper still saves
+    assert agent.wait() == 0
+    assert_checkpoint_backed_up(agent.store)
+    assert [n.body["source"] for n in controller.of("notice")] == ["sigterm"]
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+
+
+def test_the_exit_report_waits_for_logs_no_longer_than_the_notice_leaves(controller, run_agent, tmp_path):
+    """The controller taking no log chunks held the exit report 10 s, past a SIGTERM's 3 s."""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=3.0,
+                      sync_margin=0.5)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.fail_before["logs"] = 10**6  # from now on every log chunk is answered 503
+    sent = time.monotonic()
+    agent.process.send_signal(signal.SIGTERM)
+    controller.wait_for(lambda: controller.of("exit"), timeout=15)
+    assert time.monotonic() - sent < 6
+    assert exit_body(controller)["outcome"] == "preempted"
+    agent.wait()
+
+
 def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
     agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
     controller.wait_for(lambda: "ready" in controller.log_text())

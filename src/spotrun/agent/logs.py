@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 
 from spotrun.agent.client import Backoff, ControllerClient, Delivery
@@ -131,7 +130,8 @@ class LogShipper:
             if self._send(chunk):
                 self._backoff.reset()
             else:
-                time.sleep(self._backoff.next_delay())
+                with self._lock:  # a close wakes it once: the last chunks go out without waiting out the backoff
+                    self._lock.wait(self._backoff.next_delay())
 
     def _stored_size(self) -> int | None:
         """Where the attempt's stored log ends, or None when the controller did not answer. A second boot of the

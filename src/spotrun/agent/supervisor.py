@@ -212,8 +212,11 @@ class Agent:
             exit_code = process.returncode
             log.info("%s command exited with %d", label, exit_code)
             if label == "run" or exit_code != 0:
+                # helpers of its group still writing (a checkpoint) finish first, or are killed: nothing writes
+                # after the final backup
+                self._wait_for_the_group(process, time.time() + self.config.notice_grace)
                 outcome = outcome_of(exit_code) if label == "run" else "failed"
-                return ExitReport(outcome, exit_code, self._final_backup(deadline=None))
+                return ExitReport(outcome, exit_code, self._final_backup(deadline=self._notice_as_it_ended()))
         raise AssertionError("the run command always ends the attempt")
 
     def _report_started(self) -> None:
@@ -293,6 +296,15 @@ class Agent:
             self.reporter.send("notice", {"source": cloud.source, "deadline": cloud.deadline, "detail": cloud.detail})
         return cloud is not None
 
+    def _notice_as_it_ended(self) -> float | None:
+        """A notice that came as the command was ending (the agent no longer waited for one): told to the controller,
+        which leaves a noticed instance to the cloud only when it knows, and its deadline bounds the final backup."""
+        notice = self.notices.notice
+        if notice is None:
+            return None
+        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        return StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin).deadline()
+
     @staticmethod
     def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:
         """The rest of the command's process group (a helper still writing a checkpoint, say) until the stop time,
@@ -326,8 +338,13 @@ class Agent:
         return outcome[0]
 
     def _report_exit(self, report: ExitReport) -> None:
-        # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
-        self.logs.close(timeout=LOG_FLUSH_SECONDS)
+        # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more:
+        # by a notice's deadline too (less the exit report's time), not LOG_FLUSH_SECONDS past it.
+        notice = self.notices.notice
+        flush = LOG_FLUSH_SECONDS
+        if notice is not None and notice.deadline is not None:
+            flush = min(flush, max(MIN_BACKUP_SECONDS, notice.deadline - EXIT_REPORT_SECONDS - time.time()))
+        self.logs.close(timeout=flush)
         self.heartbeat.stop()  # nothing about the attempt's life follows its exit
         self.reporter.send("exit", asdict(report))
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
