@@ -99,6 +99,31 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ran
     assert weights(resumed) == reference
 
 
+def test_a_notice_seen_between_accumulated_micro_batches_is_saved_after_the_next_optimizer_step(tmp_path):
+    """The callback's rule alone (the real Trainer's run below is a soak run): it saved as soon as the step had moved
+    since its last save, in the middle of the next step's micro-batches."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from spotrun.sdk.preemption import PreemptionFlag
+
+    flag = PreemptionFlag()
+    spot = LightningCheckpoints(tmp_path / "store", every_steps=None, every_seconds=None, signals=(), flag=flag)
+    saved: list[int] = []
+    spot._save = lambda trainer, step: saved.append(step)  # type: ignore[method-assign]
+    strategy = SimpleNamespace(root_device=torch.device("cpu"), reduce=lambda votes, reduce_op: votes)
+    trainer = SimpleNamespace(global_step=0, strategy=strategy, should_stop=False, world_size=1)
+    spot._seen_step = spot._saved_step = 0  # as on_train_start leaves them
+    for batch, step in enumerate([0, 1, 1, 2, 2, 3]):  # two micro-batches a step: global_step after each batch
+        trainer.global_step = step
+        if batch == 4:  # seen after the first micro-batch of step 3
+            flag.request()
+        spot.on_train_batch_end(trainer, None, None, None, batch)
+    assert saved == [3] and trainer.should_stop
+
+
+@pytest.mark.soak  # ~30 s: the real Trainer's run of the rule tested just above
 def test_a_notice_between_accumulated_micro_batches_saves_after_the_step_and_the_resume_is_exact(tmp_path):
     """Two micro-batches a step: the notice at the end of step 40, seen after the next batch (the first of step
     41), was saved at once, the gradients summed so far lost, and the resumed run's weights differed."""
