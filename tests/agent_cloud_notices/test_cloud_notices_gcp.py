@@ -69,6 +69,18 @@ def test_terminate_on_host_maintenance_is_a_notice(gce, gcp_source):
     assert changed_at + 60 <= notice.deadline <= changed_at + 61  # type: ignore[operator]
 
 
+def test_a_preemption_after_a_host_maintenance_notice_brings_the_deadline_forward(gce, gcp_source):
+    """The source kept its first notice: the maintenance event's 60 s stood when `preempted` said 30."""
+    source = following(gce, gcp_source(gce.url))
+    gce.set_maintenance_event("TERMINATE_ON_HOST_MAINTENANCE")
+    maintenance = poll_for_notice(source, timeout=2.0)
+    preempted_at = gce.preempt()
+    wait_until(lambda: source.poll() is not maintenance)
+    notice = source.poll()
+    assert notice.detail == "GCE instance/preempted is TRUE"
+    assert preempted_at + 30 <= notice.deadline < maintenance.deadline  # type: ignore[operator]
+
+
 def test_live_migration_is_an_early_warning_not_a_notice(gce, gcp_source):
     warnings: list[EarlyWarning] = []
     source = following(gce, gcp_source(gce.url, on_early_warning=warnings.append))

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from spotrun.agent.notices import RECLAIM_ACTIONS, Notice, NoticeSource, parse_iso_time
+from spotrun.agent.notices import RECLAIM_ACTIONS, Notice, NoticeSource, parse_iso_time, sooner
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,9 @@ class MetadataSource:
 
     name = "metadata"
     notice_seconds: float | None = None  # how long before the reclaim the cloud's notice comes, where it is fixed
+    # Probing on after a notice, for a sooner one (GCE: `preempted` after a host maintenance event's 60 s); the
+    # others keep their first (Azure's probe may acknowledge the event it finds).
+    watches_after_notice = False
 
     def __init__(self, on_early_warning: EarlyWarningHandler | None) -> None:
         self._on_early_warning = on_early_warning
@@ -100,19 +103,20 @@ class MetadataSource:
         self._notice: Notice | None = None
 
     def poll(self) -> Notice | None:
-        if self._notice is not None:
+        if self._notice is not None and not self.watches_after_notice:
             return self._notice
         try:
-            self._notice = self._probe()
+            found = self._probe()
         except (ProbeFailed, httpx.HTTPError) as exc:
             self._unknown(f"{type(exc).__name__}: {exc}")
-            return None
+            return self._notice
         except Exception as exc:  # a bug here must not stop the watcher; the rule is "unknown", not "preempted"
             if repr(exc) != self._last_unknown:
                 log.exception("notice source %s failed unexpectedly", self.name)
                 self._last_unknown = repr(exc)
-            return None
+            return self._notice
         self._last_unknown = None
+        self._notice = sooner(self._notice, found)
         return self._notice
 
     def _probe(self) -> Notice | None:
@@ -325,6 +329,7 @@ class GcpPreemptionNotice(MetadataSource):
 
     name = "gcp-metadata"
     notice_seconds = GCE_PREEMPTION_NOTICE_SECONDS
+    watches_after_notice = True
 
     def __init__(
         self,
