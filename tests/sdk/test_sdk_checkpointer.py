@@ -354,6 +354,47 @@ def test_gradients_count_as_accumulating_from_backward_to_their_optimizers_step(
     assert not spotrun.torch_state(model=model).accumulating()  # no optimizer: nothing to tell
 
 
+def _gan_run(root: Path, steps: int, stop_after: int | None = None) -> tuple[dict, int, bool]:
+    """A GAN's loop: D steps on its loss, then G's loss back-propagates through D, leaving D gradients that D's next
+    zero_grad discards unread. A save every 5 steps; a stop asked after step `stop_after`."""
+    torch.manual_seed(0)
+    generator, critic = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.05, momentum=0.9)
+    opt_d = torch.optim.SGD(critic.parameters(), lr=0.05, momentum=0.9)
+    state = spotrun.torch_state(G=generator, D=critic, optG=opt_g, optD=opt_d, rng=False)
+    real, noise = torch.ones(4, 2), torch.linspace(-1, 1, 8).reshape(4, 2)
+    flag, done = PreemptionFlag(), 0
+    with spotrun.Checkpointer(root, every_steps=5, keep_last=None, signals=(), flag=flag) as ckpt:
+        start = ckpt.restore(state) or 0
+        for step in range(start, steps):
+            opt_d.zero_grad()
+            (critic(generator(noise).detach()).mean() - critic(real).mean()).backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            (-critic(generator(noise)).mean()).backward()  # D now holds gradients it never steps with
+            opt_g.step()
+            done += 1
+            if step == stop_after:
+                flag.request()
+            ckpt.step(state, step)
+            if ckpt.should_stop:
+                break
+        stopped = ckpt.should_stop
+    weights = {**generator.state_dict(), **{f"D.{k}": v for k, v in critic.state_dict().items()}}
+    return weights, done, stopped
+
+
+def test_a_gan_loop_saves_and_stops_at_a_notice_and_resumes_exactly(tmp_path: Path) -> None:
+    """D's gradients from G's backward looked like accumulation at every step: no checkpoint was ever saved, and a
+    notice never stopped the run."""
+    whole, _, _ = _gan_run(tmp_path / "whole", 20)
+    assert [step for step, _ in layout.list_committed(fsspec.filesystem("file"), str(tmp_path / "whole"))]
+    _, done, stopped = _gan_run(tmp_path / "stopped", 20, stop_after=7)
+    assert stopped and done <= 9  # held at most a step
+    resumed, _, _ = _gan_run(tmp_path / "stopped", 20)
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+
+
 @pytest.mark.parametrize(("failures", "restored"), [(1, 2), (2, 1)])
 def test_a_read_that_fails_in_the_io_is_tried_once_more_before_the_checkpoint_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int, restored: int,
