@@ -316,12 +316,17 @@ def _accumulating_run(root: Path, micro_batches: int, stop_after: int | None = N
                 optimizer.step()
                 optimizer.zero_grad()
             done += 1
-            if step == stop_after:
-                flag.request()
-            ckpt.step(state, step)
-            if ckpt.should_stop:
+            if stepped_and_stopped(ckpt, state, flag, step, stop_after):
                 break
     return model, done
+
+
+def stepped_and_stopped(ckpt, state, flag: PreemptionFlag, step: int, stop_after: int | None) -> bool:
+    """The loop's end of a step: the notice asked after step `stop_after`, then `ckpt.step`; whether to stop."""
+    if step == stop_after:
+        flag.request()
+    ckpt.step(state, step)
+    return ckpt.should_stop
 
 
 def test_a_stop_between_accumulated_micro_batches_saves_after_the_optimizers_step(tmp_path: Path) -> None:
@@ -374,10 +379,7 @@ def _gan_run(root: Path, steps: int, stop_after: int | None = None) -> tuple[dic
             (-critic(generator(noise)).mean()).backward()  # D now holds gradients it never steps with
             opt_g.step()
             done += 1
-            if step == stop_after:
-                flag.request()
-            ckpt.step(state, step)
-            if ckpt.should_stop:
+            if stepped_and_stopped(ckpt, state, flag, step, stop_after):
                 break
         stopped = ckpt.should_stop
     weights = {**generator.state_dict(), **{f"D.{k}": v for k, v in critic.state_dict().items()}}
