@@ -196,7 +196,7 @@ class GangAgent(Agent):
         while True:
             order, notice = self._next_order_or_notice(last_run)
             if notice is not None:
-                self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+                self._tell_notice(notice)
                 return ExitReport("preempted", None, checkpoint_synced=True)
             last_run = order.number
             if not order.running:  # it stopped before this node joined it: nothing ran here

@@ -164,7 +164,7 @@ class Agent:
         self._report_started()
         notice = self._hold_until_released()
         if notice is not None:  # taken back while standing by: nothing ran, nothing to back up
-            self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+            self._tell_notice(notice)
             return ExitReport("preempted", None, checkpoint_synced=False)
         try:
             restored_step = self._restore()
@@ -192,7 +192,7 @@ class Agent:
         if notice is None:
             return None
         log.warning("preemption notice from %s during the restore: the command is not started", notice.source)
-        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        self._tell_notice(notice)
         return ExitReport("preempted", None, checkpoint_synced=False)
 
     def _run_commands(self, env: dict[str, str]) -> ExitReport:
@@ -266,7 +266,7 @@ class Agent:
         return None
 
     def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
-        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        self._tell_notice(notice)
         process.signal_group(signal.SIGTERM)
         times = StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin)
         cloud_told = not notice.own_grace
@@ -287,13 +287,16 @@ class Agent:
         outcome = "succeeded" if exit_code == 0 else "preempted"
         return ExitReport(outcome, exit_code, self._final_backup(deadline=times.deadline()))
 
+    def _tell_notice(self, notice: Notice) -> None:
+        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+
     def _report_cloud_notice(self) -> bool:
         """Tell the controller of the cloud's notice that came after the agent's own (a SIGTERM, the controller's
         stop): only then does it leave the instance to the cloud, which takes it back free on EC2 in its first
         hour (`control.reclaims`). Whether there was one to tell."""
         cloud = self.notices.cloud_notice
         if cloud is not None:
-            self.reporter.send("notice", {"source": cloud.source, "deadline": cloud.deadline, "detail": cloud.detail})
+            self._tell_notice(cloud)
         return cloud is not None
 
     def _notice_as_it_ended(self) -> float | None:
@@ -302,7 +305,7 @@ class Agent:
         notice = self.notices.notice
         if notice is None:
             return None
-        self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
+        self._tell_notice(notice)
         return StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin).deadline()
 
     @staticmethod

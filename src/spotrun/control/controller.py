@@ -58,17 +58,15 @@ def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float) -> float:
     return now
 
 
-def _first_to_mark(session, attempt_id: int) -> bool:
-    """Whether this transaction marks the open attempt "ending" first: the write takes the row's lock (PostgreSQL) or
-    the database's (SQLite), so a second worker waits and then finds it marked."""
-    marked = update(Attempt).where(Attempt.id == attempt_id, Attempt.ended_at.is_(None), Attempt.state != "ending")
-    return session.execute(marked.values(state="ending"), execution_options={"synchronize_session": False}).rowcount > 0
-
-
-def _first_to_end(session, attempt_id: int) -> bool:
-    """Whether the attempt is still open once this transaction holds its row (as `_first_to_mark`)."""
-    held = update(Attempt).where(Attempt.id == attempt_id, Attempt.ended_at.is_(None)).values(state="ending")
-    return session.execute(held, execution_options={"synchronize_session": False}).rowcount > 0
+def _first_to_mark(session, attempt_id: int, *, marked_too: bool = False) -> bool:
+    """Whether this transaction marks the open attempt "ending" first (`marked_too`: or finds it marked, and ends
+    it): the write takes the row's lock (PostgreSQL) or the database's (SQLite), so a second worker waits and then
+    finds it marked, or ended."""
+    still_open = [Attempt.id == attempt_id, Attempt.ended_at.is_(None)]
+    if not marked_too:
+        still_open.append(Attempt.state != "ending")
+    marking = update(Attempt).where(*still_open).values(state="ending")
+    return session.execute(marking, execution_options={"synchronize_session": False}).rowcount > 0
 
 
 class ClaimLost(Exception):
@@ -554,7 +552,7 @@ class Controller:
                 info = self.describe(attempt)
         now = self.clock.now()
         with self.store.session() as session:
-            if not fenced and not _first_to_end(session, attempt_id):
+            if not fenced and not _first_to_mark(session, attempt_id, marked_too=True):
                 return
             attempt = session.get(Attempt, attempt_id)
             if fenced:
