@@ -658,3 +658,77 @@ def test_a_stopping_gang_gives_its_ranks_until_the_noticed_nodes_deadline(contro
     assert time.time() - stopped_at >= 2.5  # killed at stop_by less the sync margin, not 0.5 s after the stop
     assert controller.of("generation_exit")[0].body == {"generation": 1, "exit_code": -signal.SIGKILL}
     agent.process.kill()
+
+
+STALLING_UPLOAD = """
+import os, time
+from pathlib import Path
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class StallingStore(LocalFileSystem):
+    protocol = "stall"
+    def put_file(self, lpath, rpath, **kwargs):
+        Path(os.environ["UPLOADING"]).touch()
+        while not os.path.exists(os.environ["RELEASE"]):
+            time.sleep(0.05)  # a large upload, slower than the notice leaves
+        return super().put_file(lpath, rpath, **kwargs)
+
+fsspec.register_implementation("stall", StallingStore, clobber=True)
+"""
+
+SAVING_THEN_DONE = SAVING_TRAINER.replace("signal.signal(signal.SIGTERM, save_and_exit)", """
+print("ready", flush=True)
+try:
+    save_and_exit(None, None)
+except SystemExit:
+    sys.exit(0)
+""")
+
+
+def _agent_on_a_stalling_store(run_agent, controller, tmp_path: Path, trainer: str, **config):
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(STALLING_UPLOAD)
+    metadata, uploading = tmp_path / "metadata", tmp_path / "uploading"
+    env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "SPOTRUN_LOCAL_METADATA": str(metadata),
+           "UPLOADING": str(uploading), "RELEASE": str(tmp_path / "release")}
+    agent = run_agent(controller.url, extra_env=env, run=write_trainer(tmp_path, trainer), sync_margin=0.5,
+                      checkpoint_store=f"stall://{tmp_path / 'store'}", sync_interval=3600, **config)
+    return agent, metadata, uploading
+
+
+def _when_uploading(controller, uploading: Path) -> None:
+    controller.wait_for(lambda: uploading.exists(), timeout=30)
+
+
+def test_a_sigterm_during_the_final_backup_brings_its_deadline_forward(controller, run_agent, tmp_path):
+    """The final backup's deadline was fixed as it started (the cloud's, 60 s off): a SIGTERM then, leaving 2 s, was
+    not kept to, and the agent was killed before it reported the exit."""
+    agent, metadata, uploading = _agent_on_a_stalling_store(run_agent, controller, tmp_path, SAVING_TRAINER,
+                                                            notice_grace=2.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    announce_reclaim(metadata, in_seconds=60)
+    _when_uploading(controller, uploading)
+    agent.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    controller.wait_for(lambda: controller.of("exit"), timeout=20)
+    assert time.monotonic() - started < 8
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": False}
+    assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
+    assert agent.wait() == 0
+
+
+def test_a_clouds_notice_during_the_final_backup_of_a_finished_run_is_told_and_bounds_it(
+    controller, run_agent, tmp_path
+):
+    """A run that ended on its own backs up with no deadline: a notice that came during that backup was never told
+    to the controller, and the backup ran past the cloud's deadline."""
+    agent, metadata, uploading = _agent_on_a_stalling_store(run_agent, controller, tmp_path, SAVING_THEN_DONE)
+    _when_uploading(controller, uploading)
+    reclaim_at = announce_reclaim(metadata, in_seconds=4)
+    controller.wait_for(lambda: controller.of("exit"), timeout=20)
+    assert time.time() < reclaim_at.timestamp()
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
+    assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
+    assert agent.wait() == 0

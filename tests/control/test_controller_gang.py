@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gang_world import GANG, alive_for, generations, open_by_rank, report_in, running_gang  # noqa: E402  (tests/control is on sys.path)
 from memory_cloud import MemoryCloud  # noqa: E402
+from spotrun.control import jobs
 from spotrun.providers import NoCapacity
 from world import World  # noqa: E402
 
@@ -214,3 +215,27 @@ def test_the_ranks_have_until_a_noticed_nodes_deadline_to_stop_and_that_node_end
     alive_for(world, nodes, 60)
     ended = next(a for a in world.attempts(1) if a.id == noticed.id)
     assert ended.end_reason == "preempted" and world.job(1).preemptions == 1
+
+
+def test_a_gang_cancelled_while_a_nodes_launch_is_retried_launches_nothing_more(store, tmp_path, monkeypatch) -> None:
+    """The pending node's launch was tried again in the tick after the cancel, before the gang ended: an instance
+    made for a job already cancelled."""
+    world = World(store, tmp_path)
+    real_launch, tries = world.cloud.launch, []
+
+    def node_2_fails_once(request):
+        tries.append(request.client_token)
+        if len(tries) == 3:
+            raise RuntimeError("connection reset")
+        return real_launch(request)
+
+    monkeypatch.setattr(world.cloud, "launch", node_2_fails_once)
+    job_id = world.submit(GANG)
+    world.tick()
+    assert len(tries) == 3 and len(world.cloud.running()) == 2
+    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    world.tick()
+    world.tick()
+    assert len(tries) == 3
+    assert world.job(job_id).state == "CANCELLED" and not world.cloud.running()
+    assert {a.end_reason for a in world.attempts(job_id)} == {"cancelled"}

@@ -202,7 +202,10 @@ def test_env_scalars_become_strings_when_built_from_python():
         ("run: x\ncheckpoint:\n  dir: ''\n", "checkpoint.dir", 3, "must not be empty"),
         ("run: x\nmax_restarts_on_error: -1\n", "max_restarts_on_error", 2, "must be at least 0; got -1"),
         ("run: x\nestimated_duration: forever\n", "estimated_duration", 2, "must be a duration"),
-        ("run: x\n3: y\n", "3", 2, "field names must be strings; got 3"),
+        ("run: x\n3: y\n", "3", 2, "field names must be text; `3` reads as a number: quote it ('3')"),
+        ("run: x\n~: y\n", "~", 2, "`~` reads as null"),
+        ("run: x\non: push\n", "on", 2, "`on` reads as true or false"),
+        ("run: x\nenv:\n  A: b\n  2024-01-01: y\n", "env.2024-01-01", 4, "`2024-01-01` reads as a date"),
     ],
 )
 def test_bad_value_is_reported_with_field_line_and_message(text, field, line, message):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfigError, load_config
@@ -44,9 +45,22 @@ def main(argv: list[str] | None = None) -> int:
         sources = metadata_notice_sources()
     except Exception as exc:  # a malformed cloud setting: the attempt fails, saying so where its owner looks
         sources, problem = [], problem or f"cannot watch for preemption notices: {exc}"
-    agent_class(config, [sigterm, *sources], startup_problem=problem).run()
+    agent = agent_class(config, [sigterm, *sources], startup_problem=problem)
+    agent.run()
     forget_copy(config)
+    if agent.backup_left_running:
+        exit_now()
     return 0
+
+
+def exit_now() -> None:
+    """Exit without waiting for the threads still copying to a store that stopped answering: the interpreter's exit
+    joins every copy thread (`concurrent.futures`), and would wait on them for as long as the store hangs."""
+    logging.getLogger("spotrun.agent").warning("exiting with the final backup's copy still stuck in a store call")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

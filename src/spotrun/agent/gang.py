@@ -26,6 +26,7 @@ from spotrun.agent.config import AgentConfig, GangConfig
 from spotrun.agent.heartbeat import CheckpointProgress, Heartbeat
 from spotrun.agent.notices import Notice, NoticeSource
 from spotrun.agent.process import CommandProcess
+from spotrun.agent.stop_times import StopTimes
 from spotrun.agent.supervisor import (
     OUTPUT_DRAIN_SECONDS,
     WAIT_STEP_SECONDS,
@@ -306,5 +307,5 @@ class GangAgent(Agent):
         self.logs.flush(timeout=LOG_FLUSH_SECONDS)  # the controller holds the generation's log before its exit
         self.reporter.send("generation_exit", {"generation": order.number, "exit_code": exit_code})
 
-    def _final_backup(self, deadline: float | None) -> bool:
+    def _final_backup(self, times: StopTimes | None) -> bool:
         return True  # the trainers wrote to the shared store themselves

@@ -113,6 +113,8 @@ class Agent:
         self.sync.on_uploaded = self.slow_saves.checked
         self._process: CommandProcess | None = None
         self._started: list[CommandProcess] = []  # every command's group: the setup's, the run's, each generation's
+        self._told: list[Notice] = []  # the notices told to the controller
+        self.backup_left_running = False  # the final backup was given up on, its copy stuck in a store call
 
     def run(self) -> ExitReport:
         """Do the whole attempt and return what was reported to the controller as its exit."""
@@ -205,7 +207,7 @@ class Agent:
                 process.start()
             except OSError as exc:  # e.g. the workdir does not exist: the user's to fix, so it goes in their log
                 self._output(f"spotrun agent: cannot start the {label} command: {exc}\n")
-                return ExitReport("failed", None, self._final_backup(deadline=None))
+                return ExitReport("failed", None, self._final_backup(times=None))
             notice = self._wait_for_exit_or_notice(process)
             if notice is not None:
                 return self._answer_notice(process, notice)
@@ -216,7 +218,7 @@ class Agent:
                 # after the final backup
                 self._wait_for_the_group(process, time.time() + self.config.notice_grace)
                 outcome = outcome_of(exit_code) if label == "run" else "failed"
-                return ExitReport(outcome, exit_code, self._final_backup(deadline=self._notice_as_it_ended()))
+                return ExitReport(outcome, exit_code, self._final_backup(times=None))
         raise AssertionError("the run command always ends the attempt")
 
     def _report_started(self) -> None:
@@ -268,12 +270,11 @@ class Agent:
     def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
         self._tell_notice(notice)
         process.signal_group(signal.SIGTERM)
-        times = StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin)
-        cloud_told = not notice.own_grace
+        times = self._stop_times(notice)
         exit_code = None
         while exit_code is None and time.time() < times.stop_by():
             exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, times.stop_by() - time.time())))
-            cloud_told = cloud_told or self._report_cloud_notice()
+            self._tell_the_clouds_notice()
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
             process.signal_group(signal.SIGKILL)
@@ -281,32 +282,38 @@ class Agent:
         self._wait_for_the_group(process, times.stop_by())
         log.info("command stopped after the notice with exit code %d", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
-        if not cloud_told:
-            self._report_cloud_notice()
+        self._tell_the_clouds_notice()
         # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
         outcome = "succeeded" if exit_code == 0 else "preempted"
-        return ExitReport(outcome, exit_code, self._final_backup(deadline=times.deadline()))
+        return ExitReport(outcome, exit_code, self._final_backup(times))
+
+    def _stop_times(self, answered: Notice) -> StopTimes:
+        return StopTimes(self.notices, answered, time.time(), self.config.notice_grace, self.config.sync_margin)
 
     def _tell_notice(self, notice: Notice) -> None:
+        self._told.append(notice)
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
 
-    def _report_cloud_notice(self) -> bool:
+    def _tell_the_clouds_notice(self) -> None:
         """Tell the controller of the cloud's notice that came after the agent's own (a SIGTERM, the controller's
-        stop): only then does it leave the instance to the cloud, which takes it back free on EC2 in its first
-        hour (`control.reclaims`). Whether there was one to tell."""
+        stop), once: only then does it leave the instance to the cloud, which takes it back free on EC2 in its first
+        hour (`control.reclaims`)."""
         cloud = self.notices.cloud_notice
-        if cloud is not None:
+        if cloud is not None and cloud not in self._told:
             self._tell_notice(cloud)
-        return cloud is not None
 
-    def _notice_as_it_ended(self) -> float | None:
-        """A notice that came as the command was ending (the agent no longer waited for one): told to the controller,
-        which leaves a noticed instance to the cloud only when it knows, and its deadline bounds the final backup."""
+    def _notice_since(self, times: StopTimes | None) -> StopTimes | None:
+        """The stop times of a notice that came once the agent no longer waited for one (as the command ended, or
+        during the final backup), told to the controller, which leaves a noticed instance to the cloud only when it
+        knows; ``times`` when there were some already, its cloud's notice told if one came since."""
+        if times is not None:
+            self._tell_the_clouds_notice()
+            return times
         notice = self.notices.notice
         if notice is None:
             return None
         self._tell_notice(notice)
-        return StopTimes(self.notices, notice, time.time(), self.config.notice_grace, self.config.sync_margin).deadline()
+        return self._stop_times(notice)
 
     @staticmethod
     def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:
@@ -318,27 +325,44 @@ class Agent:
             log.warning("processes of the command's group still running at the stop time; killing them")
             process.signal_group(signal.SIGKILL)
 
-    def _final_backup(self, deadline: float | None) -> bool:
+    def _final_backup(self, times: StopTimes | None) -> bool:
         """Back the checkpoints up; with a deadline, give up at it, even on a store that stopped answering (its
-        call left to finish in the background): the exit must still be reported in time."""
+        call left to finish in the background): the exit must still be reported in time. The deadline is the
+        soonest so far: a notice that comes during the backup (a SIGTERM after the cloud's, the cloud's after a
+        normal exit) brings it forward."""
         self.backup.stop()
+        times = self._notice_since(times)
         outcome: list[bool] = []
+        cut = threading.Event()
+        deadline = None if times is None else times.deadline()
 
         def back_up() -> None:
             try:
-                outcome.append(self.sync.backup(deadline=deadline))
+                outcome.append(self.sync.backup(deadline=deadline, stop=cut))
             except Exception:
                 log.exception("final checkpoint backup failed")
                 outcome.append(False)
 
         worker = threading.Thread(target=back_up, name="spotrun-final-backup", daemon=True)
+        started = time.time()
         worker.start()
-        worker.join(None if deadline is None else max(MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS - time.time()))
+        while worker.is_alive() and not self._backup_time_up(times, started):
+            worker.join(WAIT_STEP_SECONDS)
+            times = self._notice_since(times)
+        cut.set()  # a copy still going stops between files: the exit is reported now
         if not outcome:
+            self.backup_left_running = True
             log.error("final checkpoint backup not done by the deadline: the store did not answer")
             return False
         log.info("final checkpoint backup %s", "complete" if outcome[0] else "incomplete")
         return outcome[0]
+
+    @staticmethod
+    def _backup_time_up(times: StopTimes | None, started: float) -> bool:
+        deadline = None if times is None else times.deadline()
+        if deadline is None:
+            return False
+        return time.time() >= max(started + MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS)
 
     def _report_exit(self, report: ExitReport) -> None:
         # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more:

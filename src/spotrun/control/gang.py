@@ -124,6 +124,8 @@ class GangDriver:
 
     def _launch_pending_nodes(self, job_id: int) -> None:
         with self.c.store.session() as session:
+            if session.get(Job, job_id).cancel_requested:  # `_advance` ends every node, those not launched too
+                return
             pending = [a.id for a in _nodes(session, job_id) if a.instance_id is None]
         for attempt_id in pending:
             refusal = self.c.try_launch(attempt_id)

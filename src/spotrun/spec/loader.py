@@ -48,6 +48,8 @@ def parse_spec(text: str, source: str = "<string>", default_name: str | None = N
     if (oversized := too_large(data)) is not None:
         raise SpecError(source, [oversized])
     problems = document.duplicate_keys() + nul_problems(data, document.line_of)
+    if keys_not_text := document.keys_not_text():  # pydantic would report each again, in Python's words
+        raise SpecError(source, _in_file_order(problems + keys_not_text))
     named_by_default = default_name is not None and "name" not in data
     if named_by_default:
         data = {**data, "name": default_name}

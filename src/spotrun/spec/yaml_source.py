@@ -13,6 +13,11 @@ from spotrun.spec.errors import Problem, SpecError
 
 # Plain scalars YAML would turn into numbers, booleans or dates; as environment values the user means the text.
 _TYPED_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "timestamp"))
+_STR_TAG = "tag:yaml.org,2002:str"
+_KEY_READINGS = {
+    "tag:yaml.org,2002:null": "null", "tag:yaml.org,2002:bool": "true or false", "tag:yaml.org,2002:int": "a number",
+    "tag:yaml.org,2002:float": "a number", "tag:yaml.org,2002:timestamp": "a date",
+}
 # pydantic marks an error about a mapping's key (not its value) with this last path element.
 PYDANTIC_KEY_MARKER = "[key]"
 
@@ -59,6 +64,22 @@ class YamlSource:
                     )
                 else:
                     first_lines[key_node.value] = _line(key_node)
+        return problems
+
+    def keys_not_text(self) -> list[Problem]:
+        """Keys YAML reads as something other than text (`~`, `on`, `1`, `2024-01-01`, a mapping): named as written,
+        where pydantic would quote Python's reading of them (`None`, `datetime.date(2024, 1, 1)`)."""
+        problems = []
+        for path, mapping in _mappings(self.root, (), set()):
+            for key_node, _ in mapping.value:
+                if isinstance(key_node, ScalarNode) and key_node.tag == _STR_TAG:
+                    continue
+                written = key_node.value if isinstance(key_node, ScalarNode) else "?"
+                reads_as = _KEY_READINGS.get(key_node.tag, "a mapping or list" if written == "?" else "not text")
+                message = f"field names must be text; `{written}` reads as {reads_as}"
+                if written != "?":
+                    message += f": quote it ('{written}') if it is meant as a name"
+                problems.append(Problem(field_path((*path, written)), message, _line(key_node)))
         return problems
 
     def env_as_written(self) -> Any:
