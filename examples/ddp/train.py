@@ -66,6 +66,8 @@ def main() -> None:
     epochs = int(os.environ.get("EPOCHS", "20"))
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
     timeout = timedelta(seconds=float(os.environ.get("COLLECTIVE_TIMEOUT", "60")))
+    # before the rendezvous, which waits for every rank: a notice meanwhile is kept, and saved at the first step
+    spotrun.preemption_flag.install()
     dist.init_process_group("gloo", timeout=timeout)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)

@@ -77,3 +77,16 @@ def test_main_exits_2_on_a_bad_config(tmp_path: Path, caplog):
     path.write_text(json.dumps({**VALID, "attempt_id": "two"}))
     assert main(["--config", str(path)]) == 2
     assert "attempt_id" in caplog.text
+
+
+def test_settings_only_a_newer_controller_knows_leave_a_config_to_report_the_failure_with():
+    """An image with an older spotrun: its agent refused the whole config and exited, an attempt that never reported
+    in; the controller launched another, and another, each lost."""
+    newer = {**VALID, "a_future_setting": 1, "gang": {"nnodes": 2, "node_rank": 1, "a_future_gang_setting": "x"}}
+    with pytest.raises(AgentConfigError, match="does not know the settings gang.a_future_gang_setting, a_future_setting") as err:
+        load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps(newer)})
+    assert err.value.usable is not None and err.value.usable.gang.node_rank == 1
+    assert "install the controller's version" in str(err.value)
+    with pytest.raises(AgentConfigError, match="attempt_id") as err:  # wrong besides: nothing to go on
+        load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps({**newer, "attempt_id": "two"})})
+    assert err.value.usable is None

@@ -618,6 +618,16 @@ def test_a_malformed_cloud_setting_fails_the_attempt_saying_why_instead_of_a_sil
     assert "cannot watch for preemption notices" in controller.log_text() and "never" not in controller.log_text()
 
 
+def test_an_agent_older_than_its_controller_fails_the_attempt_saying_why(controller, run_agent):
+    """A setting only a newer spotrun knows: the agent exited 2 before telling the controller anything."""
+    agent = run_agent(controller.url, run="echo never", a_future_setting=True)
+    assert agent.wait() == 0
+    assert [r.endpoint for r in controller.requests][0] == "started"
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert "does not know the settings a_future_setting" in controller.log_text()
+    assert "never" not in controller.log_text()
+
+
 def _gang_order(state: str, **extra) -> dict:
     order = {"generation": 1, "state": state, "master_addr": "127.0.0.1", "master_port": free_port(), "node_rank": 1,
              "nnodes": 2}

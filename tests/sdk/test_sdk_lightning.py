@@ -42,9 +42,9 @@ class Notice(L.Callback):
         if at and os.environ.get("RANK", "1") == "1":
             os.kill(os.getpid(), signal.SIGTERM)
 
-L.seed_everything(7, verbose=False)
-model = train.Net()
 world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+L.seed_everything(7 + (rank if os.environ.get("SEED_PER_RANK") else 0), verbose=False)
+model = train.Net()  # DDP starts every rank from rank 0's weights
 loader = spotrun.ResumableLoader(train.digits(), batch_size=32, seed=7, world_size=world, rank=rank)
 spot = spotrun.LightningCheckpoints(every_steps=int(os.environ.get("SAVE_STEPS", "1000")), every_seconds=None)
 options = dict(strategy="ddp", devices=world, num_nodes=1) if world > 1 else dict(devices=1)
@@ -80,11 +80,16 @@ def weights(result: subprocess.CompletedProcess) -> str:
 
 # Under DDP it is a soak run (`make soak`, ~55 s): ranks stopping together at one rank's notice is tested in
 # test_sdk_distributed.py; the callback itself by the one-process run
-@pytest.mark.parametrize("ranks", [pytest.param(1, id="one process"), pytest.param(2, id="ddp", marks=pytest.mark.soak)])
-def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ranks):
-    reference = weights(run_trainer(tmp_path, tmp_path / "reference", ranks=ranks))
+@pytest.mark.parametrize("ranks, seeds", [
+    pytest.param(1, {}, id="one process"),
+    pytest.param(2, {}, id="ddp", marks=pytest.mark.soak),
+    # each rank's dropout draws its own stream: every rank resumed rank 0's, and the weights differed
+    pytest.param(2, {"SEED_PER_RANK": "1"}, id="ddp, a seed per rank", marks=pytest.mark.soak),
+])
+def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ranks, seeds):
+    reference = weights(run_trainer(tmp_path, tmp_path / "reference", ranks=ranks, **seeds))
     store = tmp_path / "store"
-    preempted = run_trainer(tmp_path, store, ranks=ranks, NOTICE_AT_STEP="40")
+    preempted = run_trainer(tmp_path, store, ranks=ranks, NOTICE_AT_STEP="40", **seeds)
     if ranks == 1:
         assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.stdout[-2000:] + preempted.stderr[-3000:]
     else:  # torchrun reports each rank's exit: both stopped at rank 1's notice
@@ -94,9 +99,48 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ran
     manifest = json.loads((store / checkpoint_name(40) / MANIFEST_NAME).read_text())
     assert (manifest["payload"], manifest["total_steps"], list(manifest["files"])) == (PAYLOAD, STEPS, [CHECKPOINT_FILE])
     assert 0 < manifest["save_seconds"] < 60
-    resumed = run_trainer(tmp_path, store, ranks=ranks)
+    resumed = run_trainer(tmp_path, store, ranks=ranks, **seeds)
     assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
     assert weights(resumed) == reference
+
+
+def test_every_rank_resumes_its_own_random_streams_from_the_checkpoint_rank_0_writes(tmp_path, monkeypatch):
+    """Two ranks seeded apart, played in turn in one process (torch.distributed's calls stood in for; the real
+    gloo run is the DDP soak run above): each resumes its own draws from what rank 0 wrote, not rank 0's."""
+    import torch
+
+    spot = LightningCheckpoints(tmp_path / "store", signals=())
+    states, expected = [], []
+    for rank in (0, 1):
+        torch.manual_seed(7 + rank)
+        states.append(spot.state_dict()["rng"])
+        expected.append(torch.rand(3))
+    as_rank = {"rank": 0}
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: as_rank["rank"])
+    monkeypatch.setattr(torch.distributed, "all_gather_object", lambda out, _: out.__setitem__(slice(None), states))
+    written = spot.state_dict()  # rank 0's
+    assert len(written["rng_of_ranks"]) == 2
+    for rank in (0, 1):
+        as_rank["rank"] = rank
+        torch.manual_seed(99)
+        spot.load_state_dict(written)
+        assert torch.equal(torch.rand(3), expected[rank]), f"rank {rank}"
+
+
+def test_a_checkpoint_of_another_number_of_ranks_resumes_rank_0s_streams_with_a_warning(tmp_path):
+    import torch
+
+    spot = LightningCheckpoints(tmp_path / "store", signals=())
+    torch.manual_seed(1)
+    rank_0 = spot.state_dict()["rng"]
+    expected = torch.rand(3)
+    torch.manual_seed(2)
+    other = spot.state_dict()["rng"]
+    with pytest.warns(CheckpointWarning, match="RNG states of 2 ranks, this run has 1"):
+        spot.load_state_dict({"rng": rank_0, "rng_of_ranks": [rank_0, other]})
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_a_notice_seen_between_accumulated_micro_batches_is_saved_after_the_next_optimizer_step(tmp_path):

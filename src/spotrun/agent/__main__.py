@@ -30,13 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging()
     try:
-        boot = load_config(args.config)
+        boot, problem = load_config(args.config), None
     except AgentConfigError as exc:
         logging.getLogger("spotrun.agent").error("%s", exc)
-        return 2
+        if exc.usable is None:
+            return 2
+        boot, problem = exc.usable, str(exc)  # the attempt fails, saying why in the job's log
     try:
         # Before SIGTERM is taken over: until the job's part is here there is no trainer to give time to save.
-        config, problem = complete_config(boot), None
+        config = boot if problem else complete_config(boot)
     except JobPartUnavailable as refused:  # the attempt fails, saying why in the job's log
         config, problem = boot, str(refused)
     sigterm = SigtermNotice(config.notice_grace).install()

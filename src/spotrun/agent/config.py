@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,7 +16,13 @@ INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
 
 
 class AgentConfigError(ValueError):
-    """The agent's configuration is missing or invalid; the message names what is wrong."""
+    """The agent's configuration is missing or invalid; the message names what is wrong. ``usable``: the config
+    without what this agent does not know, when that is all that is wrong (a newer controller's settings): enough
+    to report the attempt failed, saying why, in the job's log."""
+
+    def __init__(self, message: str, usable: AgentConfig | None = None) -> None:
+        super().__init__(message)
+        self.usable = usable
 
 
 def _absolute(value: str) -> str:
@@ -89,10 +96,40 @@ def parse_config(text: str, origin: str) -> AgentConfig:
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
+        unknown = [error["loc"] for error in exc.errors() if error["type"] == "extra_forbidden"]
+        if unknown and len(unknown) == len(exc.errors()):
+            raise _settings_of_a_newer_controller(data, unknown, origin) from exc
         problems = "; ".join(
             f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
         )
         raise AgentConfigError(f"invalid agent config in {origin}: {problems}") from exc
+
+
+def _settings_of_a_newer_controller(data: dict[str, Any], unknown: list[tuple[Any, ...]], origin: str) -> AgentConfigError:
+    """Settings this agent does not know come from a controller of a newer spotrun (an image with an older one
+    installed): the attempt cannot run as asked, and is failed, saying so where the job's owner looks."""
+    names = ", ".join(".".join(str(part) for part in loc) for loc in unknown)
+    message = (
+        f"this instance's spotrun agent ({_installed_version()}) does not know the settings {names} in {origin}: "
+        "the controller runs a newer spotrun; install the controller's version in the instance's image"
+    )
+    known = json.loads(json.dumps(data))
+    for loc in unknown:
+        parent = known
+        for part in loc[:-1]:
+            parent = parent[part]
+        del parent[loc[-1]]
+    try:
+        return AgentConfigError(message, usable=AgentConfig.model_validate(known))
+    except ValidationError:
+        return AgentConfigError(message)
+
+
+def _installed_version() -> str:
+    try:
+        return f"spotrun {metadata.version('spotrun')}"
+    except metadata.PackageNotFoundError:
+        return "spotrun of unknown version"
 
 
 def load_config(config_file: str | None, environ: Mapping[str, str] = os.environ) -> AgentConfig:

@@ -15,8 +15,8 @@ spot.exit_if_stopped()                               # after a notice: saved, ex
 Lightning's own checkpoint holds the weights, optimizers, schedulers, loops and callbacks' states, and the state
 of a train loader that has one: a ``spotrun.ResumableLoader`` resumes at the batch where the run stopped (a plain
 DataLoader would start its epoch over, with a warning). What Lightning does not save, this callback adds to it: the
-Python, NumPy and torch (and CUDA) RNG states, so dropout and augmentation continue their streams. A resumed run
-ends with the weights of an uninterrupted one.
+Python, NumPy and torch (and CUDA) RNG states, every rank's under DDP, so dropout and augmentation continue their
+streams, ranks seeded apart included. A resumed run ends with the weights of an uninterrupted one.
 
 Each save goes through ``trainer.save_checkpoint`` into a staging folder and is committed as spotrun's checkpoints
 are (``foreign``): fsynced, checksummed, a manifest written last, renamed into place as ``ckpt-<step>``; the agent
@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -43,7 +44,7 @@ import torch
 
 from spotrun.sdk import foreign, layout
 from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
-from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.errors import CheckpointError, CheckpointWarning
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.state import RNGState
 from spotrun.sdk.storage import STAGING_PREFIX
@@ -109,11 +110,14 @@ class LightningCheckpoints(pl.Callback):
         return "spotrun.LightningCheckpoints"  # one name whatever the arguments, so a resume finds it
 
     def state_dict(self) -> dict[str, Any]:
-        """The global RNG states as they are at the save, in types ``torch.load(weights_only=True)`` reads."""
-        return {"rng": _portable(RNGState().state_dict())}
+        """The global RNG states as they are at the save, in types ``torch.load(weights_only=True)`` reads: this
+        process's, and under torch.distributed every rank's (Lightning calls this on every rank; rank 0 writes)."""
+        rng = _portable(RNGState().state_dict())
+        ranks = _every_ranks(rng)
+        return {"rng": rng} if ranks is None else {"rng": rng, "rng_of_ranks": ranks}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        RNGState().load_state_dict(_restored(state_dict["rng"]))
+        RNGState().load_state_dict(_restored(_own_rng(state_dict)))
 
     # -- Lightning's events ---------------------------------------------------------------------------------
 
@@ -189,6 +193,38 @@ def _any_rank(trainer: pl.Trainer, flags: list[bool]) -> list[bool]:
     """Each flag, true where any rank's is: one all_reduce for all of them under DDP (none in one process)."""
     votes = torch.tensor([int(flag) for flag in flags], device=trainer.strategy.root_device)
     return [bool(vote) for vote in trainer.strategy.reduce(votes, reduce_op="sum").tolist()]
+
+
+def _every_ranks(rng: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Each rank's RNG states, in rank order, under torch.distributed with more than one rank; else None. Ranks
+    seeded apart (``seed_everything(seed + rank)``) draw apart, and each resumes its own streams."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return None
+    gathered: list[Any] = [None] * world
+    torch.distributed.all_gather_object(gathered, rng)
+    return gathered
+
+
+def _own_rng(state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+    """This rank's RNG states from the checkpoint: its own where the checkpoint holds as many ranks' as run now;
+    else the saving rank 0's (checkpoints made before every rank's were kept, or another number of ranks), with a
+    warning when that number differs."""
+    ranks = state_dict.get("rng_of_ranks")
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    world, rank = (torch.distributed.get_world_size(), torch.distributed.get_rank()) if distributed else (1, 0)
+    if ranks is not None and len(ranks) == world:
+        return ranks[rank]
+    if ranks is not None:
+        warnings.warn(
+            f"the checkpoint holds the RNG states of {len(ranks)} ranks, this run has {world}: every rank resumes "
+            "rank 0's random streams, not the ones an uninterrupted run would draw",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+    return state_dict["rng"]
 
 
 def _portable(state: Mapping[str, Any]) -> dict[str, Any]:
