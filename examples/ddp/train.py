@@ -31,6 +31,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 import spotrun
+from spotrun.sdk import preemption_flag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "digits"))
 from train import BATCH_SIZE, SEED, accuracy, build_model, load_data  # noqa: E402  (the single-node example)
@@ -67,7 +68,7 @@ def main() -> None:
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
     timeout = timedelta(seconds=float(os.environ.get("COLLECTIVE_TIMEOUT", "60")))
     # before the rendezvous, which waits for every rank: a notice meanwhile is kept, and saved at the first step
-    spotrun.preemption_flag.install()
+    preemption_flag.install()
     dist.init_process_group("gloo", timeout=timeout)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)

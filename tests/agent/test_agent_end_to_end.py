@@ -742,3 +742,23 @@ def test_a_clouds_notice_during_the_final_backup_of_a_finished_run_is_told_and_b
     assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
     assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
     assert agent.wait() == 0
+
+
+SAVING_75 = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))  # the SDK's "saved after a stop request, resume me"
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_noticed_gang_node_under_torchrun_reports_its_ranks_saved_not_failed(controller, run_agent, tmp_path):
+    """torchrun ends 1 when a worker ends 75: a noticed node reported its generation's command failed."""
+    order = _gang_order("running", node_rank=0, nnodes=1)  # one node's torchrun: its worker starts without a peer
+    controller.replies["heartbeat"] = order
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_75), notice_grace=10.0,
+                      gang={"nnodes": 2, "node_rank": 0, "launcher": "torchrun"})
+    controller.wait_for(lambda: "ready" in controller.log_text(), timeout=60)
+    agent.process.send_signal(signal.SIGTERM)  # the agent's own notice
+    assert agent.wait() == 0
+    assert [r.body for r in controller.of("generation_exit")] == [{"generation": 1, "exit_code": 75}]

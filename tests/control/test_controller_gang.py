@@ -3,8 +3,9 @@ give-back, generations started, stopped and counted."""
 
 from __future__ import annotations
 
+import pytest
 from gang_world import GANG, alive_for, generations, open_by_rank, report_in, running_gang  # noqa: E402  (tests/control is on sys.path)
-from memory_cloud import MemoryCloud  # noqa: E402
+from memory_cloud import Crash, MemoryCloud  # noqa: E402
 from spotrun.control import jobs
 from spotrun.providers import NoCapacity
 from world import World  # noqa: E402
@@ -112,14 +113,20 @@ def test_a_preempted_node_alone_is_replaced_in_the_survivors_zone(store, tmp_pat
     assert second.state == "running" and second.master_addr == open_by_rank(world)[0].address != nodes[0].address
 
 
-def test_a_node_lost_while_the_gang_waits_for_a_replacement_is_replaced_too(store, tmp_path) -> None:
-    # node 0 is taken and replaced; before its replacement reports in, survivor node 1 is taken too
-    world = World(store, tmp_path)
+def master_taken_and_the_others_stopped(world: World) -> dict:
+    """The cloud takes node 0 of a running gang; ranks 1 and 2 save and stop; the gang's nodes as they were."""
     nodes = running_gang(world)
     world.cloud.reclaim(nodes[0].instance_id)
     world.tick()
     for rank in (1, 2):
         world.agent(nodes[rank].instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    return nodes
+
+
+def test_a_node_lost_while_the_gang_waits_for_a_replacement_is_replaced_too(store, tmp_path) -> None:
+    # node 0 is taken and replaced; before its replacement reports in, survivor node 1 is taken too
+    world = World(store, tmp_path)
+    nodes = master_taken_and_the_others_stopped(world)
     world.tick()
     waiting = open_by_rank(world)
     assert waiting[0].id != nodes[0].id and len(generations(world)) == 1
@@ -239,3 +246,120 @@ def test_a_gang_cancelled_while_a_nodes_launch_is_retried_launches_nothing_more(
     assert len(tries) == 3
     assert world.job(job_id).state == "CANCELLED" and not world.cloud.running()
     assert {a.end_reason for a in world.attempts(job_id)} == {"cancelled"}
+
+
+def noticed_and_saved(world: World, ranks: tuple[int, ...], generation: int) -> None:
+    """The cloud notices the nodes of `ranks` (120 s); every rank saves and exits 75 and says so; the noticed nodes'
+    agents report their attempts' exits a tick later (they flush their logs first)."""
+    nodes = open_by_rank(world)
+    for rank in ranks:
+        world.agent(nodes[rank].instance_id)("notice", {"source": "aws-imds", "deadline": world.clock.now() + 120})
+    world.tick()
+    for node in nodes.values():
+        world.agent(node.instance_id)("generation_exit", {"generation": generation, "exit_code": 75})
+    world.tick()
+    for rank in ranks:
+        world.agent(nodes[rank].instance_id)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()
+    world.tick()
+
+
+def test_a_notice_whose_ranks_all_saved_before_its_node_exited_is_not_a_command_failure(store, tmp_path) -> None:
+    """Every rank's 75 came in before the noticed node's exit: the generation ended "stopped", counted as a failure
+    of the command, and the next one started on the node being taken back."""
+    world = World(store, tmp_path)
+    nodes = running_gang(world)
+    world.agent(nodes[1].instance_id)("notice", {"source": "aws-imds", "deadline": world.clock.now() + 120})
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    for node in nodes.values():
+        world.agent(node.instance_id)("generation_exit", {"generation": 1, "exit_code": 75})
+    world.tick()
+    assert generations(world)[0].end_reason == "interrupted" and world.job(1).restarts_on_error == 0
+    assert len(generations(world)) == 1, "the next generation started on the node being taken back"
+
+
+def test_two_preemption_notices_do_not_fail_a_gang_allowed_one_restart_on_error(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    running_gang(world)  # GANG: max_restarts_on_error: 1
+    noticed_and_saved(world, ranks=(1,), generation=1)
+    report_in(world, ranks=(1,))
+    for _ in range(3):
+        world.tick()
+    second = generations(world)[-1]
+    assert second.state == "running" and second.number == 2
+    noticed_and_saved(world, ranks=(2,), generation=2)
+    job = world.job(1)
+    assert job.state != "FAILED" and job.restarts_on_error == 0 and job.preemptions == 2, job.failure_reason
+
+
+def test_notices_on_two_nodes_at_once_replace_both_in_the_survivors_zone(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    nodes = running_gang(world)
+    noticed_and_saved(world, ranks=(0, 2), generation=1)
+    job, placed = world.job(1), open_by_rank(world)
+    assert generations(world)[0].end_reason == "interrupted" and job.preemptions == 2 and job.restarts_on_error == 0
+    assert placed[1].id == nodes[1].id and placed[0].id != nodes[0].id and placed[2].id != nodes[2].id
+    assert {a.zone for a in placed.values()} == {nodes[1].zone}
+
+
+class TwoSpotPerZoneCloud(MemoryCloud):
+    """Every zone fits only two spot instances: a gang of three never gets its third node on spot."""
+
+    def launch(self, request):
+        live = [i for i in self.running() if i.zone == request.zone and i.market == "spot"]
+        if request.market == "spot" and self.find_by_token(request.client_token) is None and len(live) >= 2:
+            raise NoCapacity(f"only {len(live)} spot instances fit in {request.zone}")
+        return super().launch(request)
+
+
+def test_a_gang_refused_its_last_node_in_every_zone_falls_back_to_on_demand(store, tmp_path) -> None:
+    """Each node launched reset the job's count of empty rounds: the gang took two spot nodes and gave them back,
+    round after round (270 tries in 20 minutes, 180 instances paid for), and never fell back."""
+    world = World(store, tmp_path)
+    world.cloud = TwoSpotPerZoneCloud(world.clock)
+    world.controller = world.new_controller()
+    world.submit(GANG)
+    for _ in range(120):  # 20 minutes in ticks of 10 s
+        world.tick(10)
+        if any(a.market == "on-demand" for a in world.attempts(1)):
+            break
+    tries = world.attempts(1)
+    assert any(a.market == "on-demand" for a in tries), "still trying spot after 20 minutes"
+    assert len([a for a in tries if a.instance_id is not None]) < 20
+
+
+def test_a_crash_right_after_launching_a_replacement_launches_it_once(store, tmp_path) -> None:
+    world = World(store, tmp_path)
+    master_taken_and_the_others_stopped(world)
+    world.cloud.crash_after_launch = True
+    with pytest.raises(Crash):
+        world.tick()
+    world.controller = world.new_controller()
+    world.tick()
+    placed = open_by_rank(world)
+    assert len(world.cloud.running()) == 3 and sorted(placed) == [0, 1, 2]
+    assert all(a.instance_id for a in placed.values())
+    report_in(world, ranks=(0,))
+    world.tick()
+    assert generations(world)[-1].state == "running" and generations(world)[-1].number == 2
+
+
+def test_a_crash_while_a_timed_out_gang_is_given_back_gives_it_all_back(store, tmp_path) -> None:
+    """The nodes were ended one by one: a crash after the first left the others looking like survivors, and a
+    replacement for the first was launched, to be given back at the next tick."""
+    world = World(store, tmp_path)
+    world.submit(GANG)
+    world.tick()
+    report_in(world, ranks=(0, 1))
+    world.tick(10)
+    for rank in (0, 1):
+        world.agent(open_by_rank(world)[rank].instance_id)("heartbeat", {})
+    world.cloud.crash_after_terminate = True
+    with pytest.raises(Crash):
+        world.tick(25)
+    world.controller = world.new_controller()
+    world.tick()
+    world.tick()
+    ends = sorted((a.node_rank, a.end_reason) for a in world.attempts(1) if a.ended_at is not None)
+    assert ends == [(0, "released"), (1, "released"), (2, "released")], "a node launched for a gang given back"

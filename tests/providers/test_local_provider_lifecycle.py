@@ -226,3 +226,29 @@ def test_an_unreadable_record_is_unknown_never_terminated(cloud) -> None:  # typ
     finally:
         record_file.write_text(intact)
     assert cloud.provider.describe(info.instance_id).state == "running"
+
+
+def test_a_launcher_killed_while_creating_the_instance_leaves_no_instance_behind(cloud) -> None:  # type: ignore[no-untyped-def]
+    # The controller runs launches in its own process: a SIGKILL after the instance's folder was made but before its
+    # record (with the client token) was written must not leave an instance that the cloud lists (as "unknown", under
+    # an id no attempt knows) while the relaunch by the same token, finding no record, makes another one.
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from spotrun.providers.base import LaunchRequest
+        from spotrun.providers.local import LocalProvider, records
+        def killed_before_the_record(self, record):
+            os.kill(os.getpid(), signal.SIGKILL)
+        records.InstanceDir.write = killed_before_the_record
+        provider = LocalProvider(root={str(cloud.root)!r})
+        provider.launch(LaunchRequest(zone="local-a", market="spot", instance_type="local.cpu",
+                                      client_token="killed", user_data={cloud.user_data()!r}))
+        """
+    )
+    launcher = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert launcher.returncode == -signal.SIGKILL
+    assert cloud.provider.find_by_token("killed") is None
+    assert cloud.provider.list_instances() == []  # nothing was launched
+    again = cloud.provider.launch(cloud.request("killed"))  # the restarted controller launches by the same token
+    assert [info.instance_id for info in cloud.provider.list_instances()] == [again.instance_id]
+    assert sorted(path.name for path in (cloud.root / "instances").iterdir()) == [again.instance_id]  # swept up

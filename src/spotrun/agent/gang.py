@@ -263,7 +263,8 @@ class GangAgent(Agent):
             notice = self.notices.wait(WAIT_STEP_SECONDS)
             if notice is not None:
                 report = self._answer_notice(process, notice)
-                self._report_generation_exit(order, report.exit_code)  # all ranks may have finished meanwhile
+                # all ranks may have finished meanwhile; torchrun ends 1 on the SIGTERM, its workers' 75 included
+                self._report_generation_exit(order, self._code_of_a_stop(report.exit_code))
                 return report
             if self._generation_is_over(order):
                 self._stop(process)

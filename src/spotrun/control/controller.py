@@ -336,7 +336,10 @@ class Controller:
             attempt.instance_id = info.instance_id
             attempt.started_at = info.launched_at or now
             attempt.state = "running"
-            attempt.job.capacity_rounds = 0
+            if (attempt.job.spec.get("resources") or {}).get("nodes", 1) <= 1:
+                # a gang's rounds end once every slot is filled (`GangDriver._start_generation`): one node placed
+                # of a gang whose last node is refused everywhere found no capacity for the job
+                attempt.job.capacity_rounds = 0
             spot_news.spot_started(session, attempt, now, self._prices)
             add_event(
                 session,

@@ -156,8 +156,11 @@ class GangDriver:
                 self.c.follow_spot_price(job, attempt, now)
 
     def _end_nodes(self, attempt_ids: list[int], verdict: Verdict) -> None:
+        # every end recorded before any instance is terminated: a tick that dies after the first finishes the others
+        # (`_finish_ending_nodes`), where it would have filled their gang again, a replacement launched to be given back
         for attempt_id in attempt_ids:
             self.c.begin_end(attempt_id, verdict)
+        for attempt_id in attempt_ids:
             self.c.finish_attempt(attempt_id, self._after_node)
 
     def _after_node(self, session, attempt: Attempt, now: float) -> None:
@@ -211,7 +214,10 @@ class GangDriver:
             if generation.state == "running" and (gone or failed or noticed):
                 stop_generation(session, generation, _stop_reason(gone, failed, noticed), now)
             if len(gone) + len(exit_codes) == len(members):
-                reason = generation_end_reason([r for r in gone if r not in migrated], exit_codes)
+                # a node noticed by its cloud (not one the controller asked to stop) is being taken: its ranks saved
+                # and stopped for the notice, and its attempt ends once its agent reports (or the cloud takes it)
+                taken = [r for r in noticed if members[r].state != "draining"]
+                reason = generation_end_reason([r for r in gone if r not in migrated] + taken, exit_codes)
                 # every rank saved and stopped because the gang was asked to move: not a failure of the command
                 self._end_generation(session, generation, "moved" if moving and reason == "stopped" else reason, now)
             elif generation.state == "stopping" and now - generation.stop_requested_at > self._stop_grace(session, generation):
@@ -398,6 +404,7 @@ class GangDriver:
         """Every slot holds a running instance whose agent reported in with an address and a port."""
         return all(
             a.state == "running" and a.agent_started_at is not None and a.address and a.rendezvous_port
+            and a.notice_at is None  # a noticed node's agent ends its attempt: it runs no other generation
             for a in attempts
         )
 
@@ -414,6 +421,7 @@ class GangDriver:
             started_at=now,
         )
         session.add(generation)
+        job.capacity_rounds = 0  # the whole gang was had
         if job.state != JobState.PROVISIONING:
             records.transition(session, job, JobState.PROVISIONING, now, "every node is up")
         moved = previous is not None and previous.master_addr != master.address

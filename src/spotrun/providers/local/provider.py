@@ -28,8 +28,10 @@ from spotrun.providers.local.records import (
     InstanceRecord,
     RecordError,
     all_instance_dirs,
+    discard_unfinished,
     file_lock,
     instance_dir,
+    unfinished_dir,
     write_json_atomic,
 )
 
@@ -91,6 +93,7 @@ class LocalProvider:
     def launch(self, request: LaunchRequest) -> InstanceInfo:
         _validate(request)
         with file_lock(self.root / "registry.lock"):
+            discard_unfinished(self.root)  # a launcher killed while creating its instance: none was made
             existing = self._record_by_token(request.client_token)
             if existing is not None:
                 return self._relaunch(existing, request)
@@ -140,12 +143,16 @@ class LocalProvider:
             raise QuotaExceeded(f"{len(active)} instances running; the quota is {self.quota}")
 
     def _create(self, request: LaunchRequest) -> InstanceDir:
-        instance = instance_dir(self.root, f"li-{secrets.token_hex(6)}")
-        for folder in (instance.path, instance.disk, instance.metadata, instance.requests):
+        """The instance's folder, made aside (`unfinished_dir`, which no listing shows) and renamed into place with
+        its record, client token included, already in it: a launcher killed half-way leaves no instance that the
+        cloud lists but whose token a relaunch cannot find (it made another one: two instances, one on record)."""
+        instance_id = f"li-{secrets.token_hex(6)}"
+        instance, aside = instance_dir(self.root, instance_id), unfinished_dir(self.root, instance_id)
+        for folder in (aside.path, aside.disk, aside.metadata, aside.requests):
             folder.mkdir(parents=True)
-        write_json_atomic(instance.user_data_file, request.user_data, mode=0o600)
+        write_json_atomic(aside.user_data_file, request.user_data, mode=0o600)
         record = InstanceRecord(
-            id=instance.instance_id,
+            id=instance_id,
             zone=request.zone,
             market=request.market,
             instance_type=request.instance_type,
@@ -154,7 +161,8 @@ class LocalProvider:
             shutdown_grace_seconds=self.shutdown_grace_seconds,
             address=self._next_address(),
         )
-        instance.write(record)  # the token is on record before anything runs: a retry finds it
+        aside.write(record)  # the token is on record before anything runs: a retry finds it
+        os.rename(aside.path, instance.path)
         return instance
 
     def _next_address(self) -> str:

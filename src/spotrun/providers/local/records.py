@@ -12,6 +12,7 @@ Layout under the cloud's root::
     instances/<id>/disk/           the scratch disk, deleted with the instance
     instances/<id>/metadata/       what the metadata service answers (spot/instance-action on a notice)
     instances/<id>/console.log     the VM process's stdout and stderr
+    instances/.<id>.unfinished/    an instance being made, renamed to <id> once its record is in it
 """
 
 from __future__ import annotations
@@ -153,11 +154,25 @@ def instance_dir(root: Path, instance_id: str) -> InstanceDir:
     return InstanceDir(instances_dir(root) / instance_id)
 
 
+def unfinished_dir(root: Path, instance_id: str) -> InstanceDir:
+    """Where a launch makes the instance's folder before renaming it to `instance_dir` (hidden: not an instance)."""
+    return InstanceDir(instances_dir(root) / f".{instance_id}.unfinished")
+
+
 def all_instance_dirs(root: Path) -> list[InstanceDir]:
     folder = instances_dir(root)
     if not folder.is_dir():
         return []
-    return [InstanceDir(path) for path in sorted(folder.iterdir()) if path.is_dir()]
+    return [InstanceDir(path) for path in sorted(folder.iterdir()) if path.is_dir() and not path.name.startswith(".")]
+
+
+def discard_unfinished(root: Path) -> None:
+    """Delete the folders of launches whose launcher died before renaming them into place; call under the registry
+    lock, which every launch holds while it makes one (so none found here is still being made)."""
+    folder = instances_dir(root)
+    if folder.is_dir():
+        for path in folder.glob(".*.unfinished"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
