@@ -259,3 +259,51 @@ def test_a_notice_out_of_range_is_refused_before_anything_is_stored(team: Team, 
     with pytest.raises(jobs.PreemptRefused, match="the notice must be between 0 and 3600 seconds"):
         jobs.preempt(team.store, job_id, time.time(), notice)
     assert _chaos_events(team, job_id) == []
+
+
+@pytest.mark.parametrize("after", [2**31 - 1, 2**31, 2**63 - 1])
+def test_events_after_an_id_past_any_stored_one_are_none_not_a_500(team: Team, after: int) -> None:
+    """The route takes `after` up to 2**63 - 1; PostgreSQL refused to compare its 32-bit ids with more."""
+    job_id = team.launch("alice")
+    response = team.client.get(f"/api/v1/jobs/{job_id}/events", params={"after": after}, headers=team.as_user("alice"))
+    assert (response.status_code, response.json()) == (200, [])
+
+
+def test_a_cancel_that_races_the_jobs_end_is_refused(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller ended the job between the cancel's read and its write: the cancel answered 202, and a
+    "cancel requested" followed the job's end."""
+    from spotrun.control import jobs as jobs_api
+
+    job_id = team.launch("alice")
+    real_get_job, reads = jobs_api.get_job, []
+
+    def read_then_the_controller_ends_it(session, wanted):
+        job = real_get_job(session, wanted)
+        reads.append(job.state)
+        if len(reads) == 2:  # the first read is the route's check of the owner; the second, the cancel's own
+            with team.store.session() as controller:
+                controller.get(Job, job_id).state = "SUCCEEDED"
+        return job
+
+    monkeypatch.setattr(jobs_api, "get_job", read_then_the_controller_ends_it)
+    response = team.client.post(f"/api/v1/jobs/{job_id}/cancel", headers=team.as_user("alice"))
+    assert response.status_code == 409, response.text
+    with team.store.session() as session:
+        assert session.get(Job, job_id).state == "SUCCEEDED"
+        kinds = [e.kind for e in session.query(Event).filter(Event.job_id == job_id).order_by(Event.id)]
+    assert "cancel_requested" not in kinds
+
+
+def test_the_log_streams_attempt_header_says_the_date_and_its_zone(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server writes the remote `spotrun logs` header; it gave the start in the server's zone, unnamed, beside
+    `spotrun status JOB` giving the same start in the user's."""
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-1", at=1_700_000_000.0)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        log = team.client.get(f"/api/v1/jobs/{job_id}/logs", headers=team.as_user("alice")).text
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert "started 2023-11-14 22:13:20 UTC" in log, log

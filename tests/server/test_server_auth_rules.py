@@ -9,8 +9,10 @@ import pytest
 from server_world import Team, place_attempt
 from sqlalchemy import select
 
-from spotrun.server.users import create_token, revoke_token
-from spotrun.state import Event, Job
+from spotrun.control import records
+from spotrun.server.agent_api import ENDED_ATTEMPT_GRACE
+from spotrun.server.users import InvalidUserName, add_user, create_token, revoke_token
+from spotrun.state import Attempt, Event, Job
 from spotrun.state.models import ApiToken
 
 
@@ -102,3 +104,47 @@ def test_credentials_never_reach_events_or_logs(team: Team) -> None:
     assert "step 1" in logs and "preemption notice" in events
     for credential in [*team.tokens.values(), "agent-secret-token"]:
         assert credential not in events and credential not in logs
+
+
+def ended(team: Team, attempt_id: int, ago: float) -> None:
+    with team.store.session() as session:
+        records.end_attempt(session, session.get(Attempt, attempt_id), reason="lost", ended_at=time.time() - ago,
+                            billed_seconds=60.0)
+
+
+def test_an_ended_attempts_token_takes_no_reports_once_its_last_ones_are_past(team: Team) -> None:
+    """The token is in the instance's user data, which the cloud shows after the instance is gone: every route took
+    it for ever, writing events, log lines and checkpoint steps into the attempt (and its job) long ended."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-1", at=time.time() - 7200)
+    ended(team, attempt_id, ago=ENDED_ATTEMPT_GRACE + 60)
+    before = snapshot(team)
+    agent, base = {"Authorization": "Bearer agent-1"}, f"/agent/v1/attempts/{attempt_id}"
+    for path, body in (("/started", {}), ("/notice", {"source": "aws-imds"}), ("/exit", {"outcome": "succeeded"}),
+                       ("/warning", {"source": "aws-imds", "kind": "rebalance"}), ("/logs", {"offset": 0, "data": "x"}),
+                       ("/generation_exit", {"generation": 1, "exit_code": 0})):
+        response = team.client.post(base + path, json=body, headers=agent)
+        assert response.status_code == 410 and "attempt 1 of job 1 has ended" in response.text, (path, response.text)
+    heartbeat = team.client.post(base + "/heartbeat", json={"checkpoint_step": 500}, headers=agent)
+    assert heartbeat.status_code == 200 and heartbeat.json()["stop"] == "attempt 1 has ended"  # its agent stops
+    assert snapshot(team) == before
+    with team.store.session() as session:
+        attempt = session.get(Attempt, attempt_id)
+        assert (attempt.checkpoint_step, attempt.reported_outcome, attempt.log_bytes) == (None, None, 0)
+
+
+def test_an_attempt_just_ended_takes_its_last_reports_but_no_start(team: Team) -> None:
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-1")
+    ended(team, attempt_id, ago=0)
+    agent, base = {"Authorization": "Bearer agent-1"}, f"/agent/v1/attempts/{attempt_id}"
+    assert team.client.post(base + "/logs", json={"offset": 0, "data": "tail\n"}, headers=agent).status_code == 200
+    assert team.client.post(base + "/exit", json={"outcome": "preempted"}, headers=agent).status_code == 200
+    assert team.client.post(base + "/started", json={}, headers=agent).status_code == 410
+
+
+def test_no_user_can_be_named_local_the_owner_of_the_jobs_run_without_a_server(team: Team) -> None:
+    """`spotrun launch` without a server, on the server's store, owns its jobs as "local": a team user of that name
+    listed and cancelled them."""
+    with pytest.raises(InvalidUserName, match="reserved"):
+        add_user(team.store, "local", time.time())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import fsspec
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
 
 from spotrun import config
@@ -179,12 +179,18 @@ def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:
 
 
 def request_cancel(store: Store, job_id: int, now: float) -> bool:
-    """Ask the controller to cancel; False when the job had already ended."""
+    """Ask the controller to cancel; False when the job had already ended. The mark is a compare-and-set on the
+    job's state: a job the controller ends between this read and this write is not marked (nor told "cancelling")."""
     with store.session() as session:
         job = get_job(session, job_id)
         if is_terminal(job.state):
             return False
-        job.cancel_requested = True
+        marked = session.execute(
+            update(Job).where(Job.id == job_id, Job.state.in_(state_names(LIVE))).values(cancel_requested=True),
+            execution_options={"synchronize_session": False},
+        ).rowcount
+        if not marked:
+            return False
         add_event(session, at=now, kind="cancel_requested", job_id=job_id, message="cancel requested")
         return True
 
@@ -288,6 +294,8 @@ def list_jobs(
 
 
 def job_events(session: Session, job_id: int, after_id: int = 0) -> list[Event]:
+    if after_id >= MAX_ID:  # no event has a larger id (PostgreSQL refuses to compare its 32-bit ids with one)
+        return []
     return list(session.scalars(select(Event).where(Event.job_id == job_id, Event.id > after_id).order_by(Event.id)))
 
 

@@ -74,6 +74,10 @@ class Exit(BaseModel):
 
 
 JOB_PART_SERVED = "job_part_served"
+# How long after its attempt ended an agent's token is still taken: its last reports (the log's tail, the exit) may
+# arrive after the controller ended the attempt. Past it, the token is refused: it is in the instance's user data,
+# which the cloud keeps showing after the instance is gone. A heartbeat is always answered, with a stop.
+ENDED_ATTEMPT_GRACE = 600.0
 
 
 def ordinal(n: int) -> str:
@@ -118,7 +122,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     answer_invalid_requests(app)
     app.add_middleware(AuthBeforeBody, store=store)
 
-    def attempt_id_for(
+    def token_holders_attempt(
         request: Request, attempt_id: int = PathParam(ge=1, le=2**31 - 1), authorization: str = Header(default="")
     ) -> int:
         verified = getattr(request.state, "verified_attempt", None) == attempt_id  # before the body (early_auth)
@@ -126,7 +130,16 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             raise HTTPException(status_code=403, detail=AGENT_REFUSAL)
         return attempt_id
 
-    Authorized = Depends(attempt_id_for)
+    def attempt_still_reporting(attempt_id: int = Depends(token_holders_attempt)) -> int:
+        with store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            ended_at, number, job_id = attempt.ended_at, attempt.number, attempt.job_id
+        if ended_at is not None and clock.now() - ended_at > ENDED_ATTEMPT_GRACE:
+            raise HTTPException(status_code=410, detail=f"attempt {number} of job {job_id} has ended")
+        return attempt_id
+
+    Authorized = Depends(attempt_still_reporting)
+    TokenHolder = Depends(token_holders_attempt)
 
     @app.get("/agent/v1/attempts/{attempt_id}/job")
     def job(request: Request, attempt_id: int = Authorized) -> dict:
@@ -139,6 +152,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     def started(body: Started, attempt_id: int = Authorized) -> dict:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            if attempt.ended_at is not None:  # as the job's part: nothing starts on an ended attempt
+                raise HTTPException(status_code=410, detail=f"attempt {attempt.number} of job {attempt.job_id} has ended")
             if attempt.agent_started_at is None:
                 attempt.address = body.address
                 attempt.rendezvous_port = body.port
@@ -151,9 +166,12 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
         return {"ok": True}
 
     @app.post("/agent/v1/attempts/{attempt_id}/heartbeat")
-    def heartbeat(body: Heartbeat, attempt_id: int = Authorized) -> dict:
+    def heartbeat(body: Heartbeat, attempt_id: int = TokenHolder) -> dict:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            if attempt.ended_at is not None:
+                # an agent the controller gave up on (lost, then heard again): told to stop; nothing it says is kept
+                return {"ok": True, "stop": f"attempt {attempt.number} has ended", "hold": False}
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
                 restored = restored_step(session, attempt) if attempt.first_checkpoint_step is None else None

@@ -33,6 +33,7 @@ class Refusal(BaseModel):
 AGENT_REFUSALS: dict[int | str, dict[str, object]] = {
     403: {"model": Refusal, "description": "the token is not this attempt's"},
     409: {"model": Refusal, "description": "a log chunk past the end of what is stored"},
+    410: {"model": Refusal, "description": "the attempt has ended (for its last reports: some minutes ago)"},
 }
 
 

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import read_log
 from spotrun.control.states import is_terminal
-from spotrun.server.views import clock_time
 from spotrun.state import Attempt, Store
 
 
@@ -109,6 +108,12 @@ def pruned_line(attempt: Attempt) -> str:
     return f"[its log of {attempt.log_bytes} bytes was removed on {day} by `spotrun prune-logs`]\n"
 
 
+def utc_time(at: float | None) -> str:
+    """A moment as the log stream writes it: the server writes the stream and the user reads it in another zone,
+    so it names its own (UTC), with the date (a job can run for days), as `pruned_line` does."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "—"
+
+
 def attempt_header(attempt: Attempt, multi_node: bool = False, again: bool = False) -> str:
     """The line that marks an attempt's text: its start, or (`again`) its text going on after another's."""
     node = f" · node {attempt.node_rank}" if multi_node else ""
@@ -116,5 +121,5 @@ def attempt_header(attempt: Attempt, multi_node: bool = False, again: bool = Fal
         return f"──── attempt {attempt.number}{node} (continued) ────\n"
     return (
         f"──── attempt {attempt.number}{node} · {attempt.market} · {attempt.zone} · {attempt.instance_id} · "
-        f"started {clock_time(attempt.started_at)} ────\n"
+        f"started {utc_time(attempt.started_at)} ────\n"
     )

@@ -82,11 +82,18 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# The owner of the jobs `spotrun launch` submits without a server (embedded mode, `jobs.submit`'s default): on the
+# server's own store, a user of that name would see and cancel them.
+RESERVED_NAMES = frozenset({"local"})
+
+
 def check_user_name(name: str) -> str:
     if not _NAME.fullmatch(name):  # not match(): `$` would let a trailing newline through
         raise InvalidUserName(
             f"user name {name!r} must be 1-200 letters, digits or . _ @ -, starting with a letter or digit"
         )
+    if name in RESERVED_NAMES:
+        raise InvalidUserName(f"user name {name!r} is reserved: it owns the jobs `spotrun launch` runs without a server")
     return name
 
 
