@@ -8,7 +8,8 @@ import pytest
 from server_world import TINY_JOB, Team, place_attempt
 
 from spotrun.control import records
-from spotrun.state import Attempt, Event, Job
+from spotrun.state import Attempt, Event, Job, add_event
+from spotrun.state.event_order import SETTLE_SECONDS
 
 
 def test_launched_job_is_owned_by_the_caller_and_listed(team: Team) -> None:
@@ -307,3 +308,39 @@ def test_the_log_streams_attempt_header_says_the_date_and_its_zone(team: Team, m
         monkeypatch.delenv("TZ")
         time.tzset()
     assert "started 2023-11-14 22:13:20 UTC" in log, log
+
+
+def test_a_follower_misses_no_event_committed_after_a_later_ones(team: Team) -> None:
+    """PostgreSQL numbers an event as it is inserted: a transaction holding the smaller id can commit after another
+    holding a larger one. A follower that read the larger and moved its cursor past it never saw the other."""
+    if team.store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite writes one transaction at a time: its ids become visible in order")
+    job_id = team.launch("alice")
+
+    def follow(after: int) -> list[tuple[int, str]]:
+        url = f"/api/v1/jobs/{job_id}/events"
+        events = team.client.get(url, params={"after": after}, headers=team.as_user("alice")).json()
+        return [(e["id"], e["message"]) for e in events]
+
+    last = follow(0)[-1][0]
+    slow = team.store._sessions()  # takes its id first, commits last
+    try:
+        add_event(slow, at=time.time(), kind="state", job_id=job_id, message="slow")
+        slow.flush()
+        with team.store.session() as fast:
+            add_event(fast, at=time.time(), kind="state", job_id=job_id, message="fast")
+        assert follow(last) == []  # "fast" waits for the id before it
+        slow.commit()
+    finally:
+        slow.close()
+    assert follow(last) == [(last + 1, "slow"), (last + 2, "fast")]
+    rolled_back = team.store._sessions()
+    try:
+        add_event(rolled_back, at=time.time(), kind="state", job_id=job_id, message="never")
+        rolled_back.flush()
+        rolled_back.rollback()
+    finally:
+        rolled_back.close()
+    with team.store.session() as later:
+        add_event(later, at=time.time() - SETTLE_SECONDS - 1, kind="state", job_id=job_id, message="after a gap that settled")
+    assert follow(last + 2) == [(last + 4, "after a gap that settled")]

@@ -21,6 +21,7 @@ from spotrun.providers import CLOUDS, ProviderError, get_provider
 from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.state import Attempt, Event, Job, Store, add_event
+from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
 
 
@@ -294,9 +295,15 @@ def list_jobs(
 
 
 def job_events(session: Session, job_id: int, after_id: int = 0) -> list[Event]:
+    """The job's events past `after_id`, in id order; only up to an id a transaction may still commit
+    (`first_unsettled_id`), so that a follower moving its cursor to the last one returned misses none."""
     if after_id >= MAX_ID:  # no event has a larger id (PostgreSQL refuses to compare its 32-bit ids with one)
         return []
-    return list(session.scalars(select(Event).where(Event.job_id == job_id, Event.id > after_id).order_by(Event.id)))
+    query = select(Event).where(Event.job_id == job_id, Event.id > after_id)
+    unsettled = first_unsettled_id(session, after_id)
+    if unsettled is not None:
+        query = query.where(Event.id < unsettled)
+    return list(session.scalars(query.order_by(Event.id)))
 
 
 def job_attempts(session: Session, job_id: int) -> list[Attempt]:
