@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -308,3 +309,21 @@ def test_the_agent_retries_a_restore_that_failed_on_the_newest_before_taking_an_
     monkeypatch.setattr(supervisor.time, "sleep", lambda seconds: None)
     assert supervisor.Agent._restore(SimpleNamespace(sync=Sync())) == 10  # type: ignore[arg-type]
     assert calls == [False, False]
+
+
+def test_pruning_a_store_folder_named_like_a_glob_leaves_another_runs_checkpoints_alone(local, tmp_path):
+    """fsspec's rm expands `[1]`: the prune of memory://…/exp[1]'s old checkpoint removed exp1's instead."""
+    base = f"memory://spotrun-test-{tmp_path.name}"
+    other = CheckpointSync(tmp_path / "other", f"{base}/exp1")
+    write_checkpoint(tmp_path / "other", 1)
+    assert other.backup() is True
+    sync = CheckpointSync(local, f"{base}/exp[1]")
+    for step in (1, 2):
+        write_checkpoint(local, step)
+    sync.backup()
+    shutil.rmtree(local / checkpoint_name(1))  # the trainer's keep_last
+    write_checkpoint(local, 3)
+    sync.backup()
+    fs = fsspec.filesystem("memory")
+    assert [step for step, _ in list_committed(fs, f"{base}/exp[1]")] == [2, 3]
+    assert [step for step, _ in list_committed(fs, f"{base}/exp1")] == [1]

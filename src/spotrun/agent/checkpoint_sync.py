@@ -23,7 +23,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from spotrun.agent.heartbeat import CheckpointProgress
 from spotrun.sdk.layout import (
-    CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, save_seconds_of,
+    CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, remove_folder, save_seconds_of,
 )
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class CheckpointSync:
                 _check_sizes(self.local.fs, local_path, json.loads(manifest))
         except BaseException:
             if self.local.fs.exists(local_path):
-                self.local.fs.rm(local_path, recursive=True)
+                remove_folder(self.local.fs, local_path)
             raise
 
     def backup(self, deadline: float | None = None, stop: threading.Event | None = None) -> bool:
@@ -280,7 +280,7 @@ class CheckpointSync:
         kept_locally = {step for step, _ in self.local.checkpoint_folders()}
         for step, path in self.store.checkpoint_folders():
             if step < newest and step not in kept_locally:
-                self.store.fs.rm(path, recursive=True)
+                remove_folder(self.store.fs, path)
                 log.info("removed %s from the store", _basename(path))
 
     def _remember_synced(self, name: str) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
 import signal
 import threading
@@ -191,21 +192,27 @@ class Checkpointer:
         of an accumulated step, it holds a save (a stop's too) to the first call after the optimizer's step: a
         checkpoint holds no gradients (``accumulation``)."""
         _require_training_state(state)
-        self._raise_failed_save()
+        _check_step(step)
         steps_done = step + 1
         stop, due, busy, accumulating = self._ranks.agree_any(
             [self._flag.is_set, self._deferred or self._periodic_due(steps_done), self._busy(), state.accumulating()]
         )
+        if stop and not accumulating:
+            log.warning("preemption requested: saving %d steps and stopping", steps_done)
+            try:
+                self.wait()
+            except CheckpointError as error:  # an earlier save failed: the stop's own may still work, and must be tried
+                log.error("the save in flight failed (%s); saving the stop all the same", error)
+            self.save(state, step)
+            self._should_stop = True
+            return
+        self._raise_failed_save()
         if accumulating and (stop or due):  # held to the step after the optimizer's: gradients are not saved
             if stop and not self._stop_held:
                 log.warning("preemption requested between accumulated micro-batches: saving after the optimizer's step")
             self._stop_held, self._deferred = stop, due
             return
-        if stop:
-            log.warning("preemption requested: saving %d steps and stopping", steps_done)
-            self.save(state, step)
-            self._should_stop = True
-        elif due and busy:
+        if due and busy:
             self._deferred = True
         elif due:
             self._submit(state, steps_done)
@@ -214,6 +221,7 @@ class Checkpointer:
         """Save the state after step ``step`` (0-based) now; with ``wait`` (default) return once it is
         committed and durable. A save in flight is finished first; saving the same step again is a no-op."""
         _require_training_state(state)
+        _check_step(step)
         self.wait()
         if step + 1 != self._last_saved:
             self._submit(state, step + 1)
@@ -444,6 +452,16 @@ def _maybe_transient(error: BaseException) -> bool:
             return not isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError))
         error = error.__cause__  # type: ignore[assignment]
     return False
+
+
+def _check_step(step: object) -> None:
+    """ValueError unless ``step`` is the 0-based index of a finished step (-1: none yet, a checkpoint of 0 steps)."""
+    try:
+        index = None if isinstance(step, bool) else operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        index = None
+    if index is None or index < -1:
+        raise ValueError(f"step must be the 0-based index of the step just finished (-1 or more), got {step!r}")
 
 
 def _require_training_state(state: object) -> None:

@@ -12,6 +12,7 @@ and ``files``, a manifest may say ``world_size`` (the ranks that saved), ``total
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -27,7 +28,8 @@ SHARED_FILE = "shared.pt"  # the Checkpointer's components every rank loads (``s
 # the manifest's ``payload`` of a framework's own checkpoint, and what it holds (the Checkpointer's have none)
 TRAINER_PAYLOAD, LIGHTNING_PAYLOAD = "transformers-trainer", "lightning"
 FRAMEWORK_PAYLOADS = {TRAINER_PAYLOAD: "the Trainer's own files", LIGHTNING_PAYLOAD: "lightning.ckpt"}
-_NAME = re.compile(r"^ckpt-(\d{12})$")
+_GLOB_MAGIC = re.compile(r"[*?\[]")  # what fsspec's rm takes for a pattern
+_NAME = re.compile(r"^ckpt-(\d{12}|[1-9]\d{12,})$")  # checkpoint_name: 12 digits, more from 10**12 on
 
 
 def unloadable(manifest: dict[str, Any]) -> str | None:
@@ -50,12 +52,34 @@ def parse_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def read_manifest(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> dict[str, Any] | None:
-    """The manifest of a checkpoint folder, or None when it is missing or unreadable."""
+def remove_folder(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """``fs.rm(path, recursive=True)``, except that a path with glob characters (``[ ] * ?``, as in a folder named
+    ``exp[1]``) is taken as written: fsspec's rm expands them, and removed another folder's files (``exp1``'s) instead
+    of this one's."""
+    if not _GLOB_MAGIC.search(path):
+        fs.rm(path, recursive=True)
+        return
+    for file in sorted(fs.find(path), reverse=True):  # find lists, it does not glob
+        fs.rm_file(file)
+    with contextlib.suppress(OSError, NotImplementedError):
+        if fs.exists(path):  # a filesystem with folders of its own
+            fs.rmdir(path)
+
+
+def read_manifest(
+    fs: fsspec.AbstractFileSystem, checkpoint_path: str, *, io_errors: bool = False
+) -> dict[str, Any] | None:
+    """The manifest of a checkpoint folder, or None when it is missing or unreadable. ``io_errors``: a read that failed
+    in the I/O (EIO, a connection reset) raises its OSError instead, so that a caller may try again rather than take
+    the checkpoint for one without a manifest."""
     try:
         with fs.open(f"{checkpoint_path.rstrip('/')}/{MANIFEST_NAME}", "rb") as fh:
             manifest = json.loads(fh.read())
-    except (FileNotFoundError, OSError, ValueError):
+    except (FileNotFoundError, ValueError):
+        return None
+    except OSError:
+        if io_errors:
+            raise
         return None
     return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
 

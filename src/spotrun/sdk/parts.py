@@ -16,6 +16,8 @@ from typing import Any
 
 import fsspec
 
+from spotrun.sdk import threads
+
 PART_BYTES = 16 * 2**20  # AWS's guidance for multipart uploads: 8 or 16 MB parts
 BYTES_IN_FLIGHT = 8 * PART_BYTES
 MAX_PARTS = 10_000  # S3's limit for one upload
@@ -117,7 +119,7 @@ class PartUpload(io.RawIOBase):
         while self._sent and sum(size for size, _ in self._sent) + len(body) > self._bytes_in_flight:
             self._take_oldest()
         assert self._pool is not None
-        self._sent.append((len(body), self._pool.submit(self._upload_part, number, body)))
+        self._sent.append((len(body), threads.submit(self._pool, self._upload_part, number, body)))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
         answer = self._fs.call_s3(

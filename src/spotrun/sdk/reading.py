@@ -44,7 +44,10 @@ class Reader:
         live state ``live`` (a state dict per component; ``components``: the objects behind it). Raises
         IncompatibleCheckpoint when sharded tensors do not fit ``live`` (before any piece is read), and any other
         exception for a damaged checkpoint."""
-        manifest = layout.read_manifest(self.store.fs, path)
+        try:
+            manifest = layout.read_manifest(self.store.fs, path, io_errors=True)
+        except OSError as error:  # kept as the cause: restore tries a read that failed in the I/O once more
+            raise layout.unreadable(path, layout.MANIFEST_NAME, error) from error
         if manifest is None:
             raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
         foreign = layout.FRAMEWORK_PAYLOADS.get(manifest.get("payload"))  # type: ignore[arg-type]
@@ -66,7 +69,7 @@ class Reader:
         if not assembly.needed:
             return payload
         load = functools.partial(self._load_one, path, manifest)
-        index = load(sharding.INDEX_FILE) if assembly.targets else {}
+        index = load(sharding.INDEX_FILE) if assembly.reads_pieces else {}
         if not isinstance(index, dict):
             raise layout.CorruptCheckpoint(f"{path}: {sharding.INDEX_FILE} holds a {type(index).__name__}")
         return assembly.fill(assembly.plan(index), load)

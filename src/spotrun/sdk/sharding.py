@@ -201,10 +201,18 @@ class Assembly:
     def needed(self) -> bool:
         return bool(self.targets or self.cuts)
 
+    @property
+    def reads_pieces(self) -> bool:
+        """Whether a box this rank needs holds any value, so that pieces (and the index of them) must be read: a
+        DTensor with no elements has no piece saved, nor any entry in the index."""
+        return any(math.prod(target.box[1]) for target in self.targets)
+
     def plan(self, index: Mapping[Path, list]) -> dict[str, list[tuple[_Target, Box]]]:
         """Per shards file, in name order, the saved pieces in it that overlap a box this rank needs."""
         plan: dict[str, list[tuple[_Target, Box]]] = defaultdict(list)
         for target in self.targets:
+            if not math.prod(target.box[1]):  # an empty box: nothing to read (an empty tensor has no piece saved)
+                continue
             pieces = index.get(target.path)
             if not isinstance(pieces, list):
                 raise CorruptCheckpoint(f"{INDEX_FILE} lists no pieces of {dotted(target.path)}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import io
 import os
 import shutil
@@ -21,7 +22,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun import libc
-from spotrun.sdk import directio, layout, parts, ranges, tensorfile
+from spotrun.sdk import directio, layout, parts, ranges, tensorfile, threads
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -155,9 +156,9 @@ class CheckpointStore:
         """Delete a checkpoint folder, manifest first, so a half-deleted one is never taken as committed."""
         manifest = f"{path}/{layout.MANIFEST_NAME}"
         if self.fs.exists(manifest):
-            self.fs.rm(manifest)
+            self.fs.rm_file(manifest)
         if self.fs.exists(path):
-            self.fs.rm(path, recursive=True)
+            layout.remove_folder(self.fs, path)
 
     def clean_staging(self) -> None:
         """Leftovers of saves that died half-way; an object store has none outside the checkpoint folders."""
@@ -215,6 +216,10 @@ class LocalStore(CheckpointStore):
         self.write(staging, layout.MANIFEST_NAME, layout.encode_manifest(manifest))
         _fsync_dir(staging)
         final = self.path(step)
+        if os.path.exists(final) and _exchange(staging, final):  # one atomic swap: the old one is where staging was
+            _fsync_dir(self.root)
+            shutil.rmtree(staging, ignore_errors=True)
+            return
         replaced = None
         if os.path.exists(final):  # a checkpoint of the same step from an earlier run: swap it out
             replaced = self._trash_path(final)
@@ -272,7 +277,7 @@ class _HashingWriter:
             self._checksum.update(chunk)
             self._write_all(chunk)
             return chunk.nbytes
-        hashed = self._hasher.submit(self._checksum.update, chunk)
+        hashed = threads.submit(self._hasher, self._checksum.update, chunk)
         try:
             step = self._piece_bytes or chunk.nbytes
             for offset in range(0, chunk.nbytes, step):
@@ -313,7 +318,7 @@ class _OverlappedHash:
         if chunk.nbytes < HASH_IN_PARALLEL_BYTES and (self._pending is None or self._pending.done()):
             self._checksum.update(chunk)
         else:
-            self._pending = self._thread.submit(self._checksum.update, chunk)
+            self._pending = threads.submit(self._thread, self._checksum.update, chunk)
 
     def __enter__(self) -> _OverlappedHash:
         return self
@@ -341,6 +346,26 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
     final fsync then finds most of the file already written. Durability still rests on that fsync."""
     if _SYNC_FILE_RANGE is not None:
         _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+_RENAMEAT2 = libc.function("renameat2", (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint))
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(first: str, second: str) -> bool:
+    """Swap two existing paths in one atomic step (Linux's renameat2 with RENAME_EXCHANGE); False where that is not
+    offered (another OS, an old kernel or C library, a filesystem without it), and nothing was changed. Two renames
+    in a row (the old folder aside, the new one in) leave a moment with neither in place: a save killed then lost
+    both, as a restore removes staging and trash folders."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), second)
 
 
 def _fsync_dir(path: str) -> None:
