@@ -205,19 +205,25 @@ def test_a_worker_that_stalled_past_its_claim_does_not_place_the_job_again(store
     assert len(cloud.instances) == 1
 
 
-def test_a_worker_that_stalled_ending_an_attempt_writes_nothing_once_another_took_the_job_over(store, tmp_path,
-                                                                                                monkeypatch):
-    """w1 stalls in the cloud's terminate past its claim; w2 ends the attempt and places the job again. Resumed, w1
-    wrote the same end a second time: the failure counted twice (the job FAILED) and a bogus event was logged."""
+def stalling_and_other_worker(store, tmp_path, monkeypatch, max_restarts: int):
+    """Two workers on one job (submitted, then placed by the first): (clock, cloud, stalled, other, job_id, agent)."""
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     clock = ManualClock()
     cloud = MemoryCloud(clock)
     make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
-    job_id = jobs.submit(store, parse_spec(SPEC + "max_restarts_on_error: 1\n"), clock.now())
+    job_id = jobs.submit(store, parse_spec(SPEC + f"max_restarts_on_error: {max_restarts}\n"), clock.now())
     stalled.tick()
     [first] = cloud.instances
     agent = agent_poster(TestClient(create_agent_app(store, clock)), cloud.user_data[first])
+    return clock, cloud, stalled, other, job_id, agent
+
+
+def test_a_worker_that_stalled_ending_an_attempt_writes_nothing_once_another_took_the_job_over(store, tmp_path,
+                                                                                                monkeypatch):
+    """w1 stalls in the cloud's terminate past its claim; w2 ends the attempt and places the job again. Resumed, w1
+    wrote the same end a second time: the failure counted twice (the job FAILED) and a bogus event was logged."""
+    clock, cloud, stalled, other, job_id, agent = stalling_and_other_worker(store, tmp_path, monkeypatch, 1)
     agent("started", {"address": "127.0.0.1"})
     stalled.tick()
     agent("exit", {"outcome": "failed", "exit_code": 1})
@@ -294,3 +300,86 @@ def test_a_worker_that_stalled_past_its_claim_does_not_wait_or_fail_a_job_anothe
         job = session.get(Job, job_id)
         assert job.claimed_by == "w2" and job.state == "PROVISIONING" and job.failure_reason is None
         assert [attempt.number for attempt in job.attempts] == [1]
+
+
+def test_a_worker_stalled_in_describe_does_not_mark_running_a_job_another_restarted(store, tmp_path, monkeypatch):
+    """w1 judges attempt 1 'agent started' and stalls in the cloud's describe past its claim; w2 takes the job over,
+    ends attempt 1 (the command failed) and places attempt 2. Resumed, w1 marks the job RUNNING, unfenced."""
+    clock, cloud, stalled, other, job_id, agent = stalling_and_other_worker(store, tmp_path, monkeypatch, 3)
+    agent("started", {"address": "127.0.0.1"})
+    real_describe, stalls = cloud.describe, []
+
+    def describe_while_the_other_takes_over(instance_id):
+        answer = real_describe(instance_id)
+        if not stalls:
+            stalls.append(True)
+            clock.advance(60)  # past w1's claim
+            agent("exit", {"outcome": "failed", "exit_code": 1})
+            other.tick()  # w2 ends attempt 1: PROVISIONING, restart 1
+            other.tick()  # and places attempt 2
+        return answer
+
+    monkeypatch.setattr(cloud, "describe", describe_while_the_other_takes_over)
+    stalled.tick()
+    with store.session() as session:
+        job = session.get(Job, job_id)
+        assert job.claimed_by == "w2"
+        assert job.state == "PROVISIONING", "w1 wrote RUNNING over w2's restart while attempt 2's agent never started"
+
+
+def test_no_lock_is_held_while_the_price_function_asks_the_cloud(store, tmp_path, monkeypatch):
+    """The price function may ask the cloud (EC2's spot price history, Azure's and GCP's price lists): a launch
+    intent is quoted before its fence for that reason. Recording the instance of a spot launch wakes jobs waiting
+    for spot and prices them there, inside the fenced transaction: every writer waits meanwhile (SQLite), or
+    every writer of the job's and attempt's rows (PostgreSQL: the agent's heartbeats)."""
+    import sqlite3
+
+    import psycopg
+    from sqlalchemy import update
+
+    from spotrun.control.controller import Controller, ControllerSettings
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock()
+    cloud = MemoryCloud(clock)
+    probes: list[str] = []
+    placed: list[int] = []
+
+    def probe_writers() -> str:
+        url = store.engine.url
+        if url.get_backend_name() == "sqlite":
+            probe = sqlite3.connect(url.database, timeout=0.2)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.rollback()
+                return "free"
+            except sqlite3.OperationalError as error:
+                return f"sqlite: {error}"
+            finally:
+                probe.close()
+        with psycopg.connect(f"host=127.0.0.1 port=5432 user=postgres dbname={url.database}", autocommit=True) as probe:
+            probe.execute("SET lock_timeout = '200ms'")
+            try:  # what the agent API's heartbeat writes
+                probe.execute("UPDATE attempts SET last_heartbeat_at = 1 WHERE job_id = %s", (placed[0],))
+                return "free"
+            except psycopg.errors.LockNotAvailable as error:
+                return f"postgresql: {str(error).strip()}"
+
+    def prices(cloud_name, instance_type, market, zone, accelerators=None):
+        if placed and market == "spot" and zone is not None:
+            probes.append(probe_writers())  # a cloud call would take this long, and longer
+        return (1.0 if market == "spot" else 3.0), 3.0
+
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+    controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud, prices=prices,
+                            worker_id="w1")
+    waiting = jobs.submit(store, parse_spec(SPEC), clock.now(), prices=prices)
+    with store.session() as session:
+        session.execute(update(Job).where(Job.id == waiting).values(
+            state="WAITING", waits_for_spot=True, not_before=clock.now() + 3600))
+    running = jobs.submit(store, parse_spec(SPEC), clock.now(), prices=prices)
+    placed.append(running)
+    controller.tick()
+    with store.session() as session:
+        assert [a.instance_id is not None for a in session.get(Job, running).attempts] == [True]
+    assert probes and all(p == "free" for p in probes), probes

@@ -340,7 +340,6 @@ class Controller:
                 # a gang's rounds end once every slot is filled (`GangDriver._start_generation`): one node placed
                 # of a gang whose last node is refused everywhere found no capacity for the job
                 attempt.job.capacity_rounds = 0
-            spot_news.spot_started(session, attempt, now, self._prices)
             add_event(
                 session,
                 at=now,
@@ -350,6 +349,10 @@ class Controller:
                 message=f"attempt {attempt.number}: {attempt.market} instance {info.instance_id} in {info.zone} "
                 f"at ${attempt.price_per_hour:.4f}/h",
             )
+        # apart from the fenced transaction above: waking the jobs waiting for spot prices them, which may ask the
+        # cloud, and the fence's lock (SQLite's on every write) would be held across that call
+        with self.store.session() as session:
+            spot_news.spot_started(session, session.get(Attempt, attempt_id), now, self._prices)
 
     def record_launch_refusal(self, attempt_id: int, refusal: ProviderError, *, back_off_job: bool) -> None:
         reason = next((r for kind, r in _LAUNCH_REFUSALS.items() if isinstance(refusal, kind)), "launch_error")
@@ -504,7 +507,9 @@ class Controller:
         now = self.clock.now()
         with self.store.session() as session:
             attempt = session.get(Attempt, attempt_id)
-            if attempt.job.state != JobState.RUNNING:
+            self.fence(session, attempt.job_id)  # judged before a describe that may have stalled past the claim
+            session.refresh(attempt)
+            if attempt.ended_at is None and attempt.state != "ending" and attempt.job.state != JobState.RUNNING:
                 records.transition(session, attempt.job, JobState.RUNNING, now, verdict.message)
 
     def fence(self, session, job_id: int) -> None:
@@ -574,8 +579,11 @@ class Controller:
             # an instance left to the cloud is billed again once it is gone (`reclaims.settle_awaiting`)
             attempt.charged_seconds = rule.charged_seconds(
                 attempt.billed_seconds, market=attempt.market, reclaimed=bool(info and info.reclaimed))
-            spot_news.spot_ended(session, attempt, bool(info and info.reclaimed), now, self._prices)
             after(session, attempt, now)
+        # as `_record_instance`'s: apart from the fenced transaction, which must not hold its lock across a quote
+        with self.store.session() as session:
+            spot_news.spot_ended(session, session.get(Attempt, attempt_id), bool(info and info.reclaimed), now,
+                                 self._prices)
 
     def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:
         if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:

@@ -295,12 +295,14 @@ def list_jobs(
 
 
 def job_events(session: Session, job_id: int, after_id: int = 0) -> list[Event]:
-    """The job's events past `after_id`, in id order; only up to an id a transaction may still commit
-    (`first_unsettled_id`), so that a follower moving its cursor to the last one returned misses none."""
+    """The job's events past `after_id`, in id order; while the job is live, only up to an id a transaction may
+    still commit (`first_unsettled_id`), so that a follower moving its cursor to the last one returned misses none."""
     if after_id >= MAX_ID:  # no event has a larger id (PostgreSQL refuses to compare its 32-bit ids with one)
         return []
     query = select(Event).where(Event.job_id == job_id, Event.id > after_id)
-    unsettled = first_unsettled_id(session, after_id)
+    job = session.get(Job, job_id)
+    # an ended job's events are all committed: a follower that stops at its end is given every one
+    unsettled = None if job is None or is_terminal(job.state) else first_unsettled_id(session, after_id)
     if unsettled is not None:
         query = query.where(Event.id < unsettled)
     return list(session.scalars(query.order_by(Event.id)))

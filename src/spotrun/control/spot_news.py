@@ -57,7 +57,10 @@ def wake_jobs_waiting_for_spot(
 ) -> list[int]:
     """End the waits of up to `limit` other jobs waiting for spot that `seen`'s instance could have been (same cloud
     and instance type, its zone among theirs, its price within their cap), the earliest submitted first. Each gets a
-    `woken` event saying `news`. Their ids."""
+    `woken` event saying `news`. Their ids.
+
+    The jobs are judged before anything is written: `prices` may ask the cloud, and a write takes a lock (SQLite's
+    on the whole database) that would be held across that call."""
     waiting = session.scalars(
         select(Job)
         .where(
@@ -66,19 +69,20 @@ def wake_jobs_waiting_for_spot(
         )
         .order_by(Job.created_at, Job.id)
     ).all()
-    woken: list[int] = []
+    chosen: list[Job] = []
     for job in waiting:
-        if len(woken) == limit:
+        if len(chosen) == limit:
             break
         spec = JobSpec.model_validate(job.spec)
         if could_have_been_theirs(spec, seen, prices) and in_their_gangs_zone(session, job.id, spec, seen.zone):
-            job.not_before = now
-            add_event(
-                session, at=now, kind="woken", job_id=job.id, message=f"{news}: trying again now",
-                data={"zone": seen.zone, "job": seen.job_id},
-            )
-            woken.append(job.id)
-    return woken
+            chosen.append(job)
+    for job in chosen:
+        job.not_before = now
+        add_event(
+            session, at=now, kind="woken", job_id=job.id, message=f"{news}: trying again now",
+            data={"zone": seen.zone, "job": seen.job_id},
+        )
+    return [job.id for job in chosen]
 
 
 def in_their_gangs_zone(session: Session, job_id: int, spec: JobSpec, zone: str) -> bool:

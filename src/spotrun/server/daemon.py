@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 
 import psutil
@@ -107,7 +108,11 @@ class Daemon:
                 if ticks % DEAD_CLAIMS_EVERY_TICKS == 0:
                     self._free_claims_of_dead_workers()
                 ticks += 1
-                controller.tick()
+                if hold_lease:
+                    with self._lease_kept(url):  # a tick may outlast the lease (many jobs, slow cloud calls)
+                        controller.tick()
+                else:
+                    controller.tick()
                 busy = self._has_work()
             except Exception:
                 log.exception("a controller round failed; the next starts in %.1f s", self.tick_interval)
@@ -118,6 +123,28 @@ class Daemon:
                 log.info("no live jobs and no instance left to the cloud for %.0f s; exiting", self.idle_exit)
                 return
             self._stop.wait(self.tick_interval)
+
+    @contextmanager
+    def _lease_kept(self, url: str) -> Iterator[None]:
+        """The lease renewed every third of its life while the block runs: renewed only between ticks, it lapsed in
+        a tick longer than LEASE_TTL, and `ensure_running` started a second controller that took it."""
+        done = threading.Event()
+
+        def keep() -> None:
+            while not done.wait(LEASE_TTL / 3):
+                try:
+                    with self.store.session() as session:
+                        lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+                except Exception:  # a locked or unreachable store: the next renewal tries again
+                    log.warning("renewing the controller lease failed", exc_info=True)
+
+        keeper = threading.Thread(target=keep, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+            keeper.join()
 
     def _take_lease(self, url: str | None) -> bool:
         with self.store.session() as session:

@@ -1,0 +1,39 @@
+"""The controller lease while a daemon ticks: a tick longer than the lease's life keeps it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from spotrun.server import daemon as daemon_module
+from spotrun.server.daemon import Daemon, live_controller_url
+
+
+class SlowController:
+    def __init__(self, ticking: threading.Event, release: threading.Event) -> None:
+        self.ticking, self.release = ticking, release
+
+    def tick(self) -> None:
+        self.ticking.set()
+        self.release.wait(10)  # a slow cloud call in the tick
+
+
+def test_a_tick_longer_than_the_lease_keeps_it(store, tmp_path, monkeypatch):
+    """The lease was renewed only between ticks: in a long one (many jobs, slow cloud calls) it lapsed, the CLI saw
+    no live controller, and a second daemon took the lease while the first still drove the jobs."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(daemon_module, "LEASE_TTL", 0.5)
+    first, second = Daemon(store, tick_interval=0.05, idle_exit=0), Daemon(store, tick_interval=0.05, idle_exit=0)
+    assert first._take_lease("http://first")
+    ticking, release = threading.Event(), threading.Event()
+    loop = threading.Thread(target=first._loop, args=(SlowController(ticking, release), "http://first"))
+    loop.start()
+    try:
+        assert ticking.wait(10)
+        time.sleep(1.0)  # the tick outlasts the lease's life
+        assert live_controller_url(store) == "http://first"
+        assert not second._take_lease("http://second"), "two daemons both hold the controller lease"
+    finally:
+        first.stop()
+        release.set()
+        loop.join(10)
