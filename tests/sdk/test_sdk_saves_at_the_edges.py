@@ -250,3 +250,55 @@ def test_interpreter_exit_flushes_a_save_in_flight_of_a_model_with_a_tensor_of_a
     assert "not committed" not in done.stderr, done.stderr[-2000:]
     root = tmp_path if location == "local" else tmp_path / "run"
     assert (root / "ckpt-000000000001" / "manifest.json").is_file(), done.stderr[-2000:]
+
+
+def test_a_notice_between_micro_batches_while_a_background_save_fails_still_saves_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice seen between micro-batches while the periodic save in flight failed: step() raised that failure,
+    and the stop it was to hold was never saved."""
+    flag = PreemptionFlag()
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = spotrun.torch_state(model=model, optimizer=opt)
+    ckpt = spotrun.Checkpointer(tmp_path, every_steps=5, signals=(), flag=flag)
+    gate = threading.Event()
+    real = storage.LocalStore.write_payload
+
+    def write_payload(self, staging, name, serialize):  # type: ignore[no-untyped-def]
+        if staging.endswith("ckpt-000000000010"):
+            assert gate.wait(30)
+            raise OSError(28, "No space left on device")
+        return real(self, staging, name, serialize)
+
+    monkeypatch.setattr(storage.LocalStore, "write_payload", write_payload)
+
+    def micro_batch() -> None:
+        model(torch.ones(1, 2)).sum().backward()
+
+    def optimizer_step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for step in range(5):
+        micro_batch()
+        optimizer_step()
+        ckpt.step(state, step)
+    ckpt.wait()  # the checkpoint of 5 steps is committed
+    for step in range(5, 10):  # the periodic save of 10 steps is in flight, held at the gate, and fails
+        micro_batch()
+        optimizer_step()
+        ckpt.step(state, step)
+    assert not ckpt._inflight.done()
+    flag.request()
+    gate.set()
+    micro_batch()  # step 10's first micro-batch: gradients pending, the notice seen here
+    outcome = "returned"
+    try:
+        ckpt.step(state, 10)
+    except Exception as error:  # noqa: BLE001
+        outcome = f"raised {error!r}"
+    optimizer_step()
+    ckpt.step(state, 10)
+    assert outcome == "returned", f"step() between micro-batches {outcome}: the stop it held is lost"
+    assert ckpt.should_stop

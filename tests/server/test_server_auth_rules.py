@@ -127,6 +127,7 @@ def test_an_ended_attempts_token_takes_no_reports_once_its_last_ones_are_past(te
         assert response.status_code == 410 and "attempt 1 of job 1 has ended" in response.text, (path, response.text)
     heartbeat = team.client.post(base + "/heartbeat", json={"checkpoint_step": 500}, headers=agent)
     assert heartbeat.status_code == 200 and heartbeat.json()["stop"] == "attempt 1 has ended"  # its agent stops
+    assert heartbeat.json()["hold"] is True  # a standby stops where it waits: it restores nothing
     assert snapshot(team) == before
     with team.store.session() as session:
         attempt = session.get(Attempt, attempt_id)

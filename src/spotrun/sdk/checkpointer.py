@@ -206,11 +206,13 @@ class Checkpointer:
             self.save(state, step)
             self._should_stop = True
             return
-        self._raise_failed_save()
         if accumulating and (stop or due):  # held to the step after the optimizer's: gradients are not saved
             if stop and not self._stop_held:
                 log.warning("preemption requested between accumulated micro-batches: saving after the optimizer's step")
             self._stop_held, self._deferred = stop, due
+        if not stop:  # a stop held is saved after the optimizer's step, and a failed save in flight told then
+            self._raise_failed_save()
+        if accumulating:
             return
         if due and busy:
             self._deferred = True

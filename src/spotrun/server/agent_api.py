@@ -170,8 +170,9 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             if attempt.ended_at is not None:
-                # an agent the controller gave up on (lost, then heard again): told to stop; nothing it says is kept
-                return {"ok": True, "stop": f"attempt {attempt.number} has ended", "hold": False}
+                # an agent the controller gave up on (lost, then heard again): told to stop, a standby not released
+                # (it would restore for nothing); nothing it says is kept
+                return {"ok": True, "stop": f"attempt {attempt.number} has ended", "hold": True}
             attempt.last_heartbeat_at = clock.now()
             if body.checkpoint_step is not None:
                 restored = restored_step(session, attempt) if attempt.first_checkpoint_step is None else None
