@@ -137,8 +137,10 @@ class FakeCloud:
         with self.lock:
             self._request_ids.clear()
 
-    def preempt(self, zone: str, name: str) -> dict[str, Any]:
-        """GCE reclaims a spot instance: a compute.instances.preempted operation, then the termination action."""
+    def preempt(self, zone: str, name: str, shutting_down: bool = False) -> dict[str, Any]:
+        """GCE reclaims a spot instance: a compute.instances.preempted operation, then the termination action.
+        `shutting_down`: the instance stays STOPPING, its guest running its shutdown (GCE gives it up to 30 s),
+        until `end_shutdown`."""
         with self.lock:
             instance = self._instance(zone, name)
             scheduling = instance.get("scheduling", {})
@@ -146,11 +148,20 @@ class FakeCloud:
                 raise ValueError(f"{zone}/{name} is not a spot instance; GCE does not preempt it")
             operation = self._operation(zone, "compute.instances.preempted", instance, user="system@google.com")
             self._finish(operation)
+            if shutting_down:
+                instance["status"] = "STOPPING"
+            else:
+                self.end_shutdown(zone, name)
+            return operation
+
+    def end_shutdown(self, zone: str, name: str) -> None:
+        """A preempted instance's shutdown is over: stopped, or deleted if that is its termination action."""
+        with self.lock:
+            instance = self._instance(zone, name)
             instance["status"] = "TERMINATED"
             instance["lastStopTimestamp"] = _now()
-            if scheduling.get("instanceTerminationAction") == "DELETE":
+            if instance.get("scheduling", {}).get("instanceTerminationAction") == "DELETE":
                 del self.instances[(zone, name)]
-            return operation
 
     def stop(self, zone: str, name: str) -> None:
         """Someone stopped the instance (not a preemption)."""

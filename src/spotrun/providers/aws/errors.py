@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from spotrun.providers.base import NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+from spotrun.providers.base import LaunchInvalid, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
 
 NO_CAPACITY_CODES = frozenset({
     "InsufficientInstanceCapacity",
@@ -19,6 +19,16 @@ QUOTA_CODES = frozenset({
     "MaxSpotInstanceCountExceeded",
     "InstanceLimitExceeded",
     "VcpuLimitExceeded",
+})
+# A launch naming something the account or region does not have (the settings' AMI, subnet, security group, key
+# pair): every retry, in every zone, is refused alike, so the job fails saying why.
+INVALID_LAUNCH_CODES = frozenset({
+    "InvalidAMIID.NotFound",
+    "InvalidAMIID.Malformed",
+    "InvalidAMIID.Unavailable",
+    "InvalidSubnetID.NotFound",
+    "InvalidGroup.NotFound",
+    "InvalidKeyPair.NotFound",
 })
 NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound"})
 MALFORMED_ID_CODES = frozenset({"InvalidInstanceID.Malformed"})
@@ -54,4 +64,6 @@ def translate(error: ClientError, operation: str) -> Exception:
     for codes, refusal in _REFUSALS.items():
         if code in codes:
             return refusal(f"{code}: {message}")
+    if operation == "ec2:RunInstances" and code in INVALID_LAUNCH_CODES:
+        return LaunchInvalid(f"{code}: {message}")
     return AwsApiError(operation, code or "Unknown", message)

@@ -22,6 +22,12 @@ _STATES: dict[str, InstanceState] = {
     "stopped": "terminated",
 }
 SPOT_RECLAIM_CODES = frozenset({"Server.SpotInstanceTermination", "Server.SpotInstanceShutdown"})
+# StateReason codes of an instance EC2 accepted, then ended before placing it (EC2's API reference, StateReason):
+# the launch's refusal, as `InstanceInfo.detail["refusal"]` names it; nothing ran, nothing is charged.
+LATE_REFUSAL_CODES = {
+    "Server.InsufficientInstanceCapacity": "no_capacity",
+    "Client.VolumeLimitExceeded": "quota_exceeded",
+}
 # EC2 writes when a user or the service ended the instance only into this free-text reason.
 _TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
@@ -40,6 +46,8 @@ def instance_info(raw: dict[str, Any]) -> InstanceInfo:
         detail["state_reason_code"] = reason_code
     if JOB_TAG in tags:
         detail["job"] = tags[JOB_TAG]
+    if state == "terminated" and reason_code in LATE_REFUSAL_CODES:
+        detail["refusal"] = LATE_REFUSAL_CODES[reason_code]
     return InstanceInfo(
         instance_id=raw["InstanceId"],
         zone=raw.get("Placement", {}).get("AvailabilityZone", ""),

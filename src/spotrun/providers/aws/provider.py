@@ -16,7 +16,7 @@ from spotrun.providers.aws.errors import MALFORMED_ID_CODES, NOT_FOUND_CODES, er
 from spotrun.providers.aws.instances import JOB_TAG, TOKEN_TAG, instance_info, unknown_info
 from spotrun.providers.aws.settings import AwsSettings
 from spotrun.providers.aws.startup import render_startup_script
-from spotrun.providers.base import InstanceInfo, LaunchRequest, check_token_and_market
+from spotrun.providers.base import InstanceInfo, LaunchInvalid, LaunchRequest, check_token_and_market
 from spotrun.providers.startup import job_id_of
 from spotrun.providers.zone_cache import ZoneCache
 
@@ -162,7 +162,7 @@ class AwsProvider:
             return self.ssm.get_parameter(Name=image)["Parameter"]["Value"]
         except ClientError as error:
             if error_code(error) == "ParameterNotFound":
-                raise ValueError(f"image SSM parameter {image!r} does not exist in {self.region}") from error
+                raise LaunchInvalid(f"image SSM parameter {image!r} does not exist in {self.region}") from error
             raise translate(error, "ssm:GetParameter") from error
 
     # -- look --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from azure.core.credentials import TokenCredential
@@ -212,8 +213,22 @@ class AzureProvider:
         except ResourceNotFoundError:
             return None
         info = instance_info(vm, self.settings.location)
+        if self._evicting(name, info):
+            info = replace(info, reclaimed=True, detail={
+                **info.detail, "reason": "deleting: evicted (spot, eviction policy Delete), or deleted outside spotrun"})
         self._last_seen[name] = info
         return info
+
+    def _evicting(self, name: str, info: InstanceInfo) -> bool:
+        """A spot VM with eviction policy Delete that Azure is deleting though this process did not delete it: the
+        eviction's deletion in progress, read as `_vanished` reads the VM once it is gone."""
+        return (
+            name in self._last_seen
+            and name not in self._deleted_here
+            and info.market == "spot"
+            and info.detail.get("eviction_policy") == "Delete"
+            and str(info.detail.get("provisioning_state", "")).lower() == "deleting"
+        )
 
     def _vanished(self, name: str) -> InstanceInfo:
         """A VM Azure no longer has. A spot VM with eviction policy Delete that this process did not delete was,
@@ -257,14 +272,16 @@ class AzureProvider:
         log.info("deleting VM %s", instance_id)
 
     def _gone_before_terminate(self, name: str) -> bool:
-        """A VM this process saw that Azure no longer has when it is terminated went without spotrun (evicted, most
-        likely): terminate must not claim its deletion, or describe would report the eviction as spotrun's delete."""
+        """A VM this process saw that Azure no longer has (or is deleting for an eviction) when it is terminated went
+        without spotrun (evicted, most likely): terminate must not claim its deletion, or describe would report the
+        eviction as spotrun's delete."""
         if name not in self._last_seen or name in self._deleted_here:
             return False
         try:
-            return self._fetch(name) is None
+            found = self._fetch(name)
         except AzureError:
             return False  # not known: count the deletion as ours, as before
+        return found is None or (found.reclaimed and str(found.detail.get("provisioning_state", "")).lower() == "deleting")
 
     def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
         """Azure's simulated eviction of a spot VM: a Preempt scheduled event, then eviction about 30 s later

@@ -14,7 +14,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.cloud import compute_v1
 
-from spotrun.providers.base import NoCapacity, ProviderError, QuotaExceeded
+from spotrun.providers.base import LaunchInvalid, NoCapacity, ProviderError, QuotaExceeded
 
 NO_CAPACITY_CODES = frozenset({
     "ZONE_RESOURCE_POOL_EXHAUSTED",
@@ -27,6 +27,9 @@ QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 # GCE's answer to a launch with a GPU its zone does not have (HTTP 400, reason badRequest): that zone cannot give the
 # job an instance, as in a stockout, while other zones may.
 _MISSING_ACCELERATOR = re.compile(r"acceleratorTypes/([A-Za-z0-9-]+)' was not found")
+# An insert naming an image, network or subnetwork the project cannot see (the settings'): every zone refuses it
+# alike and no retry mends it, so the job fails saying why.
+_MISSING_SETTING = re.compile(r"'projects/[^']+/(?:global/images|global/networks|regions/[^/']+/subnetworks)/[^']+' was not found")
 
 _REFUSALS: tuple[tuple[frozenset[str], type[ProviderError]], ...] = (
     (NO_CAPACITY_CODES, NoCapacity),
@@ -70,6 +73,7 @@ def translate_http(error: api_exceptions.GoogleAPICallError, operation: str) -> 
     """The exception to raise for a failed call: a ProviderError subclass for refusals, else GcpApiError."""
     codes = http_error_codes(error)
     return (_refusal(codes, error.message) or _missing_accelerator(error.message)
+            or (_missing_setting(error.message) if operation == "compute.instances.insert" else None)
             or GcpApiError(operation, _first(codes, str(error.code or "Unknown")), error.message))
 
 
@@ -96,6 +100,11 @@ def _refusal(codes: Iterable[str], message: str) -> ProviderError | None:
 def _missing_accelerator(message: str | None) -> NoCapacity | None:
     found = _MISSING_ACCELERATOR.search(message or "")
     return NoCapacity(f"the zone has no {found.group(1)}: {message}") if found else None
+
+
+def _missing_setting(message: str | None) -> LaunchInvalid | None:
+    found = _MISSING_SETTING.search(message or "")
+    return LaunchInvalid(f"the project has no such resource: {message}") if found else None
 
 
 def _error_info_reasons(details: Iterable[Any]) -> Iterator[str]:

@@ -12,14 +12,20 @@ from spotrun.providers.gcp.naming import JOB_LABEL, TOKEN_METADATA_KEY, instance
 
 # STOPPING/TERMINATED/SUSPENDED: the job's processes are gone (spotrun's Spot VMs are deleted when GCE
 # reclaims them, so only a person or a preemption stops one); the controller ends the attempt.
+# PENDING: a Flex-start VM waiting for capacity; PENDING_STOP: a graceful shutdown in progress (the guest still runs
+# its shutdown, the agent its last backup); DEPROVISIONING: halted, its resources being torn down; STOPPED: halted.
 _STATES: dict[str, InstanceState] = {
+    "PENDING": "pending",
     "PROVISIONING": "pending",
     "STAGING": "pending",
     "RUNNING": "running",
     "REPAIRING": "running",
+    "PENDING_STOP": "running",
     "STOPPING": "terminated",
     "SUSPENDING": "terminated",
     "SUSPENDED": "terminated",
+    "DEPROVISIONING": "terminated",
+    "STOPPED": "terminated",
     "TERMINATED": "terminated",
 }
 PREEMPTED_OPERATION = "compute.instances.preempted"
@@ -33,6 +39,10 @@ def market_of(instance: compute_v1.Instance) -> Market:
 def instance_info(instance: compute_v1.Instance, preemption: compute_v1.Operation | None = None) -> InstanceInfo:
     """`preemption`: GCE's compute.instances.preempted operation for this instance, when there is one."""
     state = _STATES.get(instance.status, "unknown")
+    if instance.status == "STOPPING" and preemption is not None:
+        # preempted, its guest still shutting down (GCE gives it up to 30 s): the agent's final backup and exit
+        # report run now, and deleting the instance as if it were gone would cut them short
+        state = "running"
     detail: dict[str, Any] = {"gce_status": instance.status}
     if instance.status_message:
         detail["reason"] = instance.status_message

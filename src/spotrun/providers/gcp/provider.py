@@ -259,7 +259,7 @@ class GcpProvider:
             return None
 
     def _preemption_of(self, instance: compute_v1.Instance) -> compute_v1.Operation | None:
-        if market_of(instance) != "spot" or instance.status in ("PROVISIONING", "STAGING", "RUNNING"):
+        if market_of(instance) != "spot" or instance.status in ("PENDING", "PROVISIONING", "STAGING", "RUNNING"):
             return None
         return self._preemptions(last_segment(instance.zone)).get(instance.name)
 
