@@ -224,9 +224,10 @@ def test_the_ranks_have_until_a_noticed_nodes_deadline_to_stop_and_that_node_end
     assert ended.end_reason == "preempted" and world.job(1).preemptions == 1
 
 
-def test_a_gang_cancelled_while_a_nodes_launch_is_retried_launches_nothing_more(store, tmp_path, monkeypatch) -> None:
-    """The pending node's launch was tried again in the tick after the cancel, before the gang ended: an instance
-    made for a job already cancelled."""
+@pytest.mark.parametrize("over", ["cancel", "max_wait"])
+def test_a_gang_over_while_a_nodes_launch_is_retried_launches_nothing_more(store, tmp_path, monkeypatch, over) -> None:
+    """The pending node's launch was tried again in the tick after the cancel (or once max_wait had passed), before
+    the gang ended: an instance made for a job already over."""
     world = World(store, tmp_path)
     real_launch, tries = world.cloud.launch, []
 
@@ -237,14 +238,17 @@ def test_a_gang_cancelled_while_a_nodes_launch_is_retried_launches_nothing_more(
         return real_launch(request)
 
     monkeypatch.setattr(world.cloud, "launch", node_2_fails_once)
-    job_id = world.submit(GANG)
+    job_id = world.submit(GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, max_wait: 60s}"))
     world.tick()
     assert len(tries) == 3 and len(world.cloud.running()) == 2
-    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    if over == "cancel":
+        assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    else:
+        world.clock.advance(61)
     world.tick()
     world.tick()
     assert len(tries) == 3
-    assert world.job(job_id).state == "CANCELLED" and not world.cloud.running()
+    assert world.job(job_id).state == ("CANCELLED" if over == "cancel" else "FAILED") and not world.cloud.running()
     assert {a.end_reason for a in world.attempts(job_id)} == {"cancelled"}
 
 

@@ -251,7 +251,7 @@ def test_status_shows_what_was_charged_beside_the_seconds_held(aws_world):
     console = Console(width=250, file=StringIO(), record=True)
     console.print(attempts_table(attempt_views(world.attempts(job_id), world.clock.now()), job_id, world.clock.now()))
     [row] = [line for line in console.export_text().splitlines() if first in line]
-    assert f"{free.billed_seconds:.0f} (0 charged)" in row and "$0.0000" in row
+    assert f"{free.billed_seconds:,.0f} (0 charged)" in row and "$0.0000" in row  # 1,2xx s: thousands grouped
     assert attempt_views([free], world.clock.now())[0].charged_seconds == 0.0
 
 

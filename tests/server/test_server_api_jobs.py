@@ -146,6 +146,8 @@ def test_logs_by_attempt_and_offset_and_as_one_stream(team: Team) -> None:
     size = int(whole.headers["X-Log-Size"])
     later = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", params={"offset": size - 8}, headers=headers)
     assert later.text == "epoch 2\n" and later.headers["X-Log-Size"] == str(size)
+    past = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", params={"offset": size + 100}, headers=headers)
+    assert past.text == "" and past.headers["X-Log-Size"] == str(size)  # not the offset asked: bytes would be skipped
     assert team.client.get(f"/api/v1/jobs/{job_id}/attempts/2/log", headers=headers).status_code == 404
 
     stream = team.client.get(f"/api/v1/jobs/{job_id}/logs", headers=headers).text

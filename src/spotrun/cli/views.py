@@ -46,7 +46,7 @@ def status_table(rows: list[JobRow]) -> Table:
         where = f"{row.market} / {row.zone}" if row.market else "—"
         table.add_row(
             str(row.id), row.name, f"[{_STATE_STYLE.get(row.state, 'white')}]{row.state}[/]", str(row.attempts),
-            str(row.preemptions), where, format_duration(row.elapsed), f"${row.cost:.4f}",
+            str(row.preemptions), where, format_duration(row.elapsed), f"${row.cost:,.4f}",
         )
     return table
 
@@ -84,8 +84,8 @@ def end_cell(attempt: AttemptView) -> str:
 def cost_cell(attempt: AttemptView) -> str:
     """The attempt's cost, and when it is provisional, what settles it (`control.reclaims`)."""
     if attempt.left_to_cloud_until is None:
-        return f"${attempt.cost:.4f}"
-    return f"${attempt.cost:.4f} (free if the cloud takes it back by {clock_time(attempt.left_to_cloud_until)})"
+        return f"${attempt.cost:,.4f}"
+    return f"${attempt.cost:,.4f} (free if the cloud takes it back by {clock_time(attempt.left_to_cloud_until)})"
 
 
 def provisional_note(bill: BillView) -> str | None:
@@ -93,14 +93,14 @@ def provisional_note(bill: BillView) -> str | None:
     if not bill.provisional:
         return None
     by = f" by {clock_time(bill.provisional_until)}" if bill.provisional_until else ""
-    return (f"${bill.provisional:.4f} of it is provisional: instances left for the cloud to take back, free if it "
+    return (f"${bill.provisional:,.4f} of it is provisional: instances left for the cloud to take back, free if it "
             f"does{by}, charged to then if not")
 
 
 def billed_cell(attempt, now: float) -> str:
     """The seconds held, and what the cloud charged for them where its rule made that differ."""
     held, charged = ledger.held_seconds(attempt, now), ledger.charged_seconds(attempt, now)
-    return f"{held:.0f}" if round(held) == round(charged) else f"{held:.0f} ({charged:.0f} charged)"
+    return f"{held:,.0f}" if round(held) == round(charged) else f"{held:,.0f} ({charged:,.0f} charged)"
 
 
 def follow_events(backend: Backend, job_id: int, console: Console, poll: float = 0.3) -> str:
@@ -150,7 +150,7 @@ def progress_line(row: JobRow) -> Text:
         step += f" of {row.total_steps} ({row.checkpoint_step / row.total_steps:.0%})"
     return Text.from_markup(
         f"[bold]job {row.id}[/] [{_STATE_STYLE.get(row.state, 'white')}]{row.state}[/] · attempt {row.attempts} · "
-        f"{where} · {row.preemptions} preemptions · {step} · {format_duration(row.elapsed)} · ${row.cost:.4f} so far"
+        f"{where} · {row.preemptions} preemptions · {step} · {format_duration(row.elapsed)} · ${row.cost:,.4f} so far"
     )
 
 

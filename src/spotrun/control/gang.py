@@ -123,8 +123,9 @@ class GangDriver:
             self.c.finish_attempt(attempt_id, self._after_node)
 
     def _launch_pending_nodes(self, job_id: int) -> None:
+        now = self.c.clock.now()
         with self.c.store.session() as session:
-            if session.get(Job, job_id).cancel_requested:  # `_advance` ends every node, those not launched too
+            if self._over(session.get(Job, job_id), now):  # `_advance` ends every node, those not launched too
                 return
             pending = [a.id for a in _nodes(session, job_id) if a.instance_id is None]
         for attempt_id in pending:
@@ -341,6 +342,13 @@ class GangDriver:
             unneeded = [a.id for a in standbys]
         self._end_nodes(to_end, ending)
         self._end_nodes(unneeded, Verdict("cancelled", f"standby not needed: {ending.message}"))
+
+    @staticmethod
+    def _over(job: Job, now: float) -> bool:
+        """Cancelled, failed, or past its max_wait before it ran: no node of it is launched any more."""
+        max_wait = JobSpec.model_validate(job.spec).spot.max_wait
+        waited_too_long = max_wait is not None and now - job.created_at > max_wait and job.state != JobState.RUNNING
+        return job.cancel_requested or bool(job.failure_reason) or waited_too_long
 
     @staticmethod
     def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:

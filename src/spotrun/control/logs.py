@@ -58,6 +58,12 @@ def read_log(session: Session, attempt: Attempt, offset: int = 0) -> bytes:
     return from_file + stored
 
 
+def log_size(attempt: Attempt) -> int:
+    """The attempt's log's size: what the store holds, which goes on from a file written before it, if longer."""
+    file = legacy_log_path(attempt.job_id, attempt.number)
+    return max(attempt.log_bytes or 0, file.stat().st_size if file.exists() else 0)
+
+
 def legacy_log_path(job_id: int, attempt_number: int, root: Path | None = None) -> Path:
     """Where a log was kept before the store held them."""
     return (root or config.logs_dir()) / f"job-{job_id}" / f"attempt-{attempt_number:03d}.log"

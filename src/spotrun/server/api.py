@@ -12,7 +12,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from spotrun.control import jobs as jobs_api
-from spotrun.control.logs import read_log
+from spotrun.control.logs import log_size, read_log
 from spotrun.providers import ProviderError
 from spotrun.server import users as users_api
 from spotrun.server.auth import (
@@ -143,7 +143,9 @@ def _job_routes(store: Store) -> APIRouter:
             if attempt is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} has no attempt {number}")
             data = read_log(session, attempt, offset)
-        return PlainTextResponse(data, headers={"X-Log-Size": str(offset + len(data))})
+            # asked past the end: where the log ends, not the offset asked (a client going on from there skipped)
+            size = offset + len(data) if data else min(offset, log_size(attempt))
+        return PlainTextResponse(data, headers={"X-Log-Size": str(size)})
 
     @router.post(
         "/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelAccepted,
