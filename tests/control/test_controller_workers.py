@@ -383,3 +383,35 @@ def test_no_lock_is_held_while_the_price_function_asks_the_cloud(store, tmp_path
     with store.session() as session:
         assert [a.instance_id is not None for a in session.get(Job, running).attempts] == [True]
     assert probes and all(p == "free" for p in probes), probes
+
+
+class SkewedWallClock(WallClock):
+    """This machine's wall clock, `offset` seconds off."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
+def test_workers_whose_clocks_disagree_keep_their_claims_on_postgresql(store, tmp_path, monkeypatch):
+    """Claims expired by the writer's clock and were judged by the reader's: a worker whose clock ran 45 s ahead
+    took every claim of one behind as soon as it was written (claims live 30 s). On PostgreSQL both write and
+    judge claims by the database's clock; SQLite lives on one machine, whose clock its writers share."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's writers share one machine's clock")
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    cloud = MemoryCloud(ManualClock())
+    settings = ControllerSettings(controller_url="http://unused", claim_ttl=30.0)
+
+    def worker(name: str, offset: float) -> Controller:
+        return Controller(store, settings, clock=SkewedWallClock(offset), provider_factory=lambda _: cloud,
+                          worker_id=name)
+
+    behind, ahead = worker("w-behind", -45.0), worker("w-ahead", 45.0)
+    job_id = jobs.submit(store, parse_spec(SPEC), time.time())
+    assert behind._live_job_ids() == [job_id]
+    assert ahead._live_job_ids() == []
+    with store.session() as session:
+        assert session.get(Job, job_id).claimed_by == "w-behind"

@@ -37,6 +37,7 @@ from spotrun.providers import InstanceInfo, LaunchInvalid, LaunchRequest, NoCapa
 from spotrun.providers import ProviderError, QuotaExceeded, get_provider
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Instance, Job, Store, add_event, claims
+from spotrun.state.db_clock import database_now
 
 log = logging.getLogger("spotrun.controller")
 
@@ -147,7 +148,7 @@ class Controller:
     def drive(self, job_id: int) -> None:
         """One step for one job; safe to repeat after a crash at any point."""
         with self.store.session() as session:
-            if self.worker_id and not claims.holds(session, self.worker_id, job_id, self.clock.now()):
+            if self.worker_id and not claims.holds(session, self.worker_id, job_id, self._claim_now(session)):
                 return
             job = session.get(Job, job_id)
             if job is None or JobState(job.state) in TERMINAL:
@@ -516,7 +517,7 @@ class Controller:
         """In a transaction that decides for the job (a launch, an end): ClaimLost unless this worker still holds
         the job's claim, which then stays its own until the commit. A worker that stalled past its claim (a long
         cloud call, a paused process) had placed a job another worker had placed meanwhile: two instances ran it."""
-        if self.worker_id and not claims.holds(session, self.worker_id, job_id, self.clock.now(), lock=True):
+        if self.worker_id and not claims.holds(session, self.worker_id, job_id, self._claim_now(session), lock=True):
             raise ClaimLost(f"job {job_id}: its claim is no longer this worker's ({self.worker_id})")
 
     def begin_end(self, attempt_id: int, verdict: Verdict, *, fenced: bool = True) -> None:
@@ -678,14 +679,20 @@ class Controller:
         live = state_names(LIVE)
         with self.store.session() as session:
             if self.worker_id:
-                return claims.claim_jobs(session, self.worker_id, self.clock.now(), self.settings.claim_ttl, live_states=live)
+                now = self._claim_now(session)
+                return claims.claim_jobs(session, self.worker_id, now, self.settings.claim_ttl, live_states=live)
             return list(session.scalars(select(Job.id).where(Job.state.in_(live)).order_by(Job.id)))
 
     def _renew_claims(self) -> None:
         with self.store.session() as session:
-            claims.renew(
-                session, self.worker_id, self.clock.now(), self.settings.claim_ttl, live_states=state_names(LIVE)
-            )
+            now = self._claim_now(session)
+            claims.renew(session, self.worker_id, now, self.settings.claim_ttl, live_states=state_names(LIVE))
+
+    def _claim_now(self, session) -> float:
+        """The time claims are written and judged in: the database's on wall time (workers on several machines, whose
+        clocks may disagree, share it: `state.db_clock`); the controller's own clock when it is a manual or simulated
+        one, as every claim's time then is."""
+        return database_now(session) if isinstance(self.clock, WallClock) else self.clock.now()
 
     def release_claims(self) -> None:
         if self.worker_id:

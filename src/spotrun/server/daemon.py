@@ -30,6 +30,7 @@ from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import LIVE, state_names
 from spotrun.server.agent_api import create_agent_app
 from spotrun.state import Job, Setting, Store, claims, lease
+from spotrun.state.db_clock import database_now
 
 LEASE_NAME = "controller"
 LEASE_TTL = 10.0
@@ -134,7 +135,8 @@ class Daemon:
             while not done.wait(LEASE_TTL / 3):
                 try:
                     with self.store.session() as session:
-                        lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+                        now = database_now(session)
+                        lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, now, LEASE_TTL)
                 except Exception:  # a locked or unreachable store: the next renewal tries again
                     log.warning("renewing the controller lease failed", exc_info=True)
 
@@ -148,7 +150,7 @@ class Daemon:
 
     def _take_lease(self, url: str | None) -> bool:
         with self.store.session() as session:
-            if lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, time.time(), LEASE_TTL):
+            if lease.try_acquire(session, LEASE_NAME, self.holder, os.getpid(), url, database_now(session), LEASE_TTL):
                 return True
         with self.store.session() as session:
             current = lease.read(session, LEASE_NAME)
@@ -157,7 +159,8 @@ class Daemon:
             return False
         log.warning("taking the controller lease over from %s, whose process is gone", dead)
         with self.store.session() as session:
-            return lease.take_over(session, LEASE_NAME, dead, self.holder, os.getpid(), url, time.time(), LEASE_TTL)
+            now = database_now(session)
+            return lease.take_over(session, LEASE_NAME, dead, self.holder, os.getpid(), url, now, LEASE_TTL)
 
     def _free_claims_of_dead_workers(self) -> None:
         """Claims of a worker that died on this host need not wait for their expiry (a restart resumes at once)."""
@@ -211,7 +214,7 @@ def advertised_url(port: int) -> str:
 def live_controller_url(store: Store) -> str | None:
     with store.session() as session:
         current = lease.read(session, LEASE_NAME)
-        if current is None or current.expires_at < time.time() or not current.url:
+        if current is None or current.expires_at < database_now(session) or not current.url:
             return None
         if current.holder and holder_is_dead(current.holder):
             return None
