@@ -37,3 +37,21 @@ def test_a_tick_longer_than_the_lease_keeps_it(store, tmp_path, monkeypatch):
         first.stop()
         release.set()
         loop.join(10)
+
+
+def test_a_taken_controller_port_stops_the_daemon_saying_so_instead_of_serving_another(store, tmp_path, monkeypatch,
+                                                                                        caplog):
+    """SPOTRUN_CONTROLLER_URL tells agents to report to SPOTRUN_CONTROLLER_PORT: with that port taken, the daemon
+    served another one, and every agent went unheard."""
+    import socket
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("SPOTRUN_CONTROLLER_PORT", str(port))
+        monkeypatch.setenv("SPOTRUN_CONTROLLER_URL", f"http://10.0.0.5:{port}")
+        assert Daemon(store, tick_interval=0.05, idle_exit=0.1).run() == 2
+    assert f"cannot serve the agent API on 127.0.0.1:{port} (SPOTRUN_CONTROLLER_PORT)" in caplog.text
+    assert live_controller_url(store) is None  # the lease was given back

@@ -48,26 +48,26 @@ def simulate(
                       "assume (spot, on-demand as fallback), a row runs it as set"),
     ] = None,
     compute_hours: Annotated[Optional[float], typer.Option(
-        help="C: hours of compute the job needs [default: 48]")] = None,
+        help="C: hours of compute the job needs \\[default: 48]")] = None,
     deadline_hours: Annotated[Optional[float], typer.Option(
-        help="D: hours from the start to the deadline [default: 52]")] = None,
+        help="D: hours from the start to the deadline \\[default: 52]")] = None,
     overhead_hours: Annotated[Optional[float], typer.Option(
-        help="d: hours lost at each start or restart [default: 0.1]")] = None,
+        help="d: hours lost at each start or restart \\[default: 0.1]")] = None,
     on_demand_price: Annotated[Optional[float], typer.Option(
-        help=f"$/h on-demand [default: {P3_2XLARGE_ON_DEMAND}, p3.2xlarge]")] = None,
-    spot_price: Annotated[Optional[float], typer.Option(help=f"$/h spot [default: {P3_2XLARGE_SPOT}]")] = None,
+        help=f"$/h on-demand \\[default: {P3_2XLARGE_ON_DEMAND}, p3.2xlarge]")] = None,
+    spot_price: Annotated[Optional[float], typer.Option(help=f"$/h spot \\[default: {P3_2XLARGE_SPOT}]")] = None,
     max_price: Annotated[Optional[float], typer.Option(
-        help="$/h a spot launch bids at most: spot priced above it is refused, as live [default: the job file's "
+        help="$/h a spot launch bids at most: spot priced above it is refused, as live \\[default: the job file's "
              "spot.max_price, else the on-demand price]")] = None,
     zone_spot_price: Annotated[Optional[list[str]], typer.Option(
         help="ZONE=PRICE: $/h spot in that zone (a trace's file name without .json), where zones are priced apart "
-             "as EC2 prices them (repeatable) [default: --spot-price in every zone]")] = None,
+             "as EC2 prices them (repeatable) \\[default: --spot-price in every zone]")] = None,
     bill_as: Annotated[Optional[str], typer.Option(
         help="charge each instance as this cloud does when it ends (aws: nothing for spot taken back within its "
-             "first hour; aws, gcp, azure: a minute at least) [default: every step billed, the paper's model]")] = None,
+             "first hour; aws, gcp, azure: a minute at least) \\[default: every step billed, the paper's model]")] = None,
     nodes: Annotated[Optional[int], typer.Option(
         help="nodes of a gang: spot is there while a trace counts that many instances, and costs are the gang's "
-             "[default: the job file's resources.nodes, else 1]")] = None,
+             "\\[default: the job file's resources.nodes, else 1]")] = None,
     every_hours: Annotated[float, typer.Option(help="hours between two start offsets along the traces")] = 6.0,
     observe: Annotated[str, typer.Option(help="'tick': policies see every zone each step (the paper's model); "
                                               "'launches': only what the live controller sees, moving make-before-break "

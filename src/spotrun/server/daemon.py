@@ -63,7 +63,13 @@ class Daemon:
         if not self._take_lease(url=None):
             log.info("another controller holds the lease; nothing to do")
             return 0
-        sock = _bind_agent_socket(self.store)
+        try:
+            sock = _bind_agent_socket(self.store)
+        except AgentPortTaken as taken:
+            log.error("%s", taken)
+            with self.store.session() as session:
+                lease.release(session, LEASE_NAME, self.holder)
+            return 2
         url = advertised_url(sock.getsockname()[1])
         server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store), log_level="warning", access_log=False))
         threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="agent-api").start()
@@ -185,18 +191,29 @@ def holder_is_dead(holder: str) -> bool:
     return host == socket.gethostname() and pid_text.isdigit() and not psutil.pid_exists(int(pid_text))
 
 
+class AgentPortTaken(OSError):
+    """The agent API's port set by SPOTRUN_CONTROLLER_PORT cannot be bound."""
+
+
 def _bind_agent_socket(store: Store) -> socket.socket:
     """Bind the port the last controller used, so agents that outlived it find this one; else any free port."""
     with store.session() as session:
         row = session.get(Setting, PORT_SETTING)
         wanted = int(row.value) if row else 0
-    wanted = int(os.environ.get("SPOTRUN_CONTROLLER_PORT") or wanted)
+    configured = os.environ.get("SPOTRUN_CONTROLLER_PORT")
+    wanted = int(configured or wanted)
     host = os.environ.get("SPOTRUN_CONTROLLER_BIND", "127.0.0.1")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, wanted))
-    except OSError:
+    except OSError as error:
+        if configured:  # SPOTRUN_CONTROLLER_URL names this port: another one would leave every agent unheard
+            sock.close()
+            raise AgentPortTaken(
+                f"cannot serve the agent API on {host}:{wanted} (SPOTRUN_CONTROLLER_PORT): {error.strerror or error}; "
+                "agents report to that port, so no other will do"
+            ) from error
         sock.bind((host, 0))
     port = sock.getsockname()[1]
     with store.session() as session:
