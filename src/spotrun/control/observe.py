@@ -55,6 +55,8 @@ def judge_attempt(
             return Verdict(info.detail["refusal"], f"the cloud could not place instance {info.instance_id}: {reason}")
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
+        if info.start_failure and attempt.agent_started_at is None:  # another instance would end alike
+            return Verdict("failed", f"instance {info.instance_id} ended before its agent started: {info.start_failure}")
         return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")
     return _judge_agent(job, attempt, info, now, settings, controller_started_at)
 

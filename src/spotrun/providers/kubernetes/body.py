@@ -7,6 +7,7 @@ cluster deletes it with the pod.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -26,12 +27,13 @@ from spotrun.providers.kubernetes.naming import (
     pod_name,
 )
 from spotrun.providers.kubernetes.settings import KubernetesSettings
-from spotrun.providers.startup import CLOUD_ENV_VAR, INSTANCE_DISK, boot_env, job_id_of, render_bootstrap
+from spotrun.providers.startup import AGENT_CONFIG_ENV_VAR, CLOUD_ENV_VAR, INSTANCE_DISK, boot_env, job_id_of, render_bootstrap
 
 CONTAINER = "spotrun"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
+AMD_GPU_RESOURCE = "amd.com/gpu"
 ADDRESS_ENV_VAR = "SPOTRUN_INSTANCE_ADDRESS"  # the pod's IP, where the ranks of a multi-node job meet
 _DISK_VOLUME = "instance-disk"
 
@@ -69,7 +71,7 @@ def pod_manifest(request: LaunchRequest, settings: KubernetesSettings) -> dict[s
     nodes = settings.nodes
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": math.ceil(settings.termination_grace),
+        "terminationGracePeriodSeconds": termination_grace(request.user_data, settings),
         "nodeSelector": _node_selector(request, settings, nodes),
         "tolerations": _tolerations(request, nodes),
         "automountServiceAccountToken": settings.service_account is not None,
@@ -95,6 +97,27 @@ def pod_manifest(request: LaunchRequest, settings: KubernetesSettings) -> dict[s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+AGENT_EXIT_MARGIN = 5  # seconds for the agent to report and exit after its final backup
+
+
+def termination_grace(user_data: Mapping[str, Any], settings: KubernetesSettings) -> int:
+    """The pod's terminationGracePeriodSeconds: the settings', but never less than the SIGTERM grace the agent
+    gives the trainer and its backup (the job's notice_grace), or the kubelet's SIGKILL cuts that backup short."""
+    env = user_data.get("env") if isinstance(user_data, Mapping) else None
+    try:
+        config = json.loads(env.get(AGENT_CONFIG_ENV_VAR, "{}")) if isinstance(env, Mapping) else {}
+        notice_grace = float(config.get("notice_grace") or 0.0) if isinstance(config, dict) else 0.0
+    except (TypeError, ValueError):
+        notice_grace = 0.0
+    return max(math.ceil(settings.termination_grace), math.ceil(notice_grace) + AGENT_EXIT_MARGIN if notice_grace else 0)
+
+
+def gpu_resource(accelerators: Mapping[str, int] | None) -> str:
+    """The device plugin's extended resource for the GPUs asked: AMD's Instinct (MI...) or NVIDIA's."""
+    models = [name for name, count in (accelerators or {}).items() if count]
+    return AMD_GPU_RESOURCE if models and all(name.upper().startswith("MI") for name in models) else GPU_RESOURCE
+
+
 def gpu_count(accelerators: Mapping[str, int] | None) -> int:
     return sum((accelerators or {}).values())
 
@@ -106,7 +129,7 @@ def _container(request: LaunchRequest, settings: KubernetesSettings, name: str) 
     requests = {key: value for key, value in (("cpu", settings.cpu), ("memory", settings.memory)) if value}
     resources: dict[str, Any] = {"requests": requests} if requests else {}
     if gpu_count(request.accelerators):
-        resources["limits"] = {GPU_RESOURCE: str(gpu_count(request.accelerators))}
+        resources["limits"] = {gpu_resource(request.accelerators): str(gpu_count(request.accelerators))}
     return {
         "name": CONTAINER,
         "image": settings.image,
@@ -142,7 +165,7 @@ def _tolerations(request: LaunchRequest, nodes: Flavor) -> list[dict[str, str]]:
         tolerations.append({"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"})
     if gpu_count(request.accelerators):
         # GPU nodes are commonly tainted so that only pods asking for GPUs land there (EKS, GKE)
-        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+        tolerations.append({"key": gpu_resource(request.accelerators), "operator": "Exists", "effect": "NoSchedule"})
     return tolerations
 
 

@@ -20,6 +20,11 @@ from spotrun.providers.kubernetes.naming import JOB_LABEL, MARKET_LABEL, TOKEN_A
 Pod = Mapping[str, Any]
 
 NODE_SHUTDOWN_REASON = "Terminated"  # the kubelet's status.reason for a pod ended by a graceful node shutdown
+# the kubelet's status.reason for a pod it refused to admit because its node was shutting down (no DisruptionTarget)
+NODE_SHUTDOWN_REJECTED = "NodeShutdown"
+# A pod being deleted whose containers should have stopped this long ago has no kubelet left to stop them: its node
+# is gone (a spot VM stopped or deallocated while its Node object stays NotReady), and it never leaves Running.
+KUBELET_GONE_AFTER = 300.0
 # DisruptionTarget reasons that mean the node went (or was drained) rather than the pod's own fault
 RECLAIM_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByPodGC", "DeletionByTaintManager", "EvictionByEvictionAPI"})
 NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-pressure eviction (TerminationByKubelet too)
@@ -32,6 +37,8 @@ START_FAILURES = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
     "CreateContainerError", "RunContainerError",
 })
+# How a container that did not end by itself is reported (its node restarted under it, the OOM killer)
+OUTSIDE_ENDS = frozenset({"ContainerStatusUnknown", "OOMKilled"})
 _STATES: dict[str, InstanceState] = {
     "Pending": "pending", "Running": "running", "Succeeded": "terminated", "Failed": "terminated", "Unknown": "unknown",
 }
@@ -41,10 +48,15 @@ def market_of(pod: Pod) -> Market:
     return "spot" if _labels(pod).get(MARKET_LABEL) == "spot" else "on-demand"
 
 
-def state_of(pod: Pod) -> InstanceState:
-    """A pod being deleted before it ever ran will never run: it counts as terminated."""
+def state_of(pod: Pod, now: float | None = None) -> InstanceState:
+    """A pod being deleted before it ever ran will never run: it counts as terminated; so does one still "Running"
+    `KUBELET_GONE_AFTER` past its deletion's due time (`now`, epoch seconds, where the caller gives it)."""
     state = _STATES.get(_status(pod).get("phase", ""), "unknown")
-    if state == "pending" and pod.get("metadata", {}).get("deletionTimestamp"):
+    deleting = pod.get("metadata", {}).get("deletionTimestamp")
+    if state == "pending" and deleting:
+        return "terminated"
+    due = timestamp(deleting)
+    if state == "running" and now is not None and due is not None and now - due > KUBELET_GONE_AFTER:
         return "terminated"
     return state
 
@@ -58,19 +70,19 @@ def disruption_of(pod: Pod) -> str | None:
     return str(reason) if reason else None
 
 
-def reclaimed(pod: Pod) -> bool:
+def reclaimed(pod: Pod, now: float | None = None) -> bool:
     """A spot pod that ended because its node went or was drained."""
-    if market_of(pod) != "spot" or state_of(pod) != "terminated":
+    if market_of(pod) != "spot" or state_of(pod, now) != "terminated":
         return False
     if _status(pod).get("reason") == NODE_PRESSURE_REASON:
         return False
     disruption = disruption_of(pod)
-    return disruption in RECLAIM_DISRUPTIONS or disruption == NODE_SHUTDOWN_REASON
+    return disruption in RECLAIM_DISRUPTIONS or disruption in (NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_REJECTED)
 
 
-def pod_info(pod: Pod) -> InstanceInfo:
+def pod_info(pod: Pod, now: float | None = None) -> InstanceInfo:
     metadata, status = pod.get("metadata", {}), _status(pod)
-    state = state_of(pod)
+    state = state_of(pod, now)
     detail: dict[str, Any] = {"phase": status.get("phase", "")}
     if pod.get("spec", {}).get("nodeName"):
         detail["node"] = pod["spec"]["nodeName"]
@@ -85,7 +97,7 @@ def pod_info(pod: Pod) -> InstanceInfo:
         market=market_of(pod),
         instance_type=_node_selector(pod).get("node.kubernetes.io/instance-type", ""),
         state=state,
-        reclaimed=reclaimed(pod),
+        reclaimed=reclaimed(pod, now),
         address=status.get("podIP"),
         launched_at=timestamp(metadata.get("creationTimestamp")),
         terminated_at=ended_at(pod) if state == "terminated" else None,
@@ -124,11 +136,20 @@ def ended_at(pod: Pod) -> float | None:
 
 
 def start_failure(pod: Pod) -> str | None:
-    """Why the kubelet cannot start the pod's container (a bad image, a missing secret), while it says so."""
+    """Why the kubelet cannot start the pod's container (a bad image, a missing secret), while it says so; or how
+    the container ended by itself with an error (restartPolicy Never: the pod is then over), which, where the agent
+    never reported in, is its bootstrap failing (no spotrun in the image and no index to install it from)."""
     for container in _status(pod).get("containerStatuses") or ():
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in START_FAILURES:
             return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    if _status(pod).get("phase") == "Failed" and not disruption_of(pod) and not pod.get("metadata", {}).get("deletionTimestamp"):
+        for container in _status(pod).get("containerStatuses") or ():
+            terminated = (container.get("state") or {}).get("terminated") or {}
+            code = terminated.get("exitCode")
+            # not a container killed from outside (a signal: 128+N, the OOM killer) or lost with its node
+            if isinstance(code, int) and 0 < code < 128 and terminated.get("reason") not in OUTSIDE_ENDS:
+                return f"container exited {terminated['exitCode']} ({terminated.get('reason', '')})".replace(" ()", "")
     return None
 
 

@@ -11,6 +11,7 @@ stays readable until spotrun has read how it ended; `terminate` lets it go. Read
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -169,9 +170,10 @@ class KubernetesProvider:
         where = f"{request.market} {request.instance_type or 'node'} in {request.zone}"
         raise NoCapacity(f"no node for {where} ({why})")
 
-    def _events(self, name: str) -> list[dict[str, Any]]:
+    def _events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
         selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
-        return self._call("list events", self.api.list_namespaced_event, self.namespace, field_selector=selector)["items"]
+        return self._call("list events", self.api.list_namespaced_event, namespace or self.namespace,
+                          field_selector=selector)["items"]
 
     # -- look --------------------------------------------------------------------------------------------
 
@@ -186,16 +188,28 @@ class KubernetesProvider:
         if pod is None:
             with self._ended_lock:
                 return self._ended.get(instance_id) or gone_info(namespace, name)
-        return pod_info(pod)
+        info = pod_info(pod, time.time())
+        waiting = unschedulable_message(pod) if info.state == "pending" and not is_scheduled(pod) else None
+        if waiting is not None:
+            # a scale-up the provisioner began and then failed (the cloud had no spot capacity) leaves the pod
+            # pending for good: a refused launch, told as AWS's and Azure's late refusals are
+            try:
+                verdict = provisioner_verdict(self._events(name, namespace))
+            except KubernetesApiError:
+                verdict = None
+            if verdict is not None and verdict[0] == "refused":
+                detail = {**info.detail, "refusal": "no_capacity", "reason": f"{waiting}; {verdict[1]}"}
+                return dataclasses.replace(info, state="terminated", detail=detail)
+        return info
 
     def find_by_token(self, client_token: str) -> InstanceInfo | None:
         pods = self._list_pods(f"{TOKEN_LABEL}={label_value(client_token)}")
         mine = [pod for pod in pods if (pod["metadata"].get("annotations") or {}).get(TOKEN_ANNOTATION) == client_token]
-        return pod_info(mine[0]) if mine else None
+        return pod_info(mine[0], time.time()) if mine else None
 
     def list_instances(self) -> list[InstanceInfo]:
         """Every pod spotrun launched in the namespace, ended ones still held by its finalizer included."""
-        return [pod_info(pod) for pod in self._list_pods(f"{MANAGED_BY_LABEL}={MANAGED_BY}")]
+        return [pod_info(pod, time.time()) for pod in self._list_pods(f"{MANAGED_BY_LABEL}={MANAGED_BY}")]
 
     def _list_pods(self, selector: str) -> list[Pod]:
         return self._call("list pods", self.api.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
@@ -216,8 +230,8 @@ class KubernetesProvider:
         pod = self._read(name)
         if pod is None:
             return
-        if state_of(pod) == "terminated":
-            self._remember_end(instance_id, pod_info(pod))
+        if state_of(pod, time.time()) == "terminated":
+            self._remember_end(instance_id, pod_info(pod, time.time()))
         self._delete(name)
         self._let_go(name)
         log.info("deleting %s", instance_id)

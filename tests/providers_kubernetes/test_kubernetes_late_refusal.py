@@ -1,0 +1,68 @@
+"""A cluster-autoscaler scale-up that began and then failed for want of spot capacity, against the fake cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+
+from spotrun.control.observe import judge_attempt
+from spotrun.providers.base import LaunchRequest
+from spotrun.providers.kubernetes import KubernetesProvider, KubernetesSettings
+
+NAMESPACE = "spotrun"
+TYPE = "g5.xlarge"
+CONFIG = json.dumps({"job_id": 3, "token": "agent-token-3"})
+GPU_NODE = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+
+
+def node_labels(zone: str, capacity: str) -> dict[str, str]:
+    return {"topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": TYPE,
+            "karpenter.sh/capacity-type": capacity}
+
+
+def make_provider(config, **options) -> KubernetesProvider:
+    settings = {"flavor": "karpenter", "namespace": NAMESPACE, "install_command": "", "schedule_timeout": 5.0,
+                "poll_interval": 0.02, "call_timeout": 5.0, **options}
+    return KubernetesProvider(KubernetesSettings(**settings), configuration=config)
+
+
+def launch(provider, zone="us-east-1c", market="spot", token="sr-3-00aa11bb22cc33dd", gpus=1, accelerators=None,
+           config=CONFIG):
+    return provider.launch(LaunchRequest(
+        zone=zone, market=market, instance_type=TYPE, client_token=token,
+        user_data={"argv": ["python", "-m", "spotrun.agent"], "env": {"SPOTRUN_AGENT_CONFIG": config}},
+        accelerators=accelerators or ({"A10G": gpus} if gpus else None),
+    ))
+
+
+def judge(info, boot_timeout=120.0, after=1000.0):
+    spec = {"name": "j", "run": "python train.py",
+            "resources": {"cloud": "kubernetes", "instance_type": TYPE}}
+    job = SimpleNamespace(spec=spec, cancel_requested=False, created_at=0.0, state="PROVISIONING")
+    attempt = SimpleNamespace(state="running", reported_outcome=None, agent_started_at=None, started_at=1.0,
+                              last_heartbeat_at=None, notice_at=None, exit_code=None)
+    settings = SimpleNamespace(boot_timeout=boot_timeout, heartbeat_timeout=60.0, unknown_timeout=600.0)
+    return judge_attempt(job, attempt, info, after, settings, 1.0)
+
+
+def test_a_scale_up_that_then_fails_for_spot_capacity_is_a_refusal_not_a_loss(k8s, k8s_config, k8s_cluster):
+    """cluster-autoscaler triggers a scale-up, then the cloud has no spot capacity (GCE
+    ZONE_RESOURCE_POOL_EXHAUSTED, EC2 InsufficientInstanceCapacity): FailedScaleUp on the pod."""
+    k8s_cluster.scale_up_delay = 60.0  # the node would take a minute to come up
+    group = k8s_cluster.add_node_group("spot-c", node_labels("us-east-1c", "spot"), allocatable=GPU_NODE)
+    provider = make_provider(k8s_config)
+    info = launch(provider)
+    assert info.state == "pending"  # the launch returned on TriggeredScaleUp
+    time.sleep(1.1)  # the cloud's answer comes later (events are stamped to the second)
+    with k8s_cluster.lock:  # the cloud fails the scale-up: the node never comes, the group is out of stock
+        for name in list(group.nodes):
+            k8s_cluster._ready_at.pop(name, None)
+            k8s_cluster._nodes.pop(name, None)
+        group.stocked = False
+    k8s_cluster.wait_for(lambda: any(e["reason"] == "FailedScaleUp" for e in k8s_cluster._events))
+    time.sleep(0.2)
+    seen = provider.describe(info.instance_id)
+    verdict = judge(seen)
+    assert verdict.end_reason == "no_capacity"
