@@ -222,3 +222,45 @@ def test_a_manifest_that_lists_a_file_outside_its_folder_is_not_resumed_from(spo
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(NoValidCheckpoint, match=r"\.\./\.\./secret is outside the checkpoint"):
         spot.resume_from()
+
+
+def _epoch_rules(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    flag = PreemptionFlag()
+    spot = TrainerCheckpoints(tmp_path / "store", every_seconds=None, signals=(), flag=flag)
+    return spot, flag, SimpleNamespace(global_step=12, epoch=1.0), TrainerControl()
+
+
+def test_a_notice_at_an_epochs_last_step_saves_now_and_again_after_the_epochs_evaluation(tmp_path):
+    """The rule the Trainer runs of test_sdk_framework_evaluation_resume.py check (soak): saved only before the
+    epoch's evaluation, the resume (into the next epoch) went on without the draws that evaluation made."""
+    spot, flag, state, control = _epoch_rules(tmp_path)
+    flag.request()
+    spot.on_step_end(None, state, control)
+    assert control.should_save and control.should_training_stop  # now: the evaluation may outlast the notice
+    control.should_save = False
+    spot.on_epoch_end(None, state, control)
+    assert control.should_save  # again, after the evaluation
+
+
+def test_a_periodic_save_due_at_an_epochs_last_step_waits_for_the_epochs_end(tmp_path):
+    spot, _, state, control = _epoch_rules(tmp_path)
+    spot.every_seconds, spot._last_save = 1.0, 0.0
+    spot.on_step_end(None, state, control)
+    assert not control.should_save
+    spot.on_epoch_end(None, state, control)
+    assert control.should_save
+
+
+def test_after_a_stop_mid_epoch_the_epochs_end_neither_evaluates_nor_saves_again(tmp_path):
+    """save_strategy="epoch": the stop's checkpoint was saved over at the epoch's end, after an evaluation the
+    uninterrupted run never made at that step."""
+    spot, _, state, control = _epoch_rules(tmp_path)
+    state.epoch = 0.5
+    spot.should_stop = True  # the stop's checkpoint is committed (on_save)
+    control.should_save = control.should_evaluate = True  # as DefaultFlowCallback sets them at the epoch's end
+    spot.on_epoch_end(None, state, control)
+    assert not control.should_save and not control.should_evaluate

@@ -214,3 +214,40 @@ def test_bad_settings_are_refused(tmp_path):
         LightningCheckpoints(tmp_path, keep_last=0, signals=())
     with pytest.raises(ValueError, match="Lightning resumes from a local folder"):
         LightningCheckpoints("memory://checkpoints", signals=())
+
+
+def _trainer_about_to_validate(validates: list[bool]):
+    """A stand-in Trainer whose epoch loop says, batch by batch, whether a validation runs next."""
+    from types import SimpleNamespace
+
+    import torch
+
+    strategy = SimpleNamespace(root_device=torch.device("cpu"), reduce=lambda votes, reduce_op: votes)
+    epoch_loop = SimpleNamespace(_should_check_val_fx=lambda fetcher: validates.pop(0), _skip_next_val=False)
+    fit_loop = SimpleNamespace(epoch_loop=epoch_loop, _data_fetcher=object())
+    return SimpleNamespace(global_step=0, strategy=strategy, should_stop=False, world_size=1, fit_loop=fit_loop,
+                           sanity_checking=False)
+
+
+def test_a_save_before_a_validation_waits_for_its_end_and_a_notices_is_made_again_after_it(tmp_path):
+    """The rule the real Trainer runs of test_sdk_framework_evaluation_resume.py check (soak): saved before the
+    validation, which Lightning's resume skips, the resumed run went on without the validation's draws."""
+    from spotrun.sdk.preemption import PreemptionFlag
+
+    flag = PreemptionFlag()
+    spot = LightningCheckpoints(tmp_path / "store", every_steps=2, every_seconds=None, signals=(), flag=flag)
+    saved: list[int] = []
+    spot._save = lambda trainer, step: saved.append(step)  # type: ignore[method-assign]
+    trainer = _trainer_about_to_validate([True, True])
+    spot._seen_step = spot._saved_step = 0
+    trainer.global_step = 2  # due (every 2 steps), a validation next
+    spot.on_train_batch_end(trainer, None, None, None, 1)
+    assert saved == []
+    spot.on_validation_end(trainer, None)
+    assert saved == [2]
+    trainer.global_step = 3  # a notice, a validation next: saved now (it may outlast the notice) and after it
+    flag.request()
+    spot.on_train_batch_end(trainer, None, None, None, 2)
+    assert saved == [2, 3] and trainer.should_stop
+    spot.on_validation_end(trainer, None)
+    assert saved == [2, 3, 3]

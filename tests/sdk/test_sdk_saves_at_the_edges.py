@@ -302,3 +302,15 @@ def test_a_notice_between_micro_batches_while_a_background_save_fails_still_save
     ckpt.step(state, 10)
     assert outcome == "returned", f"step() between micro-batches {outcome}: the stop it held is lost"
     assert ckpt.should_stop
+
+
+def test_pruning_keeps_a_checkpoint_asked_to_be_kept_besides_the_newest(tmp_path: Path) -> None:
+    """The Trainer's best checkpoint (load_best_model_at_end) was pruned by keep_last like any other: resumed on
+    another machine, the run ended with the last weights, not the best."""
+    _, state = _model_state()
+    ckpt = spotrun.Checkpointer(tmp_path, keep_last=None, signals=())
+    for step in range(4, 7):
+        ckpt.save(state, step)
+    ckpt.store.prune(7, keep_last=1, also_keep=(5,))
+    assert [step for step, _ in ckpt.store.committed()] == [5, 7]
+    ckpt.close()

@@ -16,8 +16,14 @@ The Trainer writes its checkpoint (weights, optimizer, scheduler, RNG states, it
 would resume from. So each one, once written (``on_save``), is committed into the store as spotrun's checkpoints
 are (``layout``): the files moved to a staging folder, checksummed and fsynced, a manifest written last and the
 folder renamed into place as ``ckpt-<step>``; the agent then backs it up with the others. ``resume_from`` verifies
-every file of the newest one against its manifest and falls back past a damaged one. The Trainer itself resumes
-exactly: it restores the RNG states and skips the batches of the epoch already trained.
+every file of the newest one against its manifest and falls back past a damaged one. The Trainer restores the
+RNG states and skips the batches of the epoch already trained, so a run resumes exactly, except where fetching a
+batch draws random numbers (augmentation in ``__getitem__``, a masking collator such as
+``DataCollatorForLanguageModeling``): resuming mid-epoch, the Trainer restores the RNGs only after it has fetched
+the first batches, so those draws differ (a transformers limitation; resumes at an epoch's start are exact). A save
+asked at an epoch's last step is made after the epoch's evaluation (``eval_strategy="epoch"``), which draws from
+the RNGs the checkpoint holds; at a notice, also before it. With ``load_best_model_at_end``, the best checkpoint is
+kept in the store besides the ``keep_last`` newest, and a resume on another machine finds it there.
 
 Saves happen when the Trainer's own ``save_strategy`` asks, every ``every_seconds`` (default 300), and at a
 preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of the step.
@@ -33,6 +39,7 @@ a failed command; the exit at a preemption avoids it (``exit_if_stopped``).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -79,7 +86,9 @@ class TrainerCheckpoints(TrainerCallback):
             flag.install(self._signals)
         self._last_save = time.monotonic()
         self._ranks: distributed.SingleProcess | distributed.TorchDistributed = distributed.SingleProcess()
+        self._resumed: str | None = None  # the checkpoint resume_from gave
         self._stopping = False
+        self._save_at_epoch_end = False  # a save asked at an epoch's last step, held for the epoch's end
         self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
 
     # -- the script's calls ---------------------------------------------------------------------------------
@@ -88,7 +97,8 @@ class TrainerCheckpoints(TrainerCallback):
         """The folder of the newest checkpoint whose every file matches its manifest, for
         ``trainer.train(resume_from_checkpoint=...)``; None when there is none. A damaged one is skipped with a
         CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
-        return foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
+        self._resumed = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
+        return self._resumed
 
     def exit_if_stopped(self) -> None:
         """After training stopped at a preemption signal, its checkpoint committed: exit with PREEMPTED_EXIT_CODE
@@ -120,6 +130,8 @@ class TrainerCheckpoints(TrainerCallback):
             )
         self._ranks = distributed.current()  # the Trainer has joined the process group by now
         self._last_save = time.monotonic()
+        if args.load_best_model_at_end and self._resumed is not None:
+            self._find_best_in_store(state)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         due = self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
@@ -128,8 +140,24 @@ class TrainerCheckpoints(TrainerCallback):
             log.warning("preemption requested: saving %d steps and stopping", state.global_step)
             self._stopping = True
             control.should_training_stop = True
-        if stop or due:
+        if (stop or due) and _at_epoch_end(state):
+            # the Trainer evaluates at an epoch's end (eval_strategy="epoch") before its save there, drawing from the
+            # RNGs the checkpoint holds: saved only now, the resume (which starts the next epoch) would not have the
+            # uninterrupted run's RNG states. So it is saved (again) at the epoch's end; at a notice, now as well,
+            # in case the evaluation outlasts the notice
+            self._save_at_epoch_end = True
+        if stop or (due and not _at_epoch_end(state)):
             control.should_save = True
+
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+        if self._save_at_epoch_end:
+            self._save_at_epoch_end = False
+            control.should_save = True
+        elif self.should_stop:
+            # stopped mid-epoch, its checkpoint committed: the Trainer goes on to its epoch's end, where
+            # save_strategy="epoch" would save again over it, after an evaluation eval_strategy="epoch" would run
+            # (neither is what the uninterrupted run does at this step)
+            control.should_save = control.should_evaluate = False
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         self._ranks.leave()  # the callback's own gloo groups, left to the interpreter's exit, can abort it (SIGABRT)
@@ -141,7 +169,7 @@ class TrainerCheckpoints(TrainerCallback):
         failure = None
         if state.is_world_process_zero:
             try:
-                self._commit(args, state.global_step, state.max_steps)
+                self._commit(args, state.global_step, state.max_steps, state.best_model_checkpoint)
             except Exception as error:  # every rank raises it, none waits for a commit that will not come
                 failure = f"{type(error).__name__}: {error}"
         failures = [report for report in self._ranks.all_gather(failure) if report]
@@ -151,7 +179,7 @@ class TrainerCheckpoints(TrainerCallback):
         if self._stopping:
             self.should_stop = True
 
-    def _commit(self, args: TrainingArguments, steps: int, max_steps: int) -> None:
+    def _commit(self, args: TrainingArguments, steps: int, max_steps: int, best_checkpoint: str | None) -> None:
         written = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{steps}")
         missing = [name for name in _rank_files(self._ranks.world_size) if not os.path.exists(os.path.join(written, name))]
         if missing:
@@ -162,7 +190,47 @@ class TrainerCheckpoints(TrainerCallback):
         keep_theirs = bool(args.load_best_model_at_end)  # the Trainer reads it back at the end
         foreign.commit(self.store, written, steps, payload=PAYLOAD, total_steps=max_steps or None, move=not keep_theirs)
         if self.keep_last is not None:
-            self.store.prune(steps, self.keep_last)
+            best = _step_of(best_checkpoint) if keep_theirs else None
+            self.store.prune(steps, self.keep_last, also_keep=() if best is None else (best,))
+
+    def _find_best_in_store(self, state: TrainerState) -> None:
+        """The best checkpoint the resumed state names lies in the output_dir of the attempt that wrote it, gone
+        on another machine (the Trainer then forgets it, and load_best_model_at_end loads the last weights, not the
+        best): point it at the store's copy of that step, kept from pruning."""
+        if state.best_model_checkpoint is not None and os.path.isdir(state.best_model_checkpoint):
+            return
+        assert self._resumed is not None
+        try:
+            with open(os.path.join(self._resumed, "trainer_state.json")) as fh:
+                recorded = json.load(fh).get("best_model_checkpoint")
+        except (OSError, ValueError):
+            return
+        step = _step_of(recorded)
+        if step is None:
+            return
+        kept = dict(self.store.committed()).get(step)
+        if kept is not None:
+            state.best_model_checkpoint = kept
+        else:
+            log.warning("the best checkpoint %s (step %d) is not in the store: load_best_model_at_end cannot load it",
+                        recorded, step)
+
+
+def _step_of(checkpoint: str | None) -> int | None:
+    """The step of a Trainer checkpoint folder (``checkpoint-<step>``) or a committed one (``ckpt-<step>``)."""
+    if not checkpoint:
+        return None
+    name = os.path.basename(os.path.normpath(checkpoint))
+    for prefix in (f"{PREFIX_CHECKPOINT_DIR}-", layout.CHECKPOINT_PREFIX):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):])
+    return None
+
+
+def _at_epoch_end(state: TrainerState) -> bool:
+    """Whether the step just taken is its epoch's last (the Trainer sets ``epoch`` to ``epoch + (batch + 1) /
+    batches_in_epoch``: a whole number there)."""
+    return state.epoch is not None and float(state.epoch).is_integer()
 
 
 def _rank_files(world_size: int) -> list[str]:

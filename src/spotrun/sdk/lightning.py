@@ -83,6 +83,7 @@ class LightningCheckpoints(pl.Callback):
             flag.install(self._signals)  # a notice before training starts is not lost
         self._last_save = time.monotonic()
         self._saved_step = self._seen_step = -1
+        self._after_validation: int | None = None  # the step of a save to make (again) once a validation has run
         self._distributed = False
         self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
 
@@ -126,25 +127,41 @@ class LightningCheckpoints(pl.Callback):
         self._hold_signals()
         self._last_save = time.monotonic()
         self._saved_step = self._seen_step = trainer.global_step
+        self._after_validation = None
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
     ) -> None:
         step = trainer.global_step
         stepped, self._seen_step = step != self._seen_step, step
-        if not stepped or step == self._saved_step:
+        held, self._after_validation = self._after_validation is not None, None  # no validation came: save now
+        if not held and (not stepped or step == self._saved_step):
             return  # gradients still accumulating (no optimizer step since the last batch), or saved at this step
-        due = (self.every_steps is not None and step % self.every_steps == 0) or (
+        due = held or (self.every_steps is not None and step % self.every_steps == 0) or (
             self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
         )
         stop, due = _any_rank(trainer, [self._flag.is_set, bool(due)])
         if stop:
             log.warning("preemption requested: saving %d steps and stopping", step)
+        if (stop or due) and _validates_next(trainer):
+            # Lightning resumes a checkpoint saved before a validation past it, but the validation draws from the
+            # global RNGs (a shuffled or worker-fed loader, random validation steps): saved now, the resumed run
+            # would go on with RNG states the uninterrupted one no longer has. Saved again once it has run (at a
+            # notice, saved now as well: the validation may outlast the notice)
+            self._after_validation = step
+            if not stop:
+                return
         if stop or due:
             self._save(trainer, step)
         if stop:
             trainer.should_stop = True
             self.should_stop = True
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._after_validation is None or trainer.sanity_checking:
+            return
+        step, self._after_validation = self._after_validation, None
+        self._save(trainer, step)  # the same step, committed over the one saved before the validation
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._give_signals_back()
@@ -187,6 +204,18 @@ class LightningCheckpoints(pl.Callback):
         for signum, handler in self._held.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._held.clear()
+
+
+def _validates_next(trainer: pl.Trainer) -> bool:
+    """Whether Lightning runs a validation after this training batch (``val_check_interval``, an epoch's end), as
+    it decides in its epoch loop. Asked before this callback sets ``should_stop`` (which adds one of its own)."""
+    fit_loop = getattr(trainer, "fit_loop", None)
+    loop = getattr(fit_loop, "epoch_loop", None)
+    decide = getattr(loop, "_should_check_val_fx", None)
+    fetcher = getattr(fit_loop, "_data_fetcher", None)
+    if decide is None or fetcher is None or getattr(loop, "_skip_next_val", False):
+        return False
+    return bool(decide(fetcher))
 
 
 def _any_rank(trainer: pl.Trainer, flags: list[bool]) -> list[bool]:

@@ -13,7 +13,7 @@ import io
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -163,11 +163,12 @@ class CheckpointStore:
     def clean_staging(self) -> None:
         """Leftovers of saves that died half-way; an object store has none outside the checkpoint folders."""
 
-    def prune(self, newest: int, keep_last: int) -> None:
-        """Keep the ``keep_last`` newest committed checkpoints up to ``newest``; remove every other checkpoint
-        folder (older ones, half-written ones, and any from an abandoned later timeline)."""
+    def prune(self, newest: int, keep_last: int, also_keep: Iterable[int] = ()) -> None:
+        """Keep the ``keep_last`` newest committed checkpoints up to ``newest`` (and those of ``also_keep``);
+        remove every other checkpoint folder (older ones, half-written ones, and any from an abandoned later
+        timeline)."""
         older = [step for step, _ in self.committed() if step < newest]
-        keep = {newest, *older[::-1][: keep_last - 1]}
+        keep = {newest, *older[::-1][: keep_last - 1], *(step for step in also_keep if step < newest)}
         for step, path in self.checkpoint_folders():
             if step not in keep:
                 self.remove(path)
