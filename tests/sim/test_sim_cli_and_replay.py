@@ -481,3 +481,10 @@ def test_billed_as_ec2_the_sweep_charges_nothing_for_spot_taken_back_within_its_
     assert table.exit_code == 0 and "each instance charged as aws" in table.output
     azure = CliRunner().invoke(app, ["simulate", *args, "--bill-as", "azure", "--processes", "1"], env={"COLUMNS": "200"})
     assert azure.exit_code == 0 and "each instance charged as azure" in azure.output  # not GCP's, the same numbers
+
+
+def test_simulate_help_shows_the_defaults_it_names():
+    """rich read "[default: 48]" in the options' help as markup and printed nothing of it."""
+    help_text = " ".join(CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "300"}).output.split())
+    for shown in ("[default: 48]", "[default: 52]", "[default: 0.1]", "[default: 3.06, p3.2xlarge]"):
+        assert shown in help_text, shown
