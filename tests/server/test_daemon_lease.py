@@ -55,3 +55,24 @@ def test_a_taken_controller_port_stops_the_daemon_saying_so_instead_of_serving_a
         assert Daemon(store, tick_interval=0.05, idle_exit=0.1).run() == 2
     assert f"cannot serve the agent API on 127.0.0.1:{port} (SPOTRUN_CONTROLLER_PORT)" in caplog.text
     assert live_controller_url(store) is None  # the lease was given back
+
+
+def test_a_tick_stuck_in_one_drive_lets_the_lease_go(store, tmp_path, monkeypatch):
+    """A tick stuck in a cloud call without timeout kept the lease renewed for ever (the claims' keeper gives them
+    up after 10 claim lives): no other daemon could take over, and no job was driven."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(daemon_module, "LEASE_TTL", 0.3)
+    monkeypatch.setattr(daemon_module, "LEASE_GIVE_UP", 1.0)
+    first, second = Daemon(store, tick_interval=0.05, idle_exit=0), Daemon(store, tick_interval=0.05, idle_exit=0)
+    assert first._take_lease("http://first")
+    ticking, release = threading.Event(), threading.Event()
+    loop = threading.Thread(target=first._loop, args=(SlowController(ticking, release), "http://first"))
+    loop.start()
+    try:
+        assert ticking.wait(10)
+        time.sleep(2.5)  # past the give-up bound and a lease's life
+        assert second._take_lease("http://second"), "a stuck tick still holds the lease"
+    finally:
+        first.stop()
+        release.set()
+        loop.join(15)

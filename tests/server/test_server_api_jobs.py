@@ -6,6 +6,7 @@ import time
 
 import pytest
 from server_world import TINY_JOB, Team, place_attempt
+from sqlalchemy import update
 
 from spotrun.control import records
 from spotrun.state import Attempt, Event, Job, add_event
@@ -369,3 +370,46 @@ def test_an_ended_jobs_events_are_all_given_though_a_writer_holds_a_smaller_id(t
     finally:
         open_writer.rollback()
         open_writer.close()
+
+
+def test_a_gap_is_held_only_for_writers_open_when_it_was_seen_and_not_for_ever(team: Team, monkeypatch) -> None:
+    """Any writer open anywhere held a gap back (a heartbeat, another job's tick, an idle psql): on a busy server a
+    rolled-back id held every live job's events indefinitely."""
+    if team.store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite writes one transaction at a time")
+    from spotrun.state import event_order
+
+    job_id = team.launch("alice")
+
+    def follow(after: int) -> list[str]:
+        url = f"/api/v1/jobs/{job_id}/events"
+        return [e["message"] for e in team.client.get(url, params={"after": after}, headers=team.as_user("alice")).json()]
+
+    last = max(e["id"] for e in team.client.get(f"/api/v1/jobs/{job_id}/events", headers=team.as_user("alice")).json())
+    holder = team.store._sessions()  # holds the gap's id, open across the first sighting
+    add_event(holder, at=time.time(), kind="state", job_id=job_id, message="held")
+    holder.flush()
+    with team.store.session() as session:
+        add_event(session, at=time.time(), kind="state", job_id=job_id, message="past the gap")
+    assert follow(last) == []  # seen: held while its holder is open
+    holder.rollback()
+    holder.close()
+    later = team.store._sessions()  # a writer that began after the sighting cannot hold the gap's id
+    try:
+        later.execute(update(Job).where(Job.id == job_id).values(name=Job.name))
+        assert follow(last) == ["past the gap"]
+    finally:
+        later.rollback()
+        later.close()
+    stuck = team.store._sessions()  # a writer open for ever holds a new gap no longer than MAX_HOLD_SECONDS
+    try:
+        add_event(stuck, at=time.time(), kind="state", job_id=job_id, message="never committed")
+        stuck.flush()
+        with team.store.session() as session:
+            add_event(session, at=time.time(), kind="state", job_id=job_id, message="past the second gap")
+        assert follow(last) == ["past the gap"]
+        monkeypatch.setattr(event_order, "MAX_HOLD_SECONDS", 0.0)
+        assert follow(last) == ["past the gap", "past the second gap"]
+    finally:
+        stuck.rollback()
+        stuck.close()

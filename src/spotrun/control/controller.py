@@ -9,6 +9,7 @@ running the tick again therefore loses no job, leaks no instance and launches no
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -115,6 +116,7 @@ class Controller:
         self.settings = settings
         self.clock = clock or WallClock()
         self.started_at = self.clock.now()
+        self.drive_began = 0.0  # time.monotonic() as the current drive began (the daemon's lease keeper reads it)
         self._provider_factory = provider_factory
         self._prices = prices if prices is not None else MarketPrices(self.provider)
         self.worker_id = worker_id
@@ -131,6 +133,7 @@ class Controller:
         ttl, renew = self.settings.claim_ttl, self._renew_claims if self.worker_id else None
         with ClaimKeeper(renew, self.clock.now, every=ttl / 3, give_up_after=10 * ttl) as keeper:
             for job_id in self._live_job_ids():
+                self.drive_began = time.monotonic()  # the daemon's lease keeper judges progress by it
                 keeper.drive_started()
                 try:
                     self.drive(job_id)

@@ -34,6 +34,9 @@ from spotrun.state.db_clock import database_now
 
 LEASE_NAME = "controller"
 LEASE_TTL = 10.0
+# A tick whose current drive has run this long is stuck (as `ClaimKeeper`'s give_up_after, 10 claim lives): its lease
+# is no longer renewed, so that another daemon can take over.
+LEASE_GIVE_UP = 300.0
 DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
 
@@ -116,7 +119,7 @@ class Daemon:
                     self._free_claims_of_dead_workers()
                 ticks += 1
                 if hold_lease:
-                    with self._lease_kept(url):  # a tick may outlast the lease (many jobs, slow cloud calls)
+                    with self._lease_kept(url, controller):  # a tick may outlast the lease (many jobs, slow calls)
                         controller.tick()
                 else:
                     controller.tick()
@@ -132,13 +135,17 @@ class Daemon:
             self._stop.wait(self.tick_interval)
 
     @contextmanager
-    def _lease_kept(self, url: str) -> Iterator[None]:
+    def _lease_kept(self, url: str, controller: object = None) -> Iterator[None]:
         """The lease renewed every third of its life while the block runs: renewed only between ticks, it lapsed in
         a tick longer than LEASE_TTL, and `ensure_running` started a second controller that took it."""
         done = threading.Event()
+        began = time.monotonic()
 
         def keep() -> None:
             while not done.wait(LEASE_TTL / 3):
+                progress = max(began, getattr(controller, "drive_began", began))
+                if time.monotonic() - progress > LEASE_GIVE_UP:
+                    continue  # stuck in one drive: let the lease lapse, so that another daemon takes over
                 try:
                     with self.store.session() as session:
                         now = database_now(session)
