@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from spotrun.server import daemon as daemon_module
 from spotrun.server.daemon import Daemon, live_controller_url
@@ -18,11 +20,9 @@ class SlowController:
         self.release.wait(10)  # a slow cloud call in the tick
 
 
-def test_a_tick_longer_than_the_lease_keeps_it(store, tmp_path, monkeypatch):
-    """The lease was renewed only between ticks: in a long one (many jobs, slow cloud calls) it lapsed, the CLI saw
-    no live controller, and a second daemon took the lease while the first still drove the jobs."""
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(daemon_module, "LEASE_TTL", 0.5)
+@contextmanager
+def first_daemon_ticking(store) -> Iterator[Daemon]:
+    """A daemon holding the lease whose tick hangs until the block ends; a second daemon, for the block."""
     first, second = Daemon(store, tick_interval=0.05, idle_exit=0), Daemon(store, tick_interval=0.05, idle_exit=0)
     assert first._take_lease("http://first")
     ticking, release = threading.Event(), threading.Event()
@@ -30,13 +30,22 @@ def test_a_tick_longer_than_the_lease_keeps_it(store, tmp_path, monkeypatch):
     loop.start()
     try:
         assert ticking.wait(10)
-        time.sleep(1.0)  # the tick outlasts the lease's life
-        assert live_controller_url(store) == "http://first"
-        assert not second._take_lease("http://second"), "two daemons both hold the controller lease"
+        yield second
     finally:
         first.stop()
         release.set()
-        loop.join(10)
+        loop.join(15)
+
+
+def test_a_tick_longer_than_the_lease_keeps_it(store, tmp_path, monkeypatch):
+    """The lease was renewed only between ticks: in a long one (many jobs, slow cloud calls) it lapsed, the CLI saw
+    no live controller, and a second daemon took the lease while the first still drove the jobs."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(daemon_module, "LEASE_TTL", 0.5)
+    with first_daemon_ticking(store) as second:
+        time.sleep(1.0)  # the tick outlasts the lease's life
+        assert live_controller_url(store) == "http://first"
+        assert not second._take_lease("http://second"), "two daemons both hold the controller lease"
 
 
 def test_a_taken_controller_port_stops_the_daemon_saying_so_instead_of_serving_another(store, tmp_path, monkeypatch,
@@ -63,16 +72,6 @@ def test_a_tick_stuck_in_one_drive_lets_the_lease_go(store, tmp_path, monkeypatc
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(daemon_module, "LEASE_TTL", 0.3)
     monkeypatch.setattr(daemon_module, "LEASE_GIVE_UP", 1.0)
-    first, second = Daemon(store, tick_interval=0.05, idle_exit=0), Daemon(store, tick_interval=0.05, idle_exit=0)
-    assert first._take_lease("http://first")
-    ticking, release = threading.Event(), threading.Event()
-    loop = threading.Thread(target=first._loop, args=(SlowController(ticking, release), "http://first"))
-    loop.start()
-    try:
-        assert ticking.wait(10)
+    with first_daemon_ticking(store) as second:
         time.sleep(2.5)  # past the give-up bound and a lease's life
         assert second._take_lease("http://second"), "a stuck tick still holds the lease"
-    finally:
-        first.stop()
-        release.set()
-        loop.join(15)
