@@ -55,6 +55,7 @@ def test_a_taken_controller_port_stops_the_daemon_saying_so_instead_of_serving_a
     import socket
 
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(daemon_module, "PORT_WAIT_SECONDS", 0.5)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -75,3 +76,23 @@ def test_a_tick_stuck_in_one_drive_lets_the_lease_go(store, tmp_path, monkeypatc
     with first_daemon_ticking(store) as second:
         time.sleep(2.5)  # past the give-up bound and a lease's life
         assert second._take_lease("http://second"), "a stuck tick still holds the lease"
+
+
+def test_a_controller_port_given_back_within_the_wait_is_taken(store, tmp_path, monkeypatch):
+    """A daemon started just as the one it replaces gave up the lease found that one's port still bound and exited;
+    it now waits a little for it."""
+    import socket
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    previous = socket.socket()
+    previous.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    previous.bind(("127.0.0.1", 0))
+    previous.listen()
+    port = previous.getsockname()[1]
+    monkeypatch.setenv("SPOTRUN_CONTROLLER_PORT", str(port))
+    threading.Timer(0.5, previous.close).start()  # the old controller's process ends
+    sock = daemon_module._bind_agent_socket(store)
+    try:
+        assert sock.getsockname()[1] == port
+    finally:
+        sock.close()

@@ -39,6 +39,7 @@ LEASE_TTL = 10.0
 LEASE_GIVE_UP = 300.0
 DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
+PORT_WAIT_SECONDS = 5.0  # how long a daemon waits for the port SPOTRUN_CONTROLLER_PORT sets to be given back
 
 log = logging.getLogger("spotrun.daemon")
 
@@ -213,7 +214,7 @@ def _bind_agent_socket(store: Store) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, wanted))
+        _bind_within(sock, (host, wanted), PORT_WAIT_SECONDS if configured else 0.0)
     except OSError as error:
         if configured:  # SPOTRUN_CONTROLLER_URL names this port: another one would leave every agent unheard
             sock.close()
@@ -226,6 +227,20 @@ def _bind_agent_socket(store: Store) -> socket.socket:
     with store.session() as session:
         session.merge(Setting(key=PORT_SETTING, value=port))
     return sock
+
+
+def _bind_within(sock: socket.socket, address: tuple[str, int], seconds: float) -> None:
+    """Bind, trying again for `seconds` while the port is taken: a controller that just gave the lease up (the one
+    this replaces) still holds its port until its process is gone."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            sock.bind(address)
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def advertised_url(port: int) -> str:
