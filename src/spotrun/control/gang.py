@@ -346,9 +346,7 @@ class GangDriver:
     @staticmethod
     def _over(job: Job, now: float) -> bool:
         """Cancelled, failed, or past its max_wait before it ran: no node of it is launched any more."""
-        max_wait = JobSpec.model_validate(job.spec).spot.max_wait
-        waited_too_long = max_wait is not None and now - job.created_at > max_wait and job.state != JobState.RUNNING
-        return job.cancel_requested or bool(job.failure_reason) or waited_too_long
+        return job.cancel_requested or bool(job.failure_reason) or _waited_too_long(job, JobSpec.model_validate(job.spec), now)
 
     @staticmethod
     def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:
@@ -359,7 +357,7 @@ class GangDriver:
             return Verdict("cancelled", job.failure_reason)
         if generation is not None and generation.end_reason == "succeeded":
             return Verdict("succeeded", f"every rank of generation {generation.number} exited 0")
-        if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait and job.state != JobState.RUNNING:
+        if _waited_too_long(job, spec, now):
             job.failure_reason = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
             return Verdict("cancelled", job.failure_reason)
         return None
@@ -476,3 +474,8 @@ def _stop_reason(gone: list[int], failed: dict[int, int | None], noticed: list[i
         return f"node{'s' if len(noticed) > 1 else ''} {', '.join(map(str, noticed))} got a preemption notice"
     rank, code = next(iter(failed.items()))
     return f"node {rank} exited with code {code}"
+
+
+def _waited_too_long(job: Job, spec: JobSpec, now: float) -> bool:
+    """Past its max_wait before it ran."""
+    return spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait and job.state != JobState.RUNNING

@@ -183,9 +183,7 @@ def request_cancel(store: Store, job_id: int, now: float) -> bool:
     """Ask the controller to cancel; False when the job had already ended. The mark is a compare-and-set on the
     job's state: a job the controller ends between this read and this write is not marked (nor told "cancelling")."""
     with store.session() as session:
-        job = get_job(session, job_id)
-        if is_terminal(job.state):
-            return False
+        get_job(session, job_id)  # one that does not exist is refused as such
         marked = session.execute(
             update(Job).where(Job.id == job_id, Job.state.in_(state_names(LIVE))).values(cancel_requested=True),
             execution_options={"synchronize_session": False},
