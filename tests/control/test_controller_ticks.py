@@ -712,6 +712,24 @@ def test_an_instance_the_cloud_accepted_then_could_not_place_ends_as_that_refusa
     assert any("could not place" in message and "ZonalAllocationFailed" in message for message in said)
 
 
+def test_a_spot_instance_already_taken_back_when_its_launch_answers_ends_as_a_preemption(world, monkeypatch):
+    """GCE preempted and deleted a spot VM between its insert and the launch's look: the provider answers it gone
+    and reclaimed, and the attempt ends as a preemption (it was retried as a launch error until its timeout)."""
+    launch = world.cloud.launch
+
+    def taken_back_at_once(request):
+        info = launch(request)
+        world.cloud.reclaim(info.instance_id)
+        return world.cloud.instances[info.instance_id]
+
+    monkeypatch.setattr(world.cloud, "launch", taken_back_at_once)
+    job_id = world.submit()
+    world.tick()
+    world.tick()
+    job = world.job(job_id)
+    assert (job.attempts[0].end_reason, job.preemptions, job.restarts_on_error) == ("preempted", 1, 0)
+
+
 def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch):
     """A startup script over the cloud's limit was retried as a transient error for as long as the job lived."""
     def too_big(request):

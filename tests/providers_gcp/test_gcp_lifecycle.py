@@ -86,6 +86,41 @@ def test_a_preempted_spot_vm_that_gce_deleted_is_reclaimed(provider, launch_requ
     assert preemption["operationType"] == "compute.instances.preempted"
 
 
+def test_a_spot_vm_preempted_and_deleted_before_the_launch_looks_is_launched_and_reclaimed(
+    provider, launch_request, cloud, monkeypatch
+):
+    wait = provider._wait
+
+    def wait_then_preempt(operation, zone, what):  # GCE preempts, and deletes, the VM as its insert is done
+        wait(operation, zone, what)
+        cloud.preempt(zone, what.removeprefix("insert of "))
+
+    monkeypatch.setattr(provider, "_wait", wait_then_preempt)
+
+    launched = provider.launch(launch_request())
+
+    assert cloud.instances == {}
+    assert (launched.state, launched.reclaimed, launched.market) == ("terminated", True, "spot")
+    assert (launched.instance_type, launched.client_token) == ("n1-standard-8", "sr-7-0123456789abcdef")
+    assert provider.describe(launched.instance_id).reclaimed
+
+
+def test_a_vm_deleted_by_someone_before_the_launch_looks_is_launched_and_terminated(
+    provider, launch_request, cloud, monkeypatch
+):
+    wait = provider._wait
+
+    def wait_then_delete(operation, zone, what):
+        wait(operation, zone, what)
+        del cloud.instances[(zone, what.removeprefix("insert of "))]
+
+    monkeypatch.setattr(provider, "_wait", wait_then_delete)
+
+    launched = provider.launch(launch_request(market="on-demand"))
+
+    assert (launched.state, launched.reclaimed, launched.market) == ("terminated", False, "on-demand")
+
+
 def test_a_preempted_preemptible_vm_that_stays_terminated_is_reclaimed(make_provider, launch_request, cloud):
     provider = make_provider(preemptible=True)
     launched = provider.launch(launch_request())

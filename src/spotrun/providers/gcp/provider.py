@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import google.auth
@@ -170,7 +171,7 @@ class GcpProvider:
         except CALL_ERRORS as error:
             raise _translate(error, "compute.instances.insert") from error
         self._wait(operation, request.zone, f"insert of {body.name}")
-        info = self._describe_live(request.zone, body.name, "compute.instances.get")
+        info = self._launched(request, body.name)
         log.info(
             "launched %s: %s %s in %s (client token %s)",
             info.instance_id, request.market, request.instance_type, request.zone, request.client_token,
@@ -185,6 +186,20 @@ class GcpProvider:
             )
         _check_same_request(info, request)
         return info
+
+    def _launched(self, request: LaunchRequest, name: str) -> InstanceInfo:
+        """The instance the insert made. GCE may have preempted and deleted it already: it is answered as gone
+        (reclaimed), which the controller ends as a preemption. Raised instead, the launch was retried to its
+        timeout and ended as an error, on an instance GCE had billed."""
+        try:
+            instance = self._get(request.zone, name)
+            if instance is None:
+                gone = gone_info(request.zone, name, self._preemptions(request.zone).get(name))
+                return replace(gone, market=request.market, instance_type=request.instance_type,
+                               client_token=request.client_token)
+        except CALL_ERRORS as error:
+            raise _translate(error, "compute.instances.get") from error
+        return instance_info(instance)
 
     def _wait(self, operation: compute_v1.Operation, zone: str, what: str) -> None:
         """Until `operation` is DONE; its error raised as a refusal or GcpApiError."""
