@@ -179,6 +179,22 @@ class FakeCluster:
             self._shutdowns[name] = (time.monotonic() + grace + 5.0, gone)
             return gone
 
+    def recreate_node(self, name: str) -> None:
+        """A spot VM stopped before its kubelet could end its pods and recreated under the same name (as GKE's
+        managed instance groups do): the new kubelet cannot find the containers of the pods bound to it, reports
+        them ContainerStatusUnknown and fails those pods; no DisruptionTarget condition, no status reason."""
+        with self.lock:
+            self._get("nodes", None, name)  # 404 if there is none
+            for pod in self._pods_on(name):
+                if not terminal(pod):
+                    self.runner.kill(pod["metadata"]["uid"])
+                    for status in pod["status"].get("containerStatuses") or []:
+                        status.update(ready=False, started=False, state={"terminated": {
+                            "exitCode": 137, "reason": "ContainerStatusUnknown",
+                            "message": "The container could not be located when the pod was terminated"}})
+                    self._finish(pod, "Failed")
+                    self._touch(pod)
+
     def wait_node_gone(self, name: str, timeout: float = 10.0) -> None:
         self.wait_for(lambda: name not in self._nodes, timeout)
 

@@ -1,4 +1,5 @@
-"""A cluster-autoscaler scale-up that began and then failed for want of spot capacity, against the fake cluster."""
+"""Cluster-autoscaler scale-ups as the controller judges them, against the fake cluster: one that began and then
+failed for want of spot capacity, and one slower than the boot timeout."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def launch(provider, zone="us-east-1c", market="spot", token="sr-3-00aa11bb22cc3
     ))
 
 
-def judge(info, boot_timeout=120.0, after=1000.0):
+def judge(info, boot_timeout=120.0, after=1000.0, started_at=1.0):
     spec = {"name": "j", "run": "python train.py",
             "resources": {"cloud": "kubernetes", "instance_type": TYPE}}
     job = SimpleNamespace(spec=spec, cancel_requested=False, created_at=0.0, state="PROVISIONING")
-    attempt = SimpleNamespace(state="running", reported_outcome=None, agent_started_at=None, started_at=1.0,
+    attempt = SimpleNamespace(state="running", reported_outcome=None, agent_started_at=None, started_at=started_at,
                               last_heartbeat_at=None, notice_at=None, exit_code=None)
     settings = SimpleNamespace(boot_timeout=boot_timeout, heartbeat_timeout=60.0, unknown_timeout=600.0)
     return judge_attempt(job, attempt, info, after, settings, 1.0)
@@ -66,3 +67,22 @@ def test_a_scale_up_that_then_fails_for_spot_capacity_is_a_refusal_not_a_loss(k8
     seen = provider.describe(info.instance_id)
     verdict = judge(seen)
     assert verdict.end_reason == "no_capacity"
+
+
+def test_a_node_scaled_up_slower_than_the_boot_timeout_is_not_a_stuck_boot(k8s, k8s_config, k8s_cluster):
+    """A GPU node pool scaled from zero may take minutes to bring its node: the wait for it is not the agent's boot.
+    The attempt is taken as launched 10 minutes ago, so that the wait has lasted longer than the boot timeout."""
+    k8s_cluster.scale_up_delay = 2.0
+    k8s_cluster.add_node_group("spot-c", node_labels("us-east-1c", "spot"), allocatable=GPU_NODE)
+    provider = make_provider(k8s_config)
+    info = launch(provider)
+    assert info.state == "pending"  # the launch returned on TriggeredScaleUp
+    waiting = provider.describe(info.instance_id)
+    assert waiting.state == "pending"
+    assert judge(waiting, after=time.time() + 1, started_at=time.time() - 600) is None
+    # ... but not for ever: a scale-up the autoscaler itself gives up on after 15 minutes
+    assert judge(waiting, after=time.time() + 1, started_at=time.time() - 1100).end_reason == "lost"
+    running = k8s_cluster.wait_for(lambda: (seen := provider.describe(info.instance_id)).state == "running" and seen)
+    assert judge(running, after=time.time() + 1, started_at=time.time() - 600) is None
+    # the boot timeout counts from the node taking the pod
+    assert judge(running, after=time.time() + 130, started_at=time.time() - 600).end_reason == "lost"

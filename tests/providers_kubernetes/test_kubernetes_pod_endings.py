@@ -32,6 +32,34 @@ def test_a_pod_the_kubelet_rejects_because_its_spot_node_is_shutting_down_is_a_r
     assert info.reclaimed
 
 
+LOST_CONTAINER = {"name": "spotrun", "state": {"terminated": {
+    "reason": "ContainerStatusUnknown", "message": "The container could not be located when the pod was terminated",
+    "exitCode": 137}}}
+
+
+def test_a_spot_pod_whose_node_was_recreated_under_it_is_a_reclaim():
+    # GKE: the preempted spot VM is recreated under the same name before its pods were ended gracefully; the new
+    # kubelet finds none of the pod's containers (kubelet's ContainerStatusUnknown, exit 137) and fails the pod,
+    # with no DisruptionTarget condition and no status reason
+    recreated = spot_pod("Failed", containerStatuses=[LOST_CONTAINER])
+    assert pod_info(recreated).reclaimed
+    on_demand = spot_pod("Failed", containerStatuses=[LOST_CONTAINER])
+    on_demand["metadata"]["labels"]["spotrun.dev/market"] = "on-demand"
+    assert not pod_info(on_demand).reclaimed
+    evicted_for_disk = spot_pod("Failed", reason="Evicted", containerStatuses=[LOST_CONTAINER], conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}])
+    assert not pod_info(evicted_for_disk).reclaimed
+    preempted_by_priority = spot_pod("Failed", containerStatuses=[LOST_CONTAINER], conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}])
+    assert not pod_info(preempted_by_priority).reclaimed
+
+
+def test_a_pod_ended_by_the_graceful_node_shutdown_of_kubernetes_1_20_is_a_reclaim():
+    # the kubelet's nodeshutdown manager of 1.20 wrote Reason "Shutdown" (renamed "Terminated" in 1.21)
+    shut_down = spot_pod("Failed", reason="Shutdown", message="Node is shutting, evicting pods")
+    assert pod_info(shut_down).reclaimed
+
+
 def test_a_pod_whose_node_vanished_without_being_deleted_is_not_running_forever():
     # The spot VM is gone, its Node object stays NotReady (kubelet dead): the taint manager deletes the pod after
     # tolerationSeconds (300) and marks it DisruptionTarget/DeletionByTaintManager; no kubelet ever ends it, so

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from spotrun.providers.kubernetes.pods import pod_info, provisioner_verdict, reclaimed, state_of, unschedulable_message
+from spotrun.providers.kubernetes.pods import (
+    pod_info,
+    provisioner_verdict,
+    reclaimed,
+    state_of,
+    timestamp,
+    unschedulable_message,
+)
 
 
 def pod(phase: str, market: str = "spot", conditions=(), reason: str | None = None, deleting: bool = False,
@@ -68,10 +75,29 @@ def test_scheduling_and_the_provisioner():
         {"reason": "FailedScheduling", "message": "0/3 nodes", "lastTimestamp": "2026-11-28T02:00:01Z"},
         {"reason": "NotTriggerScaleUp", "message": "no node group fits", "lastTimestamp": "2026-11-28T02:00:02Z"},
     ]
-    assert provisioner_verdict(events) == ("refused", "NotTriggerScaleUp: no node group fits")
+    later = timestamp("2026-11-28T02:05:00Z")
+    assert provisioner_verdict(events, now=later, patience=180) == ("refused", "NotTriggerScaleUp: no node group fits")
     events.append({"reason": "TriggeredScaleUp", "message": "pool 0->1", "lastTimestamp": "2026-11-28T02:00:09Z"})
-    assert provisioner_verdict(events)[0] == "scaling"
-    assert provisioner_verdict(events[:1]) is None
+    assert provisioner_verdict(events, now=later, patience=180)[0] == "scaling"
+    assert provisioner_verdict(events[:1], now=later, patience=180) is None
+
+
+def test_the_autoscaler_not_scaling_up_is_a_refusal_only_once_it_persists():
+    # cluster-autoscaler says NotTriggerScaleUp at every loop while no node group can take the pod, also for a
+    # while only: a group backing off after a failed scale-up, at its max size, not ready for scale-up
+    events = [{"reason": "NotTriggerScaleUp", "message": "pod didn't trigger scale-up: 1 max node group size reached",
+               "firstTimestamp": "2026-11-28T02:00:00Z", "lastTimestamp": "2026-11-28T02:01:30Z", "count": 10}]
+    assert provisioner_verdict(events, now=timestamp("2026-11-28T02:01:31Z"), patience=180)[0] == "declined"
+    assert provisioner_verdict(events, now=timestamp("2026-11-28T02:03:01Z"), patience=180)[0] == "refused"
+    failed = [{"reason": "FailedScaleUp", "message": "out of resources", "firstTimestamp": "2026-11-28T02:00:00Z",
+               "lastTimestamp": "2026-11-28T02:00:00Z"}]
+    assert provisioner_verdict(failed, now=timestamp("2026-11-28T02:00:01Z"), patience=180)[0] == "refused"
+    # the group backs off after its scale-up failed: the failure stands
+    backoff = {**events[0], "firstTimestamp": "2026-11-28T02:00:10Z", "lastTimestamp": "2026-11-28T02:00:20Z"}
+    backing_off = [{"reason": "TriggeredScaleUp", "message": "pool 0->1", "lastTimestamp": "2026-11-28T01:59:00Z"},
+                   *failed, backoff]
+    assert provisioner_verdict(backing_off, now=timestamp("2026-11-28T02:00:21Z"), patience=180) == (
+        "refused", "FailedScaleUp: out of resources")
 
 
 def test_a_container_that_cannot_start_is_told_apart_from_one_still_pulling():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 
 import pytest
@@ -115,6 +116,22 @@ def test_a_scale_up_is_waited_for_and_a_stockout_refused_at_once(k8s, k8s_config
     assert time.monotonic() - started < 10, "a provisioner's refusal needs no waiting for the timeout"
 
 
+def test_a_node_group_at_its_max_size_is_waited_for_not_refused_at_once(k8s, k8s_config, k8s_cluster):
+    k8s_cluster.add_node_group("spot-c", node_labels("us-east-1c", "spot"), allocatable=GPU_NODE, max_nodes=1)
+    provider = make_provider(k8s_config, schedule_timeout=30.0)
+    first = launch(provider, zone="us-east-1c", token="sr-3-first")
+    k8s_cluster.wait_for(lambda: running(provider, first.instance_id))
+    # the group is at its max size and its node busy: NotTriggerScaleUp, until the first pod ends and frees it
+    done = threading.Timer(1.0, k8s_cluster.exit_container, (NAMESPACE, "spotrun-sr-3-first", 0))
+    done.start()
+    try:
+        second = launch(provider, zone="us-east-1c", token="sr-3-second")
+    finally:
+        done.join()
+    assert any(e["reason"] == "NotTriggerScaleUp" for e in k8s_cluster._events)
+    k8s_cluster.wait_for(lambda: running(provider, second.instance_id))
+
+
 def test_a_spot_node_shut_down_is_a_reclaim_still_told_after_the_node_is_gone(provider, k8s_cluster, k8s_config):
     info = launch(provider)
     k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
@@ -149,6 +166,15 @@ def test_a_vanished_node_and_an_eviction_are_reclaims_but_an_on_demand_loss_is_n
     assert "EvictionByEvictionAPI" in ended[evicted.instance_id].detail["reason"]
 
 
+def test_a_spot_node_recreated_under_the_same_name_is_a_reclaim(provider, k8s_cluster):
+    info = launch(provider)
+    k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.recreate_node("spot-a")
+    seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
+    assert seen.reclaimed, seen
+    assert seen.start_failure is None
+
+
 def test_an_exited_pod_is_not_a_reclaim_and_terminate_keeps_other_finalizers(provider, k8s_cluster):
     info = launch(provider)
     k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
@@ -172,6 +198,22 @@ def test_terminate_stops_a_running_pod_and_it_goes(provider, k8s_cluster):
     provider.terminate(f"{NAMESPACE}/spotrun-never-launched")
     with pytest.raises(ValueError, match="not in this provider's namespace"):
         provider.terminate("default/spotrun-sr-3-00aa11bb22cc33dd")
+
+
+def test_terminate_deletes_the_secret_the_pod_never_came_to_own(provider, k8s_cluster, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ApiException(status=500, reason="Internal Server Error")
+
+    monkeypatch.setattr(provider.api, "patch_namespaced_secret", refuse)
+    with pytest.raises(KubernetesApiError, match="patch secret failed"):
+        launch(provider)
+    found = provider.find_by_token("sr-3-00aa11bb22cc33dd")  # as the controller finds a launch it never heard of
+    provider.terminate(found.instance_id)
+    k8s_cluster.wait_for(lambda: k8s_cluster.pod(NAMESPACE, "spotrun-sr-3-00aa11bb22cc33dd") is None, timeout=10)
+    with pytest.raises(ApiException) as missing:
+        provider.api.read_namespaced_secret("spotrun-sr-3-00aa11bb22cc33dd", NAMESPACE)
+    assert missing.value.status == 404
+    provider.terminate(found.instance_id)  # idempotent, with both gone
 
 
 def test_listing_and_finding_by_token(provider):

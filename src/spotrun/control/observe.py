@@ -61,12 +61,17 @@ def judge_attempt(
     return _judge_agent(job, attempt, info, now, settings, controller_started_at)
 
 
+# The longest wait for capacity being brought up that the boot timeout does not count: cluster-autoscaler's
+# --max-node-provision-time and Karpenter's registration TTL, after which they give the node up, are 15 minutes.
+CAPACITY_WAIT_LIMIT = 900.0
+
+
 def _judge_agent(
     job: Job, attempt: Attempt, info: InstanceInfo, now: float, settings: ControllerSettings,
     controller_started_at: float,
 ) -> Verdict | None:
     if attempt.agent_started_at is None:
-        if now - max(attempt.started_at or now, controller_started_at) > settings.boot_timeout:
+        if now - max(_boot_began(attempt, info, now), controller_started_at) > settings.boot_timeout:
             if info.start_failure:  # counted against the job's restarts, not relaunched without end
                 return Verdict("failed", f"instance {info.instance_id} could not start the agent: {info.start_failure}")
             return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
@@ -78,6 +83,14 @@ def _judge_agent(
     if job.state != JobState.RUNNING:
         return Verdict(None, f"agent started on {attempt.instance_id}")
     return None
+
+
+def _boot_began(attempt: Attempt, info: InstanceInfo, now: float) -> float:
+    """When the instance began to boot: at its launch, or once the capacity brought up for it came, if later."""
+    launched = attempt.started_at or now
+    if info.boot_began_at is None:
+        return launched
+    return max(launched, min(info.boot_began_at, launched + CAPACITY_WAIT_LIMIT))
 
 
 DRAIN_MARGIN = 15.0  # seconds beyond the trainer's grace for the agent to back up and report

@@ -59,6 +59,10 @@ class InstanceInfo:
     # why the instance cannot start the agent, where the provider knows (a pod's image that cannot be pulled):
     # another instance would fail alike, so the controller counts the attempt as failed at its boot timeout
     start_failure: str | None = None
+    # where the instance had to wait for capacity (a pod pending until a node takes it, one scaled up for it): when
+    # it could begin to boot; while it still waits for capacity being brought up, the moment it was seen waiting.
+    # The controller's boot timeout counts from then (a wait of at most observe.CAPACITY_WAIT_LIMIT)
+    boot_began_at: float | None = None
 
 
 def check_token_and_market(request: LaunchRequest, max_token_length: int) -> None:

@@ -4,8 +4,11 @@ ran on was taken back, and how its scheduling is going.
 A pod on a spot node ends through a disruption when the node goes: the kubelet's graceful node shutdown (GKE
 Spot, and any node whose cloud shuts it down) ends it with reason "Terminated"; a node that vanished has its pods
 deleted by the pod garbage collector; a drain (AWS's node termination handler, Karpenter's interruption handling)
-evicts them. Since Kubernetes 1.26 each of these adds a DisruptionTarget condition saying which. A pod evicted for
-the node's memory or disk pressure, or pushed out by a pod of higher priority, was not reclaimed: it is lost.
+evicts them. Since Kubernetes 1.26 each of these adds a DisruptionTarget condition saying which. A spot VM stopped
+before its kubelet could end its pods, and recreated under the same name (GKE's managed instance groups do so),
+leaves no such trace: the new kubelet finds none of the pod's containers, reports them ContainerStatusUnknown and
+fails the pod. A pod evicted for the node's memory or disk pressure, or pushed out by a pod of higher priority, was
+not reclaimed: it is lost.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ Pod = Mapping[str, Any]
 NODE_SHUTDOWN_REASON = "Terminated"  # the kubelet's status.reason for a pod ended by a graceful node shutdown
 # the kubelet's status.reason for a pod it refused to admit because its node was shutting down (no DisruptionTarget)
 NODE_SHUTDOWN_REJECTED = "NodeShutdown"
+NODE_SHUTDOWN_1_20 = "Shutdown"  # Kubernetes 1.20's status.reason for both, renamed in 1.21
+NODE_SHUTDOWNS = frozenset({NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_REJECTED, NODE_SHUTDOWN_1_20})
+# How the kubelet reports a container it no longer finds (its node restarted or was recreated under the pod)
+CONTAINER_LOST = "ContainerStatusUnknown"
 # A pod being deleted whose containers should have stopped this long ago has no kubelet left to stop them: its node
 # is gone (a spot VM stopped or deallocated while its Node object stays NotReady), and it never leaves Running.
 KUBELET_GONE_AFTER = 300.0
@@ -30,7 +37,10 @@ RECLAIM_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByPodGC", "Del
 NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-pressure eviction (TerminationByKubelet too)
 # Events of the cluster's node provisioner about a pod that waits for a node
 SCALING_UP = frozenset({"TriggeredScaleUp", "Nominated"})  # cluster-autoscaler; Karpenter
-NO_SCALE_UP = frozenset({"NotTriggerScaleUp", "FailedScaleUp"})
+SCALE_UP_FAILED = "FailedScaleUp"  # the cloud could not give the node a scale-up asked for: refused
+# No node group can take the pod; cluster-autoscaler says so at every loop, also while that lasts only a while (a
+# group backing off after a failed scale-up, at its max size, not ready for scale-up): refused once it persists
+NO_SCALE_UP = "NotTriggerScaleUp"
 # A container the kubelet cannot start: the image cannot be pulled, the pod's config is wrong. The kubelet retries;
 # the controller's boot timeout then ends the attempt as failed, not lost (InstanceInfo.start_failure).
 START_FAILURES = frozenset({
@@ -38,7 +48,7 @@ START_FAILURES = frozenset({
     "CreateContainerError", "RunContainerError",
 })
 # How a container that did not end by itself is reported (its node restarted under it, the OOM killer)
-OUTSIDE_ENDS = frozenset({"ContainerStatusUnknown", "OOMKilled"})
+OUTSIDE_ENDS = frozenset({CONTAINER_LOST, "OOMKilled"})
 _STATES: dict[str, InstanceState] = {
     "Pending": "pending", "Running": "running", "Succeeded": "terminated", "Failed": "terminated", "Unknown": "unknown",
 }
@@ -63,10 +73,7 @@ def state_of(pod: Pod, now: float | None = None) -> InstanceState:
 
 def disruption_of(pod: Pod) -> str | None:
     """Why the cluster ended the pod, where it says: the DisruptionTarget condition's reason, else the kubelet's."""
-    for condition in _status(pod).get("conditions") or ():
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            return str(condition.get("reason") or "DisruptionTarget")
-    reason = _status(pod).get("reason")
+    reason = _disruption_target(pod) or _status(pod).get("reason")
     return str(reason) if reason else None
 
 
@@ -77,7 +84,11 @@ def reclaimed(pod: Pod, now: float | None = None) -> bool:
     if _status(pod).get("reason") == NODE_PRESSURE_REASON:
         return False
     disruption = disruption_of(pod)
-    return disruption in RECLAIM_DISRUPTIONS or disruption in (NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_REJECTED)
+    if disruption in RECLAIM_DISRUPTIONS or disruption in NODE_SHUTDOWNS:
+        return True
+    # no DisruptionTarget, but its containers vanished with the node they ran on (whatever reason the new kubelet
+    # then gave the pod)
+    return _disruption_target(pod) is None and _containers_lost(pod)
 
 
 def pod_info(pod: Pod, now: float | None = None) -> InstanceInfo:
@@ -104,6 +115,7 @@ def pod_info(pod: Pod, now: float | None = None) -> InstanceInfo:
         client_token=(metadata.get("annotations") or {}).get(TOKEN_ANNOTATION),
         detail=detail,
         start_failure=start_failure(pod),
+        boot_began_at=scheduled_at(pod),
     )
 
 
@@ -157,6 +169,12 @@ def is_scheduled(pod: Pod) -> bool:
     return bool(pod.get("spec", {}).get("nodeName")) or _condition(pod, "PodScheduled").get("status") == "True"
 
 
+def scheduled_at(pod: Pod) -> float | None:
+    """When a node took the pod (after a scale-up, as long after its launch as the node took to come)."""
+    condition = _condition(pod, "PodScheduled")
+    return timestamp(condition.get("lastTransitionTime")) if condition.get("status") == "True" else None
+
+
 def unschedulable_message(pod: Pod) -> str | None:
     """The scheduler's message while it finds no node for the pod; None while it has not said so."""
     condition = _condition(pod, "PodScheduled")
@@ -165,15 +183,22 @@ def unschedulable_message(pod: Pod) -> str | None:
     return None
 
 
-def provisioner_verdict(events: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+def provisioner_verdict(events: Iterable[Mapping[str, Any]], *, now: float, patience: float) -> tuple[str, str] | None:
     """The node provisioner's last word on a waiting pod: ("scaling", message) when it is bringing a node up,
-    ("refused", message) when it will not or could not; None when it said nothing."""
-    said = [event for event in events if event.get("reason") in SCALING_UP | NO_SCALE_UP]
+    ("refused", message) when it could not, or has said for `patience` seconds until `now` (epoch seconds) that it
+    will not; ("declined", message) while it has said so for less; None when it said nothing."""
+    said = sorted((event for event in events if event.get("reason") in SCALING_UP | {SCALE_UP_FAILED, NO_SCALE_UP}),
+                  key=_event_time)
     if not said:
         return None
-    last = max(said, key=_event_time)
-    verdict = "scaling" if last["reason"] in SCALING_UP else "refused"
-    return verdict, f"{last['reason']}: {last.get('message', '')}"
+    last = said[-1]
+    if last["reason"] in SCALING_UP:
+        return "scaling", _words(last)
+    # a failed scale-up stands, though the autoscaler then says it will not scale up (backing the group off)
+    last_try = next((event for event in reversed(said) if event["reason"] != NO_SCALE_UP), last)
+    if last_try["reason"] == SCALE_UP_FAILED:
+        return "refused", _words(last_try)
+    return ("declined" if now - _first_said(last) < patience else "refused"), _words(last)
 
 
 def timestamp(value: Any) -> float | None:
@@ -201,12 +226,35 @@ def _why(pod: Pod) -> str | None:
     return ": ".join(parts) if parts else None
 
 
+def _disruption_target(pod: Pod) -> str | None:
+    for condition in _status(pod).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return str(condition.get("reason") or "DisruptionTarget")
+    return None
+
+
+def _containers_lost(pod: Pod) -> bool:
+    return any(((container.get("state") or {}).get("terminated") or {}).get("reason") == CONTAINER_LOST
+               for container in _status(pod).get("containerStatuses") or ())
+
+
 def _event_time(event: Mapping[str, Any]) -> float:
     for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
         moment = timestamp(event.get(key))
         if moment is not None:
             return moment
     return timestamp((event.get("metadata") or {}).get("creationTimestamp")) or 0.0
+
+
+def _words(event: Mapping[str, Any]) -> str:
+    return f"{event['reason']}: {event.get('message', '')}"
+
+
+def _first_said(event: Mapping[str, Any]) -> float:
+    """When the event was first said (a repeated event keeps its firstTimestamp and counts the repeats)."""
+    created = (event.get("metadata") or {}).get("creationTimestamp")
+    moments = (event.get("firstTimestamp"), event.get("eventTime"), created)
+    return next((moment for moment in map(timestamp, moments) if moment is not None), _event_time(event))
 
 
 def _condition(pod: Pod, kind: str) -> Mapping[str, Any]:

@@ -152,11 +152,12 @@ class KubernetesProvider:
         while True:
             if is_scheduled(pod) or state_of(pod) != "pending":
                 return pod
-            verdict = provisioner_verdict(self._events(name))
+            verdict = self._provisioner_verdict(name)
             if verdict is not None and verdict[0] == "scaling":
                 return pod
             waiting = unschedulable_message(pod)
-            if waiting is not None and (verdict is not None or self._clock() >= deadline):
+            refused = verdict is not None and verdict[0] == "refused"
+            if waiting is not None and (refused or self._clock() >= deadline):
                 self._refuse(name, request, waiting if verdict is None else f"{waiting}; {verdict[1]}")
             if self._clock() >= deadline:
                 return pod  # the scheduler has not judged it yet: the controller's boot timeout watches it
@@ -170,10 +171,13 @@ class KubernetesProvider:
         where = f"{request.market} {request.instance_type or 'node'} in {request.zone}"
         raise NoCapacity(f"no node for {where} ({why})")
 
-    def _events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def _provisioner_verdict(self, name: str, namespace: str | None = None) -> tuple[str, str] | None:
+        """The node provisioner's word on the pod; its saying it will not scale up is a refusal once it has said so
+        for `schedule_timeout`."""
         selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
-        return self._call("list events", self.api.list_namespaced_event, namespace or self.namespace,
-                          field_selector=selector)["items"]
+        events = self._call("list events", self.api.list_namespaced_event, namespace or self.namespace,
+                            field_selector=selector)["items"]
+        return provisioner_verdict(events, now=time.time(), patience=self.settings.schedule_timeout)
 
     # -- look --------------------------------------------------------------------------------------------
 
@@ -194,12 +198,14 @@ class KubernetesProvider:
             # a scale-up the provisioner began and then failed (the cloud had no spot capacity) leaves the pod
             # pending for good: a refused launch, told as AWS's and Azure's late refusals are
             try:
-                verdict = provisioner_verdict(self._events(name, namespace))
+                verdict = self._provisioner_verdict(name, namespace)
             except KubernetesApiError:
                 verdict = None
             if verdict is not None and verdict[0] == "refused":
                 detail = {**info.detail, "refusal": "no_capacity", "reason": f"{waiting}; {verdict[1]}"}
                 return dataclasses.replace(info, state="terminated", detail=detail)
+            if verdict is not None:  # a node is on its way, or not yet to be had: the pod cannot begin to boot
+                return dataclasses.replace(info, boot_began_at=time.time())
         return info
 
     def find_by_token(self, client_token: str) -> InstanceInfo | None:
@@ -223,18 +229,19 @@ class KubernetesProvider:
 
     def terminate(self, instance_id: str) -> None:
         """Idempotent. Deletes the pod (its containers get the pod's grace) and lets go of it, so it is removed once
-        its containers have stopped; how it had ended is kept for `describe`."""
+        its containers have stopped; how it had ended is kept for `describe`. Deletes its secret too: a launch that
+        failed before the pod came to own it leaves it to no one."""
         namespace, name = parse_instance_id(instance_id)
         if namespace != self.namespace:
             raise ValueError(f"{instance_id} is not in this provider's namespace {self.namespace}")
         pod = self._read(name)
-        if pod is None:
-            return
-        if state_of(pod, time.time()) == "terminated":
-            self._remember_end(instance_id, pod_info(pod, time.time()))
-        self._delete(name)
-        self._let_go(name)
-        log.info("deleting %s", instance_id)
+        if pod is not None:
+            if state_of(pod, time.time()) == "terminated":
+                self._remember_end(instance_id, pod_info(pod, time.time()))
+            self._delete(name)
+            self._let_go(name)
+            log.info("deleting %s", instance_id)
+        self._delete_secret(name)
 
     def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
         """Chaos: evict the pod as a drain of its node would, its containers given `notice_seconds` (else the
@@ -275,7 +282,7 @@ class KubernetesProvider:
         raise KubernetesApiError("remove finalizer", "Conflict", f"pod {name} kept changing; tried {_LET_GO_TRIES} times")
 
     def _delete_secret(self, name: str) -> None:
-        """Best effort: the pod owns its secret, and the cluster deletes it with the pod anyway."""
+        """Best effort: a pod that owns its secret has the cluster delete it with the pod anyway."""
         try:
             self._call("delete secret", self.api.delete_namespaced_secret, name, self.namespace, tolerate=(_NOT_FOUND,))
         except KubernetesApiError as error:

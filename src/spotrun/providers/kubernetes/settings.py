@@ -50,7 +50,9 @@ class KubernetesSettings:
     cpu: str | None = None  # each pod's CPU request, e.g. "7"; None: none
     memory: str | None = None  # each pod's memory request, e.g. "28Gi"; None: none
     termination_grace: float = 120.0  # the pod's terminationGracePeriodSeconds (a node shutdown may give less)
-    schedule_timeout: float = 180.0  # how long a launch waits for a node or a scale-up before it counts as refused
+    # how long a launch waits for a node or a scale-up, and the autoscaler's NotTriggerScaleUp stands, before the
+    # launch counts as refused
+    schedule_timeout: float = 180.0
     call_timeout: float = 30.0  # one API call, connection included
     poll_interval: float = 1.0  # pause between looks at a pod waiting to be scheduled
     metadata_notices: str | None = None  # aws | gcp | azure: also watch the node's metadata service (where reachable)
