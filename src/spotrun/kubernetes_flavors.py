@@ -25,6 +25,9 @@ class Flavor:
     spot_taint: tuple[str, str] | None = None  # (key, value) of the NoSchedule taint spot nodes may carry
     accelerator_label: str | None = None  # a node label naming the GPU model, where GPUs are not part of the type
     nodes_cloud: str | None = None  # whose prices the nodes cost
+    # (label, value) of other capacity the cloud may take back (GKE's older preemptible node pools): on-demand pods
+    # avoid it too, where on-demand nodes are told by the lack of the spot value
+    other_spot_labels: tuple[tuple[str, str], ...] = ()
 
 
 FLAVORS: Mapping[str, Flavor] = {
@@ -36,6 +39,7 @@ FLAVORS: Mapping[str, Flavor] = {
     "gke": Flavor(
         "cloud.google.com/gke-spot", "true", None, spot_taint=("cloud.google.com/gke-spot", "true"),
         accelerator_label="cloud.google.com/gke-accelerator", nodes_cloud="gcp",
+        other_spot_labels=(("cloud.google.com/gke-preemptible", "true"),),
     ),
     # AKS Spot node pools always carry the taint
     "aks": Flavor(

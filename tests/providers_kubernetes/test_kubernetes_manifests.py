@@ -54,11 +54,13 @@ def test_a_karpenter_spot_pod_selects_zone_type_and_capacity_type_and_keeps_the_
 
 
 def test_on_demand_pods_select_nodes_without_the_spot_value_where_the_flavor_labels_only_spot():
+    """On GKE, nor on the older preemptible node pools, which GKE takes back as it does spot nodes."""
     gke = KubernetesSettings(flavor="gke")
     pod = pod_manifest(request("on-demand", instance_type="n1-standard-8"), gke)
     assert "cloud.google.com/gke-spot" not in pod["spec"]["nodeSelector"]
     assert affinity_terms(pod) == [{"matchExpressions": [
-        {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}]}]
+        {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]},
+        {"key": "cloud.google.com/gke-preemptible", "operator": "NotIn", "values": ["true"]}]}]
     assert pod["spec"]["tolerations"] == []
     eks = pod_manifest(request("on-demand"), KubernetesSettings(flavor="eks"))
     assert eks["spec"]["nodeSelector"]["eks.amazonaws.com/capacityType"] == "ON_DEMAND" and not affinity_terms(eks)

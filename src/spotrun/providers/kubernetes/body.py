@@ -83,7 +83,8 @@ def pod_manifest(request: LaunchRequest, settings: KubernetesSettings) -> dict[s
     }
     if request.market == "on-demand" and nodes.on_demand_value is None:
         # on-demand nodes are those without the spot value (NotIn also takes nodes that lack the label)
-        term = {"matchExpressions": [{"key": nodes.market_label, "operator": "NotIn", "values": [nodes.spot_value]}]}
+        avoided = ((nodes.market_label, nodes.spot_value), *nodes.other_spot_labels)
+        term = {"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]} for key, value in avoided]}
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     if settings.service_account is not None:
         spec["serviceAccountName"] = settings.service_account
