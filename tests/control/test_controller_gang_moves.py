@@ -351,3 +351,23 @@ def test_a_gang_that_succeeds_after_a_crash_half_ended_a_standby_still_ends(worl
         world.tick()
     assert world.job(1).state == "SUCCEEDED" and not world.cloud.running()
     assert all(attempt.ended_at is not None for attempt in world.attempts(1))
+
+
+def test_the_nodes_stopping_to_move_have_until_another_nodes_notice_deadline(world, scripted):
+    """A cloud's 120 s notice on one node while the gang stops to move: the stop order gives every rank until that
+    deadline, but the nodes moving were ended "migrated" at notice_grace + 15 s after their stop, mid-save."""
+    nodes = running_deadline_gang(world, scripted)
+    standbys = ask_to_move(world, scripted, nodes)
+    report_in(world, attempts=standbys)
+    world.tick()
+    assert generations(world)[0].state == "stopping"
+    deadline = world.clock.now() + 120
+    world.agent(nodes[1].instance_id)("notice", {"source": "aws-imds", "deadline": deadline})
+    order = world.agent(nodes[0].instance_id)("heartbeat", {})["gang"]
+    assert order["state"] == "stopping" and order["stop_by"] == deadline
+    alive_for(world, {**{r + 3: a for r, a in standbys.items()}, **nodes}, 100)  # every rank saves until then
+    ended = [a for a in world.attempts(1) if a.id in {n.id for n in nodes.values()} and a.ended_at is not None]
+    assert not ended, "a node stopping to move was ended before the notice's deadline"
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    assert generations(world)[0].end_reason == "moved" and generations(world)[1].state == "running"

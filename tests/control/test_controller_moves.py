@@ -12,6 +12,7 @@ from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.control.observe import Verdict
 from spotrun.control.states import JobState
 from spotrun.policy import Keep, Launch, Wait
+from spotrun.providers import LaunchInvalid
 from spotrun.server.views import attempt_views, job_row
 from spotrun.state import Event
 
@@ -340,3 +341,23 @@ def test_a_job_that_finishes_as_it_stops_to_move_succeeds_and_its_standby_is_giv
     job = world.job(job_id)
     assert job.state == "SUCCEEDED" and [a.end_reason for a in job.attempts] == ["succeeded", "cancelled"]
     assert world.cloud.running() == []
+
+
+def test_a_standby_whose_launch_no_retry_mends_is_given_up_and_the_job_runs_on(world, scripted, monkeypatch):
+    """The job failed, its own instance left running (its attempt open) for the next sweep: a launch refused as
+    invalid for the move's placement (a subnet missing in that zone) is no reason to end a job that runs."""
+    launch = world.cloud.launch
+
+    def no_subnet_in_m_b(request):
+        if request.zone == "m-b":
+            raise LaunchInvalid("InvalidSubnetID.NotFound: the subnet 'subnet-0b' does not exist")
+        return launch(request)
+
+    monkeypatch.setattr(world.cloud, "launch", no_subnet_in_m_b)
+    job_id, old = start_move(world, scripted)
+    first, refused = world.attempts(job_id)
+    assert refused.end_reason == "launch_invalid" and refused.billed_seconds == 0.0
+    job = world.job(job_id)
+    assert job.state == "RUNNING" and job.failure_reason is None
+    assert first.state == "running" and world.agent(old)("heartbeat", {})["stop"] is None
+    assert [i.instance_id for i in world.cloud.running()] == [old]

@@ -777,6 +777,38 @@ def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when
     assert unheard.instance_id == made and unheard.billed_seconds >= 300 and unheard.charged_seconds > 0
 
 
+
+def test_an_orphan_left_on_a_cloud_no_live_job_uses_is_swept_after_a_restart(world, monkeypatch):
+    """The sweep listed only the clouds this controller process had used: one restarted after the last job on a
+    cloud ended never looked there again, and the orphan its launch left ran, unbilled, for good."""
+    real_launch, real_find, made = world.cloud.launch, world.cloud.find_by_token, []
+
+    def made_but_unheard(request):
+        if not made:
+            made.append(real_launch(request).instance_id)
+        raise RuntimeError("read timeout")
+
+    def lookup_that_fails_once_made(token):
+        if made:
+            raise RuntimeError("read timeout")
+        return real_find(token)
+
+    monkeypatch.setattr(world.cloud, "launch", made_but_unheard)
+    monkeypatch.setattr(world.cloud, "find_by_token", lookup_that_fails_once_made)
+    job_id = world.submit()
+    for _ in range(7):  # past launch_timeout (300 s): the attempt ends, its instance unknown to it
+        world.tick(60)
+    jobs.request_cancel(world.store, job_id, world.clock.now())
+    world.tick()
+    assert world.job(job_id).state == "CANCELLED"
+    [made] = made
+    assert world.cloud.instances[made].state == "running", "no sweep has run since the attempt ended"
+    world.controller = world.new_controller()  # restarted: its first tick sweeps
+    world.tick()
+    unheard = world.attempts(job_id)[0]
+    assert world.cloud.instances[made].state == "terminated"
+    assert unheard.instance_id == made and unheard.charged_seconds > 0
+
 def test_a_gpu_job_is_placed_only_in_zones_that_have_its_gpus(world, monkeypatch):
     """GCE attaches a GPU to a machine in only some of the machine's zones: the provider is asked with the job's
     accelerators, at launch and when spot is lost."""

@@ -252,3 +252,54 @@ def test_a_launcher_killed_while_creating_the_instance_leaves_no_instance_behind
     again = cloud.provider.launch(cloud.request("killed"))  # the restarted controller launches by the same token
     assert [info.instance_id for info in cloud.provider.list_instances()] == [again.instance_id]
     assert sorted(path.name for path in (cloud.root / "instances").iterdir()) == [again.instance_id]  # swept up
+
+
+def vm_processes(instance_path: Path) -> list[psutil.Process]:
+    """Live VM processes (``python -m spotrun.providers.local.vm <folder>``) of one instance's folder."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            command = process.cmdline()
+            if "spotrun.providers.local.vm" in command and command[-1] == str(instance_path):
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_launcher_killed_after_starting_the_vm_leaves_one_vm_to_a_relaunch(cloud) -> None:  # type: ignore[no-untyped-def]
+    # The launcher is SIGKILLed once the VM process runs, before the VM's pid is on record; the VM is held (SIGSTOP)
+    # in its own start, before it records itself. The relaunch by the same token started a second VM for the same
+    # instance: two boot commands, the first VM off the record.
+    script = textwrap.dedent(
+        f"""
+        import os, signal, subprocess
+        from spotrun.providers.base import LaunchRequest
+        from spotrun.providers.local import LocalProvider, provider
+        popen = subprocess.Popen
+        def killed_after_the_vm_started(*args, **kwargs):
+            vm = popen(*args, **kwargs)
+            os.kill(vm.pid, signal.SIGSTOP)
+            print(vm.pid, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        provider.subprocess.Popen = killed_after_the_vm_started
+        LocalProvider(root={str(cloud.root)!r}).launch(LaunchRequest(
+            zone="local-a", market="spot", instance_type="local.cpu", client_token="half",
+            user_data={cloud.user_data()!r}))
+        """
+    )
+    launcher = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, timeout=60)
+    assert launcher.returncode == -signal.SIGKILL
+    first_vm = psutil.Process(int(launcher.stdout))
+    try:
+        pending = cloud.provider.find_by_token("half")
+        assert pending.state == "pending" and pending.detail["pid"] is None
+        instance_path = Path(pending.detail["disk"]).parent
+        again = cloud.provider.launch(cloud.request("half"))  # the restarted controller launches by the same token
+        assert again.instance_id == pending.instance_id
+        assert [vm.pid for vm in vm_processes(instance_path)] == [first_vm.pid], "a second VM was started"
+    finally:
+        first_vm.resume()
+    running = cloud.wait_for_state(pending.instance_id, "running")
+    assert running.detail["pid"] == first_vm.pid

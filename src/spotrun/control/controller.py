@@ -121,6 +121,7 @@ class Controller:
         self._prices = prices if prices is not None else MarketPrices(self.provider)
         self.worker_id = worker_id
         self._providers: dict[str, Provider] = {}
+        self._clouds_on_record: set[str] | None = None  # read once, at the first sweep (`_clouds_to_sweep`)
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
         self._gang = GangDriver(self)
@@ -359,6 +360,8 @@ class Controller:
             spot_news.spot_started(session, session.get(Attempt, attempt_id), now, self._prices)
 
     def record_launch_refusal(self, attempt_id: int, refusal: ProviderError, *, back_off_job: bool) -> None:
+        """End the refused attempt. `back_off_job`: it was the job's placement, which the refusal moves on (fails,
+        or backs off); False for a move's standby, whose job runs on where it is."""
         reason = next((r for kind, r in _LAUNCH_REFUSALS.items() if isinstance(refusal, kind)), "launch_error")
         now = self.clock.now()
         with self.store.session() as session:
@@ -369,11 +372,13 @@ class Controller:
                 session, at=now, kind="launch_refused", job_id=attempt.job_id, attempt_id=attempt.id,
                 message=f"{attempt.market} in {attempt.zone}: {refusal}",
             )
+            if not back_off_job:
+                return
             if reason == "launch_invalid":  # retried, it failed alike forever
                 job = attempt.job
                 job.failure_reason = f"the cloud cannot take this job's launch: {refusal}"
                 records.transition(session, job, JobState.FAILED, now, job.failure_reason)
-            elif back_off_job and reason in ("quota_exceeded", "launch_error"):
+            elif reason in ("quota_exceeded", "launch_error"):
                 job = attempt.job
                 delay = backoff_delay(job.capacity_rounds, self.settings.backoff_base, self.settings.backoff_max)
                 job.not_before = now + delay
@@ -635,8 +640,9 @@ class Controller:
             self.moves.end_leftovers()
         except Exception:
             log.exception("ending the attempts left open by ended jobs failed")
-        for name, provider in list(self._providers.items()):
+        for name in self._clouds_to_sweep():
             try:
+                provider = self.provider(name)
                 instances = provider.list_instances()
             except Exception:
                 log.warning("listing %s instances failed", name, exc_info=True)
@@ -658,6 +664,15 @@ class Controller:
                     log.warning("terminating orphan instance %s", info.instance_id)
                     self._bill_unheard_launch(info)  # first: once terminated, no later sweep would see it to bill
                     provider.terminate(info.instance_id)
+
+    def _clouds_to_sweep(self) -> list[str]:
+        """The clouds this controller has used, and every cloud the store's attempts ran on (read at its first sweep):
+        one restarted after the last job on a cloud ended would never list that cloud again, an orphan left there
+        running for good."""
+        if self._clouds_on_record is None:
+            with self.store.session() as session:
+                self._clouds_on_record = set(session.scalars(select(Attempt.provider).distinct()))
+        return sorted(self._clouds_on_record | self._providers.keys())
 
     def _bill_unheard_launch(self, info: InstanceInfo) -> None:
         """An orphan whose attempt ended with no instance on record (its launch was never heard of, and the lookup

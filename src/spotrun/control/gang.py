@@ -85,6 +85,13 @@ def notice_deadline(session, generation: Generation) -> float | None:
     return min(deadlines, default=None)
 
 
+def _ranks_stop_by(session, job_id: int) -> float | None:
+    """The time the ranks of the job's stopping generation were told they have (`assignment`), if it named one: a
+    node stopping to move is not ended before it, though its own grace is shorter."""
+    generation = latest_generation(session, job_id)
+    return notice_deadline(session, generation) if generation is not None and generation.state == "stopping" else None
+
+
 def generation_end_reason(gone: list[int], exit_codes: dict[int, int | None]) -> str:
     """How a generation whose every member is accounted for ended."""
     if gone:
@@ -148,9 +155,10 @@ class GangDriver:
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
             placed = [a for a in _nodes(session, job_id) if a.instance_id is not None and a.state != "ending"]
+            stop_by = _ranks_stop_by(session, job_id)
         for attempt in placed:
             info = self.c.describe(attempt)
-            verdict = judge_attempt(job, attempt, info, now, self.c.settings, self.c.started_at)
+            verdict = judge_attempt(job, attempt, info, now, self.c.settings, self.c.started_at, stop_by)
             if verdict is not None and verdict.end_reason is not None:
                 self._end_nodes([attempt.id], verdict)
             elif info is not None:  # not while the instance may be gone (`Controller._watch`)

@@ -34,8 +34,10 @@ def judge_attempt(
     now: float,
     settings: ControllerSettings,
     controller_started_at: float,
+    stop_by: float | None = None,
 ) -> Verdict | None:
-    """What to do about a placed attempt, or None when there is nothing to do this tick."""
+    """What to do about a placed attempt, or None when there is nothing to do this tick. `stop_by`: for a node of a
+    gang whose generation is stopping, the time its ranks were told they have (a noticed node's deadline)."""
     spec = JobSpec.model_validate(job.spec)
     if job.cancel_requested:
         return Verdict("cancelled", "cancelled by the user")
@@ -43,7 +45,7 @@ def judge_attempt(
         failure = f"max_wait of {spec.spot.max_wait:.0f} s exceeded"
         return Verdict("cancelled", failure, job_failure=failure)
     if attempt.state == "draining":
-        return _judge_draining(attempt, info, now, spec)
+        return _judge_draining(attempt, info, now, spec, stop_by)
     if attempt.reported_outcome:
         code = f" (exit code {attempt.exit_code})" if attempt.exit_code is not None else ""
         return Verdict(attempt.reported_outcome, f"the agent reported {attempt.reported_outcome}{code}")
@@ -96,18 +98,26 @@ def _boot_began(attempt: Attempt, info: InstanceInfo, now: float) -> float:
 DRAIN_MARGIN = 15.0  # seconds beyond the trainer's grace for the agent to back up and report
 
 
-def _judge_draining(attempt: Attempt, info: InstanceInfo | None, now: float, spec: JobSpec) -> Verdict | None:
+def _judge_draining(
+    attempt: Attempt, info: InstanceInfo | None, now: float, spec: JobSpec, stop_by: float | None
+) -> Verdict | None:
     """An attempt the controller asked to stop so that the job can move: it ends as "migrated" once the agent
-    reports (the trainer checkpointed), or when it overstays its grace."""
+    reports (the trainer checkpointed), or when it overstays its grace (or `stop_by`, if later)."""
     if attempt.reported_outcome == "succeeded":  # the run was done as it stopped: nothing is left to move
         return Verdict("succeeded", f"the command finished as it stopped to move ({attempt.notice_source})")
     if attempt.reported_outcome:
         return Verdict("migrated", f"stopped to move ({attempt.notice_source}); the agent reported {attempt.reported_outcome}")
     if info is not None and info.state == "terminated":
         return Verdict("preempted" if info.reclaimed else "lost", f"instance {info.instance_id} went while stopping")
-    if attempt.notice_at is not None and now - attempt.notice_at > spec.spot.notice_grace + DRAIN_MARGIN:
+    if attempt.notice_at is not None and now > _drain_deadline(attempt, spec, stop_by):
         return Verdict("migrated", "the agent did not stop in time; terminating to move")
     return None
+
+
+def _drain_deadline(attempt: Attempt, spec: JobSpec, stop_by: float | None) -> float:
+    """When a draining attempt has overstayed: notice_grace after its stop or notice (or `stop_by`, if later), and
+    the margin for its agent to report."""
+    return max(attempt.notice_at + spec.spot.notice_grace, stop_by or 0.0) + DRAIN_MARGIN
 
 
 def _judge_unknown(

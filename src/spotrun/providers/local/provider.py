@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -181,15 +182,24 @@ class LocalProvider:
         raise QuotaExceeded(f"all {len(LOOPBACK_HOSTS)} loopback addresses are in use")
 
     def _start_vm(self, instance: InstanceDir) -> None:
-        with open(instance.console_log, "ab") as console:
-            vm = subprocess.Popen(
-                [sys.executable, "-m", "spotrun.providers.local.vm", str(instance.path)],
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives whoever launched it, like a real VM
-                env=_vm_environment(),
-            )
+        """Start the instance's VM process, unless one already runs for it: the VM inherits the lock on vm.lock taken
+        here and holds it while it lives, so a relaunch after a launcher killed before the VM's pid was on record (and
+        before the VM recorded itself) finds that VM starting, where it would have started a second one."""
+        with open(instance.vm_lock_file, "a+b") as lock:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # that VM records its own pid as it comes up
+            with open(instance.console_log, "ab") as console:
+                vm = subprocess.Popen(
+                    [sys.executable, "-m", "spotrun.providers.local.vm", str(instance.path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # outlives whoever launched it, like a real VM
+                    env=_vm_environment(),
+                    pass_fds=(lock.fileno(),),  # closing our copy leaves the lock to the VM's
+                )
         self._vms[instance.instance_id] = vm
         try:
             started_at = psutil.Process(vm.pid).create_time()

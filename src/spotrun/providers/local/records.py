@@ -6,6 +6,7 @@ Layout under the cloud's root::
     market.json                    the market every VM and the provider replay (see market.py)
     instances/<id>/instance.json   the record (InstanceRecord)
     instances/<id>/instance.lock   held for every read-modify-write of instance.json
+    instances/<id>/vm.lock         held by the VM process for its whole life, from before it starts (see provider.py)
     instances/<id>/user-data.json  the boot command (may hold secrets: mode 0600)
     instances/<id>/processes.json  [[pid, create_time], ...] of the instance's processes, kept by the VM
     instances/<id>/requests/       terminate / preempt requests for the VM
@@ -82,6 +83,10 @@ class InstanceDir:
     @property
     def lock_file(self) -> Path:
         return self.path / "instance.lock"
+
+    @property
+    def vm_lock_file(self) -> Path:
+        return self.path / "vm.lock"
 
     @property
     def user_data_file(self) -> Path:

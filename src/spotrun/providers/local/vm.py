@@ -3,7 +3,8 @@
 The VM runs the boot command from the user data, keeps running (idle) after it exits, replays the
 market for its own reclaim, and on a terminate or reclaim kills every process of the instance,
 deletes the scratch disk and records the end. The provider talks to it through request files in
-requests/ plus a SIGUSR1 to wake it; SIGTERM is a terminate request too.
+requests/ plus a SIGUSR1 to wake it; SIGTERM is a terminate request too. The lock on vm.lock that its
+launcher took is inherited and held, never touched, until the process exits (`LocalProvider._start_vm`).
 """
 
 from __future__ import annotations
