@@ -743,10 +743,9 @@ def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch)
     assert [(a.end_reason, a.billed_seconds) for a in job.attempts] == [("launch_invalid", 0.0)]
 
 
-@pytest.mark.parametrize("crash", [False, True])
-def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when_swept(world, monkeypatch, crash):
-    """The launch's answers were lost and so was the lookup by its token: the attempt ended with no instance, and
-    the orphan sweep terminated the instance without billing anyone for it."""
+def launches_made_but_unheard(world, monkeypatch) -> list[str]:
+    """The cloud makes the first launch's instance, but every launch answer is lost, and so is every lookup by its
+    token once it is made: the instances so made."""
     real_launch, real_find, made = world.cloud.launch, world.cloud.find_by_token, []
 
     def made_but_unheard(request):
@@ -761,6 +760,14 @@ def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when
 
     monkeypatch.setattr(world.cloud, "launch", made_but_unheard)
     monkeypatch.setattr(world.cloud, "find_by_token", lookup_that_fails_once_made)
+    return made
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when_swept(world, monkeypatch, crash):
+    """The launch's answers were lost and so was the lookup by its token: the attempt ended with no instance, and
+    the orphan sweep terminated the instance without billing anyone for it."""
+    made = launches_made_but_unheard(world, monkeypatch)
     job_id = world.submit()
     for _ in range(7):  # past launch_timeout (300 s)
         world.tick(60)
@@ -777,24 +784,10 @@ def test_an_orphan_whose_launch_was_never_heard_of_is_billed_to_its_attempt_when
     assert unheard.instance_id == made and unheard.billed_seconds >= 300 and unheard.charged_seconds > 0
 
 
-
 def test_an_orphan_left_on_a_cloud_no_live_job_uses_is_swept_after_a_restart(world, monkeypatch):
     """The sweep listed only the clouds this controller process had used: one restarted after the last job on a
     cloud ended never looked there again, and the orphan its launch left ran, unbilled, for good."""
-    real_launch, real_find, made = world.cloud.launch, world.cloud.find_by_token, []
-
-    def made_but_unheard(request):
-        if not made:
-            made.append(real_launch(request).instance_id)
-        raise RuntimeError("read timeout")
-
-    def lookup_that_fails_once_made(token):
-        if made:
-            raise RuntimeError("read timeout")
-        return real_find(token)
-
-    monkeypatch.setattr(world.cloud, "launch", made_but_unheard)
-    monkeypatch.setattr(world.cloud, "find_by_token", lookup_that_fails_once_made)
+    made = launches_made_but_unheard(world, monkeypatch)
     job_id = world.submit()
     for _ in range(7):  # past launch_timeout (300 s): the attempt ends, its instance unknown to it
         world.tick(60)
