@@ -98,3 +98,43 @@ def test_an_azure_freeze_is_reported_as_a_warning_of_its_kind(controller, run_ag
     assert (warning.body["source"], warning.body["kind"]) == ("azure-scheduled-events", "Freeze")
     azure.schedule_event("Preempt", resources=["vm-3"], not_before_in=30)
     assert agent.wait() == 0
+
+
+# Saves on SIGTERM; what it saw of its VM's Preempt event as it saved tells whether the agent had approved it.
+SAVING_TRAINER = """
+import json, os, signal, sys, time, urllib.request
+
+def preempt_status():
+    url = os.environ["SPOTRUN_AZURE_METADATA_URL"] + "/metadata/scheduledevents?api-version=2020-07-01"
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Metadata": "true"})) as answer:
+        return [e["EventStatus"] for e in json.load(answer)["Events"] if e["EventType"] == "Preempt"]
+
+def save_and_stop(signum, frame):
+    print("saving; Preempt event", *preempt_status(), flush=True)
+    time.sleep(0.3)  # the save
+    sys.exit(75)
+
+signal.signal(signal.SIGTERM, save_and_stop)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_an_acknowledged_azure_preempt_is_approved_only_once_the_attempt_is_saved_and_reported(
+    controller, run_agent, tmp_path, azure
+):
+    """SPOTRUN_AZURE_ACKNOWLEDGE_PREEMPT=1 approved the event as the agent first saw it: Azure may evict at once,
+    with the trainer's save and the final backup still to come."""
+    script = tmp_path / "trainer.py"
+    script.write_text(SAVING_TRAINER)
+    env = {"SPOTRUN_AZURE_METADATA_URL": azure.url, "SPOTRUN_AZURE_VM_NAME": "vm-3",
+           "SPOTRUN_AZURE_ACKNOWLEDGE_PREEMPT": "1"}
+    agent = run_agent(controller.url, run=f"{sys.executable} {script}", extra_env=env)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    event = azure.schedule_event("Preempt", resources=["vm-3"], not_before_in=30)
+    assert agent.wait() == 0
+    assert "saving; Preempt event Scheduled" in controller.log_text()
+    (exit_request,) = controller.of("exit")
+    assert exit_request.body == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert azure.acknowledged == [event.event_id]

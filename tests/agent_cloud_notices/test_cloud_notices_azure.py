@@ -73,17 +73,39 @@ def test_acknowledging_is_off_unless_asked(azure, azure_source):
     assert azure.acknowledged == []
 
 
-def test_acknowledge_approves_the_preempt_event_once(azure, azure_source):
+def test_acknowledge_approves_the_preempt_event_once_the_instance_may_go_not_when_seen(azure, azure_source):
+    """Approved as it was first seen, the event let Azure evict the VM before the trainer had saved."""
     event = azure.schedule_event("Preempt")
     source = azure_source(azure.url, acknowledge=True)
     assert source.poll() is not None
     assert source.poll() is not None
+    assert azure.acknowledged == []
+    source.instance_may_go()
+    source.instance_may_go()
     assert azure.acknowledged == [event.event_id]
+
+
+def test_without_acknowledge_the_instance_going_approves_nothing(azure, azure_source):
+    azure.schedule_event("Preempt")
+    source = azure_source(azure.url)
+    assert source.poll() is not None
+    source.instance_may_go()
+    assert azure.acknowledged == []
+
+
+def test_with_no_preempt_seen_the_instance_going_approves_nothing(azure, azure_source):
+    azure.schedule_event("Freeze")
+    source = azure_source(azure.url, acknowledge=True)
+    assert source.poll() is None
+    source.instance_may_go()
+    assert azure.acknowledged == []
 
 
 def test_a_started_preempt_without_not_before_is_a_notice_without_deadline(azure, azure_source):
     azure.schedule_event("Preempt")
-    azure_source(azure.url, acknowledge=True).poll()  # starts the event: NotBefore turns blank
+    approving = azure_source(azure.url, acknowledge=True)
+    approving.poll()
+    approving.instance_may_go()  # starts the event: NotBefore turns blank
     notice = azure_source(azure.url).poll()
     assert notice is not None and notice.deadline is None
 

@@ -60,6 +60,7 @@ def test_the_azure_vm_name_and_acknowledgement_come_from_the_environment(azure):
     assert source.poll() is None
     event = azure.schedule_event("Preempt", resources=["vm-1"])
     assert source.poll() is not None
+    source.instance_may_go()
     assert azure.acknowledged == [event.event_id]
 
 

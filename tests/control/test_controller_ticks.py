@@ -730,6 +730,22 @@ def test_a_spot_instance_already_taken_back_when_its_launch_answers_ends_as_a_pr
     assert (job.attempts[0].end_reason, job.preemptions, job.restarts_on_error) == ("preempted", 1, 0)
 
 
+def test_an_instance_the_cloud_accepted_then_refused_as_no_retry_can_mend_fails_the_job_saying_why(world):
+    """Azure fails a create it accepted for a missing image or a bad parameter: the job was placed again, forever."""
+    job_id = world.submit()
+    world.tick()
+    [attempt] = world.attempts(job_id)
+    failed = world.cloud.instances[attempt.instance_id]
+    world.cloud.instances[attempt.instance_id] = replace(
+        failed, state="terminated",
+        detail={"refusal": "launch_invalid", "reason": "ImageNotFound: the image referenced by the VM was deleted"},
+    )
+    world.tick(30)
+    job = world.job(job_id)
+    assert job.state == "FAILED" and "ImageNotFound" in job.failure_reason
+    assert [(a.end_reason, a.billed_seconds) for a in job.attempts] == [("launch_invalid", 0.0)]
+
+
 def test_a_launch_no_retry_can_mend_fails_the_job_saying_why(world, monkeypatch):
     """A startup script over the cloud's limit was retried as a transient error for as long as the job lived."""
     def too_big(request):

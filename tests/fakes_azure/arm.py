@@ -61,6 +61,7 @@ class Failure:
     status: int
     code: str
     message: str
+    details: list[dict[str, Any]] = field(default_factory=list)  # ARM's inner errors ({"code", "message"})
 
 
 @dataclass
@@ -134,9 +135,10 @@ class FakeArm:
 
     # -- scripting -----------------------------------------------------------------------------------------
 
-    def refuse_next_create(self, status: int, code: str, message: str) -> None:
-        """The next PUT of a new VM is answered with this ARM error (as Azure refuses at validation)."""
-        self._refusals.append(Failure(status, code, message))
+    def refuse_next_create(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> None:
+        """The next PUT of a new VM is answered with this ARM error, with `details` as its inner errors (as Azure
+        refuses at validation)."""
+        self._refusals.append(Failure(status, code, message, details or []))
 
     def fail_next_allocation(self, code: str, message: str) -> None:
         """The next create is accepted (201), then its async operation fails with this code."""
@@ -209,7 +211,7 @@ class FakeArm:
             return 200, {}, self._view(self.vms[key], instance_view=False)
         if self._refusals:
             failure = self._refusals.pop(0)
-            return _error(failure.status, failure.code, failure.message)
+            return _error(failure.status, failure.code, failure.message, failure.details)
         resource = copy.deepcopy(request.body)
         resource.update({
             "id": f"/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{name}",
@@ -399,8 +401,11 @@ def _handler_for(arm: FakeArm) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], Any]:
-    return status, {}, {"error": {"code": code, "message": message}}
+def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> tuple[int, dict[str, str], Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return status, {}, {"error": error}
 
 
 def _not_found(name: str) -> tuple[int, dict[str, str], Any]:

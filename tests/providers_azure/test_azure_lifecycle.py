@@ -122,6 +122,26 @@ def test_a_failed_describe_is_unknown_never_terminated(provider, make_request, a
     assert code in probed.detail["error"]
 
 
+def test_a_404_that_does_not_say_the_vm_is_gone_is_unknown_never_terminated(provider, make_request, arm) -> None:
+    """ARM answers 404 SubscriptionNotFound to a credential that lost the subscription: every running VM read as gone,
+    its attempt as lost, and the VM itself ran on, out of sight."""
+    info = provider.launch(make_request())
+    arm.fail_reads(404, "SubscriptionNotFound", f"The subscription '{arm.subscription_id}' could not be found.", times=10)
+
+    probed = provider.describe(info.instance_id)
+
+    assert probed.state == "unknown"
+    assert "SubscriptionNotFound" in probed.detail["error"]
+
+
+def test_a_404_on_delete_that_does_not_say_the_vm_is_gone_raises(provider, make_request, arm, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = provider.launch(make_request())
+    monkeypatch.setattr(arm, "_vm_delete", lambda request, **_: (404, {}, {"error": {"code": "SubscriptionNotFound", "message": "x"}}))
+
+    with pytest.raises(AzureApiError, match="SubscriptionNotFound"):
+        provider.terminate(info.instance_id)
+
+
 def test_an_unreachable_arm_is_unknown(provider, make_request, arm) -> None:
     info = provider.launch(make_request())
     arm.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spotrun.providers.azure import AzureApiError
-from spotrun.providers.base import NoCapacity, PriceTooLow, QuotaExceeded
+from spotrun.providers.base import LaunchInvalid, NoCapacity, PriceTooLow, QuotaExceeded
 
 QUOTA_MESSAGE = (
     "Operation could not be completed as it results in exceeding approved LowPriorityCores quota. Additional "
@@ -68,11 +68,77 @@ def test_an_allocation_failure_after_launch_answered_pending_is_refused_on_the_n
 
 
 def test_other_errors_carry_azures_code_and_message(provider, make_request, arm) -> None:
-    arm.refuse_next_create(400, "InvalidParameter", "The value of parameter imageReference.sku is invalid.")
+    arm.refuse_next_create(409, "AnotherOperationInProgress", "Another operation on this or dependent resource is in progress.")
 
-    with pytest.raises(AzureApiError, match="InvalidParameter: The value of parameter imageReference.sku is invalid") as raised:
+    with pytest.raises(AzureApiError, match="AnotherOperationInProgress: Another operation on this") as raised:
         provider.launch(make_request())
-    assert raised.value.code == "InvalidParameter"
+    assert raised.value.code == "AnotherOperationInProgress"
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [
+        (400, "InvalidParameter", "The value of parameter imageReference.sku is invalid."),
+        (404, "PlatformImageNotFound", "The platform image 'Canonical:ubuntu-24_04-lts:server:latest' is not available."),
+        (404, "ImageNotFound", "The gallery image /subscriptions/.../images/trainer/versions/1.0.0 is not available."),
+        (400, "InvalidResourceReference", "Resource /subscriptions/.../subnets/default referenced by resource "
+                                          "spotrun-sr-1-0a1b2c3d4e5f6a7b-nic was not found."),
+        (404, "ResourceGroupNotFound", "Resource group 'spotrun-test' could not be found."),
+    ],
+)
+def test_a_create_no_retry_can_mend_is_launch_invalid(provider, make_request, arm, status, code, message) -> None:
+    """Retried as a transient error, it was refused alike until the launch timeout, then placed again, forever."""
+    arm.refuse_next_create(status, code, message)
+
+    with pytest.raises(LaunchInvalid, match=code):
+        provider.launch(make_request())
+    assert arm.vms == {}
+
+
+def test_a_template_deployment_error_is_launch_invalid_by_the_bad_parameter_it_wraps(provider, make_request, arm) -> None:
+    inner = {"code": "InvalidParameter", "target": "imageReference",
+             "message": "The following list of images referenced from the deployment template are not found."}
+    arm.refuse_next_create(400, "InvalidTemplateDeployment", "The template deployment is not valid. See inner errors.", [inner])
+
+    with pytest.raises(LaunchInvalid, match="InvalidParameter: The following list of images"):
+        provider.launch(make_request())
+
+
+def test_a_template_deployment_error_wrapping_a_quota_stays_a_quota_refusal(provider, make_request, arm) -> None:
+    details = [{"code": "InvalidParameter", "message": "The value of parameter osProfile is invalid."},
+               {"code": "OperationNotAllowed", "message": QUOTA_MESSAGE}]
+    arm.refuse_next_create(400, "InvalidTemplateDeployment", "The template deployment is not valid.", details)
+
+    with pytest.raises(QuotaExceeded, match="OperationNotAllowed"):
+        provider.launch(make_request())
+
+
+def test_a_create_operation_failing_for_a_missing_image_is_launch_invalid_and_the_vm_is_deleted(provider, make_request, arm) -> None:
+    arm.fail_next_allocation("ImageNotFound", "The image referenced by the VM was deleted.")
+
+    with pytest.raises(LaunchInvalid, match="ImageNotFound"):
+        provider.launch(make_request())
+    assert arm.count("DELETE", "/virtualMachines/spotrun-sr-1-0a1b2c3d4e5f6a7b") == 1
+
+
+def test_a_failed_create_found_on_a_repeated_launch_is_launch_invalid(make_provider, make_request, arm) -> None:
+    provider = make_provider(launch_wait=0.05)
+    arm.fail_next_allocation("InvalidParameter", "The value of parameter osDisk.diskSizeGB is invalid.")
+    with arm.hold_allocations():
+        pending = provider.launch(make_request())
+    arm.settle_all()
+
+    assert provider.describe(pending.instance_id).detail["refusal"] == "launch_invalid"
+    with pytest.raises(LaunchInvalid, match="InvalidParameter"):
+        provider.launch(make_request())
+
+
+def test_an_invalid_parameter_outside_a_create_is_an_api_error(provider, make_request, arm) -> None:
+    launched = provider.launch(make_request())
+    arm.fail_reads(400, "InvalidParameter", "The value of parameter $expand is invalid.")
+
+    with pytest.raises(AzureApiError, match="InvalidParameter"):
+        provider.find_by_token(launched.client_token)
 
 
 def test_an_operation_that_fails_for_another_reason_is_an_api_error_and_keeps_the_vm(provider, make_request, arm) -> None:

@@ -93,7 +93,7 @@ class MetadataSource:
     name = "metadata"
     notice_seconds: float | None = None  # how long before the reclaim the cloud's notice comes, where it is fixed
     # Probing on after a notice, for a sooner one (GCE: `preempted` after a host maintenance event's 60 s); the
-    # others keep their first (Azure's probe may acknowledge the event it finds).
+    # others keep their first.
     watches_after_notice = False
 
     def __init__(self, on_early_warning: EarlyWarningHandler | None) -> None:
@@ -121,6 +121,10 @@ class MetadataSource:
 
     def _probe(self) -> Notice | None:
         raise NotImplementedError
+
+    def instance_may_go(self) -> None:
+        """The agent is done with the instance (the trainer stopped, the final backup and the exit report are
+        through): a source may tell its cloud it need not wait for the notice's deadline. Most do nothing."""
 
     def relay_early_warnings(self, handler: EarlyWarningHandler) -> None:
         """Pass early warnings on to `handler` too (the agent reports them to the controller)."""
@@ -392,8 +396,9 @@ class GcpPreemptionNotice(MetadataSource):
 class AzurePreemptNotice(MetadataSource):
     """Azure Scheduled Events: an event of type Preempt for this VM (any VM when its name is not known) is a
     notice with its NotBefore as the deadline (None once the event has started and NotBefore is blank). Other
-    events (Reboot, Redeploy, Freeze, Terminate) are early warnings. With `acknowledge`, a Preempt is approved
-    at once (StartRequests), which lets Azure evict the VM without waiting for NotBefore."""
+    events (Reboot, Redeploy, Freeze, Terminate) are early warnings. With `acknowledge`, the Preempt found is
+    approved (StartRequests) once the agent is done with the VM (`instance_may_go`), which lets Azure evict it
+    without waiting for NotBefore; approved as soon as it is seen, it would take the trainer's time to save."""
 
     name = "azure-scheduled-events"
     notice_seconds = AZURE_SPOT_NOTICE_SECONDS
@@ -411,6 +416,7 @@ class AzurePreemptNotice(MetadataSource):
         self._client = metadata_client(base_url, timeout)
         self._vm_name = vm_name.lower() if vm_name else None
         self._acknowledge = acknowledge
+        self._preempt_event: dict[str, Any] | None = None  # the Preempt found, approved once the agent is done
 
     def close(self) -> None:
         self._client.close()
@@ -451,10 +457,14 @@ class AzurePreemptNotice(MetadataSource):
             deadline = parsedate_to_datetime(not_before).timestamp() if not_before else None
         except (TypeError, ValueError) as exc:
             raise ProbeFailed(f"Preempt NotBefore {not_before!r} is not an RFC 1123 date") from exc
-        if self._acknowledge:
-            self._approve(event)
+        self._preempt_event = event
         detail = f"Azure Preempt event {event.get('EventId')} not before {not_before or 'now'}"
         return Notice(self.name, deadline, detail)
+
+    def instance_may_go(self) -> None:
+        if self._acknowledge and self._preempt_event is not None:
+            self._approve(self._preempt_event)
+            self._preempt_event = None
 
     def _approve(self, event: dict[str, Any]) -> None:
         """Failing to approve loses nothing: the event starts at NotBefore anyway."""

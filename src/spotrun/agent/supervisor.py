@@ -101,9 +101,9 @@ class Agent:
         self.logs = LogShipper(self.client)
         self.controller_stop = ControllerStopNotice(config.notice_grace)
         self.notices = NoticeWatcher([*notice_sources, self.controller_stop], config.notice_poll_interval)
-        for source in notice_sources:
-            if isinstance(source, MetadataSource):
-                source.relay_early_warnings(self.report_early_warning)
+        self._cloud_sources = [source for source in notice_sources if isinstance(source, MetadataSource)]
+        for source in self._cloud_sources:
+            source.relay_early_warnings(self.report_early_warning)
         self.hold = StandbyHold(config.hold)
         self.heartbeat = Heartbeat(
             self.client, config.heartbeat_interval, self.sync.newest_local_progress, self._on_heartbeat_reply
@@ -128,6 +128,7 @@ class Agent:
                 self._kill_command()
                 report = ExitReport("failed", None, checkpoint_synced=False)
             self._report_exit(report)
+            self._let_the_instance_go()
             return report
         finally:
             self._shut_down()
@@ -377,6 +378,14 @@ class Agent:
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
         self.reporter.wait_delivered()
         self.logs.close(timeout=LOG_FLUSH_SECONDS)
+
+    def _let_the_instance_go(self) -> None:
+        """Once the exit is reported, the cloud need not wait for its notice's deadline (Azure, told so, evicts at
+        once); not while the final backup's copy is still going, which may yet land before that deadline."""
+        if self.backup_left_running:
+            return
+        for source in self._cloud_sources:
+            source.instance_may_go()
 
     def _new_process(self, command: str, env: dict[str, str]) -> CommandProcess:
         process = self._process = CommandProcess(command, self.config.command_cwd(self.environ), env, self._output)

@@ -419,11 +419,19 @@ class Controller:
             self._finish_attempt(attempt.id)
 
     def describe(self, attempt: Attempt) -> InstanceInfo | None:
-        return self.describe_instance(attempt.provider, attempt.instance_id)
+        # an attempt not yet ending: spotrun has not terminated its instance (it does only once the attempt ends)
+        recorded = _as_recorded(attempt) if attempt.end_reason is None else None
+        return self.describe_instance(attempt.provider, attempt.instance_id, recorded)
 
-    def describe_instance(self, provider: str, instance_id: str) -> InstanceInfo | None:
+    def describe_instance(self, provider: str, instance_id: str, recorded: InstanceInfo | None = None) -> InstanceInfo | None:
+        """The provider's answer; `recorded`: what the store holds of an instance spotrun has not terminated, for a
+        provider that judges a vanished instance by what it saw of it (Azure's `recall`), and that a restarted
+        controller has not seen."""
         try:
-            return self.provider(provider).describe(instance_id)
+            cloud = self.provider(provider)
+            if recorded is not None and hasattr(cloud, "recall"):
+                cloud.recall(recorded)
+            return cloud.describe(instance_id)
         except Exception:  # a failed probe is "unknown", never "gone"
             log.warning("describe %s failed", instance_id, exc_info=True)
             return None
@@ -612,7 +620,7 @@ class Controller:
         spec = JobSpec.model_validate(job.spec)
         if job.cancel_requested:
             records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
-        elif job.failure_reason and reason == "cancelled":
+        elif job.failure_reason and reason in ("cancelled", "launch_invalid"):
             records.transition(session, job, JobState.FAILED, now, job.failure_reason)
         elif reason == "succeeded":
             records.transition(session, job, JobState.SUCCEEDED, now, "the command exited 0")
@@ -730,6 +738,14 @@ class Controller:
         if spec.spot.policy == "default":
             options = {"backoff_base": self.settings.backoff_base, "backoff_max": self.settings.backoff_max}
         return get_policy(spec.spot.policy, **options)
+
+
+def _as_recorded(attempt: Attempt) -> InstanceInfo:
+    """The attempt's instance as the store knows it (the cloud's state is not known here)."""
+    return InstanceInfo(
+        instance_id=attempt.instance_id, zone=attempt.zone, market=attempt.market, instance_type=attempt.instance_type,
+        state="unknown", launched_at=attempt.started_at, client_token=attempt.client_token,
+    )
 
 
 def _add_instance_row(session, attempt: Attempt, info: InstanceInfo, now: float) -> None:

@@ -53,8 +53,10 @@ def judge_attempt(
         return _judge_unknown(attempt, now, settings, controller_started_at)
     if info.state == "terminated":
         if info.detail.get("refusal") in REFUSED_LAUNCHES:  # accepted, then never placed (Azure's late failures)
-            reason = info.detail.get("reason", info.detail["refusal"])
-            return Verdict(info.detail["refusal"], f"the cloud could not place instance {info.instance_id}: {reason}")
+            refusal, reason = info.detail["refusal"], info.detail.get("reason", info.detail["refusal"])
+            # retried, a launch no retry can mend fails alike forever: the job fails, saying why
+            failure = f"the cloud cannot take this job's launch: {reason}" if refusal == "launch_invalid" else None
+            return Verdict(refusal, f"the cloud could not place instance {info.instance_id}: {reason}", job_failure=failure)
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
         if info.start_failure and attempt.agent_started_at is None:  # another instance would end alike

@@ -101,3 +101,7 @@ class Provider(Protocol):
 
     def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
         """Chaos: reclaim the instance as the cloud would, after the notice window."""
+
+    # Optional, for a provider that judges a vanished instance by what it saw of it (Azure): `recall(recorded:
+    # InstanceInfo) -> None` takes what the controller's store holds of an instance spotrun has not terminated, which
+    # a restarted controller's provider has not seen (`Controller.describe_instance`).

@@ -7,11 +7,13 @@ long-running operation that failed (allocation failures arrive that way, after t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from azure.core.exceptions import AzureError, HttpResponseError, ODataV4Format
+from azure.core.exceptions import AzureError, HttpResponseError, ODataV4Format, ResourceNotFoundError
 
-from spotrun.providers.base import NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+from spotrun.providers.base import LaunchInvalid, NoCapacity, PriceTooLow, ProviderError, QuotaExceeded
+
+CREATE_VM = "Microsoft.Compute/virtualMachines/write"
 
 NO_CAPACITY_CODES = frozenset({
     "SkuNotAvailable",
@@ -24,6 +26,21 @@ NO_CAPACITY_CODES = frozenset({
 })
 PRICE_TOO_LOW_CODES = frozenset({"SpotPriceGreaterThanProvidedMaxPrice"})
 QUOTA_CODES = frozenset({"QuotaExceeded"})
+# A create naming what the subscription does not have (the settings' image, subnet, identity or resource group) or a
+# value Azure does not take (InvalidParameter names it): every retry, in every zone, is refused alike, so the job
+# fails saying why. InvalidTemplateDeployment only wraps such a cause, which is found among its details.
+INVALID_LAUNCH_CODES = frozenset({
+    "InvalidParameter",
+    "ImageNotFound",
+    "PlatformImageNotFound",
+    "GalleryImageNotFound",
+    "InvalidResourceReference",
+    "LinkedInvalidPropertyId",
+    "ResourceGroupNotFound",
+})
+# A 404 with one of these says the VM, or the resource group it was in, does not exist; another (SubscriptionNotFound:
+# a credential or subscription problem) says nothing of the VM.
+GONE_CODES = frozenset({"ResourceNotFound", "NotFound", "ResourceGroupNotFound"})
 # Codes whose message says what happened; Azure reports both quota and price refusals this way.
 GENERIC_CODES = frozenset({"OperationNotAllowed", "BadRequest", "Conflict"})
 _QUOTA_TEXT = re.compile(r"\bquota\b", re.IGNORECASE)
@@ -50,6 +67,11 @@ def error_code(error: AzureError) -> str:
     return str(detail.code) if isinstance(detail, ODataV4Format) and detail.code else ""
 
 
+def vm_gone(error: AzureError) -> bool:
+    """Whether a failed call on a VM says that the VM does not exist."""
+    return isinstance(error, ResourceNotFoundError) and error_code(error) in GONE_CODES
+
+
 def error_message(error: AzureError) -> str:
     detail = getattr(error, "error", None)
     if isinstance(detail, ODataV4Format) and detail.message:
@@ -70,13 +92,35 @@ def refusal_for(code: str, message: str) -> type[ProviderError] | None:
     return None
 
 
+def launch_refusal_for(code: str, message: str) -> type[ProviderError] | None:
+    """The refusal a failed create's code stands for: one `refusal_for` names, or LaunchInvalid."""
+    refusal = refusal_for(code, message)
+    if refusal is None and code in INVALID_LAUNCH_CODES:
+        return LaunchInvalid
+    return refusal
+
+
 def translate(error: AzureError, operation: str) -> Exception:
-    """The exception to raise for `error`: a ProviderError subclass for refusals, else AzureApiError."""
-    for code, message in _codes(error):
-        refusal = refusal_for(code, message)
-        if refusal is not None:
-            return refusal(f"{code}: {message}")
+    """The exception to raise for `error`: a ProviderError subclass for refusals (LaunchInvalid only for a create),
+    else AzureApiError. A capacity, price or quota refusal anywhere among the codes wins over an invalid launch."""
+    codes = list(_codes(error))
+    found = _first_refusal(codes, refusal_for)
+    if found is None and operation == CREATE_VM:
+        found = _first_refusal(codes, launch_refusal_for)
+    if found is not None:
+        refusal, code, message = found
+        return refusal(f"{code}: {message}")
     return AzureApiError(operation, error_code(error) or type(error).__name__, error_message(error))
+
+
+def _first_refusal(
+    codes: list[tuple[str, str]], refusal_of: Callable[[str, str], type[ProviderError] | None]
+) -> tuple[type[ProviderError], str, str] | None:
+    for code, message in codes:
+        refusal = refusal_of(code, message)
+        if refusal is not None:
+            return refusal, code, message
+    return None
 
 
 def _codes(error: AzureError) -> Iterator[tuple[str, str]]:

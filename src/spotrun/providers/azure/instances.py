@@ -10,8 +10,8 @@ from typing import Any
 
 from azure.mgmt.compute.models import InstanceViewStatus, VirtualMachine
 
-from spotrun.providers.azure.errors import refusal_for
-from spotrun.providers.base import InstanceInfo, InstanceState, Market, NoCapacity, PriceTooLow, QuotaExceeded
+from spotrun.providers.azure.errors import launch_refusal_for
+from spotrun.providers.base import InstanceInfo, InstanceState, LaunchInvalid, Market, NoCapacity, PriceTooLow, QuotaExceeded
 
 TOKEN_TAG = "spotrun:client-token"
 JOB_TAG = "spotrun:job"
@@ -30,7 +30,9 @@ _POWER_STATES: dict[str, InstanceState] = {
     "deallocating": "terminated",
     "deallocated": "terminated",
 }
-_REFUSAL_NAMES = {NoCapacity: "no_capacity", PriceTooLow: "price_too_low", QuotaExceeded: "quota_exceeded"}
+_REFUSAL_NAMES = {
+    NoCapacity: "no_capacity", PriceTooLow: "price_too_low", QuotaExceeded: "quota_exceeded", LaunchInvalid: "launch_invalid",
+}
 
 
 def vm_name(client_token: str) -> str:
@@ -80,7 +82,7 @@ def instance_info(vm: VirtualMachine, location: str) -> InstanceInfo:
         code, message = failure
         detail["provisioning_error"] = code
         detail["reason"] = f"{code}: {message}"
-        refusal = refusal_for(code, message)
+        refusal = launch_refusal_for(code, message)
         if refusal is not None:
             detail["refusal"] = _REFUSAL_NAMES[refusal]
     # Eviction with policy Deallocate leaves the VM deallocated; spotrun itself never deallocates one.

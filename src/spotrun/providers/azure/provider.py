@@ -15,14 +15,14 @@ from dataclasses import replace
 from typing import Any
 
 from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.exceptions import AzureError
 from azure.core.polling import LROPoller
 from azure.identity import DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 
 from spotrun.costs.azure_retail import RETAIL_PRICES
-from spotrun.providers.azure.errors import error_code, error_message, translate
+from spotrun.providers.azure.errors import CREATE_VM, error_code, error_message, translate, vm_gone
 from spotrun.providers.azure.instances import (
     TOKEN_TAG,
     check_vm_name,
@@ -36,6 +36,7 @@ from spotrun.providers.azure.skus import available_zones, location_filter
 from spotrun.providers.azure.vm_body import vm_body
 from spotrun.providers.base import (
     InstanceInfo,
+    LaunchInvalid,
     LaunchRequest,
     NoCapacity,
     PriceTooLow,
@@ -49,7 +50,9 @@ log = logging.getLogger(__name__)
 
 CLOUD = "azure"
 MAX_CLIENT_TOKEN_LENGTH = 256  # Azure's limit on a tag value
-_REFUSALS = {"no_capacity": NoCapacity, "price_too_low": PriceTooLow, "quota_exceeded": QuotaExceeded}
+_REFUSALS = {
+    "no_capacity": NoCapacity, "price_too_low": PriceTooLow, "quota_exceeded": QuotaExceeded, "launch_invalid": LaunchInvalid,
+}
 
 
 class AzureProvider:
@@ -115,7 +118,7 @@ class AzureProvider:
         existing = self._get(name)
         if existing is not None:
             return self._relaunch(existing, request)
-        with _arm("Microsoft.Compute/virtualMachines/write"):
+        with _arm(CREATE_VM):
             poller = self.compute.virtual_machines.begin_create_or_update(
                 self.resource_group, name, body, polling=self.settings.launch_wait > 0
             )
@@ -142,7 +145,7 @@ class AzureProvider:
         try:
             poller.wait(self.settings.launch_wait)
         except AzureError as error:
-            translated = translate(error, "Microsoft.Compute/virtualMachines/write")
+            translated = translate(error, CREATE_VM)
             if isinstance(translated, ProviderError):
                 self._discard_failed(name)
             raise translated from error
@@ -207,17 +210,29 @@ class AzureProvider:
             return self._fetch(name)
 
     def _fetch(self, name: str) -> InstanceInfo | None:
-        """The VM with its instance view, or None if Azure has no such VM; a failed call raises AzureError."""
+        """The VM with its instance view, or None if Azure has no such VM; a failed call raises AzureError (a 404
+        that does not say the VM is gone too: a failed probe is "unknown", never "terminated")."""
         try:
             vm = self.compute.virtual_machines.get(self.resource_group, name, expand="instanceView")
-        except ResourceNotFoundError:
-            return None
+        except AzureError as error:
+            if vm_gone(error):
+                return None
+            raise
         info = instance_info(vm, self.settings.location)
         if self._evicting(name, info):
             info = replace(info, reclaimed=True, detail={
                 **info.detail, "reason": "deleting: evicted (spot, eviction policy Delete), or deleted outside spotrun"})
         self._last_seen[name] = info
         return info
+
+    def recall(self, recorded: InstanceInfo) -> None:
+        """What the controller's store holds of a VM spotrun launched and has not deleted, for a process that has not
+        seen it (a controller restarted): a spot VM that Azure deletes or has deleted then reads as evicted, as one
+        this process saw. Its eviction policy is the settings' (every spot VM is launched with it)."""
+        if recorded.instance_id in self._last_seen:
+            return  # what Azure showed this process is better
+        detail = {"eviction_policy": self.settings.eviction_policy} if recorded.market == "spot" else {}
+        self._last_seen[recorded.instance_id] = replace(recorded, detail=detail)
 
     def _evicting(self, name: str, info: InstanceInfo) -> bool:
         """A spot VM with eviction policy Delete that Azure is deleting though this process did not delete it: the
@@ -265,9 +280,9 @@ class AzureProvider:
             self._deleted_here.add(instance_id)
         try:
             self.compute.virtual_machines.begin_delete(self.resource_group, instance_id, polling=False)
-        except ResourceNotFoundError:
-            return
         except AzureError as error:
+            if vm_gone(error):
+                return
             raise translate(error, "Microsoft.Compute/virtualMachines/delete") from error
         log.info("deleting VM %s", instance_id)
 

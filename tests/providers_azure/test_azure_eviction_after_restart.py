@@ -1,0 +1,88 @@
+"""A spot VM evicted (policy Delete) while the controller was down, or as it restarted, is a preemption: the
+eviction was remembered only in the provider's memory, so a restarted controller read the vanished VM as lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotrun.control import jobs
+from spotrun.control.clock import ManualClock
+from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.spec import parse_spec
+from spotrun.state import Attempt
+
+SPEC = """
+name: evicted
+run: "true"
+resources: {cloud: azure, instance_type: Standard_NC6s_v3, prices: {on_demand: 3.06, spot: 0.9}}
+spot: {zones: [eastus-2], use_spot: %s}
+"""
+
+
+def prices(cloud, instance_type, market, zone, accelerators=None):
+    return (0.9 if market == "spot" else 3.06), 3.06
+
+
+@pytest.fixture
+def start_controller(store, make_provider):
+    clock = ManualClock()
+
+    def start() -> Controller:
+        """A controller process: its own provider, which has seen nothing yet."""
+        provider = make_provider()
+        settings = ControllerSettings(controller_url="http://unused", boot_timeout=600, heartbeat_timeout=600)
+        return Controller(store, settings, clock=clock, provider_factory=lambda name: provider, prices=prices)
+
+    return start
+
+
+def _placed(store, job_id: int) -> Attempt:
+    with store.session() as session:
+        return session.query(Attempt).filter_by(job_id=job_id).order_by(Attempt.id).first()
+
+
+@pytest.mark.parametrize("seen_before_restart", [True, False])
+def test_a_spot_vm_evicted_across_a_controller_restart_is_preempted(store, arm, start_controller, seen_before_restart):
+    first = start_controller()
+    job_id = jobs.submit(store, parse_spec(SPEC % "true"), first.clock.now())
+    first.tick()  # launched
+    if seen_before_restart:
+        first.tick()  # watched: running
+    vm = _placed(store, job_id).instance_id
+    assert vm is not None and _placed(store, job_id).market == "spot"
+
+    arm.evict(vm)  # while no controller runs: the VM is deleted
+    first.clock.advance(5)
+    start_controller().tick()
+
+    assert _placed(store, job_id).end_reason == "preempted"
+
+
+def _launched_by_a_first_controller(store, start_controller, spot: bool) -> tuple[Controller, int, str]:
+    first = start_controller()
+    job_id = jobs.submit(store, parse_spec(SPEC % ("true" if spot else "false")), first.clock.now())
+    first.tick()
+    return first, job_id, _placed(store, job_id).instance_id
+
+
+def test_a_spot_vm_azure_deletes_for_its_eviction_as_the_controller_restarts_is_preempted(store, arm, start_controller):
+    first, job_id, vm = _launched_by_a_first_controller(store, start_controller, spot=True)
+    with arm._lock:  # the eviction's deletion under way
+        arm.vms[vm.lower()].resource["properties"]["provisioningState"] = "Deleting"
+        arm.vms[vm.lower()].deleting_reads_left = 3
+
+    first.clock.advance(5)
+    start_controller().tick()
+
+    assert _placed(store, job_id).end_reason == "preempted"
+
+
+def test_an_on_demand_vm_deleted_across_a_restart_is_lost_not_preempted(store, arm, start_controller):
+    first, job_id, vm = _launched_by_a_first_controller(store, start_controller, spot=False)
+    assert _placed(store, job_id).market == "on-demand"
+
+    arm.delete_outside(vm)
+    first.clock.advance(5)
+    start_controller().tick()
+
+    assert _placed(store, job_id).end_reason == "lost"
