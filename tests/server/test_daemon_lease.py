@@ -96,3 +96,40 @@ def test_a_controller_port_given_back_within_the_wait_is_taken(store, tmp_path, 
         assert sock.getsockname()[1] == port
     finally:
         sock.close()
+
+
+class IdleController:
+    def tick(self) -> None:
+        pass
+
+
+def test_a_job_submitted_as_the_daemon_decides_to_exit_is_driven_by_it(store, tmp_path, monkeypatch):
+    """`spotrun launch` stores the job, then takes the live controller's URL from the lease (`ensure_running`). A
+    daemon that had just found no work exited after that read: the launch trusted a controller that was gone, and
+    the job waited for whichever command next started one."""
+    from spotrun.state import Job
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    daemon = Daemon(store, tick_interval=0.02, idle_exit=1e-6)  # its first look without work decides its exit
+    assert daemon._take_lease("http://daemon")
+    found_work, told = daemon._has_work, []
+
+    def has_work_then_a_launch() -> bool:
+        busy = found_work()
+        if not told:  # between the daemon's look and its exit: a launch stores its job and reads the lease
+            with store.session() as session:
+                session.add(Job(name="j", owner="local", spec={}, state="PENDING", created_at=0.0, updated_at=0.0))
+            told.append(live_controller_url(store))
+        return busy
+
+    monkeypatch.setattr(daemon, "_has_work", has_work_then_a_launch)
+    loop = threading.Thread(target=daemon._loop, args=(IdleController(), "http://daemon"))
+    loop.start()
+    try:
+        time.sleep(0.5)
+        assert told == ["http://daemon"]
+        assert loop.is_alive(), "the daemon the launch was told of exited, leaving its job without a controller"
+        assert live_controller_url(store) == "http://daemon"
+    finally:
+        daemon.stop()
+        loop.join(5)

@@ -18,14 +18,14 @@ END_REASONS = ("preempted", "preempted", "succeeded", "failed", "lost", "cancell
 
 
 def walked_recoveries(attempts: list[Attempt]) -> list[float]:
-    """The definition, as a walk: each job's placed attempts by number; an agent start recovers from the newest
+    """The definition, as a walk: each job node's placed attempts by number; an agent start recovers from the newest
     preemption not yet recovered from (its notice, else its end)."""
     recovered: list[float] = []
     preempted_at: float | None = None
-    job_id = None
-    for attempt in sorted(attempts, key=lambda a: (a.job_id, a.number)):
-        if attempt.job_id != job_id:
-            preempted_at, job_id = None, attempt.job_id
+    node = None
+    for attempt in sorted(attempts, key=lambda a: (a.job_id, a.node_rank, a.number)):
+        if (attempt.job_id, attempt.node_rank) != node:
+            preempted_at, node = None, (attempt.job_id, attempt.node_rank)
         if preempted_at is not None and attempt.agent_started_at is not None:
             recovered.append(max(attempt.agent_started_at - preempted_at, 0.0))
             preempted_at = None
@@ -119,3 +119,29 @@ def test_the_newest_of_two_preemptions_before_an_agent_start_is_the_one_recovere
     with store.session() as session:
         recoveries = fleet_totals.recoveries(session, BOUNDS)
     assert (recoveries.count, recoveries.seconds) == (1, 140.0)
+
+
+def test_each_node_of_a_gang_recovers_from_its_own_preemption(store: Store) -> None:
+    """A gang launches again only its lost nodes, so its attempts by number interleave the nodes: read in that order,
+    node 1's first attempt (its agent started long before) was taken for a 0 s recovery from node 0's preemption, and
+    node 0's replacement, numbered after node 1's, recovered from nothing."""
+    def attempt(number: int, node: int, agent: float, notice: float | None = None) -> dict:
+        return dict(job_id=1, number=number, node_rank=node, state="ended" if notice else "running", provider="local",
+                    zone="a", market="spot", instance_type="x", price_per_hour=1.0, on_demand_price_per_hour=3.0,
+                    client_token=f"t{number}", token_hash="-", created_at=0.0, started_at=agent - 5,
+                    agent_started_at=agent, notice_at=notice, ended_at=notice and notice + 10,
+                    end_reason="preempted" if notice else None, billed_seconds=0.0, log_bytes=0)
+
+    with store.session() as session:
+        session.execute(insert(Job), [dict(id=1, name="j", owner="a", spec={"resources": {"nodes": 2}},
+                                           state="RUNNING", created_at=0.0, updated_at=0.0)])
+        session.execute(insert(Attempt), [
+            attempt(1, node=0, agent=100.0, notice=400.0),  # node 0, preempted last
+            attempt(2, node=1, agent=100.0, notice=200.0),  # node 1, preempted first
+            attempt(3, node=1, agent=260.0),  # node 1 again, 60 s after its notice
+            attempt(4, node=0, agent=450.0),  # node 0 again, 50 s after its notice
+        ])
+    with store.session() as session:
+        recoveries = fleet_totals.recoveries(session, BOUNDS)
+    assert (recoveries.count, recoveries.seconds) == (2, 110.0)
+    assert recoveries.at_most == {5.0: 0, 30.0: 0, 120.0: 2}

@@ -66,7 +66,7 @@ def test_early_warnings_are_counted_by_warning_and_how_the_attempt_ended(team: T
                 end(team, attempt_id, reason, ended_at=1000.0 * number + 50)
     place_attempt(team.store, job_id, "quiet", number=number + 1, at=9000.0)  # never warned: not counted
     seen = samples(team)
-    counted = {labels: value for (name, labels), value in seen.items() if name == "spotrun_early_warnings_total"}
+    counted = {labels: value for (name, labels), value in seen.items() if name == "spotrun_early_warnings"}
     assert counted == {
         (("end", "preempted"), ("warning", "aws-imds/rebalance")): 1,
         (("end", "migrated"), ("warning", "aws-imds/rebalance")): 1,
@@ -79,3 +79,29 @@ def test_metrics_need_no_token_and_reveal_no_names(team: Team) -> None:
     team.launch("alice")
     text = team.client.get("/metrics").text
     assert "alice" not in text and "tiny" not in text
+
+
+def counter_samples(team: Team) -> dict[tuple[str, tuple], float]:
+    families = text_string_to_metric_families(team.client.get("/metrics").text)
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families if family.type == "counter" for sample in family.samples
+    }
+
+
+def test_no_counter_falls_when_a_warned_attempt_ends(team: Team) -> None:
+    """Early warnings were a counter by how the attempt ended, "running" while it had not: that series fell by one
+    when the attempt ended, which Prometheus reads as a counter reset (rate() and increase() then count the whole
+    series again). Counts of attempts by a state they leave are a gauge, as jobs by state are."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "w1", number=1, at=1000.0)
+    with team.store.session() as session:
+        attempt = session.get(Attempt, attempt_id)
+        attempt.warned_at, attempt.warning = 1005.0, "aws-imds/rebalance"
+    before = counter_samples(team)
+    end(team, attempt_id, "preempted", ended_at=1050.0)
+    after = counter_samples(team)
+    fallen = {key: (value, after.get(key, 0.0)) for key, value in before.items() if after.get(key, 0.0) < value}
+    assert fallen == {}
+    warned = {labels: value for (name, labels), value in samples(team).items() if name == "spotrun_early_warnings"}
+    assert warned == {(("end", "preempted"), ("warning", "aws-imds/rebalance")): 1}

@@ -130,10 +130,24 @@ class Daemon:
                 busy = True  # an outage is not idleness
             if busy:
                 idle_since = time.time()
-            elif self.idle_exit and time.time() - idle_since > self.idle_exit:
+            elif self.idle_exit and time.time() - idle_since > self.idle_exit and self._let_go(hold_lease):
                 log.info("no live jobs and no instance left to the cloud for %.0f s; exiting", self.idle_exit)
                 return
             self._stop.wait(self.tick_interval)
+
+    def _let_go(self, hold_lease: bool) -> bool:
+        """Give the lease up, then look for work once more: whether the daemon may exit. A launch stores its job, then
+        reads the lease (`ensure_running`): one that read it before it was given up trusts this daemon, and its job
+        is found here; one after finds no controller and starts one. The next round takes the lease back."""
+        if not hold_lease:
+            return True
+        try:
+            with self.store.session() as session:
+                lease.release(session, LEASE_NAME, self.holder)
+            return not self._has_work()
+        except Exception:
+            log.exception("looking for work before exiting failed; the next round starts in %.1f s", self.tick_interval)
+            return False  # an outage is not idleness
 
     @contextmanager
     def _lease_kept(self, url: str, controller: object = None) -> Iterator[None]:

@@ -50,9 +50,9 @@ def early_warnings(session: Session) -> Counter[tuple[str, str]]:
 
 
 def recoveries(session: Session, bounds: tuple[float, ...]) -> Recoveries:
-    """For each preemption followed, in the job's placed attempts by number, by an attempt whose agent started: the
-    seconds from the preemption (its notice, else its end) to that agent start. Of several preemptions before one
-    agent start (a replacement preempted before its agent ran), the newest is the one recovered from."""
+    """For each preemption followed, in the placed attempts of the job's node by number, by an attempt whose agent
+    started: the seconds from the preemption (its notice, else its end) to that agent start. Of several preemptions
+    before one agent start (a replacement preempted before its agent ran), the newest is the one recovered from."""
     seconds = _recovery_seconds().subquery()
     at_most = [func.coalesce(func.sum(case((seconds.c.seconds <= bound, 1), else_=0)), 0) for bound in bounds]
     count, total, *counts = session.execute(
@@ -62,10 +62,11 @@ def recoveries(session: Session, bounds: tuple[float, ...]) -> Recoveries:
 
 
 def _recovery_seconds() -> Select:
-    """One row per recovery, its seconds. Of a job's placed attempts by number, only those preempted or whose agent
-    started matter: an agent start recovers from the one before it among those, if that one was preempted."""
+    """One row per recovery, its seconds. Of a job node's placed attempts by number, only those preempted or whose
+    agent started matter: an agent start recovers from the one before it among those, if that one was preempted.
+    By node: a gang launches again only its lost nodes, so the job's attempts by number interleave its nodes."""
     preempted = Attempt.end_reason == "preempted"
-    in_order = {"partition_by": Attempt.job_id, "order_by": Attempt.number}
+    in_order = {"partition_by": (Attempt.job_id, Attempt.node_rank), "order_by": Attempt.number}
     marks = select(
         Attempt.agent_started_at,
         func.lag(Attempt.end_reason).over(**in_order).label("before"),

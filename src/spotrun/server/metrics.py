@@ -54,7 +54,8 @@ def _jobs_by_state(states: dict[str, int]) -> Metric:
 
 
 def _early_warnings(warnings: dict[tuple[str, str], int]) -> Metric:
-    family = CounterMetricFamily(
+    # A gauge, as jobs by state: an attempt that ends leaves "running", and a counter that falls reads as a reset.
+    family = GaugeMetricFamily(
         "spotrun_early_warnings", "Attempts whose agent reported an early warning (not a preemption notice), by the "
         "warning and how the attempt ended (running: not yet).", labels=["warning", "end"],
     )
