@@ -72,6 +72,26 @@ def test_backup_writes_the_manifest_after_every_payload_file(local, remote, monk
     assert sorted(names[:2]) == ["model.bin", "state.bin"] and names[2:] == [MANIFEST_NAME]
 
 
+def test_a_checkpoint_pruned_as_its_backup_starts_is_not_committed_in_the_store(local, remote, monkeypatch):
+    """The trainer's keep-last-N removed the folder between the agent's read of its manifest and the listing of its
+    files: the store got the manifest alone, a committed checkpoint without a byte of payload, and a restore from
+    that store failed instead of starting fresh."""
+    folder = write_checkpoint(local, 5)
+    sync = CheckpointSync(local, str(remote))
+    read_manifest = sync.local.manifest_bytes
+
+    def read_then_pruned(path: str) -> bytes | None:
+        manifest = read_manifest(path)
+        shutil.rmtree(folder, ignore_errors=True)  # the SDK's prune, as the copy starts
+        return manifest
+
+    monkeypatch.setattr(sync.local, "manifest_bytes", read_then_pruned)
+    sync.backup()
+
+    assert committed_steps(remote) == []
+    assert CheckpointSync(local.parent / "fresh", str(remote)).restore() is None
+
+
 def test_backup_skips_checkpoints_the_store_already_has(local, remote):
     write_checkpoint(local, 1)
     sync = CheckpointSync(local, str(remote))

@@ -56,6 +56,19 @@ def test_shipper_cuts_large_output_into_contiguous_chunks(controller: RecordingC
     assert shipper.offset == len(controller.log)
 
 
+def test_a_backlog_of_full_chunks_ships_at_once_not_one_chunk_per_interval(controller: RecordingController):
+    """One chunk went out per interval (256 KiB each 0.5 s): a trainer writing faster than that, or the backlog of a
+    controller that was away, piled up to the memory cap and was dropped, though the controller took each chunk at
+    once. Output less than a chunk still waits for the interval, to be sent in one."""
+    shipper = LogShipper(client_for(controller.url), interval=30.0, max_chunk_bytes=1000)
+    shipper.write("x" * 5500)
+    shipper.start()
+    controller.wait_for(lambda: len(controller.of("logs")) == 5, timeout=5)
+    assert controller.log_text() == "x" * 5000
+    assert shipper.close(timeout=5)
+    assert controller.log_text() == "x" * 5500
+
+
 def test_a_refused_chunk_is_dropped_without_moving_the_offset(controller: RecordingController):
     controller.force_status["logs"] = 422
     shipper = LogShipper(client_for(controller.url), interval=0.05).start()

@@ -181,6 +181,20 @@ def test_a_command_that_exits_0_after_the_notice_finished_and_is_not_run_again(c
     assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
 
 
+def test_a_setup_that_exits_0_after_the_notice_is_preempted_not_succeeded(controller, run_agent, tmp_path):
+    """A setup that ends 0 on the SIGTERM (or finishes as the notice comes) was reported "succeeded": the controller
+    ended the job as done though its run command never started."""
+    marker = tmp_path / "run-started"
+    setup = "trap 'exit 0' TERM; echo ready; sleep 60 & wait"
+    agent = run_agent(controller.url, setup=setup, run=f"touch {marker}", notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    assert [n.body["source"] for n in controller.of("notice")] == ["sigterm"]
+    assert exit_body(controller)["outcome"] == "preempted"
+    assert not marker.exists()
+
+
 def test_a_setups_background_process_does_not_outlive_the_attempt(controller, run_agent, tmp_path):
     """Only the run command's group was killed at the end: a daemon the setup started ran on after the agent."""
     pidfile = tmp_path / "setup.pid"
@@ -254,6 +268,20 @@ def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
     (notice,) = controller.of("notice")
     assert notice.body["source"] == "sigterm"
     assert sent_at + 5.0 <= notice.body["deadline"] <= sent_at + 5.0 + 1.0
+    assert_checkpoint_backed_up(agent.store)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def test_sigint_to_the_agent_is_a_notice_too(controller, run_agent, tmp_path):
+    """A Ctrl-C (or an init system that stops with SIGINT) raised KeyboardInterrupt in the agent: the trainer was
+    killed without a save, nothing was backed up and the controller was never told the attempt's exit."""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGINT)
+    assert agent.wait() == 0
+
+    (notice,) = controller.of("notice")
+    assert notice.body["source"] == "sigterm" and "SIGINT" in notice.body["detail"]
     assert_checkpoint_backed_up(agent.store)
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
 
@@ -653,6 +681,36 @@ def test_a_gang_node_noticed_mid_generation_still_reports_how_its_command_ended(
     assert [r.body for r in controller.of("generation_exit")] == [{"generation": 1, "exit_code": 0}]
     endpoints = [r.endpoint for r in controller.requests]
     assert endpoints.index("generation_exit") < endpoints.index("exit")
+
+
+def test_a_gang_nodes_setup_that_exits_0_after_the_notice_is_preempted_not_succeeded(controller, run_agent, tmp_path):
+    """As for a single node: the setup's 0 on the SIGTERM was reported as the node's attempt succeeded."""
+    controller.replies["heartbeat"] = _gang_order("running")
+    marker = tmp_path / "run-started"
+    setup = "trap 'exit 0' TERM; echo ready; sleep 60 & wait"
+    agent = run_agent(controller.url, setup=setup, run=f"touch {marker}", gang={"nnodes": 2, "node_rank": 1},
+                      notice_grace=5.0)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    assert exit_body(controller)["outcome"] == "preempted"
+    assert controller.of("generation_exit") == [] and not marker.exists()
+
+
+def test_a_noticed_gang_nodes_reports_wait_for_logs_no_longer_than_the_notice_leaves(controller, run_agent, tmp_path):
+    """The generation's exit waited 10 s for the log whatever the notice left: a controller taking no log chunks held
+    a noticed node's exit report past its SIGTERM's 3 s."""
+    controller.replies["heartbeat"] = _gang_order("running")
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), gang={"nnodes": 2, "node_rank": 1},
+                      notice_grace=3.0, sync_margin=0.5)
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.fail_before["logs"] = 10**6  # from now on every log chunk is answered 503 ("got SIGTERM" waits)
+    sent = time.monotonic()
+    agent.process.send_signal(signal.SIGTERM)
+    controller.wait_for(lambda: controller.of("exit"), timeout=15)
+    assert time.monotonic() - sent < 6
+    assert [r.body for r in controller.of("generation_exit")] == [{"generation": 1, "exit_code": 75}]
+    agent.wait()
 
 
 def test_a_stopping_gang_gives_its_ranks_until_the_noticed_nodes_deadline(controller, run_agent, tmp_path):

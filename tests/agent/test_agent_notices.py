@@ -66,13 +66,29 @@ def test_sigterm_notice_deadline_counts_from_the_signal():
 
 
 def test_sigterm_handler_records_the_signal():
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in SigtermNotice.signals}
     try:
         source = SigtermNotice(grace=5.0).install()
         os.kill(os.getpid(), signal.SIGTERM)
         assert source.poll() is not None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_sigint_handler_records_a_notice_naming_the_signal():
+    """SIGINT was left to Python's KeyboardInterrupt, which killed the trainer unsaved."""
+    previous = {signum: signal.getsignal(signum) for signum in SigtermNotice.signals}
+    try:
+        source = SigtermNotice(grace=5.0).install()
+        os.kill(os.getpid(), signal.SIGINT)
+        notice = source.poll()
+        assert notice is not None and notice.detail == "SIGINT received by the agent"
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C ends the agent, as before
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def test_metadata_sources_follow_the_environment(tmp_path):

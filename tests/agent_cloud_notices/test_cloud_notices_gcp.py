@@ -136,3 +136,13 @@ def test_an_unknown_maintenance_event_is_unknown(gce, gcp_source):
     wait_until(lambda: gce.long_polls("instance/maintenance-event") >= 2)
     assert source.poll() is None
     assert warnings == []
+
+
+def test_an_unknown_preempted_value_does_not_hide_a_host_maintenance_notice(gce, gcp_source):
+    """`preempted` answering something neither TRUE nor FALSE made the whole probe unknown: the 60 s notice of a
+    TERMINATE_ON_HOST_MAINTENANCE, a good answer of the other key, was never acted on."""
+    source = following(gce, gcp_source(gce.url))
+    gce.set_value(PREEMPTED_KEY, "SOMETHING_NEW")
+    gce.set_maintenance_event("TERMINATE_ON_HOST_MAINTENANCE")
+    notice = poll_for_notice(source, timeout=2.0)
+    assert "TERMINATE_ON_HOST_MAINTENANCE" in notice.detail

@@ -253,6 +253,11 @@ class CheckpointSync:
         except FileNotFoundError:
             log.info("checkpoint %s was deleted while it was copied; skipped", name)
             return None
+        # A folder removed (the trainer's keep-last-N) or replaced while its files were listed listed none of them, or
+        # others: its manifest must not commit what was not copied.
+        if not _same_manifest(source.manifest_bytes(path), manifest):
+            log.info("checkpoint %s was deleted or replaced while it was copied; skipped", name)
+            return None
         cutoff.check()
         _write_bytes(target.fs, target_manifest, manifest)
         log.info("copied checkpoint %s", name)

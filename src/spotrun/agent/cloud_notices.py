@@ -362,7 +362,23 @@ class GcpPreemptionNotice(MetadataSource):
             self._preempted.start()
             self._maintenance.start()
             self._started = True
-        return self._preemption() or self._host_maintenance()
+        return self._either_notice()
+
+    def _either_notice(self) -> Notice | None:
+        """A notice from either key, the preemption's first; a key that cannot be read or parsed hides no good answer
+        of the other, and is "unknown" only when the other has no notice."""
+        unknown: ProbeFailed | None = None
+        for read in (self._preemption, self._host_maintenance):
+            try:
+                notice = read()
+            except ProbeFailed as failure:
+                unknown = unknown or failure
+                continue
+            if notice is not None:
+                return notice
+        if unknown is not None:
+            raise unknown
+        return None
 
     def _preemption(self) -> Notice | None:
         preempted = self._known(self._preempted, "preempted")

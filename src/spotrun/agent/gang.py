@@ -39,7 +39,6 @@ from spotrun.sdk import PREEMPTED_EXIT_CODE
 
 log = logging.getLogger(__name__)
 
-LOG_FLUSH_SECONDS = 10.0
 STORE_STEP_EVERY = 5.0  # node 0 lists the store for the newest committed step at most this often
 
 
@@ -225,7 +224,7 @@ class GangAgent(Agent):
             return ExitReport("failed", None, checkpoint_synced=True)
         notice = self._wait_for_exit_or_notice(process)
         if notice is not None:
-            return self._answer_notice(process, notice)
+            return self._answer_notice(process, notice, ends_the_job=False)
         if process.returncode != 0:
             return ExitReport("failed", process.returncode, checkpoint_synced=True)
         return None
@@ -305,7 +304,7 @@ class GangAgent(Agent):
 
     def _report_generation_exit(self, order: GenerationOrder, exit_code: int | None) -> None:
         log.info("generation %d: command exited with %s", order.number, exit_code)
-        self.logs.flush(timeout=LOG_FLUSH_SECONDS)  # the controller holds the generation's log before its exit
+        self.logs.flush(timeout=self._log_flush_seconds())  # the controller holds the generation's log before its exit
         self.reporter.send("generation_exit", {"generation": order.number, "exit_code": exit_code})
 
     def _final_backup(self, times: StopTimes | None) -> bool:

@@ -1,8 +1,8 @@
 """Ships the attempt's output to the controller as /logs chunks keyed by byte offset.
 
-Output is batched every `interval`. A chunk that fails is re-sent unchanged (same offset, same data)
-until the controller answers, so a server that ignores offsets it already holds never loses or
-duplicates a byte. Offsets count UTF-8 bytes of the text stored; a chunk the controller refuses (4xx)
+Output is batched every `interval`; a backlog of full chunks goes out without waiting. A chunk that fails is re-sent
+unchanged (same offset, same data) until the controller answers, so a server that ignores offsets it already holds
+never loses or duplicates a byte. Offsets count UTF-8 bytes of the text stored; a chunk the controller refuses (4xx)
 is dropped without moving the offset.
 
 While the controller cannot be reached, output waits in memory, up to MAX_PENDING_CHARS. Past that the oldest
@@ -119,7 +119,7 @@ class LogShipper:
     def _ship_forever(self) -> None:
         while True:
             with self._lock:
-                if not self._closing:
+                if not self._closing and not self._a_chunk_is_full():  # a backlog goes out at once, chunk after chunk
                     self._lock.wait(self._interval)
                 chunk = self._next_chunk()
                 if chunk is None and self._closing:
@@ -132,6 +132,10 @@ class LogShipper:
             else:
                 with self._lock:  # a close wakes it once: the last chunks go out without waiting out the backoff
                     self._lock.wait(self._backoff.next_delay())
+
+    def _a_chunk_is_full(self) -> bool:
+        """Pending output fills a chunk (each character is a byte at least); called under the lock."""
+        return self._pending_chars >= self._max_chunk_bytes
 
     def _stored_size(self) -> int | None:
         """Where the attempt's stored log ends, or None when the controller did not answer. A second boot of the

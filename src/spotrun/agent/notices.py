@@ -92,33 +92,40 @@ class LocalMetadataNotice:
 
 
 class SigtermNotice:
-    """SIGTERM to the agent itself (Kubernetes eviction, a shutdown script): the trainer gets `grace`
-    seconds counted from the signal's arrival."""
+    """SIGTERM to the agent itself (Kubernetes eviction, a shutdown script), or SIGINT (a Ctrl-C, a stop signal set
+    so): the trainer gets `grace` seconds counted from the signal's arrival."""
 
     name = "sigterm"
+    signals = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, grace: float, clock: Callable[[], float] = time.time) -> None:
         self._grace = grace
         self._clock = clock
-        self._received_at: float | None = None
+        self._received: tuple[float, str] | None = None  # when, and which signal
 
     def install(self) -> SigtermNotice:
-        """Take over SIGTERM; must be called from the main thread."""
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        """Take over the signals; must be called from the main thread. SIGINT's default, a KeyboardInterrupt, would
+        kill the trainer unsaved and leave the attempt's exit unreported; it is given back after the first SIGINT, so
+        that a second Ctrl-C still ends an agent waiting on a controller that is gone."""
+        for signum in self.signals:
+            signal.signal(signum, self._on_signal)
         return self
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self.trigger()
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.trigger(signal.Signals(signum).name)
 
-    def trigger(self) -> None:
-        if self._received_at is None:
-            self._received_at = self._clock()
+    def trigger(self, signal_name: str = "SIGTERM") -> None:
+        if self._received is None:
+            self._received = (self._clock(), signal_name)
 
     def poll(self) -> Notice | None:
-        received_at = self._received_at
-        if received_at is None:
+        received = self._received
+        if received is None:
             return None
-        return Notice(self.name, received_at + self._grace, "SIGTERM received by the agent", own_grace=True)
+        received_at, signal_name = received
+        return Notice(self.name, received_at + self._grace, f"{signal_name} received by the agent", own_grace=True)
 
 
 def metadata_notice_sources(environ: Mapping[str, str] = os.environ) -> list[NoticeSource]:

@@ -211,7 +211,7 @@ class Agent:
                 return ExitReport("failed", None, self._final_backup(times=None))
             notice = self._wait_for_exit_or_notice(process)
             if notice is not None:
-                return self._answer_notice(process, notice)
+                return self._answer_notice(process, notice, ends_the_job=label == "run")
             exit_code = process.returncode
             log.info("%s command exited with %d", label, exit_code)
             if label == "run" or exit_code != 0:
@@ -268,7 +268,9 @@ class Agent:
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         return None
 
-    def _answer_notice(self, process: CommandProcess, notice: Notice) -> ExitReport:
+    def _answer_notice(self, process: CommandProcess, notice: Notice, ends_the_job: bool = True) -> ExitReport:
+        """Stop the command noticed; ``ends_the_job``: it is the run (not a setup, after which the run is still to
+        come), so its 0 is the job done."""
         self._tell_notice(notice)
         process.signal_group(signal.SIGTERM)
         times = self._stop_times(notice)
@@ -285,7 +287,7 @@ class Agent:
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         self._tell_the_clouds_notice()
         # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
-        outcome = "succeeded" if exit_code == 0 else "preempted"
+        outcome = "succeeded" if exit_code == 0 and ends_the_job else "preempted"
         return ExitReport(outcome, exit_code, self._final_backup(times))
 
     def _stop_times(self, answered: Notice) -> StopTimes:
@@ -365,14 +367,17 @@ class Agent:
             return False
         return time.time() >= max(started + MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS)
 
-    def _report_exit(self, report: ExitReport) -> None:
-        # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more:
-        # by a notice's deadline too (less the exit report's time), not LOG_FLUSH_SECONDS past it.
+    def _log_flush_seconds(self) -> float:
+        """How long the log may hold a report back: LOG_FLUSH_SECONDS, and no longer than a notice's deadline leaves
+        (less the exit report's time)."""
         notice = self.notices.notice
-        flush = LOG_FLUSH_SECONDS
-        if notice is not None and notice.deadline is not None:
-            flush = min(flush, max(MIN_BACKUP_SECONDS, notice.deadline - EXIT_REPORT_SECONDS - time.time()))
-        self.logs.close(timeout=flush)
+        if notice is None or notice.deadline is None:
+            return LOG_FLUSH_SECONDS
+        return min(LOG_FLUSH_SECONDS, max(MIN_BACKUP_SECONDS, notice.deadline - EXIT_REPORT_SECONDS - time.time()))
+
+    def _report_exit(self, report: ExitReport) -> None:
+        # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
+        self.logs.close(timeout=self._log_flush_seconds())
         self.heartbeat.stop()  # nothing about the attempt's life follows its exit
         self.reporter.send("exit", asdict(report))
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
