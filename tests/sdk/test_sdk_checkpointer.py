@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import spotrun
-from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint, PreemptionFlag, layout
+from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint, PreemptionFlag, layout, storage
 
 
 def make_state(fill: float | None = None) -> tuple[spotrun.TrainingState, torch.nn.Module, dict[str, object]]:
@@ -73,6 +73,18 @@ def test_corrupt_newest_falls_back_with_warning(tmp_path: Path, damage) -> None:
     assert torch.equal(model.weight, torch.full((3, 4), 0.0))
 
 
+def test_checkpoints_skipped_as_damaged_do_not_take_the_place_of_intact_ones(tmp_path: Path) -> None:
+    save_steps(tmp_path, [0, 1], keep_last=2)
+    (tmp_path / "ckpt-000000000002" / "shared.pt").write_bytes(b"garbage")
+    state = make_state()[0]
+    with spotrun.Checkpointer(tmp_path, keep_last=2, signals=()) as ckpt:
+        with pytest.warns(CheckpointWarning, match="ckpt-000000000002"):
+            assert ckpt.restore(state) == 1
+        assert folders(tmp_path) == ["ckpt-000000000001", "ckpt-000000000002"]  # restore deletes nothing
+        ckpt.save(state, 2)  # not step 1's save: the damaged one is not replaced
+    assert folders(tmp_path) == ["ckpt-000000000001", "ckpt-000000000003"]  # two intact ones, as keep_last says
+
+
 def test_every_checkpoint_corrupt_raises_no_valid_checkpoint(tmp_path: Path) -> None:
     save_steps(tmp_path, [0])
     (tmp_path / "ckpt-000000000001" / "rank-00000.pt").write_bytes(b"garbage")
@@ -108,6 +120,30 @@ def test_same_step_saved_again_replaces_the_old_one(tmp_path: Path) -> None:
     with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
         ckpt.save(make_state(fill=7.0)[0], 2)
     steps, model, _ = restore(tmp_path)
+    assert steps == 3
+    assert torch.equal(model.weight, torch.full((3, 4), 7.0))
+
+
+def test_a_replacement_cut_short_between_its_two_renames_keeps_the_new_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # where the filesystem cannot swap two folders at once, the old checkpoint of the step goes to the trash, then the
+    # new one is renamed into place: a kill in between leaves the new one complete, manifest and all, in staging
+    save_steps(tmp_path, [2])
+    monkeypatch.setattr(storage, "_exchange", lambda first, second: False)
+    rename = os.rename
+
+    def killed_before_the_second(source: str, target: str) -> None:
+        if os.path.basename(source).startswith(storage.STAGING_PREFIX):
+            raise OSError("the writer was killed here")
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", killed_before_the_second)
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        with pytest.raises(spotrun.CheckpointError, match="killed"):
+            ckpt.save(make_state(fill=7.0)[0], 2)
+    monkeypatch.undo()
+    steps, model, _ = restore(tmp_path)  # which removed the staging and trash folders: both copies, before
     assert steps == 3
     assert torch.equal(model.weight, torch.full((3, 4), 7.0))
 
@@ -178,6 +214,19 @@ def test_location_defaults_to_the_agent_environment(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SPOTRUN_CHECKPOINT_DIR", str(tmp_path / "from-env"))
     with spotrun.Checkpointer(signals=()) as ckpt:
         assert ckpt.root == str(tmp_path / "from-env")
+
+
+def test_a_local_path_with_double_colons_is_a_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fsspec takes "::" for the joint of a chained URL: both runs went to tmp_path/"lr", one over the other
+    save_steps(tmp_path / "lr::0.1", [0])
+    save_steps(tmp_path / "lr::0.2", [1, 2])
+    assert folders(tmp_path) == ["lr::0.1", "lr::0.2"]
+    assert restore(tmp_path / "lr::0.1")[0] == 1
+    assert spotrun.load_checkpoint(tmp_path / "lr::0.2").steps == 3
+    monkeypatch.chdir(tmp_path)
+    save_steps(Path("relative::run"), [4])  # a relative one too
+    assert folders(tmp_path / "relative::run") == ["ckpt-000000000005"]
+    assert type(storage.url_to_fs(f"simplecache::file://{tmp_path}")[0]).__name__ == "SimpleCacheFileSystem"
 
 
 def test_restores_rng_states(tmp_path: Path) -> None:

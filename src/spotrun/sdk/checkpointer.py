@@ -119,6 +119,7 @@ class Checkpointer:
         self._inflight: Future[None] | None = None
         self._previous: _Snapshot | None = None
         self._last_saved: int | None = None
+        self._skipped: set[int] = set()  # the steps of checkpoints restore skipped as damaged
         self._last_save_time = time.monotonic()
         self._deferred = False
         self._stop_held = False  # a stop waiting for the optimizer's step (``step``)
@@ -157,6 +158,8 @@ class Checkpointer:
         and nothing in the folder is deleted."""
         _require_training_state(state)
         self.wait()
+        if self.rank == 0:
+            self.store.finish_commits()
         candidates = self._ranks.broadcast_from_first(
             list(reversed(self.store.candidates())) if self.rank == 0 else None
         )
@@ -167,6 +170,7 @@ class Checkpointer:
             if any(misfits):
                 raise IncompatibleCheckpoint(f"{path}: {misfit or next(filter(None, misfits))}")
             if any(failures):
+                self._skipped.add(steps_done)
                 rejected += [reason for reason in dict.fromkeys(failures) if reason]
                 log.warning("skipping checkpoint %s", rejected[-1])
                 continue
@@ -247,12 +251,13 @@ class Checkpointer:
             self._raise_failed_save()
 
     def close(self) -> None:
-        """Flush the save in flight and stop the writer thread."""
+        """Flush the save in flight, stop the writer thread and let another writer have the folder."""
         try:
             self.wait()
         finally:
             self._executor.shutdown(wait=True)
             self._previous = None
+            self.store.release()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -328,7 +333,7 @@ class Checkpointer:
         """The save protocol, in the writer thread, on every rank: rank 0 prepares the folder; each rank
         writes its files; rank 0 commits once all have reported; all learn the outcome."""
         steps = snapshot.steps_done
-        error = _attempt(self.store.prepare, steps)[1] if self.rank == 0 else None
+        error = _attempt(self._prepare, steps)[1] if self.rank == 0 else None
         self._ranks.barrier()
         if error is None:
             files, error = _attempt(self._write_own_files, snapshot)
@@ -343,6 +348,11 @@ class Checkpointer:
         if outcome:
             raise CheckpointError(f"checkpoint of {steps} steps not committed: {'; '.join(outcome)}")
         log.debug("committed %s", self.store.path(steps))
+
+    def _prepare(self, steps: int) -> str:
+        """Rank 0: the staging folder of ``steps``, once this Checkpointer is the folder's one writer (``writerlock``)."""
+        self.store.claim()
+        return self.store.prepare(steps)
 
     def _write_own_files(self, snapshot: _Snapshot) -> dict[str, dict[str, Any]]:
         payloads: dict[str, Any] = {rank_file(self.rank): snapshot.own}
@@ -407,6 +417,7 @@ class Checkpointer:
         returns once the new checkpoint is durable, not once a gigabyte of old files is deleted (``close``
         still waits for it)."""
         self.store.commit(self.store.staging_path(steps), steps, manifest)
+        self._skipped.discard(steps)  # replaced by this one
         if self.keep_last is not None:
             try:
                 self._executor.submit(self._prune_quietly, steps)
@@ -421,7 +432,7 @@ class Checkpointer:
 
     def _prune(self, newest: int) -> None:
         assert self.keep_last is not None
-        self.store.prune(newest, self.keep_last)
+        self.store.prune(newest, self.keep_last, skipped=self._skipped)
 
     # -- restoring ----------------------------------------------------------------------------------------
 

@@ -14,13 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
     CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, no_valid_checkpoint,
 )
-from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
+from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store, url_to_fs
 
 
 SHARED_FILE = layout.SHARED_FILE
@@ -117,7 +115,7 @@ def load_checkpoint(
     location = os.fspath(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV, ""))
     if not location:
         raise CheckpointError(f"no checkpoint location: give one, or set {CHECKPOINT_DIR_ENV}")
-    fs, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+    fs, root = url_to_fs(location, storage_options)
     if not fs.isdir(root):
         raise CheckpointError(f"{location}: no such checkpoint folder")
     store = open_store(location, storage_options)

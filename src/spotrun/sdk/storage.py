@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import errno
 import io
+import logging
 import os
 import shutil
 import uuid
@@ -23,6 +24,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from spotrun import libc
 from spotrun.sdk import directio, layout, parts, ranges, tensorfile, threads
+from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.writerlock import WriterLock
 
 STAGING_PREFIX = ".staging-"
 TRASH_PREFIX = ".trash-"
@@ -30,6 +33,8 @@ HASH_IN_PARALLEL_BYTES = 1 << 20  # smaller chunks are hashed inline: a thread h
 WRITE_CHUNK = 16 << 20  # a large write goes out in pieces, each handed to the disk as soon as it is written
 
 Serializer = Callable[[BinaryIO], None]
+log = logging.getLogger(__name__)
+
 CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
 DEFAULT_LOCATION = "checkpoints"
 
@@ -160,14 +165,25 @@ class CheckpointStore:
         if self.fs.exists(path):
             layout.remove_folder(self.fs, path)
 
+    def claim(self) -> None:
+        """Make this store the folder's one writer, or raise CheckpointError naming the writer that is. Not on an
+        object store, which offers no lock that a writer killed with its machine would not leave behind (``writerlock``)."""
+
+    def release(self) -> None:
+        """Give up the claim: another writer may save to the folder now."""
+
     def clean_staging(self) -> None:
         """Leftovers of saves that died half-way; an object store has none outside the checkpoint folders."""
 
-    def prune(self, newest: int, keep_last: int, also_keep: Iterable[int] = ()) -> None:
+    def finish_commits(self) -> None:
+        """Put in place the saves that died while being committed, complete; an object store commits in one write."""
+
+    def prune(self, newest: int, keep_last: int, also_keep: Iterable[int] = (), skipped: Iterable[int] = ()) -> None:
         """Keep the ``keep_last`` newest committed checkpoints up to ``newest`` (and those of ``also_keep``);
         remove every other checkpoint folder (older ones, half-written ones, and any from an abandoned later
-        timeline)."""
-        older = [step for step, _ in self.committed() if step < newest]
+        timeline: newer ones, and the ``skipped`` ones a restore found damaged, which do not count as kept)."""
+        damaged = set(skipped)
+        older = [step for step, _ in self.committed() if step < newest and step not in damaged]
         keep = {newest, *older[::-1][: keep_last - 1], *(step for step in also_keep if step < newest)}
         for step, path in self.checkpoint_folders():
             if step not in keep:
@@ -177,6 +193,21 @@ class CheckpointStore:
 
 class LocalStore(CheckpointStore):
     """A local (or mounted) disk: stage in a hidden folder, fsync files and folders, rename into place."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str) -> None:
+        super().__init__(fs, root)
+        self._writer = WriterLock(self.root)
+
+    def claim(self) -> None:
+        if not self._writer.acquire():
+            raise CheckpointError(
+                f"{self.root}: another Checkpointer (of another process, or not closed in this one) is saving "
+                "checkpoints to this folder; two writers would commit each other's half-written files and remove each "
+                "other's checkpoints: stop that one, or give this run a location of its own"
+            )
+
+    def release(self) -> None:
+        self._writer.release()
 
     def staging_path(self, step: int) -> str:
         return f"{self.root}/{STAGING_PREFIX}{layout.checkpoint_name(step)}"
@@ -239,13 +270,45 @@ class LocalStore(CheckpointStore):
         shutil.rmtree(trash, ignore_errors=True)
 
     def clean_staging(self) -> None:
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
+        """Leftovers of saves that died half-way (see ``finish_commits`` for those that were complete); none while
+        another writer holds the folder (its save may be in flight)."""
+        self._unless_another_writer(self._remove_leftovers)
+
+    def finish_commits(self) -> None:
+        """A staging folder with a manifest where its checkpoint's folder is missing is a replacement cut short
+        between its two renames (``commit`` on a filesystem that cannot swap folders): it is renamed into place."""
+        self._unless_another_writer(self._finish_cut_commits)
+
+    def _unless_another_writer(self, action: Callable[[], None]) -> None:
+        if self._writer.held:
+            action()
             return
-        for name in names:
+        try:
+            free = self._writer.acquire()
+        except OSError:  # no folder, or one this process may not write to: nothing it could change either
+            return
+        if not free:
+            log.info("%s: another writer is saving here; its staging folders are left alone", self.root)
+            return
+        try:
+            action()
+        finally:
+            self._writer.release()
+
+    def _remove_leftovers(self) -> None:
+        self._finish_cut_commits()
+        for name in _names_in(self.root):
             if name.startswith((STAGING_PREFIX, TRASH_PREFIX)):
                 shutil.rmtree(f"{self.root}/{name}", ignore_errors=True)
+
+    def _finish_cut_commits(self) -> None:
+        for name in _names_in(self.root):
+            final = f"{self.root}/{name.removeprefix(STAGING_PREFIX)}"
+            if not name.startswith(STAGING_PREFIX) or layout.parse_step(final) is None or os.path.exists(final):
+                continue
+            if layout.read_manifest(self.fs, f"{self.root}/{name}") is not None:
+                os.rename(f"{self.root}/{name}", final)
+                _fsync_dir(self.root)
 
     def _trash_path(self, path: str) -> str:
         return f"{self.root}/{TRASH_PREFIX}{os.path.basename(path)}-{uuid.uuid4().hex[:8]}"
@@ -369,6 +432,13 @@ def _exchange(first: str, second: str) -> bool:
     raise OSError(code, os.strerror(code), second)
 
 
+def _names_in(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -387,10 +457,25 @@ def open_store(
     if not location:
         raise ValueError("checkpoint location is empty: give a path or URL, or set SPOTRUN_CHECKPOINT_DIR")
     if fs is None:
-        fs, root = fsspec.core.url_to_fs(location, **(storage_options or {}))
+        fs, root = url_to_fs(location, storage_options)
     else:
         root = fs._strip_protocol(location)
     if isinstance(fs, LocalFileSystem):
         os.makedirs(root, exist_ok=True)
         return LocalStore(fs, root)
     return CheckpointStore(fs, root)
+
+
+def url_to_fs(location: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and path of a local path or URL, as ``fsspec.core.url_to_fs``, except that a local path with
+    ``::`` in it (``runs/lr::0.1``) stays that path: fsspec takes ``::`` for the joint of a chained URL
+    (``simplecache::s3://bucket/run``) and would put the checkpoints in ``runs/lr``, another run's folder maybe."""
+    if "::" in location and not _names_filesystem(location.split("::", 1)[0]):
+        fs = fsspec.filesystem("file", **(storage_options or {}))
+        return fs, fs._strip_protocol(location)
+    return fsspec.core.url_to_fs(location, **(storage_options or {}))
+
+
+def _names_filesystem(link: str) -> bool:
+    """Whether the first link of a chained URL names a filesystem (``s3://bucket``, ``simplecache``)."""
+    return "://" in link or link in fsspec.available_protocols()

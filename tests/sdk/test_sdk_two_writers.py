@@ -1,0 +1,173 @@
+"""Two Checkpointers on one folder (a script started twice, an old attempt still saving while a new one starts):
+the second writer is refused, clearly, and neither its saves nor its restore damage the first one's checkpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import spotrun
+from spotrun.sdk import CheckpointError, layout
+
+HOLDER = """
+import sys, time, torch, spotrun
+ckpt = spotrun.Checkpointer(sys.argv[1], signals=())
+ckpt.save(spotrun.torch_state(model=torch.nn.Linear(4, 3)), 0)
+print("saved", flush=True)
+time.sleep(120)
+"""
+
+
+def make_state(fill: float) -> tuple[spotrun.TrainingState, torch.nn.Module]:
+    model = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(fill)
+    return spotrun.torch_state(model=model), model
+
+
+def restored(root: Path) -> tuple[int | None, torch.nn.Module]:
+    state, model = make_state(0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a committed but damaged checkpoint would be skipped with a warning
+        with spotrun.Checkpointer(root, signals=()) as ckpt:
+            return ckpt.restore(state), model
+
+
+def assert_every_committed_checkpoint_intact(root: Path) -> None:
+    fs = spotrun.Checkpointer(root, signals=()).fs
+    for _, path in layout.list_committed(fs, str(root)):
+        layout.read_verified(fs, path)
+
+
+def pause_after_first_file(ckpt: spotrun.Checkpointer, paused: threading.Event, resume: threading.Event) -> None:
+    """Hold ``ckpt``'s save once its first payload file is written, until ``resume``."""
+    write_payload = ckpt.store.write_payload
+
+    def written_then_paused(staging: str, name: str, serialize: Callable[..., None]) -> dict[str, Any]:
+        entry = write_payload(staging, name, serialize)
+        if not paused.is_set():
+            paused.set()
+            assert resume.wait(30)
+        return entry
+
+    ckpt.store.write_payload = written_then_paused  # type: ignore[method-assign]
+
+
+def in_thread(action: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as error:  # noqa: BLE001  (reported to the test)
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def test_a_second_writer_saving_the_same_step_cannot_damage_the_committed_checkpoint(tmp_path: Path) -> None:
+    first = spotrun.Checkpointer(tmp_path, signals=())
+    second = spotrun.Checkpointer(tmp_path, signals=())
+    second_paused, first_committed = threading.Event(), threading.Event()
+    pause_after_first_file(second, second_paused, first_committed)
+    commit = first.store.commit
+    started: list[tuple[threading.Thread, list[BaseException]]] = []
+
+    def commit_while_the_second_writes(staging: str, step: int, manifest: dict[str, Any]) -> None:
+        # the second writer prepares the same step's staging folder and writes into it while the first commits
+        started.append(in_thread(lambda: second.save(make_state(2.0)[0], 4)))
+        deadline = time.monotonic() + 30
+        while not second_paused.is_set() and started[0][0].is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        commit(staging, step, manifest)
+        first_committed.set()
+
+    first.store.commit = commit_while_the_second_writes  # type: ignore[method-assign]
+    first.save(make_state(1.0)[0], 4)
+    first.close()
+    thread, errors = started[0]
+    thread.join(30)
+    second.close()
+
+    assert errors and isinstance(errors[0], CheckpointError)  # the second writer's save failed, and said so
+    assert_every_committed_checkpoint_intact(tmp_path)
+    steps, model = restored(tmp_path)
+    assert steps == 5 and torch.equal(model.weight, torch.full((3, 4), 1.0))
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path: Path) -> None:
+    with spotrun.Checkpointer(tmp_path, signals=()) as first:
+        first.save(make_state(1.0)[0], 9)
+        second = spotrun.Checkpointer(tmp_path, signals=(), keep_last=1)
+        with pytest.raises(CheckpointError, match="another Checkpointer .* is saving checkpoints to this folder"):
+            second.save(make_state(2.0)[0], 0)  # would also have pruned the first one's newer checkpoint
+    assert restored(tmp_path)[0] == 10
+    second.save(make_state(2.0)[0], 0)  # the first one has closed: the folder is free
+    second.close()
+    assert restored(tmp_path)[0] == 1
+
+
+def test_a_writer_killed_with_sigkill_leaves_no_lock_behind(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "saved"
+        with spotrun.Checkpointer(tmp_path, signals=()) as second:
+            with pytest.raises(CheckpointError, match="is saving checkpoints to this folder"):
+                second.save(make_state(2.0)[0], 4)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(30)
+        with spotrun.Checkpointer(tmp_path, signals=()) as second:
+            second.save(make_state(2.0)[0], 4)
+    finally:
+        holder.kill()
+        holder.wait(30)
+    steps, model = restored(tmp_path)
+    assert steps == 5 and torch.equal(model.weight, torch.full((3, 4), 2.0))
+
+
+def test_a_restore_does_not_remove_another_writers_save_in_flight(tmp_path: Path) -> None:
+    first = spotrun.Checkpointer(tmp_path, signals=())
+    first.save(make_state(1.0)[0], 0)
+    paused, resume = threading.Event(), threading.Event()
+    pause_after_first_file(first, paused, resume)
+    first.save(make_state(2.0)[0], 1, wait=False)
+    assert paused.wait(30)
+    try:
+        with spotrun.Checkpointer(tmp_path, signals=()) as reader:  # e.g. a new attempt started too early
+            assert reader.restore(make_state(0.0)[0]) == 1
+    finally:
+        resume.set()
+    first.close()  # raises CheckpointError if the restore removed its staging folder
+    steps, model = restored(tmp_path)
+    assert steps == 2 and torch.equal(model.weight, torch.full((3, 4), 2.0))
+
+
+def test_a_forked_child_does_not_keep_the_folder_locked(tmp_path: Path) -> None:
+    first = spotrun.Checkpointer(tmp_path, signals=())
+    first.save(make_state(1.0)[0], 0)
+    child = os.fork()  # a DataLoader worker, say, which may outlive its parent for a while
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        first.close()
+        with spotrun.Checkpointer(tmp_path, signals=()) as second:
+            second.save(make_state(2.0)[0], 1)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert restored(tmp_path)[0] == 2
