@@ -62,31 +62,33 @@ class Debug(L.Callback):
     def on_validation_end(self, trainer, m):
         if E("DEBUG"): print("val end", trainer.global_step, __import__("hashlib").md5(torch.random.get_rng_state().numpy().tobytes()).hexdigest()[:6], flush=True)
 
-class Notice(L.Callback):
+class Notice(L.Callback):  # under torchrun, only rank 1 gets the notice
     batches = 0; vbatches = 0
     def on_train_batch_end(self, trainer, *_):
         Notice.batches += 1
-        if Notice.batches == int(E("NOTICE_AT_BATCH", "-1")):
+        if Notice.batches == int(E("NOTICE_AT_BATCH", "-1")) and E("RANK", "1") == "1":
             os.kill(os.getpid(), signal.SIGTERM)
     def on_validation_batch_end(self, trainer, *_):
         Notice.vbatches += 1
         if Notice.vbatches == int(E("NOTICE_AT_VBATCH", "-1")):
             os.kill(os.getpid(), signal.SIGTERM)
 
+world, rank = int(E("WORLD_SIZE", "1")), int(E("RANK", "0"))  # under torchrun: DDP over gloo
 L.seed_everything(7, verbose=False)
 model = Net()
 n = int(E("N", "400"))
 if E("PLAIN"):
     loader = DataLoader(digits(n), batch_size=32, shuffle=True)
 else:
-    loader = spotrun.ResumableLoader(digits(n), batch_size=32, seed=7, drop_last=E("DROP_LAST") == "1",
+    loader = spotrun.ResumableLoader(digits(n), batch_size=32, seed=7, drop_last=E("DROP_LAST") == "1", world_size=world, rank=rank,
                                      num_workers=int(E("WORKERS", "0")), persistent_workers=E("PERSIST") == "1" and int(E("WORKERS", "0")) > 0)
 val = DataLoader(digits(100), batch_size=25, shuffle=E("VAL_SHUFFLE") == "1") if E("VAL") else None
 spot = spotrun.LightningCheckpoints(every_steps=int(E("SAVE_STEPS", "100000")), every_seconds=None)
 kw = {}
 if E("VCI"): kw["val_check_interval"] = int(E("VCI"))
 if E("MAX_EPOCHS"): kw["max_epochs"] = int(E("MAX_EPOCHS"))
-run = L.Trainer(max_steps=int(E("MAX_STEPS", "-1")), accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+kw.update(dict(strategy="ddp_find_unused_parameters_true", devices=world, num_nodes=1) if world > 1 else dict(devices=1))  # head2: MANUAL only
+run = L.Trainer(max_steps=int(E("MAX_STEPS", "-1")), accelerator="cpu", logger=False, enable_checkpointing=False,
                 enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                 accumulate_grad_batches=int(E("ACC", "1")), callbacks=[Debug(), Notice(), spot], **kw)
 start = spot.resume_from()
@@ -94,3 +96,5 @@ print(f"starting from {start or 'scratch'}", flush=True)
 run.fit(model, loader, val, ckpt_path=start)
 spot.exit_if_stopped()
 print(f"weights sha256: {spotrun.weights_sha256(model.state_dict())} at {run.global_step} epoch {run.current_epoch}", flush=True)
+if world > 1:  # gloo on CPU may abort a rank in the interpreter's exit after a run (the note in sdk/hf_trainer.py)
+    os._exit(0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -251,3 +252,70 @@ def test_a_save_before_a_validation_waits_for_its_end_and_a_notices_is_made_agai
     assert saved == [2, 3] and trainer.should_stop
     spot.on_validation_end(trainer, None)
     assert saved == [2, 3, 3]
+
+
+def test_a_notice_skips_the_validation_lightning_adds_before_an_early_stop_and_keeps_a_scheduled_one(tmp_path):
+    """Lightning validates once more when should_stop ends a run early: at a notice, its checkpoint committed, that
+    validation (which the uninterrupted run never makes at that step) spent the notice's grace before the exit. A
+    validation the schedule runs there is kept: the save is made again after it."""
+    from spotrun.sdk.preemption import PreemptionFlag
+
+    flag = PreemptionFlag()
+    spot = LightningCheckpoints(tmp_path / "store", every_steps=2, every_seconds=None, signals=(), flag=flag)
+    saved: list[int] = []
+    spot._save = lambda trainer, step: saved.append(step)  # type: ignore[method-assign]
+    trainer = _trainer_about_to_validate([False, False])
+    epoch_loop = trainer.fit_loop.epoch_loop
+    spot._seen_step = spot._saved_step = 0
+    trainer.global_step = 2  # a periodic save, no notice: the run goes on as Lightning has it
+    spot.on_train_batch_end(trainer, None, None, None, 1)
+    assert saved == [2] and not trainer.should_stop and not epoch_loop._skip_next_val
+    trainer.global_step = 3
+    flag.request()
+    spot.on_train_batch_end(trainer, None, None, None, 2)
+    assert saved == [2, 3] and trainer.should_stop and epoch_loop._skip_next_val
+
+    scheduled = _trainer_about_to_validate([True])
+    spot._seen_step = spot._saved_step = 3
+    scheduled.global_step = 4
+    spot.on_train_batch_end(scheduled, None, None, None, 3)
+    assert saved == [2, 3, 4] and scheduled.should_stop and not scheduled.fit_loop.epoch_loop._skip_next_val
+
+
+def test_every_steps_counts_lightnings_optimizer_steps_when_a_batch_takes_several(tmp_path):
+    """Manual optimization with two optimizers: global_step (what max_steps counts and checkpoints are named by)
+    goes 2, 4, 6, ... a batch, and `step % every_steps` stepped over an odd every_steps: saved every 10 steps for 5."""
+    spot = LightningCheckpoints(tmp_path / "store", every_steps=5, every_seconds=None, signals=())
+    saved: list[int] = []
+    spot._save = lambda trainer, step: saved.append(step)  # type: ignore[method-assign]
+    trainer = _trainer_about_to_validate([False] * 10)
+    spot._seen_step = spot._saved_step = 0
+    for batch in range(10):
+        trainer.global_step = 2 * (batch + 1)
+        spot.on_train_batch_end(trainer, None, None, None, batch)
+    assert saved == [6, 10, 16, 20]  # at the first batch that reaches each multiple of 5
+
+
+OPTIONS_TRAINER = Path(__file__).with_name("sdk_lightning_options_trainer.py")
+
+
+@pytest.mark.soak  # ~20 s: two real runs of the rule tested just above
+def test_two_optimizers_under_manual_optimization_save_every_so_many_steps_and_resume_exactly(tmp_path):
+    def run(name: str) -> subprocess.CompletedProcess:
+        environment = {**os.environ, "SPOTRUN_CHECKPOINT_DIR": str(tmp_path / name), "OMP_NUM_THREADS": "1",
+                       "MANUAL": "1", "MAX_STEPS": "14", "SAVE_STEPS": "5"}
+        return subprocess.run([sys.executable, str(OPTIONS_TRAINER)], env=environment, capture_output=True, text=True,
+                              timeout=240)
+
+    def final_weights(result: subprocess.CompletedProcess) -> str:
+        found = re.findall(r"weights sha256: (\w+) at 14 ", result.stdout)
+        assert found, result.stdout[-2000:] + result.stderr[-3000:]
+        return found[0]
+
+    reference = final_weights(run("store"))  # 7 batches of two optimizer steps each
+    store = tmp_path / "store"
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(6), checkpoint_name(10)]
+    shutil.rmtree(store / checkpoint_name(10))  # as if preempted before step 10's save: resumed at step 6
+    resumed = run("store")
+    assert f"starting from {store / checkpoint_name(6) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
+    assert final_weights(resumed) == reference

@@ -13,17 +13,20 @@ spot.exit_if_stopped()                               # after a notice: saved, ex
 
 The Trainer writes its checkpoint (weights, optimizer, scheduler, RNG states, its own state) into
 ``args.output_dir/checkpoint-<step>/`` without fsync, in place: a save killed half-way leaves a folder the Trainer
-would resume from. So each one, once written (``on_save``), is committed into the store as spotrun's checkpoints
-are (``layout``): the files moved to a staging folder, checksummed and fsynced, a manifest written last and the
-folder renamed into place as ``ckpt-<step>``; the agent then backs it up with the others. ``resume_from`` verifies
-every file of the newest one against its manifest and falls back past a damaged one. The Trainer restores the
-RNG states and skips the batches of the epoch already trained, so a run resumes exactly, except where fetching a
-batch draws random numbers (augmentation in ``__getitem__``, a masking collator such as
-``DataCollatorForLanguageModeling``): resuming mid-epoch, the Trainer restores the RNGs only after it has fetched
-the first batches, so those draws differ (a transformers limitation; resumes at an epoch's start are exact). A save
-asked at an epoch's last step is made after the epoch's evaluation (``eval_strategy="epoch"``), which draws from
-the RNGs the checkpoint holds; at a notice, also before it. With ``load_best_model_at_end``, the best checkpoint is
-kept in the store besides the ``keep_last`` newest, and a resume on another machine finds it there.
+would resume from. So each one, once written (``on_save``), is committed into the store as spotrun's checkpoints are
+(``layout``): the files moved to a staging folder, checksummed and fsynced, a manifest written last and the folder
+renamed into place as ``ckpt-<step>``; the agent then backs it up with the others. ``resume_from`` verifies every
+file of the newest one against its manifest and falls back past a damaged one. The Trainer restores the RNG states
+and skips the batches of the epoch already trained, so a run resumes exactly, except where fetching a batch draws
+random numbers (augmentation in ``__getitem__``, a masking collator such as ``DataCollatorForLanguageModeling``):
+resuming mid-epoch, the Trainer restores the RNGs only after it has fetched the first batches, so those draws differ
+(a transformers limitation; resumes at an epoch's start are exact). Such a resume warns (``CheckpointWarning``)
+where the collator is one of transformers' masking ones (``DataCollatorForLanguageModeling`` with ``mlm``,
+``DataCollatorForPermutationLanguageModeling``); draws in a dataset's ``__getitem__`` or in a collator of one's own
+cannot be seen from here, and go unwarned. A save asked at an epoch's last step is made after the epoch's evaluation
+(``eval_strategy="epoch"``), which draws from the RNGs the checkpoint holds; at a notice, also before it. With
+``load_best_model_at_end``, the best checkpoint is kept in the store besides the ``keep_last`` newest, and a resume
+on another machine finds it there.
 
 Saves happen when the Trainer's own ``save_strategy`` asks, every ``every_seconds`` (default 300), and at a
 preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of the step.
@@ -44,15 +47,23 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorForPermutationLanguageModeling,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from spotrun.sdk import distributed, foreign, layout
 from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
-from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.errors import CheckpointError, CheckpointWarning
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 
 log = logging.getLogger(__name__)
@@ -115,7 +126,10 @@ class TrainerCheckpoints(TrainerCallback):
 
     # -- the Trainer's events -------------------------------------------------------------------------------
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, train_dataloader: Any = None,
+        **_: Any,
+    ) -> None:
         if args.save_only_model:
             raise ValueError(
                 "TrainingArguments(save_only_model=True) saves no optimizer, scheduler or RNG state: a preempted run "
@@ -132,6 +146,8 @@ class TrainerCheckpoints(TrainerCallback):
         self._last_save = time.monotonic()
         if args.load_best_model_at_end and self._resumed is not None:
             self._find_best_in_store(state)
+        if self._resumed is not None and not args.ignore_data_skip and not _at_epoch_end(state):
+            _warn_of_random_batches(train_dataloader, state.global_step)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         due = self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
@@ -225,6 +241,23 @@ def _step_of(checkpoint: str | None) -> int | None:
         if name.startswith(prefix) and name[len(prefix):].isdigit():
             return int(name[len(prefix):])
     return None
+
+
+def _warn_of_random_batches(loader: Any, step: int) -> None:
+    """A mid-epoch resume is inexact when fetching a batch draws random numbers: the Trainer restores the RNG states
+    only after fetching its first batches (and a collator's own generator is in no checkpoint). Of what draws, only
+    transformers' masking collators are known here; a dataset's ``__getitem__`` or a collator of the user's may too."""
+    collator = getattr(loader, "collate_fn", None)
+    collator = getattr(collator, "data_collator", collator)  # inside the Trainer's RemoveColumnsCollator
+    masks = isinstance(collator, DataCollatorForLanguageModeling) and collator.mlm
+    if masks or isinstance(collator, DataCollatorForPermutationLanguageModeling):
+        warnings.warn(
+            f"resuming mid-epoch (step {step}) with {type(collator).__name__}, which draws random numbers for every "
+            "batch: the Trainer restores the RNG states only after fetching the first batches, so the masks from here "
+            "on differ from an uninterrupted run's, and so will the weights (a transformers limitation)",
+            CheckpointWarning,
+            stacklevel=2,
+        )
 
 
 def _at_epoch_end(state: TrainerState) -> bool:

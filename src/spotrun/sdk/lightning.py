@@ -20,11 +20,16 @@ streams, ranks seeded apart included. A resumed run ends with the weights of an 
 
 Each save goes through ``trainer.save_checkpoint`` into a staging folder and is committed as spotrun's checkpoints
 are (``foreign``): fsynced, checksummed, a manifest written last, renamed into place as ``ckpt-<step>``; the agent
-backs it up. Saves happen every ``every_steps`` optimizer steps, every ``every_seconds`` of wall time (default
-300), and at a preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of that step. Lightning
-would answer SIGTERM by raising out of ``fit`` after the step (``SIGTERMException``); while training, this
-callback holds the signals instead and gives them back at the end. Under DDP every rank agrees each step whether to
-save or stop (one all_reduce) and learns whether rank 0's commit worked.
+backs it up. Saves happen every ``every_steps`` optimizer steps, every ``every_seconds`` of wall time (default 300),
+and at a preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of that step, without the
+validation Lightning runs before an early stop (one the schedule runs there is kept). A step is Lightning's
+optimizer step, the one ``trainer.global_step`` and ``max_steps`` count and a checkpoint is named by
+(``ckpt-<step>``, resumed at that ``global_step``): under manual optimization each optimizer's ``step()`` is one, so
+a batch that steps two optimizers takes two, and ``every_steps=10`` saves every 5 batches; a save is made at the end
+of the first batch that reaches each multiple of ``every_steps``. Lightning would answer SIGTERM by raising out of
+``fit`` after the step (``SIGTERMException``); while training, this callback holds the signals instead and gives
+them back at the end. Under DDP every rank agrees each step whether to save or stop (one all_reduce) and learns
+whether rank 0's commit worked.
 """
 
 from __future__ import annotations
@@ -132,12 +137,12 @@ class LightningCheckpoints(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
     ) -> None:
-        step = trainer.global_step
-        stepped, self._seen_step = step != self._seen_step, step
+        step, before = trainer.global_step, self._seen_step
+        self._seen_step = step
         held, self._after_validation = self._after_validation is not None, None  # no validation came: save now
-        if not held and (not stepped or step == self._saved_step):
+        if not held and (step == before or step == self._saved_step):
             return  # gradients still accumulating (no optimizer step since the last batch), or saved at this step
-        due = held or (self.every_steps is not None and step % self.every_steps == 0) or (
+        due = held or (self.every_steps is not None and _reached_a_multiple(before, step, self.every_steps)) or (
             self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
         )
         stop, due = _any_rank(trainer, [self._flag.is_set, bool(due)])
@@ -156,6 +161,8 @@ class LightningCheckpoints(pl.Callback):
         if stop:
             trainer.should_stop = True
             self.should_stop = True
+            if self._after_validation is None:
+                _skip_the_validation_of_stopping(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._after_validation is None or trainer.sanity_checking:
@@ -216,6 +223,23 @@ def _validates_next(trainer: pl.Trainer) -> bool:
     if decide is None or fetcher is None or getattr(loop, "_skip_next_val", False):
         return False
     return bool(decide(fetcher))
+
+
+def _reached_a_multiple(before: int, step: int, every: int) -> bool:
+    """Whether the optimizer steps of this batch (after ``before``, up to ``step``) reach a multiple of ``every``. A
+    batch may take several: under manual optimization each optimizer's ``step()`` counts in ``global_step`` (and in
+    ``max_steps``), so batches stepping two optimizers go 2, 4, 6, ...: ``step % 5 == 0`` stepped over 5 and saved
+    every 10 steps."""
+    return step // every > before // every
+
+
+def _skip_the_validation_of_stopping(trainer: pl.Trainer) -> None:
+    """Lightning validates once more when ``should_stop`` ends a run early (as ``EarlyStopping`` would want); at a
+    notice that validation, which the uninterrupted run does not make at this step, only spends the notice's grace
+    before the process can exit. Every rank skips it: the stop is agreed."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    if loop is not None and hasattr(loop, "_skip_next_val"):
+        loop._skip_next_val = True
 
 
 def _any_rank(trainer: pl.Trainer, flags: list[bool]) -> list[bool]:
