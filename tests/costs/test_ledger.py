@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spotrun.costs.ledger import attempt_cost, bill, format_bill
+from spotrun.costs.ledger import attempt_cost, bill, format_bill, format_dollars
 
 
 @dataclass
@@ -49,3 +49,14 @@ def test_the_seconds_of_the_bill_line_add_up():
     line = format_bill(bill([Held(ended_at=13.6, billed_seconds=13.6, charged_seconds=13.6),
                              Held(market="on-demand", ended_at=26.6, billed_seconds=26.6, charged_seconds=26.6)], 50.0))
     assert line.startswith("ran 40 s (14 s spot, 26 s on-demand)")
+
+
+@pytest.mark.parametrize(("amount", "shown"), [
+    (0.0, "$0.00"), (1_234.5, "$1,234.50"), (0.0042, "$0.0042"),
+    (-12.345, "-$12.35"),  # a negative saving read "$-12.3450"
+    (0.99996, "$1.00"),  # read "$1.0000": under a dollar before rounding, a dollar after
+    (0.99994, "$0.9999"), (-0.5, "-$0.5000"), (-0.00001, "$0.0000"),
+    (2.675, "$2.68"), (0.03125, "$0.0313"),  # halves away from zero, as the amounts print (2.675's float is under)
+])
+def test_dollars_read_with_the_sign_first_and_halves_rounded_away_from_zero(amount, shown):
+    assert format_dollars(amount) == shown

@@ -199,6 +199,7 @@ def server(
     """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
     import logging
 
+    from spotrun.server.daemon import InvalidSetting
     from spotrun.server.serve import CannotListen, serve
     from spotrun.state import Store
 
@@ -214,7 +215,7 @@ def server(
     try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
               run_controller=not no_controller, keep_logs=keep_seconds)
-    except CannotListen as problem:
+    except (CannotListen, InvalidSetting) as problem:
         raise _fail(str(problem)) from None
 
 

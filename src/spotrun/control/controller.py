@@ -13,8 +13,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import select, update
 
 from spotrun.control import rebalance, reclaims, records, repricing, spot_news
@@ -75,25 +76,31 @@ class ClaimLost(Exception):
     """This worker no longer holds the job's claim: another worker drives it."""
 
 
+# What the settings allow, checked where they are read from the environment (`server.daemon.settings_from_env`).
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+SecondsOrZero = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 @dataclass
 class ControllerSettings:
     controller_url: str
-    heartbeat_timeout: float = 30.0
-    boot_timeout: float = 120.0
-    launch_timeout: float = 300.0
-    unknown_timeout: float = 600.0  # describe failing and no heartbeat for this long: the instance is lost
-    agent_heartbeat_interval: float = 1.0
-    backoff_base: float = 5.0
-    backoff_max: float = 300.0
-    sweep_every_ticks: int = 20
-    claim_ttl: float = 30.0  # a worker's hold on a job; renewed every tick
-    reconsider_every: float = 60.0  # how often a running job's placement is put to its policy again
-    market_history: float = 14 * 86400.0  # seconds of other jobs' spot tries of the same instance type policies see
+    heartbeat_timeout: Seconds = 30.0
+    boot_timeout: Seconds = 120.0
+    launch_timeout: Seconds = 300.0
+    unknown_timeout: Seconds = 600.0  # describe failing and no heartbeat for this long: the instance is lost
+    agent_heartbeat_interval: Seconds = 1.0
+    backoff_base: SecondsOrZero = 5.0
+    backoff_max: SecondsOrZero = 300.0
+    sweep_every_ticks: Annotated[int, Field(ge=1)] = 20
+    claim_ttl: Seconds = 30.0  # a worker's hold on a job; renewed every tick
+    reconsider_every: SecondsOrZero = 60.0  # how often a running job's placement is put to its policy again
+    # seconds of other jobs' spot tries of the same instance type policies see
+    market_history: SecondsOrZero = 14 * 86400.0
     # ... and at most this many of them, the newest: a job waiting for spot is refused ~800 times a day, and every
     # placement reads the market's tries (a placement with 20,000: ~140 ms here, with 400,000: 2 s; benchmarks/
     # long_wait.py --market-tries). Jobs waiting together are refused about as often as one (they share what their
     # tries found), so that is about three weeks of the market (benchmarks/waiting_jobs.py).
-    market_history_tries: int = 20_000
+    market_history_tries: Annotated[int, Field(ge=0, le=2**31 - 1)] = 20_000
     # how each cloud charges for the seconds an instance is held, by provider name (`costs.billing`)
     billing_rules: Mapping[str, BillingRule] = field(default_factory=lambda: dict(CLOUD_RULES))
 

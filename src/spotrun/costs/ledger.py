@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
 
@@ -103,9 +104,19 @@ def format_bill(bill: JobBill) -> str:
     whole, spot = round(bill.seconds), round(bill.spot_seconds)
     return (
         f"ran {whole:,} s ({spot:,} s spot, {whole - spot:,} s on-demand): "
-        f"{_dollars(bill.cost)}; on-demand only: {_dollars(bill.on_demand_cost)}; saved {bill.saved_fraction:.0%}"
+        f"{format_dollars(bill.cost)}; on-demand only: {format_dollars(bill.on_demand_cost)}; "
+        f"saved {bill.saved_fraction:.0%}"
     )
 
 
-def _dollars(amount: float) -> str:
-    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.4f}"
+CENTS, TENTHS_OF_A_CENT = Decimal("0.01"), Decimal("0.0001")
+
+
+def format_dollars(amount: float) -> str:
+    """Cents from a dollar up, else tenths of a cent (prices per hour, short runs): "$1,234.50", "$0.0042", "-$12.35".
+    Rounded half away from zero from the amount as it prints (0.125 is 0.125, not the float under it), as the
+    dashboard's `dollars` rounds (format.js); the sign goes before the dollar sign, and none on what shows as zero."""
+    size = Decimal(repr(abs(amount)))
+    places = CENTS if amount == 0 or size.quantize(TENTHS_OF_A_CENT, ROUND_HALF_UP) >= 1 else TENTHS_OF_A_CENT
+    shown = size.quantize(places, ROUND_HALF_UP)
+    return f"{'-' if amount < 0 and shown else ''}${shown:,}"

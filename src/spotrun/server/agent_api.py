@@ -74,6 +74,7 @@ class Exit(BaseModel):
 
 
 JOB_PART_SERVED = "job_part_served"
+LATE_NOTICE = "late_preemption_notice"
 # How long after its attempt ended an agent's token is still taken: its last reports (the log's tail, the exit) may
 # arrive after the controller ended the attempt. Past it, the token is refused: it is in the instance's user data,
 # which the cloud keeps showing after the instance is gone. A heartbeat is always answered, with a stop.
@@ -113,6 +114,20 @@ def hand_out_job_part(session: Session, attempt_id: int, client: str | None, now
         )
     event.data = {"client": client, "handout": len(earlier) + 1}
     return part
+
+
+def record_late_notice(session: Session, attempt: Attempt, notice: Notice, now: float) -> None:
+    """A preemption notice for an attempt that has ended: an event, once, and nothing of the attempt changed. As its
+    notice, it came after its end, and the recovery measured from it (`fleet_totals.recoveries`) was shorter than it
+    was; whether its instance is left to the cloud was decided as it ended (`control.reclaims`)."""
+    told = session.scalar(select(Event.id).where(Event.attempt_id == attempt.id, Event.kind == LATE_NOTICE))
+    if told is None:
+        add_event(
+            session, at=now, kind=LATE_NOTICE, job_id=attempt.job_id, attempt_id=attempt.id,
+            message=f"attempt {attempt.number}: preemption notice from {notice.source} {now - attempt.ended_at:.0f} s "
+            "after the attempt ended; not kept as its notice",
+            data={"source": notice.source, "deadline": notice.deadline, "detail": notice.detail[:500]},
+        )
 
 
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
@@ -202,6 +217,9 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     def notice(body: Notice, attempt_id: int = Authorized) -> dict:
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
+            if attempt.ended_at is not None:
+                record_late_notice(session, attempt, body, clock.now())
+                return {"ok": True}
             # The first notice, or the cloud's after the agent's own (a SIGTERM) or the controller's stop to move:
             # what the cloud said decides whether its instance is left to it (`control.reclaims`).
             overtaken = attempt.notice_source not in CLOUD_NOTICE_SOURCES and body.source in CLOUD_NOTICE_SOURCES

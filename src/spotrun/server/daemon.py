@@ -20,9 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
+from typing import Annotated, Any, get_type_hints
 
 import psutil
 import uvicorn
+from pydantic import Field, HttpUrl, TypeAdapter, ValidationError
 
 from spotrun import config
 from spotrun.control import reclaims
@@ -40,19 +42,64 @@ LEASE_GIVE_UP = 300.0
 DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
 PORT_WAIT_SECONDS = 5.0  # how long a daemon waits for the port SPOTRUN_CONTROLLER_PORT sets to be given back
+AgentPort = Annotated[int, Field(ge=1, le=65535)]
 
 log = logging.getLogger("spotrun.daemon")
 
 
+class InvalidSetting(ValueError):
+    """A SPOTRUN_* variable the daemon reads holds a value it cannot use (the message names both, and what is allowed)."""
+
+
+def from_env(name: str, kind: Any) -> Any:
+    """Environment variable `name` as `kind` (a type with its bounds, which pydantic checks); None when unset or empty."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        return TypeAdapter(kind).validate_strings(text)
+    except ValidationError as invalid:
+        raise InvalidSetting(f"{name}={text!r} is refused: {invalid.errors()[0]['msg']}") from None
+
+
 def settings_from_env(url: str) -> ControllerSettings:
-    """ControllerSettings with any field overridden by SPOTRUN_<FIELD> (e.g. SPOTRUN_HEARTBEAT_TIMEOUT=10)."""
+    """ControllerSettings with any field overridden by SPOTRUN_<FIELD> (e.g. SPOTRUN_HEARTBEAT_TIMEOUT=10), within
+    the bounds its type sets (else InvalidSetting)."""
     overrides, defaults = {}, ControllerSettings(url)
+    kinds = get_type_hints(ControllerSettings, include_extras=True)
     for field in fields(ControllerSettings):
-        value = os.environ.get(f"SPOTRUN_{field.name.upper()}")
         default = getattr(defaults, field.name)
-        if value is not None and field.name != "controller_url" and isinstance(default, (int, float, str)):
-            overrides[field.name] = type(default)(value)
+        if field.name != "controller_url" and isinstance(default, (int, float, str)):
+            value = from_env(f"SPOTRUN_{field.name.upper()}", kinds[field.name])
+            if value is not None:
+                overrides[field.name] = value
     return ControllerSettings(controller_url=url, **overrides)
+
+
+def check_environment() -> None:
+    """InvalidSetting for the first SPOTRUN_* variable the daemon reads that it cannot use: checked at start, as
+    one found later failed every round, or stopped the daemon holding its lease."""
+    settings_from_env(url="")
+    from_env("SPOTRUN_CONTROLLER_PORT", AgentPort)
+    from_env("SPOTRUN_CONTROLLER_URL", HttpUrl)
+    _check_bind_address()
+
+
+def bind_address() -> str:
+    """The address the agent API listens on: $SPOTRUN_CONTROLLER_BIND, else loopback."""
+    return os.environ.get("SPOTRUN_CONTROLLER_BIND") or "127.0.0.1"
+
+
+def _check_bind_address() -> None:
+    """SPOTRUN_CONTROLLER_BIND is an address this machine can listen on (a socket bound to it, on any port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as trial:
+        try:
+            trial.bind((bind_address(), 0))
+        except OSError as error:
+            raise InvalidSetting(
+                f"SPOTRUN_CONTROLLER_BIND={bind_address()!r} is refused: it must be an IPv4 address (or name) of this "
+                f"machine to listen on ({error.strerror or error})"
+            ) from None
 
 
 class Daemon:
@@ -64,6 +111,7 @@ class Daemon:
         self._stop = threading.Event()
 
     def run(self) -> int:
+        check_environment()  # before the lease is taken
         if not self._take_lease(url=None):
             log.info("another controller holds the lease; nothing to do")
             return 0
@@ -222,9 +270,9 @@ def _bind_agent_socket(store: Store) -> socket.socket:
     with store.session() as session:
         row = session.get(Setting, PORT_SETTING)
         wanted = int(row.value) if row else 0
-    configured = os.environ.get("SPOTRUN_CONTROLLER_PORT")
-    wanted = int(configured or wanted)
-    host = os.environ.get("SPOTRUN_CONTROLLER_BIND", "127.0.0.1")
+    configured = from_env("SPOTRUN_CONTROLLER_PORT", AgentPort)
+    wanted = configured or wanted
+    host = bind_address()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -314,20 +362,36 @@ def _seconds(at_least: float, at_most: float = math.inf) -> Callable[[str], floa
     return parse
 
 
+def _option_or_env(given: float | None, name: str, default: str, parse: Callable[[str], float]) -> float:
+    """The option's value, else environment variable `name`'s (or `default`) as `parse` reads it (InvalidSetting)."""
+    if given is not None:
+        return given
+    text = os.environ.get(name) or default
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as problem:
+        raise InvalidSetting(f"{name}={text!r} is refused: {problem}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
+    tick_seconds = _seconds(at_least=config.MIN_TICK_SECONDS, at_most=config.MAX_TICK_SECONDS)
+    parser.add_argument("--tick-interval", type=tick_seconds, help="default: $SPOTRUN_TICK_INTERVAL, else 0.5")
     parser.add_argument(
-        "--tick-interval", type=_seconds(at_least=config.MIN_TICK_SECONDS, at_most=config.MAX_TICK_SECONDS),
-        default=os.environ.get("SPOTRUN_TICK_INTERVAL", "0.5"),
-    )
-    parser.add_argument(
-        "--idle-exit", type=_seconds(at_least=0.0), default=os.environ.get("SPOTRUN_IDLE_EXIT", "120"),
-        help="exit after this many seconds without live jobs (0: never)",
+        "--idle-exit", type=_seconds(at_least=0.0),
+        help="exit after this many seconds without live jobs (0: never; default: $SPOTRUN_IDLE_EXIT, else 120)",
     )
     args = parser.parse_args(argv)
+    try:
+        tick_interval = _option_or_env(args.tick_interval, "SPOTRUN_TICK_INTERVAL", "0.5", tick_seconds)
+        idle_exit = _option_or_env(args.idle_exit, "SPOTRUN_IDLE_EXIT", "120", _seconds(at_least=0.0))
+        check_environment()
+    except InvalidSetting as invalid:
+        print(f"{parser.prog}: {invalid}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    daemon = Daemon(Store(), tick_interval=args.tick_interval, idle_exit=args.idle_exit)
+    daemon = Daemon(Store(), tick_interval=tick_interval, idle_exit=idle_exit)
     signal.signal(signal.SIGTERM, daemon.stop)
     signal.signal(signal.SIGINT, daemon.stop)
     return daemon.run()

@@ -9,7 +9,7 @@ import threading
 import uvicorn
 
 from spotrun.server.app import create_app
-from spotrun.server.daemon import Daemon
+from spotrun.server.daemon import Daemon, settings_from_env
 from spotrun.server.log_pruner import LogPruner
 from spotrun.state import Store
 
@@ -25,7 +25,10 @@ def serve(
     run_controller: bool = True, keep_logs: float | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it). With `keep_logs`
-    (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`)."""
+    (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`). A controller
+    setting the environment gives that the controller cannot use is refused first (`daemon.InvalidSetting`)."""
+    if run_controller:
+        settings_from_env(url="")
     sock = _listen(host, port)
     url = url or public_url(host, sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="info", timeout_graceful_shutdown=3))

@@ -1,10 +1,14 @@
 // How numbers read on the dashboard; dollars as `spotrun cost` prints them.
 
+const ROUNDS_TO_A_DOLLAR = 0.99995; // the least amount that shows as $1.0000 in tenths of a cent
+
+// Cents from a dollar up, else tenths of a cent: "$1,234.50", "$0.0042", "-$12.35". Intl rounds half away from zero
+// from the amount as it prints (toFixed rounded the float under it: 2.675 read 2.67), as the CLI's format_dollars.
 export function dollars(amount) {
-  if (amount >= 1 || amount === 0) {
-    return "$" + amount.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-  }
-  return "$" + amount.toFixed(4);
+  const size = Math.abs(amount);
+  const places = amount === 0 || size >= ROUNDS_TO_A_DOLLAR ? 2 : 4;
+  const shown = size.toLocaleString("en-US", { minimumFractionDigits: places, maximumFractionDigits: places });
+  return (amount < 0 && /[1-9]/.test(shown) ? "-$" : "$") + shown;
 }
 
 export function percent(fraction) {
