@@ -12,9 +12,9 @@ from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.control.observe import Verdict
 from spotrun.control.states import JobState
 from spotrun.policy import Keep, Launch, Wait
-from spotrun.providers import LaunchInvalid
+from spotrun.providers import LaunchInvalid, QuotaExceeded
 from spotrun.server.views import attempt_views, job_row
-from spotrun.state import Event
+from spotrun.state import Event, Instance
 
 from memory_cloud import Crash  # noqa: E402  (tests/control is on sys.path via conftest)
 from world import DEADLINE_SPEC, SPEC, alive_for  # noqa: E402
@@ -139,6 +139,31 @@ def test_when_the_old_instance_is_taken_first_the_standby_takes_over_without_a_n
     assert first.end_reason == "preempted" and standby.ended_at is None
     job = world.job(job_id)
     assert job.preemptions == 1 and job.state == JobState.PROVISIONING
+    assert new("heartbeat", {})["hold"] is False
+    world.tick()
+    assert world.job(job_id).state == JobState.RUNNING and len(world.attempts(job_id)) == 2
+
+
+@pytest.mark.parametrize("agent_reported_first", [True, False])
+def test_an_instance_taken_while_it_stops_to_move_is_no_preemption_of_the_job(world, scripted, agent_reported_first):
+    """The job had already chosen to leave: the cloud's reclaim of the instance it was leaving ended it "migrated" when
+    the agent's report came first, but "preempted" when the instance was seen gone first, counted toward
+    preemptions_before_fallback (on-demand for the fallback window) by the race between the two."""
+    job_id, old = start_move(world, scripted)
+    new = world.agent(standby_instance(world, job_id))
+    new("started", {})
+    world.tick()
+    assert world.attempts(job_id)[0].state == "draining"
+    world.agent(old)("notice", {"source": "aws-imds"})
+    if agent_reported_first:
+        world.agent(old)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.cloud.reclaim(old)
+    world.tick()
+    first, standby = world.attempts(job_id)
+    assert first.end_reason == "migrated" and standby.ended_at is None
+    assert world.job(job_id).preemptions == 0
+    with world.store.session() as session:
+        assert session.get(Instance, old).reclaimed is True  # still billed, and news, as the cloud's reclaim
     assert new("heartbeat", {})["hold"] is False
     world.tick()
     assert world.job(job_id).state == JobState.RUNNING and len(world.attempts(job_id)) == 2
@@ -361,3 +386,31 @@ def test_a_standby_whose_launch_no_retry_mends_is_given_up_and_the_job_runs_on(w
     assert job.state == "RUNNING" and job.failure_reason is None
     assert first.state == "running" and world.agent(old)("heartbeat", {})["stop"] is None
     assert [i.instance_id for i in world.cloud.running()] == [old]
+
+
+@pytest.mark.parametrize("refusal", [QuotaExceeded("spot vCPU quota reached"), LaunchInvalid("no subnet in m-b")])
+def test_a_standby_refused_again_and_again_is_tried_less_and_less_often_there(world, scripted, monkeypatch, refusal):
+    """Refusals its policy is not told of (a quota, a launch no retry mends) were tried again at every reconsider,
+    60 s, for as long as the job ran: a launch call and an attempt row a minute."""
+    launch = world.cloud.launch
+
+    def refused_in_m_b(request):
+        if request.zone == "m-b":
+            raise refusal
+        return launch(request)
+
+    monkeypatch.setattr(world.cloud, "launch", refused_in_m_b)
+    job_id, old = start_move(world, scripted, target=("m-b", "spot"))
+    scripted.answer = Launch("m-b", "spot", "m-b again")
+    alive_for(world, old, 1800)
+    tries = [a.created_at for a in world.attempts(job_id) if a.standby_for is not None]
+    assert len(tries) <= 6, len(tries)  # not 31
+    for n, (refused, next_try) in enumerate(zip(tries, tries[1:])):
+        wait = 60.0 * 2**n  # reconsider_every (60 s), doubling
+        assert wait <= next_try - refused <= wait + 60 + 20, (n, next_try - refused)
+    assert world.attempts(job_id)[0].state == "running"
+
+    scripted.answer = Launch("m-c", "spot", "spot in m-c")  # another zone is not held back by m-b's refusals
+    alive_for(world, old, 61)
+    standby = world.attempts(job_id)[-1]
+    assert (standby.zone, standby.instance_id is not None, standby.ended_at) == ("m-c", True, None)

@@ -3,6 +3,8 @@ the cloud to take back, which AWS then charges nothing for (`control/reclaims.py
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from world import SPEC
@@ -382,3 +384,54 @@ def test_a_lost_instance_the_cloud_no_longer_lists_is_billed_to_its_last_sign_of
     [attempt, *_] = world.attempts(job_id)
     assert attempt.end_reason == "lost"
     assert attempt.ended_at == pytest.approx(last_heard) and attempt.billed_seconds < 1300
+
+
+def stamped_anew_by_terminate(world, monkeypatch) -> None:
+    """A cloud whose terminate of an instance that had already ended stamps a new end: EC2 terminating a stopped
+    instance writes "User initiated (<now>)" over the stop's time; Azure deleting a deallocated VM starts a new
+    provisioning state."""
+    real_terminate = world.cloud.terminate
+
+    def terminate(instance_id):
+        real_terminate(instance_id)
+        info = world.cloud.instances[instance_id]
+        world.cloud.instances[instance_id] = replace(info, terminated_at=world.clock.now())
+
+    monkeypatch.setattr(world.cloud, "terminate", terminate)
+
+
+def test_an_instance_the_cloud_ended_during_an_outage_is_billed_to_the_clouds_end(world, monkeypatch):
+    """The end was read after spotrun's own terminate: an instance the cloud had ended an hour before the controller
+    came back was billed the hour, to when spotrun terminated it."""
+    world.controller = world.new_controller(**PATIENT)
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 600)
+    world.cloud.reclaim(instance)  # as the controller is down
+    taken_at = world.clock.now()
+    stamped_anew_by_terminate(world, monkeypatch)
+    world.clock.advance(3600)
+    world.controller = world.new_controller(**PATIENT)
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "preempted"
+    assert attempt.ended_at == taken_at and attempt.billed_seconds == taken_at - attempt.started_at
+    assert instance_row(world, instance).terminated_at == taken_at
+
+
+@pytest.mark.parametrize("told", ["before its start", "after now"])
+def test_the_clouds_end_is_billed_within_the_attempts_start_and_now(world, told):
+    """An end the cloud states outside what spotrun saw (its clock and the cloud's disagree) bills neither a negative
+    time nor seconds that have not passed."""
+    world.controller = world.new_controller(**PATIENT)
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    alive_for(world, instance, 600)
+    started_at = world.attempts(job_id)[0].started_at
+    stated = started_at - 30 if told == "before its start" else world.clock.now() + 1800
+    world.cloud.instances[instance] = replace(
+        world.cloud.instances[instance], state="terminated", reclaimed=True, terminated_at=stated)
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert started_at <= attempt.ended_at <= world.clock.now()
+    assert 0 <= attempt.billed_seconds <= world.clock.now() - started_at

@@ -116,6 +116,31 @@ def test_instance_stays_up_after_its_boot_command_exits(cloud) -> None:  # type:
     assert info.state == "running"
 
 
+def test_a_boot_command_that_fails_is_a_start_failure_with_its_exit_and_last_lines(cloud) -> None:  # type: ignore[no-untyped-def]
+    """Only Kubernetes told the controller why an instance could not start the agent: a local instance whose Python
+    cannot import spotrun was lost at each boot timeout and relaunched without end."""
+    script = "import sys\nprint('bootstrapping')\nsys.exit('No module named spotrun.agent')"
+    failing = {"argv": [sys.executable, "-c", script], "env": {}}
+    info = cloud.launch_running("boot-fails", user_data=failing, market="on-demand")
+    info = cloud.wait_for(
+        lambda: (now := cloud.provider.describe(info.instance_id)).start_failure and now, what="the start failure"
+    )
+    assert info.state == "running"
+    assert info.start_failure == "the boot command exited 1: bootstrapping | No module named spotrun.agent"
+
+
+def test_a_boot_command_that_exits_0_or_is_killed_is_no_start_failure(cloud) -> None:  # type: ignore[no-untyped-def]
+    ends = {"fine": "raise SystemExit(0)", "killed": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}
+    for token, script in ends.items():
+        boot = {"argv": [sys.executable, "-c", script], "env": {}}
+        info = cloud.launch_running(token, user_data=boot, market="on-demand")
+        info = cloud.wait_for(
+            lambda: (now := cloud.provider.describe(info.instance_id)).detail.get("boot_exit_code") is not None and now,
+            what="the boot exit code",
+        )
+        assert info.start_failure is None, (token, info.start_failure)
+
+
 def test_launch_is_idempotent_on_the_client_token(cloud) -> None:  # type: ignore[no-untyped-def]
     first = cloud.provider.launch(cloud.request("same-token"))
     again = cloud.provider.launch(cloud.request("same-token"))

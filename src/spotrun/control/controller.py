@@ -29,7 +29,7 @@ from spotrun.control.placement import job_prices, market_attempts, market_gpus, 
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.stuck import StuckJobs
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
-from spotrun.costs.billing import CLOUD_RULES, BillingRule, rule_for
+from spotrun.costs.billing import CLOUD_RULES, BillingRule, rule_for, stated_end
 from spotrun.costs.market_prices import MarketPrices
 from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, PlacementPolicy, Wait, get_policy, max_spot_price,
@@ -52,9 +52,12 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
 
 
 def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float) -> float:
-    """When an instance the cloud gives no end time for was gone: now, as spotrun has just terminated it, unless the
-    attempt was lost and the cloud cannot describe the instance at all (EC2 no longer lists one an hour after it
-    went): then its last sign of life, so that a controller that was down is not billed the outage."""
+    """When the attempt's instance was gone: when the cloud says it ended (`stated_end`). Where it gives no time: now,
+    as spotrun has just terminated it, unless the attempt was lost and the cloud cannot describe the instance at all
+    (EC2 no longer lists one an hour after it went): then its last sign of life, so that a controller that was down
+    is not billed the outage."""
+    if info is not None and info.terminated_at:
+        return stated_end(attempt.started_at, info.terminated_at, now)
     if attempt.end_reason == "lost" and (info is None or info.state == "unknown"):
         signs = [at for at in (attempt.last_heartbeat_at, attempt.agent_started_at, attempt.started_at) if at]
         return max(signs, default=now)
@@ -487,7 +490,8 @@ class Controller:
             self._finish_attempt(attempt.id)
             return
         if isinstance(decision, Launch):
-            self.moves.start(job.id, attempt.id, decision)
+            if not self.moves.refused_lately(job.id, decision.zone, decision.market, now):
+                self.moves.start(job.id, attempt.id, decision)
         else:  # Wait: stop paying for the instance; the job is placed again (and waits) once its trainer saved
             self.request_move(attempt.id, decision.reason)
 
@@ -574,14 +578,15 @@ class Controller:
         rule = self.billing_rule(attempt.provider)
         info, release_at = None, None
         if attempt.instance_id is not None:
-            release_at = reclaims.release_time(attempt, rule, self.clock.now())
-            if release_at is not None:
-                info = self.describe(attempt)
-                if info is not None and info.state == "terminated":
-                    release_at = None  # the cloud has taken it already
+            # read before spotrun's terminate: that may stamp a new end on an instance the cloud ended long ago (EC2
+            # terminating a stopped one), and a controller that was down would bill the outage
+            info = self.describe(attempt)
+            ended_by_cloud = info is not None and info.state == "terminated"
+            release_at = None if ended_by_cloud else reclaims.release_time(attempt, rule, self.clock.now())
             if release_at is None:
                 self.provider(attempt.provider).terminate(attempt.instance_id)
-                info = self.describe(attempt)
+                if not ended_by_cloud:
+                    info = self.describe(attempt)
         now = self.clock.now()
         with self.store.session() as session:
             if not fenced and not _first_to_mark(session, attempt_id, marked_too=True):
@@ -595,7 +600,7 @@ class Controller:
             if release_at is not None:
                 reclaims.leave_to_cloud(session, attempt, release_at, now)
             elif attempt.instance_id is not None:
-                ended_at = (info.terminated_at if info and info.terminated_at else None) or _gone_at(attempt, info, now)
+                ended_at = _gone_at(attempt, info, now)
                 self._record_instance_gone(session, attempt, ended_at, info)
             placed = attempt.started_at is not None and attempt.end_reason not in REFUSED_LAUNCHES
             billed = ended_at - attempt.started_at if placed else 0.0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from spotrun.control import records
-from spotrun.control.observe import Verdict, judge_attempt
+from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
 from spotrun.control.states import TERMINAL, JobState, is_terminal
 from spotrun.policy import Launch
 from spotrun.policy.default import backoff_delay, fell_back_to_on_demand
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 # the job's next move waits boot_timeout after the first such end in this window, doubling, at most the cap.
 ABANDONED_MOVES_WINDOW = 3600.0
 ABANDONED_MOVES_MAX_WAIT = 3600.0
+# A standby refused (or whose launch kept failing) costs nothing, but a policy asked every reconsider_every is not told
+# of every refusal (a quota, a launch no retry mends) and would try the same again each time: the next move to that
+# zone and market waits reconsider_every after the first such refusal in the window, doubling, at most the cap.
+MOVE_REFUSALS = REFUSED_LAUNCHES | {"launch_error"}
 
 
 def quickest_boot(attempts: Iterable[Attempt]) -> float | None:
@@ -80,6 +84,24 @@ class MoveDriver:
             return False
         wait = backoff_delay(len(abandoned) - 1, self.controller.settings.boot_timeout, ABANDONED_MOVES_MAX_WAIT)
         return now < abandoned[-1] + wait
+
+    def refused_lately(self, job_id: int, zone: str, market: str, now: float) -> bool:
+        """Whether the job's moves to `zone` and `market` were refused too recently for another there (see
+        MOVE_REFUSALS)."""
+        with self.controller.store.session() as session:
+            refused = session.scalars(
+                select(Attempt.ended_at)
+                .where(
+                    Attempt.job_id == job_id, Attempt.standby_for.is_not(None), Attempt.zone == zone,
+                    Attempt.market == market, Attempt.end_reason.in_(MOVE_REFUSALS),
+                    Attempt.ended_at >= now - ABANDONED_MOVES_WINDOW,
+                )
+                .order_by(Attempt.ended_at)
+            ).all()
+        if not refused:
+            return False
+        wait = backoff_delay(len(refused) - 1, self.controller.settings.reconsider_every, ABANDONED_MOVES_MAX_WAIT)
+        return now < refused[-1] + wait
 
     def drive(self, standby_id: int) -> None:
         """One step for a standby: launch it, watch it, and once its agent is waiting, ask the attempt it replaces

@@ -110,7 +110,9 @@ def _judge_draining(
     if attempt.reported_outcome:
         return Verdict("migrated", f"stopped to move ({attempt.notice_source}); the agent reported {attempt.reported_outcome}")
     if info is not None and info.state == "terminated":
-        return Verdict("preempted" if info.reclaimed else "lost", f"instance {info.instance_id} went while stopping")
+        if info.reclaimed:  # as when its agent's report of the notice's stop comes first: the job had chosen to leave
+            return Verdict("migrated", f"the cloud took instance {info.instance_id} back while it stopped to move")
+        return Verdict("lost", f"instance {info.instance_id} went while stopping")
     if attempt.notice_at is not None and now > _drain_deadline(attempt, spec, stop_by):
         return Verdict("migrated", "the agent did not stop in time; terminating to move")
     return None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 
-from spotrun.costs.billing import BillingRule
+from spotrun.costs.billing import BillingRule, stated_end
 from spotrun.state import Attempt, Instance, add_event
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _settle(controller: Controller, instance_id: str, provider_name: str, releas
         instance = session.get(Instance, instance_id)
         attempt = session.get(Attempt, instance.attempt_id)
         reclaimed = bool(info and info.state == "terminated" and info.reclaimed)
-        told = info.terminated_at if info and info.terminated_at else None
+        told = stated_end(attempt.started_at, info.terminated_at, now) if info and info.terminated_at else None
         gone_at = told or (now if ended_now else _gone_by(release_at, now))
         instance.terminated_at, instance.reclaimed = gone_at, reclaimed
         _bill(session, attempt, controller.billing_rule(attempt.provider), gone_at, reclaimed)

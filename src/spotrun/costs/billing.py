@@ -43,6 +43,12 @@ class BillingRule:
         return market == "spot" and reclaim_at - started_at < self.free_if_reclaimed_within
 
 
+def stated_end(started_at: float | None, terminated_at: float, now: float) -> float:
+    """The end to bill an instance to where the cloud states when it ended: that time, but not before the instance's
+    start nor after now (the cloud's clock and spotrun's may disagree)."""
+    return min(max(terminated_at, started_at if started_at is not None else terminated_at), now)
+
+
 PER_SECOND = BillingRule()
 
 CLOUD_RULES: Mapping[str, BillingRule] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -41,6 +42,9 @@ CLOUD = "local"
 LOOPBACK_HOSTS = [f"127.0.{high}.{low}" for high in range(256) for low in range(1, 255) if (high, low) != (0, 1)]
 DEFAULT_QUOTA = 16
 VANISHED = "vm process vanished"
+BOOT_OUTPUT_LINES = 5  # of what a failed boot command wrote, told with its exit code
+_CONSOLE_TAIL_BYTES = 8192
+_VM_LOG_LINE = re.compile(r"^\[[^\]]*\] vm: ")  # the VM's own lines in the console (`vm.log`)
 
 
 class UnknownInstance(LookupError):
@@ -418,7 +422,33 @@ def _info(instance: InstanceDir, record: InstanceRecord) -> InstanceInfo:
         terminated_at=record.terminated_at,
         client_token=record.client_token,
         detail=detail,
+        start_failure=_boot_failure(instance, record),
     )
+
+
+def _boot_failure(instance: InstanceDir, record: InstanceRecord) -> str | None:
+    """How the boot command (the agent's start) failed: its exit code and its last lines in the console. Where the
+    agent never reported in, the controller counts it against the job's restarts (`InstanceInfo.start_failure`),
+    where silence alone would be relaunched without end. A command killed by a signal (a negative code) was ended
+    from outside, not failing by itself; one that exited 0 did not fail."""
+    code = record.boot_exit_code
+    if code is None or code <= 0:
+        return None
+    lines = _boot_output(instance.console_log)
+    return f"the boot command exited {code}" + (f": {' | '.join(lines)}" if lines else "")
+
+
+def _boot_output(console_log: Path) -> list[str]:
+    """The last lines the boot command wrote to the console, the VM's own left out."""
+    try:
+        with open(console_log, "rb") as console:
+            start = max(console.seek(0, os.SEEK_END) - _CONSOLE_TAIL_BYTES, 0)
+            console.seek(start)
+            tail = console.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    lines = [line.strip() for line in (tail[1:] if start else tail)]  # a first line read from its middle is left out
+    return [line for line in lines if line and not _VM_LOG_LINE.match(line)][-BOOT_OUTPUT_LINES:]
 
 
 def _unknown(instance_id: str, why: str) -> InstanceInfo:
