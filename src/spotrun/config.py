@@ -10,6 +10,10 @@ MIN_TICK_SECONDS = 0.01  # the controller's tick interval at least: 0 or less wo
 MAX_TICK_SECONDS = 3600.0  # and at most: heartbeats time out in seconds, and a wait past threading's limit fails
 
 
+class InvalidSetting(ValueError):
+    """A SPOTRUN_* variable holds a value its setting cannot take (the message names both, and what is allowed)."""
+
+
 def home() -> Path:
     """$SPOTRUN_HOME, or ~/.spotrun; created on first use."""
     path = Path(os.environ.get("SPOTRUN_HOME") or Path.home() / ".spotrun").expanduser().resolve()

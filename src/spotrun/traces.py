@@ -28,6 +28,7 @@ BUNDLED_ZONE_TRACES = {
 }
 MAX_GAP_SECONDS = 365 * 86400.0
 MAX_SAMPLE = 2**31 - 1  # instances at once: more than any market holds, and an int64 holds it
+MAX_TRACE_CHARS = 64_000_000  # a trace file's text: a year of one-minute samples is about 1 MB
 
 
 class TraceError(ValueError):
@@ -112,13 +113,17 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Read and validate one trace file."""
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        with source.open(encoding="utf-8") as fh:
+            text = fh.read(MAX_TRACE_CHARS + 1)  # no more: `--trace /dev/zero` read until memory ran out
     except FileNotFoundError:
         raise TraceError(f"{source}: no such trace file") from None
     except UnicodeDecodeError as error:
         raise TraceError(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:
         raise TraceError(f"{source}: cannot be read: {error.strerror or error}") from None
+    if len(text) > MAX_TRACE_CHARS:
+        raise TraceError(f"{source}: holds more than {MAX_TRACE_CHARS:,} characters; a trace file may hold at most "
+                         "that many")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:

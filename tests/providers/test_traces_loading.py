@@ -98,3 +98,21 @@ def test_shared_traces_dir_is_found_or_configured(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("SPOTRUN_TRACES_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="SPOTRUN_TRACES_DIR"):
         shared_traces_dir()
+
+
+def test_a_trace_file_past_the_largest_is_refused_before_it_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`spotrun simulate --trace /dev/zero` read until memory ran out (a MemoryError traceback, or the OOM killer)."""
+    from spotrun import traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_CHARS", 60)
+    fits = tmp_path / "fits.json"
+    fits.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 0, 1]}))
+    assert len(load_trace(fits)) == 3
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 30}))
+    with pytest.raises(TraceError, match="holds more than 60 characters; a trace file may hold at most that many") \
+            as raised:
+        load_trace(big)
+    assert str(big) in str(raised.value)

@@ -136,3 +136,28 @@ def test_launch_names_every_problem_of_a_job_file_with_its_line_and_stores_nothi
         assert expected in said, said
     with EmbeddedBackend().store.session() as session:
         assert session.query(Job).count() == 0
+
+
+@pytest.mark.parametrize("age", ["1000000d", "99999999999999999999999d"])
+def test_prune_logs_refuses_an_age_past_the_longest_duration(home: Path, age: str) -> None:
+    """It was taken, and the cutoff it printed (before 1970, before year 1) failed with a traceback."""
+    assert "--older-than must be at most 3650d (10 years)" in refused(["prune-logs", "--older-than", age])
+
+
+@pytest.mark.parametrize("server", ["http://[::1", "http://host:port", "http://host\x01"])
+def test_a_server_url_that_is_no_url_is_one_line(home: Path, server: str) -> None:
+    said = refused(["status"], env={"SPOTRUN_SERVER": server, "SPOTRUN_TOKEN": "t"})
+    assert f"SPOTRUN_SERVER is not a URL ({server!r}):" in said and "Traceback" not in said
+
+
+def test_launch_refuses_a_bad_controller_setting_at_once(home: Path, tmp_path: Path) -> None:
+    """It stored the job, started a controller that exited at its start, waited 30 s for it, and ended in a
+    RuntimeError traceback."""
+    job = tmp_path / "t.yaml"
+    job.write_text("run: 'true'\nresources: {cloud: local, instance_type: local.cpu}\n")
+    started = time.monotonic()
+    said = refused(["launch", str(job)], env={"SPOTRUN_HEARTBEAT_TIMEOUT": "abc"})
+    assert "SPOTRUN_HEARTBEAT_TIMEOUT='abc' is refused" in said and "Traceback" not in said
+    assert time.monotonic() - started < 20
+    with EmbeddedBackend().store.session() as session:
+        assert session.query(Job).count() == 0, "refused before it is stored: launched again, it would run twice"

@@ -58,3 +58,34 @@ def test_rejects_bad_durations_with_a_clear_message(value, expected_in_message):
     with pytest.raises(ValueError) as caught:
         parse_duration(value)
     assert expected_in_message in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["3651d", "99999999999999999999d", 1e20, 10**30])
+def test_rejects_durations_longer_than_ten_years(value):
+    with pytest.raises(ValueError) as caught:
+        parse_duration(value)
+    assert "must be at most 3650d (10 years)" in str(caught.value)
+
+
+def test_ten_years_is_the_longest_duration():
+    assert parse_duration("3650d") == 3650 * 86400.0
+
+
+@pytest.mark.parametrize(
+    ("field", "written"),
+    [("spot.restart_overhead", "spot: {restart_overhead: 99999999999999999999d}"),
+     ("spot.deadline", "spot: {deadline: 99999999999999999999d}"),
+     ("checkpoint.sync_interval", "checkpoint: {sync_interval: 100000d}"),
+     ("spot.notice_grace", "spot: {notice_grace: 1.0e+12}")],
+)
+def test_a_job_file_duration_past_ten_years_names_its_field(field, written):
+    """A restart_overhead of 1e20 days with a deadline had the deadline-aware planner (the default policy's, once a
+    job has an estimate) loop over as many restart ages: the controller's tick never returned, and no other job was
+    driven. A sync_interval past threading's wait limit ended the agent's backup thread with an OverflowError."""
+    from spotrun.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError) as caught:
+        parse_spec(f"run: x\nestimated_duration: 1h\n{written}\n")
+    [problem] = caught.value.problems
+    assert (problem.field, problem.line) == (field, 3)
+    assert "must be at most 3650d (10 years)" in problem.message

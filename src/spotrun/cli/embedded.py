@@ -25,8 +25,9 @@ class EmbeddedBackend:
         return self._store
 
     def launch(self, job_file: Path) -> Launched:
-        from spotrun.server.daemon import ensure_running
+        from spotrun.server.daemon import check_environment, ensure_running
 
+        check_environment()  # before the job is stored: the controller started for it would refuse the same
         spec = load_spec(job_file)
         try:
             job_id = jobs_api.submit(

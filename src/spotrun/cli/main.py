@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
-from spotrun.config import MAX_TICK_SECONDS, MIN_TICK_SECONDS
+from spotrun.config import MAX_TICK_SECONDS, MIN_TICK_SECONDS, InvalidSetting
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
@@ -45,7 +45,7 @@ class _Commands(TyperGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except (BackendError, StoreUnavailable) as problem:
+        except (BackendError, StoreUnavailable, InvalidSetting) as problem:
             raise _fail(str(problem)) from None
         except OperationalError as problem:  # e.g. SQLite's "database is locked" past its busy timeout
             raise _fail(f"the store did not answer: {str(problem.orig).strip() or type(problem.orig).__name__}") from None
@@ -199,7 +199,6 @@ def server(
     """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
     import logging
 
-    from spotrun.server.daemon import InvalidSetting
     from spotrun.server.serve import CannotListen, serve
     from spotrun.state import Store
 

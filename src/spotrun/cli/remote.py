@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from spotrun.cli.backend import TOKEN_ENV, BackendError
+from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
 from spotrun.control.jobs import JobNotFound
 from spotrun.server.schemas import MAX_SOURCE_CHARS, CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
 from spotrun.server.views import EventView, JobDetail, JobRow
@@ -22,7 +22,10 @@ class RemoteBackend:
         """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
         self.server = server.rstrip("/")
         self._client = client if client is not None else httpx.Client(timeout=TIMEOUT)
-        self._client.base_url = f"{self.server}/api/v1"
+        try:
+            self._client.base_url = f"{self.server}/api/v1"
+        except httpx.InvalidURL as problem:  # not an HTTPError: a bad port or a control character, as typed
+            raise BackendError(f"{SERVER_ENV} is not a URL ({server!r}): {problem}") from None
         self._client.headers["Authorization"] = f"Bearer {token}"
 
     def launch(self, job_file: Path) -> Launched:

@@ -68,8 +68,8 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
             continue
         node = [str(a.node_rank), a.address or "—"] if multi_node else []
         table.add_row(
-            str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at),
-            clock_time(a.ended_at), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}", cost_cell(a),
+            str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at, now),
+            clock_time(a.ended_at, now), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}", cost_cell(a),
         )
     return table
 

@@ -27,6 +27,7 @@ import uvicorn
 from pydantic import Field, HttpUrl, TypeAdapter, ValidationError
 
 from spotrun import config
+from spotrun.config import InvalidSetting
 from spotrun.control import reclaims
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import LIVE, state_names
@@ -45,10 +46,6 @@ PORT_WAIT_SECONDS = 5.0  # how long a daemon waits for the port SPOTRUN_CONTROLL
 AgentPort = Annotated[int, Field(ge=1, le=65535)]
 
 log = logging.getLogger("spotrun.daemon")
-
-
-class InvalidSetting(ValueError):
-    """A SPOTRUN_* variable the daemon reads holds a value it cannot use (the message names both, and what is allowed)."""
 
 
 def from_env(name: str, kind: Any) -> Any:
@@ -323,10 +320,12 @@ def live_controller_url(store: Store) -> str | None:
 
 
 def ensure_running(store: Store, timeout: float = 30.0) -> str:
-    """The URL of the live controller, starting one in the background when there is none."""
+    """The URL of the live controller, starting one in the background when there is none (InvalidSetting, at once,
+    for a setting that one would refuse at its start)."""
     url = live_controller_url(store)
     if url:
         return url
+    check_environment()
     log_path = config.home() / "controller.log"
     with open(log_path, "ab") as out:
         subprocess.Popen(

@@ -6,6 +6,7 @@ the store itself or asked a team server.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -214,9 +215,14 @@ def _attempt_view(
     return view.model_copy(update={"takes_over_from": predecessor.number, "state": state})
 
 
-def clock_time(at: float | None) -> str:
-    """A moment as the CLI and the log stream write it: the local wall-clock time."""
-    return datetime.fromtimestamp(at).strftime("%H:%M:%S") if at else "—"
+def clock_time(at: float | None, now: float | None = None) -> str:
+    """A moment as the CLI writes it: the local wall-clock time, with its date unless it is of the day of `now`
+    (default: the clock's), so that what is read a day later still says which day it was."""
+    if not at:
+        return "—"
+    moment = datetime.fromtimestamp(at)
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M:%S")
 
 
 def event_views(events: list[Event]) -> list[EventView]:

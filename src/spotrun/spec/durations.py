@@ -19,12 +19,21 @@ _DURATION = re.compile(
 )
 _SECONDS_PER_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _EXPECTED = "must be a duration like 90s, 10m, 2h, 1h30m or a number of seconds"
+# Longer than any job runs, waits or keeps logs. Past it, durations broke what uses them: a restart_overhead of 1e20
+# days had the deadline planner loop over as many restart ages (the controller's tick never returned), a
+# sync_interval past threading's wait limit ended the agent's backup thread, a log age past 1970 failed to print.
+MAX_DURATION_SECONDS = 3650 * 86400.0
+
+
+class DurationTooLong(ValueError):
+    """A duration past MAX_DURATION_SECONDS."""
 
 
 def parse_duration(value: object) -> float:
     """Seconds in `value` (a number of seconds, or text like "90", "90s", "10m", "1h30m", "1.5h", "1d", "500ms").
 
-    Raises ValueError naming the bad value when it is negative, not finite, or not a duration.
+    Raises ValueError naming the bad value when it is negative, not finite, or not a duration; DurationTooLong when
+    it is longer than MAX_DURATION_SECONDS.
     """
     if isinstance(value, bool):  # bool is an int subclass; `true` is never a duration
         raise ValueError(f"{_EXPECTED}; got {describe(value)}")
@@ -56,4 +65,6 @@ def _checked_seconds(seconds: float, original: object) -> float:
         raise ValueError(f"must be a finite duration; got {describe(original)}")
     if seconds < 0:
         raise ValueError(f"must not be negative; got {describe(original)}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise DurationTooLong(f"must be at most 3650d (10 years); got {describe(original)}")
     return seconds

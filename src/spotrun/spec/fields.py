@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from spotrun.spec.durations import parse_duration
+from spotrun.spec.durations import DurationTooLong, parse_duration
 from spotrun.spec.values import describe
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -80,6 +80,8 @@ def _deadline(value: object) -> object:
     if isinstance(value, str):
         try:
             return parse_duration(value)
+        except DurationTooLong:
+            raise
         except ValueError:
             pass
         try:
