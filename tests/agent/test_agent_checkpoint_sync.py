@@ -320,15 +320,38 @@ def test_the_agent_retries_a_restore_that_failed_on_the_newest_before_taking_an_
     calls = []
 
     class Sync:
-        def restore(self, older_on_error: bool = True) -> int:
+        def restore(self, older_on_error: bool = True, stop: threading.Event | None = None) -> int:
             calls.append(older_on_error)
             if len(calls) == 1:
                 raise ConnectionResetError("connection reset by peer")
             return 10
 
-    monkeypatch.setattr(supervisor.time, "sleep", lambda seconds: None)
-    assert supervisor.Agent._restore(SimpleNamespace(sync=Sync())) == 10  # type: ignore[arg-type]
+    not_stopped = SimpleNamespace(wait=lambda seconds: False)  # the pause between tries, not waited out
+    agent = SimpleNamespace(sync=Sync())
+    assert supervisor.Agent._restore_with_retries(agent, not_stopped) == 10  # type: ignore[arg-type]
     assert calls == [False, False]
+
+
+def test_a_stopped_restore_starts_no_more_files_and_leaves_no_checkpoint(local, remote, monkeypatch):
+    """A notice during the restore: the copy went on to the end, older checkpoints and all, for a trainer that
+    would never start."""
+    folder = write_checkpoint(remote, 2)
+    for index in range(10):
+        (folder / f"shard-{index}.bin").write_bytes(b"x")
+    write_checkpoint(remote, 1)
+    stop, started = threading.Event(), []
+    real_copy = checkpoint_sync._copy_file
+
+    def copy_and_stop(src_fs, src, dst_fs, dst):
+        started.append(dst)
+        stop.set()
+        real_copy(src_fs, src, dst_fs, dst)
+
+    monkeypatch.setattr(checkpoint_sync, "_copy_file", copy_and_stop)
+    with pytest.raises(checkpoint_sync.BackupCutShort):
+        CheckpointSync(local, str(remote)).restore(stop=stop)
+    assert committed_steps(local) == [] and list(local.iterdir()) == []
+    assert 1 <= len(started) <= checkpoint_sync.FILES_AT_ONCE
 
 
 def test_pruning_a_store_folder_named_like_a_glob_leaves_another_runs_checkpoints_alone(local, tmp_path):

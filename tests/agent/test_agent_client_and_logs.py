@@ -7,6 +7,8 @@ import time
 import pytest
 
 from spotrun.agent.client import Backoff, ControllerClient, Delivery
+from spotrun.agent.gang import GangOrders
+from spotrun.agent.heartbeat import Heartbeat
 from spotrun.agent.logs import LogShipper, dropped_output_line, split_chunk
 
 from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port
@@ -36,6 +38,39 @@ def test_unreachable_controller_gives_up_only_at_the_deadline():
     assert client.post("heartbeat", {}, give_up_at=started + 0.3) is Delivery.GAVE_UP
     assert 0.25 <= time.monotonic() - started < 2.0
     assert client.post("heartbeat", {}, retry=False) is Delivery.GAVE_UP
+
+
+def test_backoff_delays_are_jittered_below_the_doubling_ceiling():
+    """Every agent's client drew the same delays: after a controller restart they all retried in lockstep."""
+    backoffs = [Backoff(0.2, 1.0) for _ in range(20)]
+    rounds = [[backoff.next_delay() for backoff in backoffs] for _ in range(5)]
+    for delays, ceiling in zip(rounds, [0.2, 0.4, 0.8, 1.0, 1.0]):
+        assert all(0.0 <= delay <= ceiling for delay in delays)
+        assert len(set(delays)) > 1
+
+
+def test_a_heartbeat_answer_that_cannot_be_handled_is_skipped_and_the_heartbeat_goes_on(controller):
+    """A malformed order (a generation of Infinity: int() raised OverflowError) ended the heartbeat thread."""
+    controller.replies["heartbeat"] = {"gang": {"generation": float("inf"), "state": "running", "master_addr": "a",
+                                                "master_port": 1, "node_rank": 0, "nnodes": 2}}
+    orders = GangOrders()
+    heartbeat = Heartbeat(client_for(controller.url), 0.05, lambda: None, orders.on_heartbeat_reply).start()
+    try:
+        controller.wait_for(lambda: len(controller.of("heartbeat")) >= 3, timeout=5)
+    finally:
+        heartbeat.stop()
+    assert orders.current is None
+
+
+def test_a_heartbeat_goes_on_whatever_its_answers_handler_raises(controller):
+    def broken(reply):
+        raise RuntimeError("a bug in a handler")
+
+    heartbeat = Heartbeat(client_for(controller.url), 0.05, lambda: None, broken).start()
+    try:
+        controller.wait_for(lambda: len(controller.of("heartbeat")) >= 3, timeout=5)
+    finally:
+        heartbeat.stop()
 
 
 @pytest.mark.parametrize(

@@ -244,6 +244,24 @@ def test_after_a_normal_exit_the_groups_helpers_finish_before_the_backup_and_a_n
     assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
 
 
+def test_a_notice_while_the_groups_helpers_linger_after_a_normal_exit_is_told_at_once_and_kept_to(
+    controller, run_agent, tmp_path
+):
+    """The helpers got notice_grace whatever came meanwhile: a notice leaving 4 s was told, and the exit reported,
+    only once the 20 s grace had run out, past the cloud's deadline."""
+    metadata = tmp_path / "metadata"
+    agent = run_agent(controller.url, run="sleep 60 >/dev/null 2>&1 & echo ready", notice_grace=20.0,
+                      sync_margin=0.5, extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)})
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    reclaim_at = announce_reclaim(metadata, in_seconds=4)
+    controller.wait_for(lambda: controller.of("notice"), timeout=2.5)
+    controller.wait_for(lambda: controller.of("exit"), timeout=20)
+    assert time.time() < reclaim_at.timestamp()
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
+    assert agent.wait() == 0
+
+
 def test_the_exit_report_waits_for_logs_no_longer_than_the_notice_leaves(controller, run_agent, tmp_path):
     """The controller taking no log chunks held the exit report 10 s, past a SIGTERM's 3 s."""
     agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=3.0,
@@ -619,6 +637,45 @@ def test_a_notice_during_the_restore_is_reported_and_the_command_never_starts(co
     assert "started" not in controller.log_text()
 
 
+HANGING_COPY = """
+import os, time
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class HangingCopy(LocalFileSystem):
+    protocol = "hangcopy"
+    def size(self, path):
+        while os.path.exists(os.environ["HANG"]):
+            time.sleep(0.05)  # a checkpoint's file that takes longer to copy down than the notice leaves
+        return super().size(path)
+
+fsspec.register_implementation("hangcopy", HangingCopy, clobber=True)
+"""
+
+
+def test_a_notice_during_a_restore_longer_than_the_notice_is_told_at_once_and_ends_the_restore(
+    controller, run_agent, tmp_path
+):
+    """The notice was told only once the restore was done: with a restore longer than the notice, the controller
+    never heard of it in time."""
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "sitecustomize.py").write_text(HANGING_COPY)
+    store, hang, metadata = tmp_path / "store", tmp_path / "hang", tmp_path / "metadata"
+    write_committed_checkpoint(store, 3)
+    hang.touch()  # never removed: the copy never ends
+    env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "HANG": str(hang), "SPOTRUN_LOCAL_METADATA": str(metadata)}
+    agent = run_agent(controller.url, extra_env=env, run="echo started", checkpoint_store=f"hangcopy://{store}")
+    controller.wait_for(lambda: controller.of("started"))
+    time.sleep(1.0)  # the restore is stuck copying
+    announce_reclaim(metadata, in_seconds=30)
+    controller.wait_for(lambda: controller.of("notice"), timeout=3)
+    controller.wait_for(lambda: controller.of("exit"), timeout=5)
+    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert agent.wait(timeout=10) == 0
+    assert "started" not in controller.log_text()
+
+
 def test_a_sigterm_after_the_clouds_notice_brings_the_stop_forward(controller, run_agent, tmp_path):
     """The cloud's notice left 30 s; then the agent's own SIGTERM (Kubernetes' grace, say) left 1.5 s. The agent
     kept to the first notice's deadline and was killed before it backed up or reported."""
@@ -728,6 +785,30 @@ def test_a_stopping_gang_gives_its_ranks_until_the_noticed_nodes_deadline(contro
     agent.process.kill()
 
 
+def test_a_notice_to_a_gang_node_while_its_generation_stops_is_told_at_once_and_kept_to(
+    controller, run_agent, tmp_path
+):
+    """The stop waited for the ranks until the generation's stop time whatever came meanwhile: this node's own notice,
+    leaving 4 s, was told only after the 20 s the stop gave, past the cloud's deadline."""
+    controller.replies["heartbeat"] = _gang_order("running")
+    metadata = tmp_path / "metadata"
+    stubborn = ("import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: print('got SIGTERM', flush=True))\n"
+                "print('ready', flush=True)\ntime.sleep(60)\n")
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, stubborn), gang={"nnodes": 2, "node_rank": 1},
+                      notice_grace=0.5, sync_margin=0.5, extra_env={"SPOTRUN_LOCAL_METADATA": str(metadata)})
+    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.replies["heartbeat"] = _gang_order("stopping", stop_by=time.time() + 20)
+    controller.wait_for(lambda: "got SIGTERM" in controller.log_text())
+    reclaim_at = announce_reclaim(metadata, in_seconds=4)
+    controller.wait_for(lambda: controller.of("notice"), timeout=2.5)
+    controller.wait_for(lambda: controller.of("exit"), timeout=25)
+    assert time.time() < reclaim_at.timestamp()
+    assert [r.body for r in controller.of("generation_exit")] == [{"generation": 1, "exit_code": -signal.SIGKILL}]
+    assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
+    assert exit_body(controller)["outcome"] == "preempted"
+    assert agent.wait() == 0
+
+
 STALLING_UPLOAD = """
 import os, time
 from pathlib import Path
@@ -799,6 +880,21 @@ def test_a_clouds_notice_during_the_final_backup_of_a_finished_run_is_told_and_b
     assert time.time() < reclaim_at.timestamp()
     assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
     assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
+    assert agent.wait() == 0
+
+
+def test_a_store_that_hangs_after_a_normal_exit_holds_the_exit_report_no_longer_than_the_backups_limit(
+    controller, run_agent, tmp_path
+):
+    """With no notice, the final backup had no deadline: a store that stopped answering held the exit report for
+    ever."""
+    agent, _, uploading = _agent_on_a_stalling_store(run_agent, controller, tmp_path, SAVING_THEN_DONE,
+                                                     final_backup_timeout=2.0)
+    _when_uploading(controller, uploading)
+    started = time.monotonic()
+    controller.wait_for(lambda: controller.of("exit"), timeout=15)
+    assert time.monotonic() - started < 6
+    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
     assert agent.wait() == 0
 
 

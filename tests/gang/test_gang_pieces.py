@@ -51,6 +51,15 @@ def test_orders_from_heartbeats_wake_the_agent_only_for_a_new_running_generation
     assert orders.current is None
 
 
+def test_an_order_with_an_infinite_number_is_malformed_not_a_crash() -> None:
+    """JSON's Infinity reached int(), whose OverflowError escaped the check for malformed orders."""
+    orders = GangOrders()
+    orders.on_heartbeat_reply({"gang": {**ORDER.__dict__, "generation": 2}})
+    orders.on_heartbeat_reply({"gang": {**ORDER.__dict__, "generation": 2, "master_port": float("inf")}})
+    assert GenerationOrder.from_reply({**ORDER.__dict__, "generation": float("inf")}) is None
+    assert orders.current is None
+
+
 @pytest.mark.parametrize(
     ("gone", "codes", "reason"),
     [

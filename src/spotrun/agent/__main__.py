@@ -50,15 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     agent = agent_class(config, [sigterm, *sources], startup_problem=problem)
     agent.run()
     forget_copy(config)
-    if agent.backup_left_running:
+    if agent.backup_left_running or agent.restore_left_running:
         exit_now()
     return 0
 
 
 def exit_now() -> None:
-    """Exit without waiting for the threads still copying to a store that stopped answering: the interpreter's exit
-    joins every copy thread (`concurrent.futures`), and would wait on them for as long as the store hangs."""
-    logging.getLogger("spotrun.agent").warning("exiting with the final backup's copy still stuck in a store call")
+    """Exit without waiting for the threads still copying to or from a store that stopped answering: the interpreter's
+    exit joins every copy thread (`concurrent.futures`), and would wait on them for as long as the store hangs."""
+    logging.getLogger("spotrun.agent").warning("exiting with a copy (the final backup's, or the restore's) still "
+                                               "stuck in a store call")
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

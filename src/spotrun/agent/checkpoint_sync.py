@@ -61,9 +61,6 @@ class Cutoff:
             raise BackupCutShort("stop was asked")
 
 
-NO_CUTOFF = Cutoff()
-
-
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
@@ -154,11 +151,13 @@ class CheckpointSync:
     def newest_local_progress(self) -> CheckpointProgress | None:
         return self.local.newest_progress()
 
-    def restore(self, older_on_error: bool = True) -> int | None:
+    def restore(self, older_on_error: bool = True, stop: threading.Event | None = None) -> int | None:
         """Copy every committed store checkpoint and the user files to the local disk; the newest step or None.
         A damaged checkpoint is skipped for an older one. Any other error (the store not answering) skips it
         only with `older_on_error`; without, it is raised while nothing newer is restored, so that a retry can
-        still resume from the newest instead of losing the steps between."""
+        still resume from the newest instead of losing the steps between. Once `stop` is set, the copy stops
+        between files (BackupCutShort)."""
+        cutoff = Cutoff(stop=stop)
         with self._lock:
             self.store.fs.invalidate_cache()  # listings cached by a shared fsspec instance may be stale
             Path(self.local.root).mkdir(parents=True, exist_ok=True)
@@ -166,7 +165,9 @@ class CheckpointSync:
             restored, failures = [], []
             for step, path in reversed(committed):
                 try:
-                    self._restore_checkpoint(path)
+                    self._restore_checkpoint(path, cutoff)
+                except BackupCutShort:
+                    raise
                 except Exception as error:  # this one cannot be had; an older one may
                     if not (restored or older_on_error or isinstance(error, DAMAGED)):
                         raise
@@ -178,18 +179,19 @@ class CheckpointSync:
             if failures and not restored:
                 raise failures[0]
             for entry in self.store.user_files():
+                cutoff.check()
                 name = _basename(entry["name"])
                 target = _join(self.local.root, name)
                 _copy_file(self.store.fs, entry["name"], self.local.fs, target)
                 self._remember_synced(name)
             return max(restored, default=None)
 
-    def _restore_checkpoint(self, path: str) -> None:
+    def _restore_checkpoint(self, path: str, cutoff: Cutoff) -> None:
         """Copy one store checkpoint here, its files checked against the manifest's sizes (a truncated object
         would be reported as progress the trainer then cannot resume from); nothing of it is left on failure."""
         local_path = _join(self.local.root, _basename(path))
         try:
-            manifest = self._copy_checkpoint(self.store, path, self.local, NO_CUTOFF)
+            manifest = self._copy_checkpoint(self.store, path, self.local, cutoff)
             if manifest is not None:
                 _check_sizes(self.local.fs, local_path, json.loads(manifest))
         except BaseException:

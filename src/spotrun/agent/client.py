@@ -1,7 +1,8 @@
 """HTTP calls to the controller's agent API, retried while the controller is away.
 
-Connection errors, timeouts and 5xx answers are retried with exponential backoff (the controller may be
-restarting). 409 is a final answer (the controller already holds a conflicting or identical record).
+Connection errors, timeouts and 5xx answers are retried with exponential backoff and full jitter (the controller
+may be restarting, and the agents of every attempt must not all come back to it at the same moments). 409 is a
+final answer (the controller already holds a conflicting or identical record).
 Any other 4xx is logged and not retried. The token goes only into the Authorization header, never a log.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +34,8 @@ class Delivery(enum.Enum):
 
 
 class Backoff:
-    """Delays of initial, 2*initial, ... capped at maximum."""
+    """Delays drawn at random up to initial, 2*initial, ... capped at maximum ("full jitter"): agents that lost the
+    controller together spread their retries instead of coming back in lockstep."""
 
     def __init__(self, initial: float = 0.2, maximum: float = 5.0) -> None:
         self.initial = initial
@@ -43,9 +46,9 @@ class Backoff:
         self._next = self.initial
 
     def next_delay(self) -> float:
-        delay = self._next
+        ceiling = self._next
         self._next = min(self._next * 2, self.maximum)
-        return delay
+        return random.uniform(0.0, ceiling)
 
 
 class ControllerClient:
@@ -112,9 +115,10 @@ class ControllerClient:
                 return Delivery.GAVE_UP
             delay = backoff.next_delay()
             if give_up_at is not None:
-                delay = min(delay, give_up_at - self._clock())
-                if delay <= 0:
+                left = give_up_at - self._clock()
+                if left <= 0:
                     return Delivery.GAVE_UP
+                delay = min(delay, left)
             if stop is not None:
                 if stop.wait(delay):
                     return Delivery.GAVE_UP

@@ -65,6 +65,11 @@ class AgentConfig(BaseModel):
     notice_poll_interval: float = Field(default=1.0, gt=0, le=5)  # AWS gives 2 min; poll at least every 5 s
     notice_grace: float = Field(default=30.0, ge=0, description="trainer's grace when a notice has no deadline")
     sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
+    final_backup_timeout: float = Field(
+        default=6 * 3600.0, gt=0, description="seconds the final backup may take at most, notice or not (a store "
+        "that hangs must not hold the exit report for ever; a terabyte of checkpoint at 100 MB/s takes 3 h); the "
+        "exit is then reported with checkpoint_synced false"
+    )
     storage_options: dict[str, Any] = Field(default_factory=dict)
     gang: GangConfig | None = None
     hold: bool = Field(default=False, description="a standby: restore and run only once a heartbeat's answer releases it")

@@ -66,7 +66,7 @@ class GenerationOrder:
                 nnodes=int(gang["nnodes"]),
                 stop_by=float(gang["stop_by"]) if gang.get("stop_by") is not None else None,
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of an Infinity
             log.warning("ignoring a malformed generation order: %r", gang)
             return None
 
@@ -266,9 +266,9 @@ class GangAgent(Agent):
                 self._report_generation_exit(order, self._code_of_a_stop(report.exit_code))
                 return report
             if self._generation_is_over(order):
-                self._stop(process)
+                exit_code = self._stop(process)
                 process.drain_output(OUTPUT_DRAIN_SECONDS)
-                self._report_generation_exit(order, self._code_of_a_stop(process.returncode))
+                self._report_generation_exit(order, self._code_of_a_stop(exit_code))
                 return None
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         self._report_generation_exit(order, process.returncode)
@@ -288,19 +288,25 @@ class GangAgent(Agent):
         current = self.orders.current
         return current is None or current.number != order.number or not current.running
 
-    def _stop(self, process: CommandProcess) -> None:
+    def _stop(self, process: CommandProcess) -> int | None:
         """SIGTERM, then SIGKILL at the stop time: the sync margin before a noticed node's deadline (the ranks'
-        save must end together), else notice_grace from now."""
+        save must end together), else notice_grace from now; sooner if this node's own notice, told at once, comes
+        meanwhile and leaves less. The command's exit code (None: killed, and stuck)."""
         current = self.orders.current
         stop_by = time.time() + self.config.notice_grace
         if current is not None and current.stop_by is not None:
             stop_by = max(stop_by, current.stop_by - self.config.sync_margin)
         log.info("generation is stopping: asking the command to checkpoint and stop within %.0f s", stop_by - time.time())
         process.signal_group(signal.SIGTERM)
-        if process.wait(max(0.0, stop_by - time.time())) is None:
+        times: StopTimes | None = None
+        exit_code = None
+        while exit_code is None and (left := self._stop_time(times, stop_by) - time.time()) > 0:
+            exit_code = process.wait(min(WAIT_STEP_SECONDS, left))
+            times = self._notice_since(times)
+        if exit_code is None:
             log.warning("command still running at its stop time; killing its process group")
-            process.signal_group(signal.SIGKILL)
-            process.wait()
+            exit_code = self._kill(process)
+        return exit_code
 
     def _report_generation_exit(self, order: GenerationOrder, exit_code: int | None) -> None:
         log.info("generation %d: command exited with %s", order.number, exit_code)

@@ -58,5 +58,15 @@ class Heartbeat:
             body: dict[str, int | None] = {"checkpoint_step": progress.step if progress else None}
             if progress is not None and progress.total_steps is not None:
                 body["total_steps"] = progress.total_steps
-            self._client.post("heartbeat", body, retry=False, on_reply=self._on_reply)
+            self._client.post("heartbeat", body, retry=False, on_reply=self._take_reply)
             self._stop.wait(self._interval)
+
+    def _take_reply(self, reply: dict[str, Any]) -> None:
+        """An answer that cannot be handled (a malformed field, a bug) is logged and skipped: a heartbeat thread that
+        ended would leave the controller taking the agent for lost."""
+        if self._on_reply is None:
+            return
+        try:
+            self._on_reply(reply)
+        except Exception:
+            log.exception("cannot handle the controller's answer to a heartbeat: %r", reply)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from spotrun.agent.checkpoint_sync import CheckpointSync, PeriodicBackup
+from spotrun.agent.checkpoint_sync import BackupCutShort, CheckpointSync, PeriodicBackup
 from spotrun.agent.client import ControllerClient, Delivery
 from spotrun.agent.cloud_notices import EarlyWarning, MetadataSource
 from spotrun.agent.config import CONFIG_ENV_VAR, AgentConfig
@@ -39,6 +39,7 @@ WAIT_STEP_SECONDS = 0.1
 GROUP_POLL_SECONDS = 0.1
 EXIT_REPORT_SECONDS = 2.0  # kept back from a notice's deadline for the exit report, when the store does not answer
 MIN_BACKUP_SECONDS = 1.0  # the final backup's time at least, however close the deadline
+KILLED_EXIT_SECONDS = 2.0  # how long a SIGKILLed command may take to go; one stuck in the kernel is left behind
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class Agent:
         self._started: list[CommandProcess] = []  # every command's group: the setup's, the run's, each generation's
         self._told: list[Notice] = []  # the notices told to the controller
         self.backup_left_running = False  # the final backup was given up on, its copy stuck in a store call
+        self._restoring: threading.Thread | None = None  # the restore's copy (`_restore`)
 
     def run(self) -> ExitReport:
         """Do the whole attempt and return what was reported to the controller as its exit."""
@@ -217,9 +219,9 @@ class Agent:
             if label == "run" or exit_code != 0:
                 # helpers of its group still writing (a checkpoint) finish first, or are killed: nothing writes
                 # after the final backup
-                self._wait_for_the_group(process, time.time() + self.config.notice_grace)
+                times = self._wait_for_the_group(process, None, until=time.time() + self.config.notice_grace)
                 outcome = outcome_of(exit_code) if label == "run" else "failed"
-                return ExitReport(outcome, exit_code, self._final_backup(times=None))
+                return ExitReport(outcome, exit_code, self._final_backup(times))
         raise AssertionError("the run command always ends the attempt")
 
     def _report_started(self) -> None:
@@ -242,18 +244,48 @@ class Agent:
                 return notice
         return None
 
+    @property
+    def restore_left_running(self) -> bool:
+        """The restore was given up on at a notice, its copy still in a store call."""
+        return self._restoring is not None and self._restoring.is_alive()
+
     def _restore(self) -> int | None:
-        """The newest restored step, or None. A failing store is tried RESTORE_TRIES times; a store URI or
-        option that cannot work (unknown protocol, missing package) fails at once."""
+        """The newest restored step, or None: copied in a thread of its own, so that a notice that comes meanwhile
+        is seen at once, however long the copy (a large checkpoint, a store that hangs). The copy is then stopped
+        (between files) and None returned: there is nothing to train for, and the notice is told now
+        (`_taken_back_meanwhile`), while the controller still has time to act on it."""
+        outcome: list[int | None] = []
+        failure: list[Exception] = []
+        stop = threading.Event()
+
+        def restore() -> None:
+            try:
+                outcome.append(self._restore_with_retries(stop))
+            except Exception as exc:
+                failure.append(exc)
+
+        self._restoring = threading.Thread(target=restore, name="spotrun-restore", daemon=True)
+        self._restoring.start()
+        while self._restoring.is_alive():
+            if self.notices.wait(WAIT_STEP_SECONDS) is not None:
+                stop.set()
+                return None
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    def _restore_with_retries(self, stop: threading.Event) -> int | None:
+        """A failing store is tried RESTORE_TRIES times; a store URI or option that cannot work (unknown protocol,
+        missing package) fails at once, and so does a restore stopped."""
         for attempt in range(1, RESTORE_TRIES):
             try:
-                return self.sync.restore(older_on_error=False)  # the last try may settle for an older one
-            except (ValueError, ImportError):
+                return self.sync.restore(older_on_error=False, stop=stop)  # the last try may settle for an older one
+            except (ValueError, ImportError, BackupCutShort):
                 raise
             except Exception:
                 log.warning("restore failed (try %d of %d); retrying", attempt, RESTORE_TRIES, exc_info=True)
-                time.sleep(2**attempt)
-        return self.sync.restore()
+                stop.wait(2**attempt)
+        return self.sync.restore(stop=stop)
 
     def _output(self, text: str) -> None:
         echo_output(text)
@@ -280,10 +312,9 @@ class Agent:
             self._tell_the_clouds_notice()
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
-            process.signal_group(signal.SIGKILL)
-            exit_code = process.wait()
-        self._wait_for_the_group(process, times.stop_by())
-        log.info("command stopped after the notice with exit code %d", exit_code)
+            exit_code = self._kill(process)
+        self._wait_for_the_group(process, times)
+        log.info("command stopped after the notice with exit code %s", exit_code)
         process.drain_output(OUTPUT_DRAIN_SECONDS)
         self._tell_the_clouds_notice()
         # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
@@ -294,6 +325,9 @@ class Agent:
         return StopTimes(self.notices, answered, time.time(), self.config.notice_grace, self.config.sync_margin)
 
     def _tell_notice(self, notice: Notice) -> None:
+        """Tell the controller of a notice, once, wherever the agent saw it first."""
+        if notice in self._told:
+            return
         self._told.append(notice)
         self.reporter.send("notice", {"source": notice.source, "deadline": notice.deadline, "detail": notice.detail})
 
@@ -319,19 +353,40 @@ class Agent:
         return self._stop_times(notice)
 
     @staticmethod
-    def _wait_for_the_group(process: CommandProcess, stop_by: float) -> None:
+    def _kill(process: CommandProcess) -> int | None:
+        """SIGKILL the command's group; its exit code, or None when it is still there KILLED_EXIT_SECONDS later (in
+        uninterruptible sleep: a hung NFS or device call), so that the agent still backs up and reports in time."""
+        process.signal_group(signal.SIGKILL)
+        exit_code = process.wait(KILLED_EXIT_SECONDS)
+        if exit_code is None:
+            log.error("command still there %.0f s after SIGKILL (stuck in the kernel); going on without its exit code",
+                      KILLED_EXIT_SECONDS)
+        return exit_code
+
+    def _wait_for_the_group(
+        self, process: CommandProcess, times: StopTimes | None, until: float | None = None
+    ) -> StopTimes | None:
         """The rest of the command's process group (a helper still writing a checkpoint, say) until the stop time,
-        then killed: the final backup must see what they wrote, and nothing may write after it."""
-        while process.group_alive() and time.time() < stop_by:
+        then killed: the final backup must see what they wrote, and nothing may write after it. A notice that comes
+        meanwhile is told at once, and its stop time kept to if sooner; the stop times of the notice, if any."""
+        while process.group_alive() and time.time() < self._stop_time(times, until):
             time.sleep(GROUP_POLL_SECONDS)
+            times = self._notice_since(times)
         if process.group_alive():
             log.warning("processes of the command's group still running at the stop time; killing them")
             process.signal_group(signal.SIGKILL)
+        return times
+
+    @staticmethod
+    def _stop_time(times: StopTimes | None, until: float | None) -> float:
+        """``until``, or the noticed stop time (``times``) when sooner; one of them is given."""
+        noticed = None if times is None else times.stop_by()
+        return min(stop for stop in (until, noticed) if stop is not None)
 
     def _final_backup(self, times: StopTimes | None) -> bool:
-        """Back the checkpoints up; with a deadline, give up at it, even on a store that stopped answering (its
-        call left to finish in the background): the exit must still be reported in time. The deadline is the
-        soonest so far: a notice that comes during the backup (a SIGTERM after the cloud's, the cloud's after a
+        """Back the checkpoints up; give up at the deadline, or final_backup_timeout after starting, even on a store
+        that stopped answering (its call left to finish in the background): the exit must still be reported. The
+        deadline is the soonest so far: a notice that comes during the backup (a SIGTERM after the cloud's, the cloud's after a
         normal exit) brings it forward."""
         self.backup.stop()
         times = self._notice_since(times)
@@ -355,17 +410,22 @@ class Agent:
         cut.set()  # a copy still going stops between files: the exit is reported now
         if not outcome:
             self.backup_left_running = True
-            log.error("final checkpoint backup not done by the deadline: the store did not answer")
+            log.error("final checkpoint backup not done in time (the deadline, or final_backup_timeout): the store "
+                      "did not answer")
             return False
         log.info("final checkpoint backup %s", "complete" if outcome[0] else "incomplete")
         return outcome[0]
 
-    @staticmethod
-    def _backup_time_up(times: StopTimes | None, started: float) -> bool:
+    def _backup_time_up(self, times: StopTimes | None, started: float) -> bool:
+        """At the deadline (less the exit report's time), or final_backup_timeout after the backup started, whichever
+        comes first: without a deadline (a normal exit) too."""
+        now = time.time()
+        if now >= started + self.config.final_backup_timeout:
+            return True
         deadline = None if times is None else times.deadline()
         if deadline is None:
             return False
-        return time.time() >= max(started + MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS)
+        return now >= max(started + MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS)
 
     def _log_flush_seconds(self) -> float:
         """How long the log may hold a report back: LOG_FLUSH_SECONDS, and no longer than a notice's deadline leaves

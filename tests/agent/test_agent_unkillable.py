@@ -1,0 +1,78 @@
+"""A command that SIGKILL does not end (stuck in the kernel, in uninterruptible sleep): the agent waits for it a
+moment only, then answers the notice or the generation's stop without its exit code."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+from spotrun.agent.config import AgentConfig
+from spotrun.agent.gang import GangAgent
+from spotrun.agent.notices import Notice
+from spotrun.agent.supervisor import Agent
+
+from .conftest import agent_config
+
+
+class UnkillableProcess:
+    """A command's stand-in that ignores every signal until released (a process in D state cannot be made here)."""
+
+    def __init__(self) -> None:
+        self.signals: list[signal.Signals] = []
+        self.released = threading.Event()
+
+    def signal_group(self, signum: signal.Signals) -> None:
+        self.signals.append(signum)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.released.wait(60 if timeout is None else timeout)
+        return -signal.SIGKILL if self.released.is_set() else None
+
+    def group_alive(self) -> bool:
+        return not self.released.is_set()
+
+    def drain_output(self, timeout: float) -> bool:
+        return True
+
+
+def in_a_thread(call, timeout: float) -> list:
+    """call()'s result, in a list that stays empty when it had not returned after timeout."""
+    returned: list = []
+    thread = threading.Thread(target=lambda: returned.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return returned
+
+
+def config(tmp_path: Path, **overrides) -> AgentConfig:
+    return AgentConfig.model_validate(
+        agent_config("http://127.0.0.1:9", tmp_path / "store", checkpoint_dir=str(tmp_path / "ckpts"), **overrides)
+    )
+
+
+def test_a_noticed_command_that_sigkill_does_not_end_does_not_hold_the_exit_past_the_deadline(tmp_path):
+    """After SIGKILL the agent waited for the command without a bound, past the notice's deadline."""
+    agent = Agent(config(tmp_path, notice_grace=1.0, sync_margin=0.5), [])
+    process = UnkillableProcess()
+    notice = Notice("sigterm", time.time() + 1.0, "SIGTERM received by the agent", own_grace=True)
+    try:
+        returned = in_a_thread(lambda: agent._answer_notice(process, notice), timeout=8)
+    finally:
+        process.released.set()
+    assert returned, "the agent still waits for a command SIGKILL cannot end"
+    assert (returned[0].outcome, returned[0].exit_code) == ("preempted", None)
+    assert process.signals[:2] == [signal.SIGTERM, signal.SIGKILL]
+
+
+def test_a_stopping_generations_command_that_sigkill_does_not_end_is_reported_without_its_exit_code(tmp_path):
+    """The gang node waited for it without a bound: its generation's exit was never reported, nor a later notice."""
+    agent = GangAgent(config(tmp_path, notice_grace=0.5, gang={"nnodes": 2, "node_rank": 1}), [])
+    process = UnkillableProcess()
+    try:
+        returned = in_a_thread(lambda: agent._stop(process), timeout=8)
+    finally:
+        process.released.set()
+    assert returned == [None], "the agent still waits for a command SIGKILL cannot end"
+    assert process.signals == [signal.SIGTERM, signal.SIGKILL]
