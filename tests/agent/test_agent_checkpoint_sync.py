@@ -214,12 +214,17 @@ def test_a_checkpoints_files_are_copied_together(local, remote, monkeypatch):
     assert (fresh / checkpoint_name(3) / "optim" / "state.bin").read_bytes() == b"optim-3"
 
 
-def test_a_stop_during_the_copy_starts_no_more_files_and_commits_nothing(local, remote, monkeypatch):
-    folder = write_checkpoint(local, 2)
+def checkpoint_of_many_files(root, step: int):
+    """A checkpoint folder with ten more files than its manifest lists (copied all the same)."""
+    folder = write_checkpoint(root, step)
     for index in range(10):
-        (folder / f"shard-{index}.bin").write_bytes(b"x")  # unlisted in the manifest: only copied
-    stop, started = threading.Event(), []
-    real_copy = checkpoint_sync._copy_file
+        (folder / f"shard-{index}.bin").write_bytes(b"x")
+    return folder
+
+
+def copies_that_set(stop: threading.Event, monkeypatch) -> list:
+    """Every file copy sets `stop` as it starts: the destinations of the copies started."""
+    started, real_copy = [], checkpoint_sync._copy_file
 
     def copy_and_stop(src_fs, src, dst_fs, dst):
         started.append(dst)
@@ -227,6 +232,13 @@ def test_a_stop_during_the_copy_starts_no_more_files_and_commits_nothing(local, 
         real_copy(src_fs, src, dst_fs, dst)
 
     monkeypatch.setattr(checkpoint_sync, "_copy_file", copy_and_stop)
+    return started
+
+
+def test_a_stop_during_the_copy_starts_no_more_files_and_commits_nothing(local, remote, monkeypatch):
+    checkpoint_of_many_files(local, 2)
+    stop = threading.Event()
+    started = copies_that_set(stop, monkeypatch)
     assert CheckpointSync(local, str(remote)).backup(stop=stop) is False
     assert committed_steps(remote) == []
     assert 1 <= len(started) <= checkpoint_sync.FILES_AT_ONCE
@@ -335,19 +347,10 @@ def test_the_agent_retries_a_restore_that_failed_on_the_newest_before_taking_an_
 def test_a_stopped_restore_starts_no_more_files_and_leaves_no_checkpoint(local, remote, monkeypatch):
     """A notice during the restore: the copy went on to the end, older checkpoints and all, for a trainer that
     would never start."""
-    folder = write_checkpoint(remote, 2)
-    for index in range(10):
-        (folder / f"shard-{index}.bin").write_bytes(b"x")
+    checkpoint_of_many_files(remote, 2)
     write_checkpoint(remote, 1)
-    stop, started = threading.Event(), []
-    real_copy = checkpoint_sync._copy_file
-
-    def copy_and_stop(src_fs, src, dst_fs, dst):
-        started.append(dst)
-        stop.set()
-        real_copy(src_fs, src, dst_fs, dst)
-
-    monkeypatch.setattr(checkpoint_sync, "_copy_file", copy_and_stop)
+    stop = threading.Event()
+    started = copies_that_set(stop, monkeypatch)
     with pytest.raises(checkpoint_sync.BackupCutShort):
         CheckpointSync(local, str(remote)).restore(stop=stop)
     assert committed_steps(local) == [] and list(local.iterdir()) == []
