@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fakes_gcp import loopback_only
 from google.auth.credentials import AnonymousCredentials
@@ -103,6 +105,24 @@ def test_a_spot_vm_preempted_and_deleted_before_the_launch_looks_is_launched_and
     assert (launched.state, launched.reclaimed, launched.market) == ("terminated", True, "spot")
     assert (launched.instance_type, launched.client_token) == ("n1-standard-8", "sr-7-0123456789abcdef")
     assert provider.describe(launched.instance_id).reclaimed
+
+
+def test_a_spot_vm_preempted_before_the_launch_looks_is_billed_from_its_insert(
+    provider, launch_request, cloud, monkeypatch
+):
+    """Answered with no launch time, the attempt was taken as started once the answer came, after the VM's
+    preemption: it ended before it started, billed 0 s for a VM GCE had billed."""
+    wait = provider._wait
+
+    def wait_then_preempt(operation, zone, what):
+        wait(operation, zone, what)
+        cloud.preempt(zone, what.removeprefix("insert of "))
+
+    monkeypatch.setattr(provider, "_wait", wait_then_preempt)
+    before = time.time()
+    launched = provider.launch(launch_request())
+    assert launched.launched_at is not None and launched.terminated_at is not None
+    assert before - 1 <= launched.launched_at <= launched.terminated_at
 
 
 def test_a_vm_deleted_by_someone_before_the_launch_looks_is_launched_and_terminated(

@@ -7,6 +7,7 @@ import json
 import time
 from types import SimpleNamespace
 
+from kubernetes.client.exceptions import ApiException
 
 from spotrun.control.observe import judge_attempt
 from spotrun.providers.base import LaunchRequest
@@ -86,3 +87,22 @@ def test_a_node_scaled_up_slower_than_the_boot_timeout_is_not_a_stuck_boot(k8s, 
     assert judge(running, after=time.time() + 1, started_at=time.time() - 600) is None
     # the boot timeout counts from the node taking the pod
     assert judge(running, after=time.time() + 130, started_at=time.time() - 600).end_reason == "lost"
+
+
+def test_a_scale_up_wait_whose_events_cannot_be_read_is_unknown_not_a_stuck_boot(k8s, k8s_config, k8s_cluster):
+    """One failed listing of the pod's events, while its node is still being scaled up, answered it pending with no
+    wait for capacity: the boot timeout counted from the launch, and a slow scale-up's attempt ended as lost."""
+    k8s_cluster.scale_up_delay = 60.0
+    k8s_cluster.add_node_group("spot-c", node_labels("us-east-1c", "spot"), allocatable=GPU_NODE)
+    provider = make_provider(k8s_config)
+    info = launch(provider)
+    assert info.state == "pending"  # the launch returned on TriggeredScaleUp
+    launched_at = time.time() - 300  # the scale-up has taken five minutes so far: past the boot timeout
+    assert judge(provider.describe(info.instance_id), after=time.time() + 1, started_at=launched_at) is None
+
+    def unreadable(*args, **kwargs):
+        raise ApiException(status=500, reason="Internal Server Error")
+
+    provider.api.list_namespaced_event = unreadable
+    seen = provider.describe(info.instance_id)
+    assert judge(seen, after=time.time() + 1, started_at=launched_at) is None, seen  # a failed probe says nothing

@@ -100,6 +100,22 @@ def test_the_autoscaler_not_scaling_up_is_a_refusal_only_once_it_persists():
         "refused", "FailedScaleUp: out of resources")
 
 
+def test_the_autoscaler_not_scaling_up_persists_through_a_change_of_its_words():
+    # a node group entering its backoff changes the message: another event, first said later, though the
+    # autoscaler has declined the pod since the first one
+    events = [
+        {"reason": "NotTriggerScaleUp", "message": "pod didn't trigger scale-up: 1 max node group size reached",
+         "firstTimestamp": "2026-11-28T02:00:00Z", "lastTimestamp": "2026-11-28T02:01:50Z", "count": 12},
+        {"reason": "NotTriggerScaleUp", "message": "pod didn't trigger scale-up: 1 in backoff after failed scale-up",
+         "firstTimestamp": "2026-11-28T02:02:00Z", "lastTimestamp": "2026-11-28T02:03:00Z", "count": 7},
+    ]
+    assert provisioner_verdict(events, now=timestamp("2026-11-28T02:03:01Z"), patience=180) == (
+        "refused", "NotTriggerScaleUp: pod didn't trigger scale-up: 1 in backoff after failed scale-up")
+    # ... but a scale-up in between starts the wait again
+    scaling = {"reason": "TriggeredScaleUp", "message": "pool 1->2", "lastTimestamp": "2026-11-28T02:01:55Z"}
+    assert provisioner_verdict([*events, scaling], now=timestamp("2026-11-28T02:03:01Z"), patience=180)[0] == "declined"
+
+
 def test_a_container_that_cannot_start_is_told_apart_from_one_still_pulling():
     pulling = pod("Pending")
     pulling["status"]["containerStatuses"] = [{"name": "spotrun", "state": {"waiting": {"reason": "ContainerCreating"}}}]

@@ -125,20 +125,12 @@ def test_same_step_saved_again_replaces_the_old_one(tmp_path: Path) -> None:
 
 
 def test_a_replacement_cut_short_between_its_two_renames_keeps_the_new_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kill_between_renames
 ) -> None:
     # where the filesystem cannot swap two folders at once, the old checkpoint of the step goes to the trash, then the
     # new one is renamed into place: a kill in between leaves the new one complete, manifest and all, in staging
     save_steps(tmp_path, [2])
-    monkeypatch.setattr(storage, "_exchange", lambda first, second: False)
-    rename = os.rename
-
-    def killed_before_the_second(source: str, target: str) -> None:
-        if os.path.basename(source).startswith(storage.STAGING_PREFIX):
-            raise OSError("the writer was killed here")
-        rename(source, target)
-
-    monkeypatch.setattr(os, "rename", killed_before_the_second)
+    kill_between_renames()
     with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
         with pytest.raises(spotrun.CheckpointError, match="killed"):
             ckpt.save(make_state(fill=7.0)[0], 2)

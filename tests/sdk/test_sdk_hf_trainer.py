@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -25,7 +26,7 @@ from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoin
 from spotrun.sdk.foreign import commit  # noqa: E402
 from spotrun.sdk.hf_trainer import PAYLOAD, TrainerCheckpoints  # noqa: E402
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name  # noqa: E402
-from spotrun.sdk.preemption import PreemptionFlag  # noqa: E402
+from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hf_trainer"
 _spec = importlib.util.spec_from_file_location("hf_trainer_example", EXAMPLE / "train.py")
@@ -124,7 +125,9 @@ def test_under_torchrun_every_rank_stops_at_one_ranks_notice_and_resumes_exactly
 
 @pytest.fixture
 def spot_run(tmp_path, monkeypatch):
-    """The example's Trainer in this process, saving into tmp_path, with a flag of its own (no signal handlers)."""
+    """The example's Trainer in this process, saving into tmp_path, with a flag of its own (no signal handlers). The
+    example's own callback installs handlers as it is made: they are put back, or a later test's signal finds them."""
+    handlers = {signum: signal.getsignal(signum) for signum in DEFAULT_SIGNALS}
     monkeypatch.setenv("SPOTRUN_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("OUTPUT_DIR", str(tmp_path / "hf-output"))
 
@@ -137,7 +140,9 @@ def spot_run(tmp_path, monkeypatch):
         run.add_callback(spot)
         return run, spot
 
-    return make
+    yield make
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 def test_a_damaged_checkpoint_is_skipped_and_none_intact_deletes_nothing(spot_run, tmp_path):
@@ -327,3 +332,24 @@ def test_a_mid_epoch_resume_with_a_masking_collator_warns_that_it_is_inexact(tmp
         warnings.simplefilter("error", CheckpointWarning)
         assert resumed("masked", 10, mlm=True) == masked  # at an epoch's start: exact, and no warning
         assert trained("plain", mlm=False) == resumed("plain", 5, mlm=False)  # draws nothing: exact mid-epoch
+
+
+def test_a_replacement_cut_short_between_its_two_renames_is_resumed_from(tmp_path, monkeypatch, kill_between_renames):
+    """Where the filesystem cannot swap two folders at once, a checkpoint saved again over one of the same step goes
+    to the trash, then the new one is renamed into place; a kill in between leaves it complete in staging. It was put
+    in place only after the resume had chosen: the run started over, and its first save pruned it as a later one."""
+    spot = TrainerCheckpoints(tmp_path / "store", signals=())
+    written = tmp_path / "written"
+    for contents in (b"old", b"new"):
+        written.mkdir()
+        (written / "model.safetensors").write_bytes(contents)
+        if contents == b"new":  # the second commit is killed between its two renames
+            kill_between_renames()
+            with pytest.raises(OSError, match="killed"):
+                commit(spot.store, str(written), 8, payload=PAYLOAD)
+            monkeypatch.undo()
+        else:
+            commit(spot.store, str(written), 8, payload=PAYLOAD)
+    resumed = TrainerCheckpoints(tmp_path / "store", signals=()).resume_from()
+    assert resumed is not None and resumed.endswith(checkpoint_name(8))
+    assert Path(resumed, "model.safetensors").read_bytes() == b"new"

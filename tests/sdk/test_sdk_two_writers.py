@@ -3,6 +3,7 @@ the second writer is refused, clearly, and neither its saves nor its restore dam
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -171,3 +172,29 @@ def test_a_forked_child_does_not_keep_the_folder_locked(tmp_path: Path) -> None:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
     assert restored(tmp_path)[0] == 2
+
+
+TWO_RANKS = Path(__file__).with_name("sdk_two_writers_worker.py")
+
+
+def test_the_other_ranks_of_a_writer_refused_the_folder_write_nothing_into_it(tmp_path: Path) -> None:
+    """Two 2-rank jobs on one folder: the second's rank 0 was refused, but its rank 1 wrote its file all the same,
+    into the first job's staging folder of the same step, over the first job's rank 1 file that the first then
+    committed: a checkpoint damaged, skipped at every restore."""
+    first = subprocess.Popen([sys.executable, str(TWO_RANKS), str(tmp_path), "first"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "first-paused").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first job did not reach its commit"
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, str(TWO_RANKS), str(tmp_path), "second"], capture_output=True,
+                                text=True, timeout=180)
+        assert second.returncode == 0, second.stderr[-3000:]
+    finally:
+        (tmp_path / "go").touch()
+        _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr[-3000:]
+    for rank in range(2):
+        assert json.loads((tmp_path / f"first-{rank}.json").read_text())["outcome"] == "saved"
+        assert "is saving checkpoints to this folder" in json.loads((tmp_path / f"second-{rank}.json").read_text())["outcome"]
+    assert_every_committed_checkpoint_intact(tmp_path / "ckpt")

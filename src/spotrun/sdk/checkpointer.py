@@ -334,7 +334,8 @@ class Checkpointer:
         writes its files; rank 0 commits once all have reported; all learn the outcome."""
         steps = snapshot.steps_done
         error = _attempt(self._prepare, steps)[1] if self.rank == 0 else None
-        self._ranks.barrier()
+        # every rank learns it: a folder rank 0 was refused (another writer's) is no place for their files either
+        error = self._ranks.all_gather(error)[0]
         if error is None:
             files, error = _attempt(self._write_own_files, snapshot)
         if error is None:  # the digests of what this rank wrote of the replicated state, or (rank 0) of its copies
@@ -346,7 +347,7 @@ class Checkpointer:
             errors += [failed_commit] if failed_commit else []
         outcome = self._ranks.all_gather(errors if self.rank == 0 else None)[0]
         if outcome:
-            raise CheckpointError(f"checkpoint of {steps} steps not committed: {'; '.join(outcome)}")
+            raise CheckpointError(f"checkpoint of {steps} steps not committed: {'; '.join(dict.fromkeys(outcome))}")
         log.debug("committed %s", self.store.path(steps))
 
     def _prepare(self, steps: int) -> str:

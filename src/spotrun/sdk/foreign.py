@@ -62,6 +62,7 @@ def newest_intact(store: LocalStore, payload: str, framework: str) -> str | None
     none. A damaged one is skipped with a CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there
     are some and none is intact."""
     rejected = []
+    store.finish_commits()  # a save cut short between its renames is complete: a candidate too
     for steps, path in reversed(store.candidates()):
         try:
             verify(store, path, payload, framework)

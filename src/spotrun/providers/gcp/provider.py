@@ -32,6 +32,7 @@ from spotrun.providers.gcp.instances import (
     instance_info,
     market_of,
     metadata_value,
+    timestamp,
     unknown_info,
 )
 from spotrun.providers.gcp.naming import (
@@ -171,7 +172,7 @@ class GcpProvider:
         except CALL_ERRORS as error:
             raise _translate(error, "compute.instances.insert") from error
         self._wait(operation, request.zone, f"insert of {body.name}")
-        info = self._launched(request, body.name)
+        info = self._launched(request, body.name, operation)
         log.info(
             "launched %s: %s %s in %s (client token %s)",
             info.instance_id, request.market, request.instance_type, request.zone, request.client_token,
@@ -187,16 +188,16 @@ class GcpProvider:
         _check_same_request(info, request)
         return info
 
-    def _launched(self, request: LaunchRequest, name: str) -> InstanceInfo:
+    def _launched(self, request: LaunchRequest, name: str, insert: compute_v1.Operation) -> InstanceInfo:
         """The instance the insert made. GCE may have preempted and deleted it already: it is answered as gone
-        (reclaimed), which the controller ends as a preemption. Raised instead, the launch was retried to its
-        timeout and ended as an error, on an instance GCE had billed."""
+        (reclaimed), which the controller ends as a preemption, launched when the insert was (its bill's start).
+        Raised instead, the launch was retried to its timeout and ended as an error, on an instance GCE had billed."""
         try:
             instance = self._get(request.zone, name)
             if instance is None:
                 gone = gone_info(request.zone, name, self._preemptions(request.zone).get(name))
                 return replace(gone, market=request.market, instance_type=request.instance_type,
-                               client_token=request.client_token)
+                               client_token=request.client_token, launched_at=timestamp(insert.insert_time))
         except CALL_ERRORS as error:
             raise _translate(error, "compute.instances.get") from error
         return instance_info(instance)

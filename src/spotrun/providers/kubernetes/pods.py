@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from itertools import takewhile
 from typing import Any
 
 from spotrun.providers.base import InstanceInfo, InstanceState, Market
@@ -198,7 +199,9 @@ def provisioner_verdict(events: Iterable[Mapping[str, Any]], *, now: float, pati
     last_try = next((event for event in reversed(said) if event["reason"] != NO_SCALE_UP), last)
     if last_try["reason"] == SCALE_UP_FAILED:
         return "refused", _words(last_try)
-    return ("declined" if now - _first_said(last) < patience else "refused"), _words(last)
+    # since the first of the words that close the list: a change of them (a group entering its backoff) is another event
+    declining = takewhile(lambda event: event["reason"] == NO_SCALE_UP, reversed(said))
+    return ("declined" if now - min(map(_first_said, declining)) < patience else "refused"), _words(last)
 
 
 def timestamp(value: Any) -> float | None:

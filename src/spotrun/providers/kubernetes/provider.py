@@ -199,8 +199,8 @@ class KubernetesProvider:
             # pending for good: a refused launch, told as AWS's and Azure's late refusals are
             try:
                 verdict = self._provisioner_verdict(name, namespace)
-            except KubernetesApiError:
-                verdict = None
+            except KubernetesApiError as error:  # whether it waits for capacity is not known, nor its boot's start
+                return unknown_info(namespace, name, str(error))
             if verdict is not None and verdict[0] == "refused":
                 detail = {**info.detail, "refusal": "no_capacity", "reason": f"{waiting}; {verdict[1]}"}
                 return dataclasses.replace(info, state="terminated", detail=detail)
