@@ -20,6 +20,7 @@ import torch
 
 import spotrun
 from spotrun.sdk import CheckpointError, layout
+from spotrun.sdk.writerlock import WriterLock
 
 HOLDER = """
 import sys, time, torch, spotrun
@@ -120,6 +121,18 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path: P
     second.save(make_state(2.0)[0], 0)  # the first one has closed: the folder is free
     second.close()
     assert restored(tmp_path)[0] == 1
+
+
+def test_a_first_save_waits_out_a_restore_elsewhere_clearing_leftovers(tmp_path: Path) -> None:
+    """A restore (an evaluation reading the folder) holds the folder's lock while it clears leftovers: a writer's
+    first save in that moment was refused, and its trainer crashed."""
+    state = make_state(1.0)[0]
+    with spotrun.Checkpointer(tmp_path, signals=()) as writer:
+        clearing = WriterLock(str(tmp_path))
+        assert clearing.acquire()
+        threading.Timer(1.2, clearing.release).start()  # the first save claims the folder some 0.5 s in
+        writer.save(state, 4)
+    assert restored(tmp_path)[0] == 5
 
 
 def test_a_writer_killed_with_sigkill_leaves_no_lock_behind(tmp_path: Path) -> None:

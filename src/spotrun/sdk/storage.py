@@ -35,6 +35,9 @@ WRITE_CHUNK = 16 << 20  # a large write goes out in pieces, each handed to the d
 Serializer = Callable[[BinaryIO], None]
 log = logging.getLogger(__name__)
 
+# How long a first save waits for the folder's lock: a restore elsewhere holds it while it clears leftovers (a
+# moment), another writer for its whole life
+CLAIM_WAIT_SECONDS = 2.0
 CHECKPOINT_DIR_ENV = "SPOTRUN_CHECKPOINT_DIR"
 DEFAULT_LOCATION = "checkpoints"
 
@@ -199,7 +202,7 @@ class LocalStore(CheckpointStore):
         self._writer = WriterLock(self.root)
 
     def claim(self) -> None:
-        if not self._writer.acquire():
+        if not self._writer.acquire(wait=CLAIM_WAIT_SECONDS):
             raise CheckpointError(
                 f"{self.root}: another Checkpointer (of another process, or not closed in this one) is saving "
                 "checkpoints to this folder; two writers would commit each other's half-written files and remove each "

@@ -22,10 +22,12 @@ import errno
 import fcntl
 import logging
 import os
+import time
 import weakref
 
 log = logging.getLogger(__name__)
 
+_RETRY_SECONDS = 0.05
 _CANNOT_LOCK = (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 _held: weakref.WeakSet[WriterLock] = weakref.WeakSet()
@@ -42,14 +44,14 @@ class WriterLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> bool:
-        """Take the lock (at once, or not at all); False while another writer holds it. Where the folder cannot be
+    def acquire(self, wait: float = 0.0) -> bool:
+        """Take the lock, trying for up to `wait` seconds; False while another holds it. Where the folder cannot be
         locked it counts as taken, with a warning."""
         if self._fd is not None:
             return True
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_within(fd, wait)
         except BlockingIOError:
             os.close(fd)
             return False
@@ -77,6 +79,19 @@ class WriterLock:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def _lock_within(fd: int, wait: float) -> None:
+    """flock(LOCK_EX) on `fd`, tried until `wait` seconds have passed (BlockingIOError then)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(_RETRY_SECONDS)
 
 
 def _forget_in_child() -> None:
