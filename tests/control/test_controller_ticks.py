@@ -337,6 +337,9 @@ def test_a_job_that_could_never_be_placed_or_billed_is_refused_before_it_is_stor
         ("{deadline: 2h}", "estimated_duration: 3h\n", "leaves 2 h from submission, less than the estimated_duration (3 h)"),
         ("{deadline: 3h, restart_overhead: 30m}", "estimated_duration: 3h\n",
          "less than the estimated_duration plus spot.restart_overhead (3.5 h)"),
+        # as a duration past ten years is: the deadline planner's grid over centuries held the controller's tick
+        ("{deadline: '9999-12-31T00:00:00Z', restart_overhead: 3650d, policy: deadline_aware}",
+         "estimated_duration: 1h\n", "must be at most 3650d (10 years) after the launch"),
     ],
 )
 def test_a_deadline_no_placement_could_keep_is_refused_before_it_is_stored(world, spot, extra, words):

@@ -81,6 +81,22 @@ def test_the_controller_command_exits_non_zero_on_a_setting_it_cannot_use(store,
     assert "SPOTRUN_SWEEP_EVERY_TICKS='0'" in result.output
 
 
+def test_the_controller_command_takes_its_tick_and_idle_exit_from_the_environment_unless_given(
+    store, home, monkeypatch
+):
+    """It passed its own defaults (0.5 s, never) over them: SPOTRUN_TICK_INTERVAL and SPOTRUN_IDLE_EXIT never told."""
+    monkeypatch.setenv("SPOTRUN_DATABASE_URL", store.url)
+    ran_with = []
+    monkeypatch.setattr(Daemon, "run", lambda daemon: ran_with.append((daemon.tick_interval, daemon.idle_exit)) or 0)
+    refused = CliRunner().invoke(app, ["controller"], env={"SPOTRUN_IDLE_EXIT": "abc"})
+    assert refused.exit_code == 2 and "SPOTRUN_IDLE_EXIT='abc'" in refused.output, refused.output
+    environment = {"SPOTRUN_TICK_INTERVAL": "0.25", "SPOTRUN_IDLE_EXIT": "90"}
+    assert CliRunner().invoke(app, ["controller"], env=environment).exit_code == 0
+    assert CliRunner().invoke(app, ["controller", "--tick-interval", "2", "--idle-exit", "5"], env=environment).exit_code == 0
+    assert CliRunner().invoke(app, ["controller"], env={"SPOTRUN_TICK_INTERVAL": "", "SPOTRUN_IDLE_EXIT": ""}).exit_code == 0
+    assert ran_with == [(0.25, 90.0), (2.0, 5.0), (0.5, 0.0)]
+
+
 def test_the_server_refuses_a_controller_setting_it_cannot_use(store, home, monkeypatch):
     """The server's controller thread failed every round, logging it, while the server went on serving."""
     monkeypatch.setattr(serve_module.uvicorn.Server, "run", lambda *_, **__: None)  # serve nothing, return at once

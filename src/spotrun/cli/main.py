@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -220,14 +221,20 @@ def server(
 
 @app.command()
 def controller(
-    tick_interval: Annotated[float, typer.Option(
-        min=MIN_TICK_SECONDS, max=MAX_TICK_SECONDS, help="seconds between reconcile ticks")] = 0.5,
-    idle_exit: Annotated[float, typer.Option(min=0, help="exit after this long without live jobs (0: never)")] = 0,
+    tick_interval: Annotated[float | None, typer.Option(
+        min=MIN_TICK_SECONDS, max=MAX_TICK_SECONDS,
+        help="seconds between reconcile ticks (default: $SPOTRUN_TICK_INTERVAL, else 0.5)")] = None,
+    idle_exit: Annotated[float | None, typer.Option(
+        min=0, help="exit after this long without live jobs, 0: never (default: $SPOTRUN_IDLE_EXIT, else 0)")] = None,
 ) -> None:
     """Run the controller in the foreground."""
     from spotrun.server import daemon
 
-    raise typer.Exit(daemon.main(["--tick-interval", str(tick_interval), "--idle-exit", str(idle_exit)]))
+    # given, the options; else the daemon reads the environment (they passed their own defaults over it)
+    argv = [] if tick_interval is None else ["--tick-interval", str(tick_interval)]
+    idle = idle_exit if idle_exit is not None else (None if os.environ.get("SPOTRUN_IDLE_EXIT") else 0.0)
+    argv += [] if idle is None else ["--idle-exit", str(idle)]
+    raise typer.Exit(daemon.main(argv))
 
 
 if __name__ == "__main__":

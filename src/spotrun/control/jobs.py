@@ -20,6 +20,7 @@ from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, ProviderError, get_provider
 from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
 from spotrun.spec import JobSpec, Problem, SpecError
+from spotrun.spec.durations import MAX_DURATION_SECONDS
 from spotrun.state import Attempt, Event, Job, Store, add_event
 from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
@@ -122,6 +123,8 @@ def _deadline_problems(spec: JobSpec, now: float) -> list[Problem]:
     if left <= 0:
         before = f"; it is {_hours(-left)} before it" if left < 0 else ""
         return [Problem("spot.deadline", f"must be after the launch{before}")]
+    if left > MAX_DURATION_SECONDS:  # as a duration would be: a deadline planner's grid over centuries took minutes
+        return [Problem("spot.deadline", f"must be at most 3650d (10 years) after the launch; it is {_hours(left)}")]
     if spec.estimated_duration is None:
         return []
     needed = spec.estimated_duration + (spec.spot.restart_overhead or 0.0)
