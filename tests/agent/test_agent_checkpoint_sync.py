@@ -59,6 +59,15 @@ def test_backup_uploads_committed_checkpoints_and_user_files_only(local, remote)
     assert committed_steps(remote) == [1]
 
 
+def test_a_store_folder_with_double_colons_in_its_name_is_that_folder(local, tmp_path):
+    """fsspec reads "::" as the joint of a chained URL: backups to runs/lr::0.1 and runs/lr::0.2 both went to runs/lr."""
+    write_checkpoint(local, 1)
+    for name in ("lr::0.1", "lr::0.2"):
+        assert CheckpointSync(local, str(tmp_path / "runs" / name)).backup() is True
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["lr::0.1", "lr::0.2"]
+    assert CheckpointSync(tmp_path / "fresh", str(tmp_path / "runs" / "lr::0.2")).restore() == 1
+
+
 def test_backup_writes_the_manifest_after_every_payload_file(local, remote, monkeypatch):
     write_checkpoint(local, 4)
     written: list[str] = []

@@ -22,6 +22,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun.agent.heartbeat import CheckpointProgress
+from spotrun.sdk.storage import url_to_fs
 from spotrun.sdk.layout import (
     CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, remove_folder, save_seconds_of,
 )
@@ -144,7 +145,7 @@ class CheckpointSync:
     def store(self) -> _Side:
         """The store's filesystem, opened on first use, so that a bad URI fails the restore, not the agent."""
         if self._store is None:
-            store_fs, store_root = fsspec.core.url_to_fs(self._store_uri, **self._storage_options)
+            store_fs, store_root = url_to_fs(self._store_uri, self._storage_options)  # a local path with "::" is one
             self._store = _Side(store_fs, store_root)
         return self._store
 
