@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,6 +159,23 @@ def test_a_damaged_checkpoint_is_skipped_and_none_intact_deletes_nothing(spot_ru
     (root / checkpoint_name(20) / "optimizer.pt").unlink()
     with pytest.raises(NoValidCheckpoint, match="optimizer.pt is missing"):
         spot.resume_from()
+    assert sorted(p.name for p in root.iterdir()) == [checkpoint_name(20), checkpoint_name(30)]
+
+
+def test_a_checkpoint_skipped_as_damaged_does_not_take_the_place_of_an_intact_one(spot_run, tmp_path):
+    """A damaged ckpt-25 (saves by wall time fall between the Trainer's) was counted as kept by keep_last=2: the save
+    at 30 removed ckpt-20, the only intact one before it."""
+    run, _ = spot_run(steps=20, save_steps=10)
+    run.train()
+    root = tmp_path / "checkpoints"
+    shutil.copytree(root / checkpoint_name(20), root / checkpoint_name(25))
+    weights = root / checkpoint_name(25) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    run, spot = spot_run(steps=30, save_steps=10)
+    with pytest.warns(CheckpointWarning, match="does not match"):
+        resumed = spot.resume_from()
+    assert resumed == str(root / checkpoint_name(20))
+    run.train(resume_from_checkpoint=resumed)
     assert sorted(p.name for p in root.iterdir()) == [checkpoint_name(20), checkpoint_name(30)]
 
 

@@ -57,10 +57,11 @@ def commit(
     return store.path(steps)
 
 
-def newest_intact(store: LocalStore, payload: str, framework: str) -> str | None:
+def newest_intact(store: LocalStore, payload: str, framework: str, skipped: set[int] | None = None) -> str | None:
     """The folder of the newest checkpoint of `payload` whose every file matches its manifest; None when there is
-    none. A damaged one is skipped with a CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there
-    are some and none is intact."""
+    none. A damaged one is skipped with a CheckpointWarning, and its step added to `skipped` (which pruning then
+    does not count as kept: ``CheckpointStore.prune``); NoValidCheckpoint (nothing loaded or deleted) when there are
+    some and none is intact."""
     rejected = []
     store.finish_commits()  # a save cut short between its renames is complete: a candidate too
     for steps, path in reversed(store.candidates()):
@@ -68,6 +69,8 @@ def newest_intact(store: LocalStore, payload: str, framework: str) -> str | None
             verify(store, path, payload, framework)
         except layout.CorruptCheckpoint as error:
             rejected.append(str(error))
+            if skipped is not None:
+                skipped.add(steps)
             continue
         for reason in rejected:
             warnings.warn(f"skipping checkpoint {reason}", CheckpointWarning, stacklevel=3)

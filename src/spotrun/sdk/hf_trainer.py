@@ -98,6 +98,7 @@ class TrainerCheckpoints(TrainerCallback):
         self._last_save = time.monotonic()
         self._ranks: distributed.SingleProcess | distributed.TorchDistributed = distributed.SingleProcess()
         self._resumed: str | None = None  # the checkpoint resume_from gave
+        self._skipped: set[int] = set()  # the steps of checkpoints resume_from skipped as damaged
         self._stopping = False
         self._save_at_epoch_end = False  # a save asked at an epoch's last step, held for the epoch's end
         self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
@@ -108,7 +109,7 @@ class TrainerCheckpoints(TrainerCallback):
         """The folder of the newest checkpoint whose every file matches its manifest, for
         ``trainer.train(resume_from_checkpoint=...)``; None when there is none. A damaged one is skipped with a
         CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
-        self._resumed = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
+        self._resumed = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK, self._skipped)
         return self._resumed
 
     def exit_if_stopped(self) -> None:
@@ -205,9 +206,10 @@ class TrainerCheckpoints(TrainerCallback):
             )
         keep_theirs = bool(args.load_best_model_at_end)  # the Trainer reads it back at the end
         foreign.commit(self.store, written, steps, payload=PAYLOAD, total_steps=max_steps or None, move=not keep_theirs)
+        self._skipped.discard(steps)  # replaced by this one
         if self.keep_last is not None:
             best = _step_of(best_checkpoint) if keep_theirs else None
-            self.store.prune(steps, self.keep_last, also_keep=() if best is None else (best,))
+            self.store.prune(steps, self.keep_last, also_keep=() if best is None else (best,), skipped=self._skipped)
 
     def _find_best_in_store(self, state: TrainerState) -> None:
         """The best checkpoint the resumed state names lies in the output_dir of the attempt that wrote it, gone

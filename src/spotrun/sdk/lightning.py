@@ -90,6 +90,7 @@ class LightningCheckpoints(pl.Callback):
         self._saved_step = self._seen_step = -1
         self._after_validation: int | None = None  # the step of a save to make (again) once a validation has run
         self._distributed = False
+        self._skipped: set[int] = set()  # the steps of checkpoints resume_from skipped as damaged
         self.should_stop = False  # True once a preemption stopped training after its checkpoint was committed
 
     # -- the script's calls ---------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class LightningCheckpoints(pl.Callback):
         """The checkpoint file of the newest checkpoint whose every file matches its manifest, for
         ``trainer.fit(..., ckpt_path=...)``; None when there is none. A damaged one is skipped with a
         CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
-        folder = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK)
+        folder = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK, self._skipped)
         return None if folder is None else os.path.join(folder, CHECKPOINT_FILE)
 
     def exit_if_stopped(self) -> None:
@@ -189,8 +190,9 @@ class LightningCheckpoints(pl.Callback):
             try:
                 total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
                 foreign.commit(self.store, folder, step, payload=PAYLOAD, total_steps=total, started=started)
+                self._skipped.discard(step)  # replaced by this one
                 if self.keep_last is not None:
-                    self.store.prune(step, self.keep_last)
+                    self.store.prune(step, self.keep_last, skipped=self._skipped)
             except Exception as error:  # every rank raises it, none waits for a commit that will not come
                 failure = f"{type(error).__name__}: {error}"
         failure = trainer.strategy.broadcast(failure, src=0)
