@@ -20,7 +20,7 @@ from spotrun.state import Attempt, Job
 
 def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float) -> dict[str, Any]:
     """The agent's boot configuration: everything but the job's part, which the agent fetches (`job_part`)."""
-    spec = JobSpec.model_validate(job.spec)
+    spec = JobSpec.stored(job.spec)
     return {
         "controller_url": controller_url,
         "token": token,

@@ -168,7 +168,7 @@ class Controller:
             if job is None or JobState(job.state) in TERMINAL:
                 return
             attempt, standby = records.open_attempts(session, job_id)
-        if JobSpec.model_validate(job.spec).resources.nodes > 1:
+        if JobSpec.stored(job.spec).resources.nodes > 1:
             self._gang.drive(job_id)
             return
         if attempt is None:
@@ -189,7 +189,7 @@ class Controller:
 
     def _drive_without_attempt(self, job: Job) -> None:
         now = self.clock.now()
-        spec = JobSpec.model_validate(job.spec)
+        spec = JobSpec.stored(job.spec)
         with self.store.session() as session:
             job = session.get(Job, job.id)
             if job.cancel_requested:
@@ -300,7 +300,7 @@ class Controller:
                 client_token=attempt.client_token,
                 user_data=user_data(config),
                 max_price=attempt.max_price,
-                accelerators=JobSpec.model_validate(job.spec).resources.accelerators,
+                accelerators=JobSpec.stored(job.spec).resources.accelerators,
             )
         provider = self.provider(attempt.provider)
         try:
@@ -472,7 +472,7 @@ class Controller:
         that fell back to on-demand goes back to spot after a while). A move is made before it breaks anything: the
         new instance is launched first, and the job keeps running where it is until that instance is up (see
         spotrun.control.moves)."""
-        spec = JobSpec.model_validate(job.spec)
+        spec = JobSpec.stored(job.spec)
         if not may_move(spec, attempt.market) or not self.reconsider_due(job.id, now):
             return
         policy = self.policy(spec)
@@ -629,7 +629,7 @@ class Controller:
             instance.reclaimed = bool(info and info.reclaimed)
 
     def _after_attempt(self, session, job: Job, reason: str, now: float) -> None:
-        spec = JobSpec.model_validate(job.spec)
+        spec = JobSpec.stored(job.spec)
         if job.cancel_requested:
             records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
         elif job.failure_reason and reason in ("cancelled", "launch_invalid"):

@@ -190,7 +190,7 @@ class GangDriver:
         elif attempt.end_reason == "migrated" and job.state == JobState.RUNNING:
             records.transition(session, job, JobState.PROVISIONING, now, f"{what} stopped to move the gang")
         elif attempt.end_reason == "failed":  # the agent itself failed there (e.g. the setup command)
-            spec = JobSpec.model_validate(job.spec)
+            spec = JobSpec.stored(job.spec)
             job.restarts_on_error += 1
             if job.restarts_on_error > spec.max_restarts_on_error:
                 job.failure_reason = (
@@ -238,7 +238,7 @@ class GangDriver:
     def _stop_grace(self, session, generation: Generation) -> float:
         """How long the ranks have to stop: the job's notice_grace, or until the cloud takes a noticed node, if
         later; and the margin for the agents to report."""
-        grace = JobSpec.model_validate(session.get(Job, generation.job_id).spec).spot.notice_grace
+        grace = JobSpec.stored(session.get(Job, generation.job_id).spec).spot.notice_grace
         deadline = notice_deadline(session, generation)
         if deadline is not None:
             grace = max(grace, deadline - generation.stop_requested_at)
@@ -254,7 +254,7 @@ class GangDriver:
             message=f"generation {generation.number} ended: {reason}",
         )
         if reason in ("failed", "stopped"):  # "stopped": every rank saved and stopped, yet nothing asked it to
-            spec = JobSpec.model_validate(job.spec)
+            spec = JobSpec.stored(job.spec)
             job.restarts_on_error += 1
             if job.restarts_on_error > spec.max_restarts_on_error:
                 job.failure_reason = (
@@ -276,7 +276,7 @@ class GangDriver:
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-            spec = JobSpec.model_validate(job.spec)
+            spec = JobSpec.stored(job.spec)
             nodes = _settled_nodes(session, job)
             if nodes is None or any(a.state != "running" for a in nodes):
                 return
@@ -324,7 +324,7 @@ class GangDriver:
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-            spec = JobSpec.model_validate(job.spec)
+            spec = JobSpec.stored(job.spec)
             generation = latest_generation(session, job_id)
             if generation is not None and generation.state != "ended":
                 return
@@ -354,7 +354,7 @@ class GangDriver:
     @staticmethod
     def _over(job: Job, now: float) -> bool:
         """Cancelled, failed, or past its max_wait before it ran: no node of it is launched any more."""
-        return job.cancel_requested or bool(job.failure_reason) or _waited_too_long(job, JobSpec.model_validate(job.spec), now)
+        return job.cancel_requested or bool(job.failure_reason) or _waited_too_long(job, JobSpec.stored(job.spec), now)
 
     @staticmethod
     def _ending_verdict(job: Job, spec: JobSpec, generation: Generation | None, now: float) -> Verdict | None:

@@ -39,7 +39,7 @@ class GangMoveDriver:
         now = self.c.clock.now()
         with self.c.store.session() as session:
             job = session.get(Job, job_id)
-            spec = JobSpec.model_validate(job.spec)
+            spec = JobSpec.stored(job.spec)
             standby_ids = []
             for node_id in node_ids:
                 node = session.get(Attempt, node_id)

@@ -62,7 +62,7 @@ class MoveDriver:
         with c.store.session() as session:
             job = session.get(Job, job_id)
             current = session.get(Attempt, current_id)
-            standby = c.record_launch_intent(session, job, JobSpec.model_validate(job.spec), decision, now)
+            standby = c.record_launch_intent(session, job, JobSpec.stored(job.spec), decision, now)
             standby.standby_for = current.id
             add_event(
                 session, at=now, kind="move_started", job_id=job.id, attempt_id=standby.id,

@@ -38,7 +38,7 @@ def judge_attempt(
 ) -> Verdict | None:
     """What to do about a placed attempt, or None when there is nothing to do this tick. `stop_by`: for a node of a
     gang whose generation is stopping, the time its ranks were told they have (a noticed node's deadline)."""
-    spec = JobSpec.model_validate(job.spec)
+    spec = JobSpec.stored(job.spec)
     if job.cancel_requested:
         return Verdict("cancelled", "cancelled by the user")
     if spec.spot.max_wait is not None and now - job.created_at > spec.spot.max_wait:

@@ -41,7 +41,7 @@ def wants_move(spec: JobSpec, attempt: Attempt) -> bool:
 def move_off(controller: Controller, job: Job, attempt: Attempt, now: float) -> bool:
     """Start the single-node job's move away from `attempt`'s zone if it wants one and its policy finds spot
     elsewhere; whether a move was started."""
-    spec = JobSpec.model_validate(job.spec)
+    spec = JobSpec.stored(job.spec)
     if not wants_move(spec, attempt) or controller.moves.backing_off(job.id, now):
         return False
     with controller.store.session() as session:

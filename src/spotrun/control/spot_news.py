@@ -73,7 +73,7 @@ def wake_jobs_waiting_for_spot(
     for job in waiting:
         if len(chosen) == limit:
             break
-        spec = JobSpec.model_validate(job.spec)
+        spec = JobSpec.stored(job.spec)
         if could_have_been_theirs(spec, seen, prices) and in_their_gangs_zone(session, job.id, spec, seen.zone):
             chosen.append(job)
     for job in chosen:

@@ -97,7 +97,7 @@ def hand_out_job_part(session: Session, attempt_id: int, client: str | None, now
             detail=f"attempt {attempt.number} of job {attempt.job_id}: its agent started already, and the job's part "
             "of the configuration is handed out only before that",
         )
-    part = job_part(JobSpec.model_validate(attempt.job.spec))
+    part = job_part(JobSpec.stored(attempt.job.spec))
     event = add_event(session, at=now, kind=JOB_PART_SERVED, job_id=attempt.job_id, attempt_id=attempt.id, message="")
     session.flush()  # SQLite: the insert takes the write lock first, so a handout at the same moment is counted
     earlier = session.scalars(

@@ -29,11 +29,11 @@ class DurationTooLong(ValueError):
     """A duration past MAX_DURATION_SECONDS."""
 
 
-def parse_duration(value: object) -> float:
+def parse_duration(value: object, *, longest: float = MAX_DURATION_SECONDS) -> float:
     """Seconds in `value` (a number of seconds, or text like "90", "90s", "10m", "1h30m", "1.5h", "1d", "500ms").
 
     Raises ValueError naming the bad value when it is negative, not finite, or not a duration; DurationTooLong when
-    it is longer than MAX_DURATION_SECONDS.
+    it is longer than `longest` (a spec stored before the cap is read back without it: `spec.fields.STORED`).
     """
     if isinstance(value, bool):  # bool is an int subclass; `true` is never a duration
         raise ValueError(f"{_EXPECTED}; got {describe(value)}")
@@ -42,9 +42,9 @@ def parse_duration(value: object) -> float:
             seconds = float(value)
         except OverflowError:  # an integer past a float's range
             raise ValueError(f"must be a finite duration; got {describe(value)}") from None
-        return _checked_seconds(seconds, value)
+        return _checked_seconds(seconds, value, longest)
     if isinstance(value, str):
-        return _checked_seconds(_parse_text(value), value)
+        return _checked_seconds(_parse_text(value), value, longest)
     raise ValueError(f"{_EXPECTED}; got {describe(value)}")
 
 
@@ -60,11 +60,11 @@ def _parse_text(text: str) -> float:
     return sum(float(amount) * _SECONDS_PER_UNIT[unit] for unit, amount in match.groupdict().items() if amount)
 
 
-def _checked_seconds(seconds: float, original: object) -> float:
+def _checked_seconds(seconds: float, original: object, longest: float) -> float:
     if math.isnan(seconds) or math.isinf(seconds):
         raise ValueError(f"must be a finite duration; got {describe(original)}")
     if seconds < 0:
         raise ValueError(f"must not be negative; got {describe(original)}")
-    if seconds > MAX_DURATION_SECONDS:
+    if seconds > longest:
         raise DurationTooLong(f"must be at most 3650d (10 years); got {describe(original)}")
     return seconds

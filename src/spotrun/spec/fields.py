@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import date, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo
 
-from spotrun.spec.durations import DurationTooLong, parse_duration
+from spotrun.spec.durations import MAX_DURATION_SECONDS, DurationTooLong, parse_duration
 from spotrun.spec.values import describe
+
+# The validation context of a spec read back from the store (`JobSpec.stored`): one stored before durations were
+# capped (`durations.MAX_DURATION_SECONDS`) is still read, as its job must still be driven, cancelled and billed.
+STORED = "stored"
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -69,7 +74,15 @@ def _accelerators(value: object) -> object:
     raise ValueError(f"must be like 'V100:1', 'V100' or a mapping like {{V100: 1}}; got {describe(value)}")
 
 
-def _deadline(value: object) -> object:
+def _longest(info: ValidationInfo) -> float:
+    return math.inf if (info.context or {}).get(STORED) else MAX_DURATION_SECONDS
+
+
+def _duration(value: object, info: ValidationInfo) -> float:
+    return parse_duration(value, longest=_longest(info))
+
+
+def _deadline(value: object, info: ValidationInfo) -> object:
     """An absolute moment (a datetime with a timezone) or seconds after launch (a duration)."""
     if value is None:
         return None
@@ -79,7 +92,7 @@ def _deadline(value: object) -> object:
         raise ValueError(f"must be a date and time with a timezone like 2025-06-01T18:00:00Z; got {describe(value)}")
     if isinstance(value, str):
         try:
-            return parse_duration(value)
+            return parse_duration(value, longest=_longest(info))
         except DurationTooLong:
             raise
         except ValueError:
@@ -92,7 +105,7 @@ def _deadline(value: object) -> object:
                 f"or a duration after launch like 12h; got {describe(value)}"
             ) from None
         return _with_timezone(moment)
-    return parse_duration(value)
+    return parse_duration(value, longest=_longest(info))
 
 
 def _with_timezone(moment: datetime) -> datetime:
@@ -114,8 +127,8 @@ NonBlankStr = Annotated[str, AfterValidator(_non_blank)]
 JobName = Annotated[str, AfterValidator(_job_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, BeforeValidator(_env_value)]
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 AcceleratorCount = Annotated[int, Field(ge=1)]
 Accelerators = Annotated[dict[NonBlankStr, AcceleratorCount], BeforeValidator(_accelerators), Field(min_length=1)]
 Deadline = Annotated[datetime | float, BeforeValidator(_deadline)]

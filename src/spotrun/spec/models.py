@@ -17,6 +17,7 @@ from spotrun.spec.fields import (
     EnvValue,
     JobName,
     NonBlankStr,
+    STORED,
     PositiveDuration,
     Zones,
 )
@@ -117,6 +118,12 @@ class JobSpec(_SpecModel):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     max_restarts_on_error: int = Field(default=3, ge=0)
     estimated_duration: Duration | None = None
+
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> JobSpec:
+        """The spec of a stored job (`to_json`'s): as validated when it was stored, durations past the cap a later
+        spotrun set on new specs included."""
+        return cls.model_validate(data, context={STORED: True})
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict that `JobSpec.model_validate` turns back into an equal spec."""
