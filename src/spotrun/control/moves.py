@@ -51,6 +51,14 @@ def may_move(spec: JobSpec, market: str) -> bool:
     return spec.spot.deadline is not None or fell_back_to_on_demand(market, spec.spot.use_spot, spec.spot.fallback)
 
 
+def _waiting_after(ends: list[float], first_wait: float, now: float) -> bool:
+    """Whether a move is still held back by these ends in the window (oldest first): `first_wait` after the last,
+    doubling with each, at most ABANDONED_MOVES_MAX_WAIT."""
+    if not ends:
+        return False
+    return now < ends[-1] + backoff_delay(len(ends) - 1, first_wait, ABANDONED_MOVES_MAX_WAIT)
+
+
 class MoveDriver:
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
@@ -80,10 +88,7 @@ class MoveDriver:
                 .where(Event.job_id == job_id, Event.kind == "move_abandoned", Event.at >= now - ABANDONED_MOVES_WINDOW)
                 .order_by(Event.at)
             ).all()
-        if not abandoned:
-            return False
-        wait = backoff_delay(len(abandoned) - 1, self.controller.settings.boot_timeout, ABANDONED_MOVES_MAX_WAIT)
-        return now < abandoned[-1] + wait
+        return _waiting_after(abandoned, self.controller.settings.boot_timeout, now)
 
     def refused_lately(self, job_id: int, zone: str, market: str, now: float) -> bool:
         """Whether the job's moves to `zone` and `market` were refused too recently for another there (see
@@ -98,10 +103,7 @@ class MoveDriver:
                 )
                 .order_by(Attempt.ended_at)
             ).all()
-        if not refused:
-            return False
-        wait = backoff_delay(len(refused) - 1, self.controller.settings.reconsider_every, ABANDONED_MOVES_MAX_WAIT)
-        return now < refused[-1] + wait
+        return _waiting_after(refused, self.controller.settings.reconsider_every, now)
 
     def drive(self, standby_id: int) -> None:
         """One step for a standby: launch it, watch it, and once its agent is waiting, ask the attempt it replaces
