@@ -28,6 +28,7 @@ class Flavor:
     # (label, value) of other capacity the cloud may take back (GKE's older preemptible node pools): on-demand pods
     # avoid it too, where on-demand nodes are told by the lack of the spot value
     other_spot_labels: tuple[tuple[str, str], ...] = ()
+    gpu_taint: tuple[str, str] | None = None  # (key, value) of the NoSchedule taint GPU nodes carry, by convention
 
 
 FLAVORS: Mapping[str, Flavor] = {
@@ -41,10 +42,10 @@ FLAVORS: Mapping[str, Flavor] = {
         accelerator_label="cloud.google.com/gke-accelerator", nodes_cloud="gcp",
         other_spot_labels=(("cloud.google.com/gke-preemptible", "true"),),
     ),
-    # AKS Spot node pools always carry the taint
+    # AKS Spot node pools always carry the taint; AKS's GPU guide has GPU node pools made with sku=gpu:NoSchedule
     "aks": Flavor(
         "kubernetes.azure.com/scalesetpriority", "spot", None,
-        spot_taint=("kubernetes.azure.com/scalesetpriority", "spot"), nodes_cloud="azure",
+        spot_taint=("kubernetes.azure.com/scalesetpriority", "spot"), nodes_cloud="azure", gpu_taint=("sku", "gpu"),
     ),
 }
 

@@ -146,6 +146,16 @@ def test_a_standby_refused_gives_the_others_back_and_the_gang_runs_on(world, scr
     assert sorted(standing_by(world)) == [0, 1, 2]
 
 
+def test_a_standby_refused_holds_back_only_the_moves_to_its_zone_and_market(world, scripted):
+    """No capacity in m-b says nothing of m-c: the refusal held back the gang's every move for the boot timeout, as a
+    standby lost does, where a single node's is held back only there."""
+    world.controller = world.new_controller(boot_timeout=600)
+    nodes = running_deadline_gang(world, scripted)
+    world.cloud.capacity["m-b"] = False
+    assert ask_to_move(world, scripted, nodes, zone="m-b", market="spot") == {}
+    assert sorted(ask_to_move(world, scripted, nodes, zone="m-c", market="spot")) == [0, 1, 2]
+
+
 def test_a_standby_taken_back_before_the_move_ends_them_all(world, scripted):
     nodes = running_deadline_gang(world, scripted)
     standbys = ask_to_move(world, scripted, nodes, zone="m-b", market="spot")

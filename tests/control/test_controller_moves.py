@@ -4,16 +4,20 @@ job keeps running, and the running attempt is stopped only once the new one is u
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
 
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.control.observe import Verdict
+from spotrun.control.placement import job_tries, market_attempts
 from spotrun.control.states import JobState
 from spotrun.policy import Keep, Launch, Wait
+from spotrun.policy.observations import SpotLog
 from spotrun.providers import LaunchInvalid, QuotaExceeded
 from spotrun.server.views import attempt_views, job_row
+from spotrun.spec import JobSpec
 from spotrun.state import Event, Instance
 
 from memory_cloud import Crash  # noqa: E402  (tests/control is on sys.path via conftest)
@@ -169,6 +173,29 @@ def test_an_instance_taken_while_it_stops_to_move_is_no_preemption_of_the_job(wo
     assert world.job(job_id).state == JobState.RUNNING and len(world.attempts(job_id)) == 2
 
 
+@pytest.mark.parametrize(("notice", "reclaimed"), [(True, True), (False, True), (True, False)])
+def test_an_instance_taken_while_it_stops_to_move_is_news_that_spot_went_there(world, scripted, notice, reclaimed):
+    """Ended "migrated", the cloud's reclaim (or its notice of one) was read by every job's policy as spot lasting in
+    that zone to the move: no spot lifetime ended, no reclaim counted there."""
+    job_id, old = start_move(world, scripted)
+    world.agent(standby_instance(world, job_id))("started", {})
+    world.tick()
+    if notice:
+        world.agent(old)("notice", {"source": "aws-imds"})
+        world.agent(old)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    if reclaimed:
+        world.cloud.reclaim(old)
+    world.tick()
+    first = world.attempts(job_id)[0]
+    assert first.end_reason == "migrated" and world.job(job_id).preemptions == 0
+    other = world.job(world.submit(DEADLINE_SPEC))
+    with world.store.session() as session:
+        own = job_tries(session, job_id)
+        market = market_attempts(session, other, JobSpec.stored(other.spec), world.clock.now(), 3600.0)
+    for tries in (own, market):
+        assert SpotLog.from_history(tries).zone(first.zone).lost_at == [first.ended_at]
+
+
 @pytest.mark.parametrize(
     ("ending", "state"),
     [
@@ -276,6 +303,21 @@ def test_a_job_without_a_deadline_that_fell_back_to_on_demand_returns_to_spot_ma
     job = world.job(job_id)
     assert job.state == "RUNNING" and job.attempts[-2].end_reason == "migrated"
     assert [i.instance_id for i in world.cloud.running()] == [standby.instance_id]
+
+
+def test_a_standby_the_cloud_refuses_after_accepting_it_holds_back_only_moves_there(world, scripted):
+    """Azure accepts a VM, then fails its allocation (the VM's refusal, read by describe): ended "no_capacity" as a
+    refused launch is, it held back every move for the boot timeout, as a standby that held an instance does."""
+    world.controller = world.new_controller(boot_timeout=600)
+    job_id, old = start_move(world, scripted, target=("m-b", "spot"))
+    refused = standby_instance(world, job_id)
+    failed = {"refusal": "no_capacity", "reason": "ZonalAllocationFailed"}
+    world.cloud.instances[refused] = replace(world.cloud.instances[refused], state="terminated", detail=failed)
+    alive_for(world, old, 1)
+    assert world.attempts(job_id)[1].end_reason == "no_capacity"
+    scripted.answer = Launch("m-c", "spot", "spot in m-c")
+    alive_for(world, old, 61)
+    assert [(a.zone, a.ended_at) for a in world.attempts(job_id)[2:]] == [("m-c", None)]
 
 
 def test_after_a_standby_is_lost_the_next_move_waits_and_the_wait_doubles(world, scripted):
@@ -410,7 +452,8 @@ def test_a_standby_refused_again_and_again_is_tried_less_and_less_often_there(wo
         assert wait <= next_try - refused <= wait + 60 + 20, (n, next_try - refused)
     assert world.attempts(job_id)[0].state == "running"
 
-    scripted.answer = Launch("m-c", "spot", "spot in m-c")  # another zone is not held back by m-b's refusals
+    # m-c: not held back by m-b's quota; by a launch no retry mends, only until the wait after the last refusal
+    scripted.answer = Launch("m-c", "spot", "spot in m-c")
     alive_for(world, old, 61)
     standby = world.attempts(job_id)[-1]
     assert (standby.zone, standby.instance_id is not None, standby.ended_at) == ("m-c", True, None)

@@ -821,6 +821,41 @@ def test_an_orphan_left_on_a_cloud_no_live_job_uses_is_swept_after_a_restart(wor
     assert world.cloud.instances[made].state == "terminated"
     assert unheard.instance_id == made and unheard.charged_seconds > 0
 
+
+def test_a_cloud_that_cannot_be_swept_is_told_once_in_one_line_not_at_every_sweep(world, caplog, monkeypatch):
+    """A cloud on record whose credentials are gone logged a full traceback at every sweep."""
+    world.submit()
+    world.tick()  # an attempt on record: its cloud is swept from now on
+    credentials = {"gone": True}
+
+    def providers(name):
+        if credentials["gone"]:
+            raise ValueError(f"no {name} credentials: the key file was removed")
+        return world.cloud
+
+    controller = Controller(world.store, world.controller.settings, clock=world.clock, provider_factory=providers,
+                            prices=world.controller._prices)
+    caplog.set_level("DEBUG", logger="spotrun.controller")
+
+    def warnings():
+        return [r for r in caplog.records if r.name == "spotrun.controller" and r.levelname == "WARNING"]
+
+    for _ in range(3):
+        controller.sweep_orphans()
+    [warning] = warnings()
+    assert "local" in warning.getMessage() and "the key file was removed" in warning.getMessage()
+    assert warning.exc_info is None, "one line, not a traceback"
+    credentials["gone"] = False
+    controller.sweep_orphans()
+
+    def refused():
+        raise PermissionError("the role may no longer list instances")
+
+    monkeypatch.setattr(world.cloud, "list_instances", refused)
+    controller.sweep_orphans()
+    assert len(warnings()) == 2, "failing again after it came back: told again"
+    assert "may no longer list" in warnings()[1].getMessage()
+
 def test_a_gpu_job_is_placed_only_in_zones_that_have_its_gpus(world, monkeypatch):
     """GCE attaches a GPU to a machine in only some of the machine's zones: the provider is asked with the job's
     accelerators, at launch and when spot is lost."""

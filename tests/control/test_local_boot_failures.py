@@ -36,6 +36,8 @@ def test_a_job_whose_instances_cannot_start_the_agent_fails_after_its_restarts(w
         job = world.job(job_id)
         assert [a.end_reason for a in job.attempts] == ["failed", "failed"]
         assert job.state == "FAILED" and job.restarts_on_error == 2
+        assert job.failure_reason.startswith("the agent could not be started 2 times")
+        assert job.failure_reason.endswith("the boot command exited 1: /usr/bin/python3: No module named spotrun.agent")
         with world.store.session() as session:
             endings = [e.message for e in session.query(Event).filter_by(job_id=job_id, kind="attempt_ending")]
         assert all("the boot command exited 1: /usr/bin/python3: No module named spotrun.agent" in m for m in endings)

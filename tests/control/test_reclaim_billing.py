@@ -368,8 +368,9 @@ def test_an_instance_alive_past_its_release_is_charged_to_when_spotrun_ends_it(a
     assert attempt.billed_seconds == pytest.approx(world.clock.now() - attempt.started_at, abs=2)
 
 
-def test_a_lost_instance_the_cloud_no_longer_lists_is_billed_to_its_last_sign_of_life(aws_world):
-    """Ended "now" after a three-hour outage: 12,621 s charged for an instance last heard of at 1,200 s."""
+def test_a_lost_instance_the_cloud_no_longer_lists_is_billed_to_its_heartbeat_timeout(aws_world):
+    """Ended "now" after a three-hour outage: 12,621 s charged for an instance last heard of at 1,200 s. Billed to
+    its last sign of life, it was billed less than it may have run unheard before it was due as lost."""
     world = aws_world
     job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 12h"))  # the outage does not end the job
     instance = world.run_to_running(job_id)
@@ -383,7 +384,27 @@ def test_a_lost_instance_the_cloud_no_longer_lists_is_billed_to_its_last_sign_of
         world.tick(61)
     [attempt, *_] = world.attempts(job_id)
     assert attempt.end_reason == "lost"
-    assert attempt.ended_at == pytest.approx(last_heard) and attempt.billed_seconds < 1300
+    assert attempt.ended_at == last_heard + 60.0 and attempt.billed_seconds < 1300
+
+
+def test_an_instance_gone_without_a_stated_end_during_an_outage_is_billed_to_its_heartbeat_timeout(world):
+    """Azure forgets a spot VM it evicted with the Delete policy: gone, no end stated. It was billed to when the
+    controller came back: 11,400 s for an instance last heard of at 600 s."""
+    job_id = world.submit(SPEC.replace("max_wait: 2h", "max_wait: 12h"))  # the outage does not end the job
+    instance = world.run_to_running(job_id)
+    world.clock.advance(600)
+    world.agent(instance)("heartbeat", {})
+    last_heard = world.clock.now()
+    world.clock.advance(3 * 3600)  # the controller is down; the cloud takes the instance and forgets when
+    world.cloud.instances[instance] = replace(
+        world.cloud.instances[instance], state="terminated", reclaimed=True, terminated_at=None)
+    world.controller = world.new_controller(heartbeat_timeout=45.0)
+    world.tick()
+    [attempt, *_] = world.attempts(job_id)
+    assert attempt.end_reason == "preempted"
+    assert attempt.ended_at == last_heard + 45.0  # it may have run unheard until it was due as lost
+    assert attempt.billed_seconds == pytest.approx(last_heard + 45.0 - attempt.started_at, abs=1e-6)
+    assert instance_row(world, instance).terminated_at == last_heard + 45.0
 
 
 def stamped_anew_by_terminate(world, monkeypatch) -> None:

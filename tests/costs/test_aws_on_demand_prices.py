@@ -96,6 +96,29 @@ def test_a_list_that_refuses_or_cannot_be_reached_is_unknown(price_list, monkeyp
         OnDemandPrices().price("us-east-1", "g5.xlarge")
 
 
+def test_a_failed_read_stands_five_minutes_before_the_list_is_asked_again():
+    """As GCP's price list: a controller without pricing:GetProducts asks once in a while, not at every placement."""
+    from botocore.exceptions import ClientError
+
+    now, asked = [0.0], []
+
+    class RefusingPriceList:
+        def get_products(self, **request):
+            asked.append(request)
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "GetProducts")
+
+    prices = OnDemandPrices(client_factory=RefusingPriceList, clock=lambda: now[0])
+    for moment in (0.0, 1.0, 299.0):
+        now[0] = moment
+        with pytest.raises(UnknownPrice, match="could not be read.*not authorized"):
+            prices.price("us-east-1", "g5.xlarge")
+    assert len(asked) == 1
+    now[0] = 301.0
+    with pytest.raises(UnknownPrice, match="not authorized"):
+        prices.price("us-east-1", "g5.xlarge")
+    assert len(asked) == 2
+
+
 def test_the_region_of_a_zone_or_of_the_environment(monkeypatch):
     assert region_of("us-west-2-lax-1a") == "us-west-2" and region_of("ap-southeast-2c") == "ap-southeast-2"
     for name in ("SPOTRUN_AWS_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"):

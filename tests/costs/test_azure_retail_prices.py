@@ -88,6 +88,21 @@ def test_an_unreachable_or_failing_price_list_is_unknown_too(retail):
         RetailPrices("http://127.0.0.1:9/api/retail/prices", timeout=2).vm_prices("eastus", SIZE)
 
 
+def test_a_failed_read_stands_five_minutes_before_the_list_is_asked_again(retail):
+    """As GCP's price list: an outage of the list is asked about once in a while, not at every placement."""
+    now = [0.0]
+    prices = RetailPrices(retail.url, clock=lambda: now[0])
+    retail.fail_with = 503
+    for moment in (0.0, 1.0, 299.0):
+        now[0] = moment
+        with pytest.raises(UnknownPrice, match="could not be read.*503"):
+            prices.vm_prices("eastus", SIZE)
+    assert len(retail.requests) == 1
+    retail.fail_with = None
+    now[0] = 301.0
+    assert prices.vm_prices("eastus", SIZE).spot == 0.3157
+
+
 def test_an_azure_job_is_priced_without_its_own_prices_or_refused_naming_them(retail, monkeypatch, store):
     monkeypatch.setenv("SPOTRUN_AZURE_LOCATION", "eastus")
     text = f"run: 'true'\nresources: {{cloud: azure, instance_type: {SIZE}}}\n"

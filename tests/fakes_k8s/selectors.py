@@ -8,11 +8,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 Obj = dict[str, Any]
 _SET = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _EQUALITY = re.compile(r"^\s*(!?)\s*([\w./-]+)\s*(?:(==|=|!=)\s*([\w./-]*))?\s*$")
-_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "m": 1e-3, "k": 1e3, "M": 1e6,
-             "G": 1e9, "T": 1e12, "P": 1e15}
 
 
 def lookup(obj: Any, path: str) -> Any:
@@ -103,11 +103,11 @@ def untolerated_taint(pod: Obj, node: Obj) -> Obj | None:
 
 
 def quantity(text: str | int | float) -> float:
-    """A resource quantity ("500m", "2", "512Mi", "1G", "1.5") as a number (cores, bytes, devices)."""
-    found = re.fullmatch(r"\s*([0-9.]+)([A-Za-z]*)\s*", str(text))
-    if not found or (found[2] and found[2] not in _SUFFIXES):
-        raise ValueError(f"quantities must match the regular expression, not {text!r}")
-    return float(found[1]) * _SUFFIXES.get(found[2], 1)
+    """A resource quantity ("500m", "2", "512Mi", "1G", "1.5", "1e3") as a number (cores, bytes, devices)."""
+    try:
+        return float(parse_quantity(text))
+    except ValueError:
+        raise ValueError(f"quantities must match the regular expression, not {text!r}") from None
 
 
 def pod_requests(pod: Obj) -> dict[str, float]:

@@ -3,6 +3,7 @@ how a generation's end is classified."""
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 from types import SimpleNamespace
@@ -10,12 +11,16 @@ from types import SimpleNamespace
 import pytest
 
 from spotrun.agent.config import GangConfig
-from spotrun.agent.gang import GangAgent, GangOrders, GenerationOrder, node_command, rendezvous_environment
+from spotrun.agent.gang import (
+    GangAgent, GangOrders, GenerationOrder, MalformedOrder, node_command, rendezvous_environment,
+)
 from spotrun.control import jobs
 from spotrun.control.gang import generation_end_reason
 from spotrun.spec import SpecError, parse_spec
 
 ORDER = GenerationOrder(number=2, state="running", master_addr="127.0.0.7", master_port=29511, node_rank=1, nnodes=3)
+WIRE = {"generation": 2, "state": "running", "master_addr": "127.0.0.7", "master_port": 29511, "node_rank": 1,
+        "nnodes": 3}  # ORDER as a heartbeat answer carries it
 
 
 def test_env_launcher_sets_torch_distributed_variables_for_one_process_per_node() -> None:
@@ -38,7 +43,7 @@ def test_torchrun_launcher_wraps_the_command_and_leaves_ranks_to_torchrun() -> N
 
 def test_orders_from_heartbeats_wake_the_agent_only_for_a_new_running_generation() -> None:
     orders = GangOrders()
-    reply = {"gang": {**ORDER.__dict__, "generation": 2}}
+    reply = {"gang": WIRE}
     orders.on_heartbeat_reply({"gang": None})
     assert orders.wait_for_new(after=0, timeout=0.01) is None
     orders.on_heartbeat_reply(reply)
@@ -47,17 +52,18 @@ def test_orders_from_heartbeats_wake_the_agent_only_for_a_new_running_generation
     orders.on_heartbeat_reply({"gang": {**reply["gang"], "state": "stopping"}})
     late = orders.wait_for_new(after=1, timeout=0.01)  # a node that comes late learns it missed generation 2
     assert late is not None and late.number == 2 and not late.running
-    orders.on_heartbeat_reply({"gang": {"generation": "x"}})  # malformed: treated as no order, never a crash
-    assert orders.current is None
+    orders.on_heartbeat_reply({"gang": {"generation": "x"}})  # malformed: ignored, never a crash
+    assert orders.current == late
 
 
 def test_an_order_with_an_infinite_number_is_malformed_not_a_crash() -> None:
     """JSON's Infinity reached int(), whose OverflowError escaped the check for malformed orders."""
     orders = GangOrders()
-    orders.on_heartbeat_reply({"gang": {**ORDER.__dict__, "generation": 2}})
-    orders.on_heartbeat_reply({"gang": {**ORDER.__dict__, "generation": 2, "master_port": float("inf")}})
-    assert GenerationOrder.from_reply({**ORDER.__dict__, "generation": float("inf")}) is None
-    assert orders.current is None
+    orders.on_heartbeat_reply({"gang": WIRE})
+    orders.on_heartbeat_reply({"gang": {**WIRE, "master_port": float("inf")}})
+    with pytest.raises(MalformedOrder, match="generation"):
+        GenerationOrder.from_reply({**WIRE, "generation": float("inf")})
+    assert orders.current == ORDER
 
 
 @pytest.mark.parametrize(
@@ -132,3 +138,47 @@ def test_a_stop_torchrun_ended_1_is_reported_as_saved(launcher, code, reported) 
     """torchrun turns a worker's 75 into 1: a gang move counted as a failed command, against max_restarts_on_error."""
     agent = SimpleNamespace(gang=GangConfig(nnodes=2, node_rank=0, launcher=launcher))
     assert GangAgent._code_of_a_stop(agent, code) == reported  # type: ignore[arg-type]
+
+
+
+@pytest.mark.parametrize(("bad", "named"), [
+    ({**WIRE, "generation": "two"}, "generation"),
+    ({key: value for key, value in WIRE.items() if key != "generation"}, "generation"),
+    ({**WIRE, "node_rank": 3}, "node_rank"),
+    ({**WIRE, "state": "paused"}, "state"),
+    ({**WIRE, "master_port": float("inf")}, "master_port"),
+    ("running", "gang"),
+])
+def test_a_malformed_order_keeps_the_running_generation_and_says_what_is_wrong(bad, named, caplog) -> None:
+    """A malformed order (a controller bug, a version skew) was taken for "no order", which stops the generation."""
+    orders = GangOrders()
+    orders.on_heartbeat_reply({"gang": WIRE})
+    with caplog.at_level(logging.WARNING, logger="spotrun.agent.gang"):
+        orders.on_heartbeat_reply({"gang": bad})
+    assert orders.current == ORDER
+    assert not GangAgent._generation_is_over(SimpleNamespace(orders=orders), ORDER)  # type: ignore[arg-type]
+    assert [record.levelno for record in caplog.records] == [logging.WARNING]
+    assert named in caplog.records[0].getMessage()
+
+
+def test_a_malformed_order_is_warned_of_once_and_a_well_formed_one_still_stops(caplog) -> None:
+    orders = GangOrders()
+    orders.on_heartbeat_reply({"gang": WIRE})
+    with caplog.at_level(logging.WARNING, logger="spotrun.agent.gang"):
+        for _ in range(3):
+            orders.on_heartbeat_reply({"gang": {**WIRE, "nnodes": "x"}})
+        orders.on_heartbeat_reply({"gang": {**WIRE, "nnodes": 0}})
+    assert len(caplog.records) == 2  # once per distinct bad order, not every heartbeat
+    orders.on_heartbeat_reply({"gang": {**WIRE, "state": "stopping", "stop_by": 1e9}})
+    assert GangAgent._generation_is_over(SimpleNamespace(orders=orders), ORDER)  # type: ignore[arg-type]
+    orders.on_heartbeat_reply({"gang": None})  # a well-formed "no order": this node is not in the newest generation
+    assert orders.current is None
+
+
+def test_an_answer_that_says_nothing_of_the_gang_changes_nothing_and_warns_nothing(caplog) -> None:
+    """The answer to an ended attempt carries `stop` and no `gang`: not a malformed order to warn of."""
+    orders = GangOrders()
+    orders.on_heartbeat_reply({"gang": WIRE})
+    with caplog.at_level(logging.WARNING, logger="spotrun.agent.gang"):
+        orders.on_heartbeat_reply({"ok": True, "stop": "attempt 3 has ended", "hold": True})
+    assert orders.current == ORDER and not caplog.records

@@ -86,3 +86,23 @@ def test_an_on_demand_vm_deleted_across_a_restart_is_lost_not_preempted(store, a
     start_controller().tick()
 
     assert _placed(store, job_id).end_reason == "lost"
+
+
+def test_a_spot_vm_evicted_hours_before_a_restart_is_billed_to_its_heartbeat_timeout(store, arm, start_controller):
+    """Azure states no end for a VM it deleted: it was billed to when the controller came back, hours later."""
+    first, job_id, vm = _launched_by_a_first_controller(store, start_controller, spot=True)
+    started_at = _placed(store, job_id).started_at  # Azure's timeCreated, on the fake's wall clock
+    first.clock.advance(started_at - first.clock.now())
+    with store.session() as session:  # its agent reported in, and was last heard of 20 minutes in
+        attempt = session.get(Attempt, _placed(store, job_id).id)
+        attempt.agent_started_at = started_at + 60
+        attempt.last_heartbeat_at = started_at + 1200
+    first.clock.advance(1200)
+    arm.evict(vm)  # while no controller runs
+    first.clock.advance(3 * 3600)
+    start_controller().tick()
+
+    attempt = _placed(store, job_id)
+    assert attempt.end_reason == "preempted"
+    assert attempt.ended_at == started_at + 1200 + 600  # the heartbeat timeout: it may have run on unheard that long
+    assert attempt.billed_seconds == pytest.approx(1800, abs=1e-6)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from fakes_k8s import ProcessRunner
+from fakes_k8s.selectors import quantity
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -73,6 +74,12 @@ def test_errors_are_status_replies(core_v1, k8s):
             configuration = client.Configuration(k8s.url, api_key={"authorization": header})
             client.CoreV1Api(client.ApiClient(configuration)).list_node()
         assert unauthorized.value.status == 401
+
+
+def test_the_fake_reads_resource_quantities_as_the_api_server_does():
+    assert [quantity(text) for text in ("4", "500m", "2Ki", "1e3", "1E", "1Pi")] == [4, 0.5, 2048, 1e3, 1e18, 2**50]
+    with pytest.raises(ValueError, match="quantities must match"):
+        quantity("1ki")
 
 
 def test_the_scheduler_explains_what_does_not_fit_and_honours_taints(core_v1, k8s):

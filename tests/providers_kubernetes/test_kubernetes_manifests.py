@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes_k8s.selectors import untolerated_taint
 
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.costs.market_prices import catalog_prices
@@ -77,6 +78,19 @@ def test_gke_spot_gpus_select_the_accelerator_and_tolerate_spot_and_gpu_taints()
         pod_manifest(request(accelerators={"T4": 1, "L4": 1}), KubernetesSettings(flavor="gke"))
 
 
+def test_aks_gpu_pods_tolerate_the_gpu_node_pools_sku_taint_and_cpu_pods_do_not():
+    """AKS's GPU guide has GPU node pools made with the taint sku=gpu:NoSchedule: a GPU pod must tolerate it."""
+    aks, gpu_type = KubernetesSettings(flavor="aks"), "Standard_NC24ads_A100_v4"
+    sku_taint = {"key": "sku", "value": "gpu", "effect": "NoSchedule"}
+    spot_taint = {"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}
+    spot_pod = pod_manifest(request("spot", {"A100": 1}, gpu_type), aks)
+    on_demand_pod = pod_manifest(request("on-demand", {"A100": 1}, gpu_type), aks)
+    assert untolerated_taint(spot_pod, {"spec": {"taints": [spot_taint, sku_taint]}}) is None
+    assert untolerated_taint(on_demand_pod, {"spec": {"taints": [sku_taint]}}) is None
+    cpu_pod = pod_manifest(request("spot", instance_type="Standard_D8s_v5"), aks)
+    assert untolerated_taint(cpu_pod, {"spec": {"taints": [spot_taint, sku_taint]}}) == sku_taint
+
+
 def test_custom_labels_requests_and_service_account():
     settings = KubernetesSettings(
         market_label="example.com/lifecycle", spot_value="preemptible", spot_taint="example.com/lifecycle=preemptible",
@@ -115,6 +129,24 @@ def test_the_default_install_puts_this_spotrun_into_the_image_python():
 def test_bad_settings_are_refused_naming_what_is_wrong(options, error):
     with pytest.raises(ValueError, match=error):
         KubernetesSettings(**options)
+
+
+@pytest.mark.parametrize("quantity", ["4", "500m", "1.5", "0.5", ".5", "2.", "1e3", "1E3", "1e-3", "+2", "2Ki", "28Gi",
+                                      "1Pi", "1Ei", "1E", "2k", "100M", "250u", "9n"])
+def test_every_kubernetes_quantity_is_taken_for_cpu_and_memory(quantity):
+    settings = KubernetesSettings(flavor="eks", cpu=quantity, memory=quantity)
+    requests = pod_manifest(request(), settings)["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": quantity, "memory": quantity}
+
+
+@pytest.mark.parametrize("quantity", ["lots", "", " 4", "4 ", "-1", "1.5.2", "1Ki2", "1ki", "1KB", "1e", "1e3m",
+                                      "1e1.5", "1_000", "NaN", "Infinity", "\uff11", "0x10", 4])
+def test_a_value_that_is_no_kubernetes_quantity_is_refused_naming_the_field(quantity):
+    for field in ("cpu", "memory"):
+        with pytest.raises(ValueError) as refused:
+            KubernetesSettings(flavor="eks", **{field: quantity})
+        assert str(refused.value).startswith(f"{field} must be a Kubernetes quantity"), refused.value
+        assert str(refused.value).endswith(f"got {quantity!r}"), refused.value
 
 
 def test_settings_from_the_environment():

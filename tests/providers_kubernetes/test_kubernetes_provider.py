@@ -13,8 +13,10 @@ from kubernetes.client.exceptions import ApiException
 
 from spotrun.providers.base import LaunchRequest, NoCapacity, QuotaExceeded
 from spotrun.providers.kubernetes import KubernetesApiError, KubernetesProvider, KubernetesSettings
+from spotrun.providers.kubernetes.body import pod_manifest
 from spotrun.providers.kubernetes.errors import translate
 from spotrun.providers.kubernetes.naming import FINALIZER
+from spotrun.providers.kubernetes.pods import unschedulable_message
 
 NAMESPACE = "spotrun"
 TYPE = "g5.xlarge"
@@ -48,12 +50,16 @@ def provider(k8s, k8s_config, nodes) -> KubernetesProvider:
     return make_provider(k8s_config)
 
 
-def launch(provider, zone="us-east-1a", market="spot", token="sr-3-00aa11bb22cc33dd", gpus=1):
-    return provider.launch(LaunchRequest(
+def request(zone="us-east-1a", token="sr-3-00aa11bb22cc33dd", market="spot", gpus=1) -> LaunchRequest:
+    return LaunchRequest(
         zone=zone, market=market, instance_type=TYPE, client_token=token,
         user_data={"argv": ["python", "-m", "spotrun.agent"], "env": {"SPOTRUN_AGENT_CONFIG": CONFIG}},
         accelerators={"A10G": gpus} if gpus else None,
-    ))
+    )
+
+
+def launch(provider, zone="us-east-1a", market="spot", token="sr-3-00aa11bb22cc33dd", gpus=1):
+    return provider.launch(request(zone, token, market, gpus))
 
 
 def running(provider, instance_id):
@@ -130,6 +136,22 @@ def test_a_node_group_at_its_max_size_is_waited_for_not_refused_at_once(k8s, k8s
         done.join()
     assert any(e["reason"] == "NotTriggerScaleUp" for e in k8s_cluster._events)
     k8s_cluster.wait_for(lambda: running(provider, second.instance_id))
+
+
+def test_a_pod_recreated_under_the_same_name_is_not_judged_by_the_deleted_pods_events(k8s, k8s_config, k8s_cluster):
+    """Events outlive their pod: the FailedScaleUp of a pod deleted and made again under its name is not the new
+    pod's, which waits for a node the provisioner has said nothing about yet."""
+    k8s_cluster.add_node_group("spot-d", node_labels("us-east-1d", "spot"), allocatable=GPU_NODE, stocked=False)
+    provider = make_provider(k8s_config)
+    with pytest.raises(NoCapacity, match="FailedScaleUp"):
+        launch(provider, zone="us-east-1d", token="sr-3-again")
+    name = "spotrun-sr-3-again"
+    k8s_cluster.wait_for(lambda: k8s_cluster.pod(NAMESPACE, name) is None)
+    del k8s_cluster.node_groups["spot-d"]  # the provisioner has not spoken of the new pod
+    k8s_cluster.create_pod(NAMESPACE, pod_manifest(request("us-east-1d", "sr-3-again"), provider.settings))
+    k8s_cluster.wait_for(lambda: unschedulable_message(k8s_cluster.pod(NAMESPACE, name) or {}))
+    seen = provider.describe(f"{NAMESPACE}/{name}")
+    assert (seen.state, seen.detail.get("refusal")) == ("pending", None), seen
 
 
 def test_a_spot_node_shut_down_is_a_reclaim_still_told_after_the_node_is_gone(provider, k8s_cluster, k8s_config):

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import spotrun
-from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint, PreemptionFlag, layout, storage
+from spotrun.sdk import (
+    PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint, PreemptionFlag, layout, storage, tensorfile,
+)
 
 
 def make_state(fill: float | None = None) -> tuple[spotrun.TrainingState, torch.nn.Module, dict[str, object]]:
@@ -463,3 +465,84 @@ def test_a_read_that_fails_in_the_io_is_tried_once_more_before_the_checkpoint_is
         warnings.simplefilter("always")
         assert spotrun.Checkpointer(tmp_path, signals=()).restore(state) == restored
     assert any("Input/output error" in str(w.message) for w in warned) == (restored == 1)
+
+
+def storage_of(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+class TiedLinears(torch.nn.Module):
+    """Two layers with one weight (as a language model's embedding and output layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4, bias=False)
+        self.b = torch.nn.Linear(4, 4, bias=False)
+        self.b.weight = self.a.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_tensors_sharing_a_storage_are_written_once_and_restored_sharing_it(tmp_path: Path) -> None:
+    """Each tensor was copied on its own: a tied weight was written twice, and a view and its base came back as two
+    tensors where the restore does not copy into live ones (a dict's new key; torch.save keeps them one)."""
+    base = torch.arange(8.0)
+    model = TiedLinears()
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=model, values={"base": base, "view": base[2:5]}, rng=False), 0)
+    shared = tmp_path / "ckpt-000000000001" / "shared.pt"
+    with shared.open("rb") as fh:
+        saved = tensorfile.read(fh, shared.stat().st_size, lambda chunk: None)()["model"]
+    assert storage_of(saved["a.weight"]) == storage_of(saved["b.weight"])
+
+    values: dict[str, object] = {}
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.restore(spotrun.torch_state(model=TiedLinears(), values=values, rng=False))
+    values["base"][3] = 100.0  # type: ignore[index]
+    assert values["view"].tolist() == [2.0, 100.0, 4.0]  # type: ignore[attr-defined]
+
+
+def test_a_tied_model_resumes_exactly(tmp_path: Path) -> None:
+    def train(model: TiedLinears, optimizer: torch.optim.Optimizer, steps: range) -> None:
+        for step in steps:
+            optimizer.zero_grad()
+            model(torch.full((2, 4), float(step + 1))).sum().backward()
+            optimizer.step()
+
+    torch.manual_seed(0)
+    uninterrupted = TiedLinears()
+    resumed = TiedLinears()
+    resumed.load_state_dict(uninterrupted.state_dict())
+    train(uninterrupted, torch.optim.Adam(uninterrupted.parameters(), lr=0.1), range(4))
+    optimizer = torch.optim.Adam(resumed.parameters(), lr=0.1)
+    train(resumed, optimizer, range(2))
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(spotrun.torch_state(model=resumed, optimizer=optimizer, rng=False), 1)
+    model = TiedLinears()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        assert ckpt.restore(spotrun.torch_state(model=model, optimizer=optimizer, rng=False)) == 2
+    assert model.a.weight is model.b.weight and optimizer.param_groups[0]["params"] == [model.a.weight]
+    train(model, optimizer, range(2, 4))
+    assert torch.equal(model.a.weight, uninterrupted.a.weight)
+
+
+def test_tensors_tied_at_one_save_and_not_at_the_next_are_saved_apart(tmp_path: Path) -> None:
+    """The next save copies into the memory of the one before, where two tensors shared one copy: it is lent to one
+    tensor only, and only to one that is all of it (the payload file writes a tensor's whole storage)."""
+    size = 1 << 20  # large enough for page-aligned host copies (see ``snapshot``)
+    tied, based = torch.zeros(size), torch.zeros(8)
+    values: dict[str, object] = {"a": tied, "b": tied, "view": based[2:5], "base": based}
+    state = spotrun.torch_state(values=values, rng=False)
+    untied = {"a": torch.ones(size), "b": torch.full((size,), 2.0), "view": torch.full((3,), 3.0),
+              "base": torch.ones(8)}
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        ckpt.save(state, 0)
+        values.update(untied)
+        ckpt.save(state, 1)
+    restored: dict[str, torch.Tensor] = {}
+    with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:
+        assert ckpt.restore(spotrun.torch_state(values=restored, rng=False)) == 2
+    assert all(torch.equal(restored[key], tensor) for key, tensor in untied.items())
+    assert restored["view"].untyped_storage().nbytes() == restored["view"].nbytes

@@ -368,6 +368,36 @@ def test_a_replacement_cut_short_between_its_two_renames_is_resumed_from(tmp_pat
             monkeypatch.undo()
         else:
             commit(spot.store, str(written), 8, payload=PAYLOAD)
+    spot.store.release()  # the killed writer's lock on the folder went with it
     resumed = TrainerCheckpoints(tmp_path / "store", signals=()).resume_from()
     assert resumed is not None and resumed.endswith(checkpoint_name(8))
     assert Path(resumed, "model.safetensors").read_bytes() == b"new"
+
+
+def test_a_second_writer_is_refused_at_its_first_save_until_the_first_ends_training(tmp_path, monkeypatch):
+    """Two runs on one folder committed each other's half-written staging folders and pruned each other's
+    checkpoints: the Checkpointer's one-writer lock (``writerlock``), taken at the first save, held to train end."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from spotrun.sdk import CheckpointError, storage
+
+    monkeypatch.setattr(storage, "CLAIM_WAIT_SECONDS", 0.0)  # refused at once, not after waiting for the holder
+    store = tmp_path / "store"
+
+    def save(spot: TrainerCheckpoints, steps: int) -> None:
+        output = tmp_path / f"output-{id(spot)}"
+        (output / f"checkpoint-{steps}").mkdir(parents=True)
+        (output / f"checkpoint-{steps}" / "rng_state.pth").write_bytes(b"rng")
+        args = SimpleNamespace(output_dir=str(output), load_best_model_at_end=False)
+        spot.on_save(args, TrainerState(global_step=steps, max_steps=10), TrainerControl())
+
+    first, second = TrainerCheckpoints(store, signals=()), TrainerCheckpoints(store, signals=(), keep_last=1)
+    save(first, 5)
+    with pytest.raises(CheckpointError, match="another writer .* is saving checkpoints to this folder"):
+        save(second, 3)  # would also have pruned the first one's newer checkpoint
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(5)]
+    first.on_train_end(None, None, None)
+    save(second, 6)
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(6)]

@@ -319,3 +319,32 @@ def test_two_optimizers_under_manual_optimization_save_every_so_many_steps_and_r
     resumed = run("store")
     assert f"starting from {store / checkpoint_name(6) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
     assert final_weights(resumed) == reference
+
+
+def test_a_second_writer_is_refused_at_its_first_save_until_the_first_ends_training(tmp_path, monkeypatch):
+    """Two runs on one folder committed each other's half-written staging folders and pruned each other's
+    checkpoints: the Checkpointer's one-writer lock (``writerlock``), taken before the first save writes anything
+    into the folder, held to the end of training (or its exception)."""
+    from types import SimpleNamespace
+
+    from spotrun.sdk import CheckpointError, storage
+
+    monkeypatch.setattr(storage, "CLAIM_WAIT_SECONDS", 0.0)  # refused at once, not after waiting for the holder
+
+    def save_checkpoint(path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Path(path).write_bytes(b"weights")
+
+    strategy = SimpleNamespace(barrier=lambda name=None: None, broadcast=lambda value, src=0: value)
+    trainer = SimpleNamespace(save_checkpoint=save_checkpoint, strategy=strategy, is_global_zero=True, max_steps=10)
+    store = tmp_path / "store"
+    first, second, third = (LightningCheckpoints(store, signals=(), keep_last=1) for _ in range(3))
+    first._save(trainer, 5)
+    with pytest.raises(CheckpointError, match="another writer .* is saving checkpoints to this folder"):
+        second._save(trainer, 3)
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(5)]  # nor did it write into the folder
+    first.on_train_end(trainer, None)
+    second._save(trainer, 6)
+    second.on_exception(trainer, None, RuntimeError("the run failed"))
+    third._save(trainer, 7)
+    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(7)]

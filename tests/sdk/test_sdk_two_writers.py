@@ -3,7 +3,9 @@ the second writer is refused, clearly, and neither its saves nor its restore dam
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +22,7 @@ import torch
 
 import spotrun
 from spotrun.sdk import CheckpointError, layout
+from spotrun.sdk import writerlock
 from spotrun.sdk.writerlock import WriterLock
 
 HOLDER = """
@@ -115,7 +118,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path: P
     with spotrun.Checkpointer(tmp_path, signals=()) as first:
         first.save(make_state(1.0)[0], 9)
         second = spotrun.Checkpointer(tmp_path, signals=(), keep_last=1)
-        with pytest.raises(CheckpointError, match="another Checkpointer .* is saving checkpoints to this folder"):
+        with pytest.raises(CheckpointError, match="another writer .* is saving checkpoints to this folder"):
             second.save(make_state(2.0)[0], 0)  # would also have pruned the first one's newer checkpoint
     assert restored(tmp_path)[0] == 10
     second.save(make_state(2.0)[0], 0)  # the first one has closed: the folder is free
@@ -211,3 +214,22 @@ def test_the_other_ranks_of_a_writer_refused_the_folder_write_nothing_into_it(tm
         assert json.loads((tmp_path / f"first-{rank}.json").read_text())["outcome"] == "saved"
         assert "is saving checkpoints to this folder" in json.loads((tmp_path / f"second-{rank}.json").read_text())["outcome"]
     assert_every_committed_checkpoint_intact(tmp_path / "ckpt")
+
+
+def test_a_folder_that_cannot_be_locked_is_warned_of_once_per_process(tmp_path: Path, monkeypatch, caplog) -> None:
+    """NFS-like: flock fails with ENOLCK. The warning came at every restore and every save's claim."""
+    def cannot_lock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(writerlock.fcntl, "flock", cannot_lock)
+    monkeypatch.setattr(writerlock, "_warned", set())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    caplog.set_level(logging.WARNING, logger=writerlock.__name__)
+    for root in ("a", "a", "b", "a"):
+        lock = WriterLock(str(tmp_path / root))
+        assert lock.acquire()  # counts as taken
+        lock.release()
+    warned = [record.getMessage() for record in caplog.records if "cannot be locked" in record.getMessage()]
+    assert warned == [f"{tmp_path / root} cannot be locked ([Errno {errno.ENOLCK}] No locks available): a second "
+                      "writer here would go unnoticed" for root in ("a", "b")]

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from spotrun.control import records
 from spotrun.server.agent_api import ENDED_ATTEMPT_GRACE
-from spotrun.server.users import InvalidUserName, add_user, create_token, revoke_token
+from spotrun.server.users import InvalidUserName, add_user, check_user_name, create_token, revoke_token
 from spotrun.state import Attempt, Event, Job
 from spotrun.state.models import ApiToken
 
@@ -149,3 +149,10 @@ def test_no_user_can_be_named_local_the_owner_of_the_jobs_run_without_a_server(t
     listed and cancelled them."""
     with pytest.raises(InvalidUserName, match="reserved"):
         add_user(team.store, "local", time.time())
+
+
+@pytest.mark.parametrize("name", ["Local", "LOCAL"])
+def test_no_user_name_differs_from_local_only_in_case(name: str) -> None:
+    """"Local" would pass for the owner of the jobs run without a server on every page that names an owner."""
+    with pytest.raises(InvalidUserName, match="reserved"):
+        check_user_name(name)

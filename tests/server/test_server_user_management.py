@@ -87,11 +87,16 @@ def test_an_admin_creates_a_user_whose_token_is_shown_once_and_works(team: Team)
     assert team.client.get("/api/v1/users", headers=bearer(admin.json()["token"])).status_code == 200
 
 
-def test_a_taken_name_is_409_and_nothing_is_stored(team: Team) -> None:
+@pytest.mark.parametrize(("name", "detail"), [
+    ("alice", "user 'alice' already exists"),
+    # a second user told apart from alice only by case was a spoof on every page that names an owner
+    ("Alice", "user 'Alice' differs only in case from the existing user 'alice'"),
+])
+def test_a_taken_name_in_any_case_is_409_naming_the_user_and_nothing_is_stored(team: Team, name: str, detail: str) -> None:
     before = stored(team)
-    response = team.client.post("/api/v1/users", json={"name": "alice", "is_admin": True}, headers=team.as_user("root"))
+    response = team.client.post("/api/v1/users", json={"name": name, "is_admin": True}, headers=team.as_user("root"))
     assert response.status_code == 409
-    assert response.json() == {"detail": "user 'alice' already exists"}
+    assert response.json() == {"detail": detail}
     assert stored(team) == before
 
 

@@ -76,6 +76,7 @@ def test_ten_years_is_the_longest_duration():
     [("spot.restart_overhead", "spot: {restart_overhead: 99999999999999999999d}"),
      ("spot.deadline", "spot: {deadline: 99999999999999999999d}"),
      ("checkpoint.sync_interval", "checkpoint: {sync_interval: 100000d}"),
+     ("checkpoint.final_backup_timeout", "checkpoint: {final_backup_timeout: 3651d}"),
      ("spot.notice_grace", "spot: {notice_grace: 1.0e+12}")],
 )
 def test_a_job_file_duration_past_ten_years_names_its_field(field, written):

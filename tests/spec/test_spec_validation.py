@@ -38,6 +38,7 @@ FULL_JOB = dedent(
       dir: /scratch/ckpt
       store: s3://bucket/jobs/resnet
       sync_interval: 2m
+      final_backup_timeout: 10m
     max_restarts_on_error: 0
     estimated_duration: 6h
     """
@@ -76,7 +77,9 @@ def test_full_job_file_is_read_field_by_field():
     assert spec.spot.fallback_window == 1800
     assert spec.spot.notice_grace == 45
     assert spec.spot.restart_overhead == 240
-    assert spec.checkpoint == CheckpointSpec(dir="/scratch/ckpt", store="s3://bucket/jobs/resnet", sync_interval=120)
+    assert spec.checkpoint == CheckpointSpec(
+        dir="/scratch/ckpt", store="s3://bucket/jobs/resnet", sync_interval=120, final_backup_timeout=600
+    )
     assert spec.max_restarts_on_error == 0
     assert spec.estimated_duration == 6 * 3600
 
@@ -101,6 +104,7 @@ def test_defaults_fill_everything_but_run():
         notice_grace=30.0,
     )
     assert spec.checkpoint == CheckpointSpec(dir="checkpoints", store=None, sync_interval=30.0)
+    assert spec.checkpoint.final_backup_timeout is None  # the agent's own default (6 h)
     assert spec.max_restarts_on_error == 3
 
 
@@ -199,6 +203,9 @@ def test_env_scalars_become_strings_when_built_from_python():
         ("run: x\nspot:\n  policy: ''\n", "spot.policy", 3, "must not be empty"),
         ("run: x\nspot: fast\n", "spot", 2, "must be a mapping of fields; got 'fast'"),
         ("run: x\ncheckpoint:\n  sync_interval: 0\n", "checkpoint.sync_interval", 3, "greater than 0"),
+        ("run: x\ncheckpoint:\n  final_backup_timeout: 0\n", "checkpoint.final_backup_timeout", 3, "greater than 0"),
+        ("run: x\ncheckpoint:\n  final_backup_timeout: -5m\n", "checkpoint.final_backup_timeout", 3, "must not be negative"),
+        ("run: x\ncheckpoint:\n  final_backup_timeout: soon\n", "checkpoint.final_backup_timeout", 3, "must be a duration"),
         ("run: x\ncheckpoint:\n  dir: ''\n", "checkpoint.dir", 3, "must not be empty"),
         ("run: x\nmax_restarts_on_error: -1\n", "max_restarts_on_error", 2, "must be at least 0; got -1"),
         ("run: x\nestimated_duration: forever\n", "estimated_duration", 2, "must be a duration"),

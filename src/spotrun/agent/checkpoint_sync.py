@@ -22,7 +22,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun.agent.heartbeat import CheckpointProgress
-from spotrun.sdk.storage import url_to_fs
+from spotrun.sdk.locations import url_to_fs
 from spotrun.sdk.layout import (
     CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, remove_folder, save_seconds_of,
 )

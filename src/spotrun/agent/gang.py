@@ -19,8 +19,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spotrun.agent.config import AgentConfig, GangConfig
 from spotrun.agent.heartbeat import CheckpointProgress, Heartbeat
@@ -42,52 +43,86 @@ log = logging.getLogger(__name__)
 STORE_STEP_EVERY = 5.0  # node 0 lists the store for the newest committed step at most this often
 
 
-@dataclass(frozen=True)
-class GenerationOrder:
-    number: int
-    state: str  # running | stopping | ended
-    master_addr: str
-    master_port: int
-    node_rank: int
-    nnodes: int
+MAX_WARNED_ORDERS = 100  # distinct malformed orders remembered, so that each is warned of once
+
+
+class MalformedOrder(ValueError):
+    """A generation order that cannot be followed (a controller bug, a version skew); the message names what is
+    wrong."""
+
+
+class GenerationOrder(BaseModel):
+    """One generation's order, as a heartbeat answer's `gang` carries it (`spotrun.control.gang.assignment`)."""
+
+    model_config = ConfigDict(frozen=True, strict=True, populate_by_name=True, allow_inf_nan=False)
+
+    number: int = Field(alias="generation", ge=1)
+    state: Literal["running", "stopping", "ended"]
+    master_addr: str = Field(min_length=1)
+    master_port: int = Field(ge=1, le=65535)
+    node_rank: int = Field(ge=0)
+    nnodes: int = Field(ge=1)
     stop_by: float | None = None  # a stopping generation: when the cloud takes a noticed node (unix seconds)
+
+    @model_validator(mode="after")
+    def _rank_in_the_world(self) -> GenerationOrder:
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} is outside a world of {self.nnodes} nodes")
+        return self
 
     @classmethod
     def from_reply(cls, gang: Any) -> GenerationOrder | None:
+        """The order; None for the controller's "no order" (this node waits for, or is not in, the newest
+        generation). Raises MalformedOrder, naming what is wrong, for anything else."""
+        if gang is None:
+            return None
         if not isinstance(gang, dict):
-            return None
+            raise MalformedOrder(f"`gang` must be an object, got {gang!r}")
         try:
-            return cls(
-                number=int(gang["generation"]),
-                state=str(gang["state"]),
-                master_addr=str(gang["master_addr"]),
-                master_port=int(gang["master_port"]),
-                node_rank=int(gang["node_rank"]),
-                nnodes=int(gang["nnodes"]),
-                stop_by=float(gang["stop_by"]) if gang.get("stop_by") is not None else None,
-            )
-        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of an Infinity
-            log.warning("ignoring a malformed generation order: %r", gang)
-            return None
+            return cls.model_validate(gang)
+        except ValidationError as exc:
+            raise MalformedOrder("; ".join(_problem(error) for error in exc.errors())) from None
 
     @property
     def running(self) -> bool:
         return self.state == "running"
 
 
+def _problem(error: Any) -> str:
+    field = ".".join(str(part) for part in error["loc"])
+    return f"{field}: {error['msg']}" if field else error["msg"]
+
+
 class GangOrders:
-    """The newest generation order seen in heartbeat answers."""
+    """The newest well-formed generation order seen in heartbeat answers. A malformed one is warned of (once each)
+    and changes nothing: a controller's bug must not stop a healthy generation; only an order that says so does."""
 
     def __init__(self) -> None:
         self._order: GenerationOrder | None = None
         self._changed = threading.Condition()
+        self._warned: set[str] = set()
 
     def on_heartbeat_reply(self, reply: dict[str, Any]) -> None:
-        order = GenerationOrder.from_reply(reply.get("gang"))
+        if "gang" not in reply:  # an answer that says nothing of the gang (one to an ended attempt: it says stop)
+            return
+        try:
+            order = GenerationOrder.from_reply(reply["gang"])
+        except MalformedOrder as exc:
+            self._warn_once(reply.get("gang"), exc)
+            return
         with self._changed:
             if order != self._order:
                 self._order = order
                 self._changed.notify_all()
+
+    def _warn_once(self, gang: Any, problem: MalformedOrder) -> None:
+        key = repr(gang)
+        if key in self._warned:
+            return
+        if len(self._warned) < MAX_WARNED_ORDERS:
+            self._warned.add(key)
+        log.warning("ignoring a malformed generation order from the controller (%s): %r; the current generation "
+                    "goes on", problem, gang)
 
     @property
     def current(self) -> GenerationOrder | None:

@@ -23,7 +23,8 @@ from rich.table import Table
 from spotrun.cli.failing import errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.views import byte_size
-from spotrun.sdk import layout, storage
+from spotrun.sdk import layout
+from spotrun.sdk.locations import url_to_fs
 
 app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
 console = Console()
@@ -88,7 +89,7 @@ def _reach(where: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and folder of ``where``; a clear error when it names no filesystem, cannot be reached (no
     credentials, no such bucket, ...) or is no folder."""
     try:
-        fs, root = storage.url_to_fs(where)
+        fs, root = url_to_fs(where)
         exists = fs.isdir(root)
     except Exception as error:  # fsspec and its backends raise their own kinds (ValueError, botocore's, ...)
         raise _fail(f"{where}: cannot be read: {_why(error)}") from None

@@ -21,7 +21,7 @@ from spotrun.state import Attempt, Job
 def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float) -> dict[str, Any]:
     """The agent's boot configuration: everything but the job's part, which the agent fetches (`job_part`)."""
     spec = JobSpec.stored(job.spec)
-    return {
+    config = {
         "controller_url": controller_url,
         "token": token,
         "job_id": job.id,
@@ -35,6 +35,9 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "gang": _gang_config(spec, attempt),
         "hold": attempt.standby_for is not None,
     }
+    if spec.checkpoint.final_backup_timeout is not None:  # left out, the agent's default: an older agent still boots
+        config["final_backup_timeout"] = spec.checkpoint.final_backup_timeout
+    return config
 
 
 def job_part(spec: JobSpec) -> dict[str, Any]:

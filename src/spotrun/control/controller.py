@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import select, update
 
-from spotrun.control import rebalance, reclaims, records, repricing, spot_news
+from spotrun.control import rebalance, reclaims, records, repricing, spot_news, start_failures
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -51,17 +51,31 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
 }
 
 
-def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float) -> float:
+def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float, settings: ControllerSettings, *,
+             gone_before: bool) -> float:
     """When the attempt's instance was gone: when the cloud says it ended (`stated_end`). Where it gives no time: now,
-    as spotrun has just terminated it, unless the attempt was lost and the cloud cannot describe the instance at all
-    (EC2 no longer lists one an hour after it went): then its last sign of life, so that a controller that was down
-    is not billed the outage."""
+    as spotrun has just terminated it, unless it was gone before (`gone_before`: the cloud had ended it, as Azure
+    forgets a spot VM it evicted with the Delete policy), or the attempt was lost and the cloud cannot describe the
+    instance at all (EC2 no longer lists one an hour after it went): then when the controller, watching, would have
+    called it lost, so that a controller that was down is not billed the outage."""
     if info is not None and info.terminated_at:
         return stated_end(attempt.started_at, info.terminated_at, now)
-    if attempt.end_reason == "lost" and (info is None or info.state == "unknown"):
-        signs = [at for at in (attempt.last_heartbeat_at, attempt.agent_started_at, attempt.started_at) if at]
-        return max(signs, default=now)
+    cannot_describe = attempt.end_reason == "lost" and (info is None or info.state == "unknown")
+    due = _due_as_lost_at(attempt, settings)
+    if (gone_before or cannot_describe) and due is not None:
+        return stated_end(attempt.started_at, due, now)
     return now
+
+
+def _due_as_lost_at(attempt: Attempt, settings: ControllerSettings) -> float | None:
+    """When the controller would have called the attempt's instance lost: the heartbeat timeout after its agent's
+    last heartbeat (it may have run on, unheard, that long), or the boot timeout after its start where the agent
+    never reported. None: it never started."""
+    if attempt.last_heartbeat_at is not None:
+        return attempt.last_heartbeat_at + settings.heartbeat_timeout
+    if attempt.started_at is not None:
+        return attempt.started_at + settings.boot_timeout
+    return None
 
 
 def _first_to_mark(session, attempt_id: int, *, marked_too: bool = False) -> bool:
@@ -132,6 +146,7 @@ class Controller:
         self.worker_id = worker_id
         self._providers: dict[str, Provider] = {}
         self._clouds_on_record: set[str] | None = None  # read once, at the first sweep (`_clouds_to_sweep`)
+        self._unswept: dict[str, bool] = {}  # clouds whose last sweep failed, that failure told (`_sweep_failed`)
         self._ticks = 0
         self._reconsidered_at: dict[int, float] = {}
         self._gang = GangDriver(self)
@@ -563,6 +578,7 @@ class Controller:
             add_event(
                 session, at=self.clock.now(), kind="attempt_ending", job_id=attempt.job_id, attempt_id=attempt.id,
                 message=f"attempt {attempt.number}: {verdict.message}",
+                data=start_failures.ending_data(verdict.start_failure),
             )
 
     def _finish_attempt(self, attempt_id: int) -> None:
@@ -576,7 +592,7 @@ class Controller:
         if attempt.instance_id is None and attempt.end_reason not in REFUSED_LAUNCHES:
             attempt = self._find_unrecorded_instance(attempt)
         rule = self.billing_rule(attempt.provider)
-        info, release_at = None, None
+        info, release_at, ended_by_cloud = None, None, False
         if attempt.instance_id is not None:
             # read before spotrun's terminate: that may stamp a new end on an instance the cloud ended long ago (EC2
             # terminating a stopped one), and a controller that was down would bill the outage
@@ -600,7 +616,7 @@ class Controller:
             if release_at is not None:
                 reclaims.leave_to_cloud(session, attempt, release_at, now)
             elif attempt.instance_id is not None:
-                ended_at = _gone_at(attempt, info, now)
+                ended_at = _gone_at(attempt, info, now, self.settings, gone_before=ended_by_cloud)
                 self._record_instance_gone(session, attempt, ended_at, info)
             placed = attempt.started_at is not None and attempt.end_reason not in REFUSED_LAUNCHES
             billed = ended_at - attempt.started_at if placed else 0.0
@@ -618,7 +634,7 @@ class Controller:
         if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
             # the command started and ended between two ticks: it did run
             records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
-        self._after_attempt(session, attempt.job, attempt.end_reason, now)
+        self._after_attempt(session, attempt, now)
         self.moves.after_predecessor_end(session, attempt, now)
 
     def _record_instance_gone(self, session, attempt: Attempt, ended_at: float, info: InstanceInfo | None) -> None:
@@ -628,7 +644,8 @@ class Controller:
             instance.terminated_at = ended_at
             instance.reclaimed = bool(info and info.reclaimed)
 
-    def _after_attempt(self, session, job: Job, reason: str, now: float) -> None:
+    def _after_attempt(self, session, attempt: Attempt, now: float) -> None:
+        job, reason = attempt.job, attempt.end_reason
         spec = JobSpec.stored(job.spec)
         if job.cancel_requested:
             records.transition(session, job, JobState.CANCELLED, now, "cancelled by the user")
@@ -642,7 +659,9 @@ class Controller:
         elif reason == "failed":
             job.restarts_on_error += 1
             if job.restarts_on_error > spec.max_restarts_on_error:
-                job.failure_reason = f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                job.failure_reason = start_failures.job_failure_reason(
+                    session, attempt, job.restarts_on_error, spec.max_restarts_on_error, f"instance {attempt.instance_id}"
+                ) or f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
                 records.transition(session, job, JobState.FAILED, now, job.failure_reason)
             else:
                 records.transition(session, job, JobState.PROVISIONING, now, f"the command failed; restart {job.restarts_on_error} of {spec.max_restarts_on_error}")
@@ -664,9 +683,11 @@ class Controller:
             try:
                 provider = self.provider(name)
                 instances = provider.list_instances()
-            except Exception:
-                log.warning("listing %s instances failed", name, exc_info=True)
+            except Exception as error:
+                self._sweep_failed(name, error)
                 continue
+            if self._unswept.pop(name, False):
+                log.info("%s can be swept for orphan instances again", name)
             live = [i for i in instances if i.state in ("pending", "running") and i.client_token]
             if not live:
                 continue
@@ -684,6 +705,16 @@ class Controller:
                     log.warning("terminating orphan instance %s", info.instance_id)
                     self._bill_unheard_launch(info)  # first: once terminated, no later sweep would see it to bill
                     provider.terminate(info.instance_id)
+
+    def _sweep_failed(self, cloud: str, error: Exception) -> None:
+        """Told in one line once, until the cloud can be swept again: one whose credentials are gone fails at every
+        sweep, and a traceback each time would bury the rest of the log. The repeats, with it, are debug."""
+        if self._unswept.get(cloud):
+            log.debug("listing %s instances failed again", cloud, exc_info=True)
+            return
+        self._unswept[cloud] = True
+        log.warning("cannot sweep %s for orphan instances (%s: %s); not told again until it can",
+                    cloud, type(error).__name__, error)
 
     def _clouds_to_sweep(self) -> list[str]:
         """The clouds this controller has used, and every cloud the store's attempts ran on (read at its first sweep):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from spotrun.control import rebalance, records
+from spotrun.control import rebalance, records, start_failures
 from spotrun.control.gang_moves import GangMoveDriver
 from spotrun.control.gang_records import latest_generation, open_attempts_by_rank, split_standbys, stop_generation
 from spotrun.control.moves import may_move
@@ -193,9 +193,9 @@ class GangDriver:
             spec = JobSpec.stored(job.spec)
             job.restarts_on_error += 1
             if job.restarts_on_error > spec.max_restarts_on_error:
-                job.failure_reason = (
-                    f"{what} failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
-                )
+                job.failure_reason = start_failures.job_failure_reason(
+                    session, attempt, job.restarts_on_error, spec.max_restarts_on_error, what
+                ) or f"{what} failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
 
     # ---- the generation ----------------------------------------------------------------------------------
 
@@ -286,7 +286,8 @@ class GangDriver:
             self._end_nodes([a.id for a in nodes], Verdict("cancelled", decision.reason, job_failure=decision.reason))
         elif isinstance(decision, Launch):
             moving = [a.id for a in nodes if (a.zone, a.market) != (decision.zone, decision.market)]
-            if moving:  # in the gang's zone, only the nodes on the other market move
+            # in the gang's zone, only the nodes on the other market move
+            if moving and not self.c.moves.refused_lately(job_id, decision.zone, decision.market, now):
                 self._moves.start(job_id, decision, moving)
         elif isinstance(decision, Wait):  # stop paying for the nodes; the gang is placed again (and waits) once saved
             self._stop_to_wait(job_id, decision.reason)

@@ -76,7 +76,7 @@ class GangMoveDriver:
         for standby in standbys:
             if standby.state == "ending":  # its end was recorded in a tick that died before it gave the others back
                 self.c.finish_attempt(standby.id, _nothing_more)
-                if self._abandon_unless_committed(job_id, f"the standby of node {standby.node_rank} ended"):
+                if self._abandon_unless_committed(job_id, f"the standby of node {standby.node_rank} ended", standby.id):
                     return
             elif standby.instance_id is None:
                 if not self._launch(job_id, standby.id):
@@ -94,7 +94,7 @@ class GangMoveDriver:
         if refusal is None:
             return True
         self.c.record_launch_refusal(standby_id, refusal, back_off_job=False)
-        return not self._abandon_unless_committed(job_id, f"a standby could not be launched ({refusal})")
+        return not self._abandon_unless_committed(job_id, f"a standby could not be launched ({refusal})", standby_id)
 
     def _watch(self, job: Job, standby: Attempt) -> bool:
         """Judge one standby; False when it ended and the move was given up with it."""
@@ -106,10 +106,12 @@ class GangMoveDriver:
         self.c.begin_end(standby.id, Verdict(verdict.end_reason, f"{what}: {verdict.message}"))
         self.c.finish_attempt(standby.id, _nothing_more)
         # once the gang has stopped, its rank is only left empty: the gang fills it when the old nodes are gone
-        return not self._abandon_unless_committed(job.id, f"{what} {verdict.end_reason}")
+        return not self._abandon_unless_committed(job.id, f"{what} {verdict.end_reason}", standby.id)
 
-    def _abandon_unless_committed(self, job_id: int, why: str) -> bool:
-        """While the generation still runs, end every standby left: the gang stays where it is. True if abandoned."""
+    def _abandon_unless_committed(self, job_id: int, why: str, cause_id: int) -> bool:
+        """While the generation still runs, end every standby left: the gang stays where it is. True if abandoned.
+        `cause_id`: the standby whose end gives the move up; the event names it, so that a refused one holds back
+        only the moves it concerns, as a single node's does (`MoveDriver.backing_off`)."""
         now = self.c.clock.now()
         with self.c.store.session() as session:
             generation = latest_generation(session, job_id)
@@ -117,7 +119,7 @@ class GangMoveDriver:
                 return False
             left = records.held_standbys(open_attempts_by_rank(session, job_id))
             add_event(
-                session, at=now, kind="move_abandoned", job_id=job_id,
+                session, at=now, kind="move_abandoned", job_id=job_id, attempt_id=cause_id,
                 message=f"{why}; giving back the {len(left)} other standbys, the gang stays where it runs",
             )
             left_ids = [a.id for a in left]

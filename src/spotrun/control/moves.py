@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from spotrun.control import records
 from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
@@ -35,7 +35,10 @@ ABANDONED_MOVES_WINDOW = 3600.0
 ABANDONED_MOVES_MAX_WAIT = 3600.0
 # A standby refused (or whose launch kept failing) costs nothing, but a policy asked every reconsider_every is not told
 # of every refusal (a quota, a launch no retry mends) and would try the same again each time: the next move to that
-# zone and market waits reconsider_every after the first such refusal in the window, doubling, at most the cap.
+# zone and market waits reconsider_every after the first such refusal in the window, doubling, at most the cap. Only
+# that zone and market: even a launch no retry mends may be the zone's (a subnet missing there), and a refused try
+# costs nothing. Single-node jobs and gangs alike (`refused_lately`); a refused standby is no abandoned move
+# (`backing_off`).
 MOVE_REFUSALS = REFUSED_LAUNCHES | {"launch_error"}
 
 
@@ -81,11 +84,18 @@ class MoveDriver:
         self._launch(standby_id)
 
     def backing_off(self, job_id: int, now: float) -> bool:
-        """Whether the job's last moves were abandoned too recently for another (see ABANDONED_MOVES_WINDOW)."""
+        """Whether the job's last moves were abandoned too recently for another (see ABANDONED_MOVES_WINDOW); not
+        those given up for a refused standby (a gang's, or one Azure refused after accepting it): a refusal holds
+        back only the moves it concerns (`refused_lately`)."""
         with self.controller.store.session() as session:
             abandoned = session.scalars(
                 select(Event.at)
-                .where(Event.job_id == job_id, Event.kind == "move_abandoned", Event.at >= now - ABANDONED_MOVES_WINDOW)
+                .outerjoin(Attempt, Attempt.id == Event.attempt_id)
+                .where(
+                    Event.job_id == job_id, Event.kind == "move_abandoned", Event.at >= now - ABANDONED_MOVES_WINDOW,
+                    or_(Event.attempt_id.is_(None), Attempt.end_reason.is_(None),
+                        Attempt.end_reason.not_in(MOVE_REFUSALS)),
+                )
                 .order_by(Event.at)
             ).all()
         return _waiting_after(abandoned, self.controller.settings.boot_timeout, now)

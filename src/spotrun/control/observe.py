@@ -25,6 +25,7 @@ class Verdict:
     end_reason: str | None
     message: str
     job_failure: str | None = None
+    start_failure: str | None = None  # why the instance could not start the agent, where that ended the attempt
 
 
 def judge_attempt(
@@ -60,7 +61,8 @@ def judge_attempt(
         if info.reclaimed:
             return Verdict("preempted", f"the cloud reclaimed spot instance {info.instance_id}")
         if info.start_failure and attempt.agent_started_at is None:  # another instance would end alike
-            return Verdict("failed", f"instance {info.instance_id} ended before its agent started: {info.start_failure}")
+            return Verdict("failed", f"instance {info.instance_id} ended before its agent started: {info.start_failure}",
+                           start_failure=info.start_failure)
         return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")
     return _judge_agent(job, attempt, info, now, settings, controller_started_at)
 
@@ -77,7 +79,8 @@ def _judge_agent(
     if attempt.agent_started_at is None:
         if now - max(_boot_began(attempt, info, now), controller_started_at) > settings.boot_timeout:
             if info.start_failure:  # counted against the job's restarts, not relaunched without end
-                return Verdict("failed", f"instance {info.instance_id} could not start the agent: {info.start_failure}")
+                return Verdict("failed", f"instance {info.instance_id} could not start the agent: {info.start_failure}",
+                               start_failure=info.start_failure)
             return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
         return None
     # Heartbeats sent while this controller was down went nowhere: count silence from its start at the earliest.

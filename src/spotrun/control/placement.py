@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import case, select
+from sqlalchemy import case, exists, false, or_, select, true
 from sqlalchemy.orm import Session
 
 from spotrun.control.progress import compute_and_progress, restart_overhead, save_interval
+from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.costs.market_prices import catalog_prices as price_for
 from spotrun.gcp_accelerators import accelerators_text
 from spotrun.policy import PastAttempt, PlacementContext, max_spot_price
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Job
+from spotrun.state import Attempt, Instance, Job
 
 
 # How much work a trainer that reports no checkpoints is taken to lose when its instance goes without a word: the
@@ -33,10 +34,21 @@ _WORKED_UNTIL = case(
     else_=Attempt.ended_at - UNREPORTED_SAVE_INTERVAL,
 )
 
+# Whether the cloud took the try's instance back: preempted, or reclaimed as it stopped to move (it ends "migrated":
+# the job had chosen to leave), which the cloud's notice, or the instance seen reclaimed, tells.
+_RECLAIMED = case(
+    (Attempt.end_reason == "preempted", true()),
+    (Attempt.end_reason == "migrated", or_(
+        Attempt.notice_source.in_(CLOUD_NOTICE_SOURCES),
+        exists().where(Instance.id == Attempt.instance_id, Instance.reclaimed.is_(True)),
+    )),
+    else_=false(),
+)
+
 # what a policy reads of a try, in PastAttempt's order
 _PAST_COLUMNS = (
     Attempt.zone, Attempt.market, Attempt.created_at, Attempt.started_at, Attempt.ended_at, Attempt.end_reason,
-    _WORKED_UNTIL,
+    _WORKED_UNTIL, _RECLAIMED,
 )
 
 

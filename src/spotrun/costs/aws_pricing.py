@@ -4,8 +4,8 @@
 filters with their terms as JSON. An instance type in a region has one Linux, shared-tenancy, no-licence,
 no-preinstalled-software product whose capacity status is "Used" (the others price reservations' unused capacity
 and the like); its OnDemand term's hourly dimension is the price. Spot is not here: EC2 quotes it per zone (the
-provider's `spot_prices`, `costs.market_prices.MarketPrices`). Asked at most once an hour per region and type;
-it needs AWS credentials, as the rest of spotrun's EC2 calls do.
+provider's `spot_prices`, `costs.market_prices.MarketPrices`). Asked at most once an hour per region and type,
+and after a failure not again for 5 minutes; it needs AWS credentials, as the rest of spotrun's EC2 calls do.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spotrun.costs.catalog import UnknownPrice
+from spotrun.costs.catalog import LIST_RETRY_AFTER, UnknownPrice
 from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
@@ -41,12 +41,15 @@ region_of = AWS_ZONES.region_of
 
 
 class OnDemandPrices:
+    """Answers are kept for `ttl`; a failure is UnknownPrice, saying why, answered again without asking for
+    `retry_after`."""
+
     def __init__(
         self, *, client_factory: Callable[[], Any] | None = None, ttl: float = PRICES_LAST,
-        clock: Callable[[], float] = time.monotonic,
+        retry_after: float = LIST_RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client_factory = client_factory or _pricing_client
-        self._cache: TtlCache[float] = TtlCache(ttl, clock)
+        self._cache: TtlCache[float] = TtlCache(ttl, clock, failure_seconds=retry_after)
 
     def price(self, region: str, instance_type: str) -> float:
         """$/h of `instance_type` on-demand (Linux) in `region`; UnknownPrice saying why when it cannot be had."""

@@ -4,7 +4,8 @@
 (`Items`, `NextPageLink`). A VM size in a location has a Linux meter per market: pay-as-you-go ("NC6s v3"), Spot
 ("NC6s v3 Spot") and the retired Low Priority; Windows meters carry the licence too and are left out, as are
 reservations and savings plans (not "Consumption"). Azure prices spot per location, not per zone: every zone of a
-location ("eastus-1", ...) pays the location's price. Prices are read at most once an hour per location and size.
+location ("eastus-1", ...) pays the location's price. Prices are read at most once an hour per location and size,
+and after a failure not again for 5 minutes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from spotrun.costs.catalog import UnknownPrice
+from spotrun.costs.catalog import LIST_RETRY_AFTER, UnknownPrice
 from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
@@ -42,13 +43,16 @@ location_of = AZURE_ZONES.region_of
 
 
 class RetailPrices:
+    """Answers are kept for `ttl`; a failure is UnknownPrice, saying why, answered again without asking for
+    `retry_after`."""
+
     def __init__(
         self, url: str | None = None, *, timeout: float = 10.0, ttl: float = PRICES_LAST,
-        clock: Callable[[], float] = time.monotonic,
+        retry_after: float = LIST_RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._url = url
         self._timeout = timeout
-        self._cache: TtlCache[VmPrices] = TtlCache(ttl, clock)
+        self._cache: TtlCache[VmPrices] = TtlCache(ttl, clock, failure_seconds=retry_after)
 
     def vm_prices(self, location: str, size: str) -> VmPrices:
         """The size's Linux prices in the location; UnknownPrice (saying why) when they cannot be had."""

@@ -16,6 +16,9 @@ from types import MappingProxyType
 from spotrun.gcp_accelerators import accelerator_type
 
 MARKETS = ("spot", "on-demand")
+# seconds a cloud's price list that could not be read (no credentials, an outage) stands unread before it is asked
+# again: a controller asks once in a while, not at every placement
+LIST_RETRY_AFTER = 300.0
 
 
 class UnknownPrice(KeyError):

@@ -20,14 +20,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotrun.costs.catalog import UnknownPrice, gcp_accelerator
+from spotrun.costs.catalog import LIST_RETRY_AFTER, UnknownPrice, gcp_accelerator
 from spotrun.costs.zone_regions import ZoneNames
 from spotrun.ttl_cache import TtlCache
 
 COMPUTE_ENGINE = "services/6F81-5844-456A"  # the Cloud Billing Catalog's id of the Compute Engine service
 REGION_ENV_VAR = "SPOTRUN_GCP_REGION"  # where a job with no zone yet is priced
 PRICES_LAST = 3600.0
-RETRY_AFTER = 300.0  # seconds a failed read stands before it is tried again
 _MARKETS = {"OnDemand": "on-demand", "Preemptible": "spot"}
 _UNITS = {"core": "h", "ram": "GiBy.h", "gpu": "h"}
 _GPU_SKU = re.compile(
@@ -188,7 +187,7 @@ class GcpListPrices:
     def __init__(
         self, *, credentials: Any = None, project: str | None = None,
         billing_options: Mapping[str, Any] | None = None, compute_options: Mapping[str, Any] | None = None,
-        ttl: float = PRICES_LAST, retry_after: float = RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
+        ttl: float = PRICES_LAST, retry_after: float = LIST_RETRY_AFTER, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._credentials = credentials
         self._project = project

@@ -79,7 +79,7 @@ class SpotLog:
 
     @classmethod
     def from_history(cls, history: Iterable[PastAttempt], now: float | None = None) -> SpotLog:
-        """What the controller's attempt records tell about spot: starts, preemptions and "no capacity" answers, and,
+        """What the controller's attempt records tell about spot: starts, reclaims and "no capacity" answers, and,
         given `now`, that spot is there now where a spot instance still runs."""
         events: list[tuple[float, str, bool]] = []
         for attempt in history:
@@ -90,7 +90,7 @@ class SpotLog:
             elif attempt.started_at is not None:
                 events.append((attempt.started_at, attempt.zone, True))
                 if attempt.ended_at is not None:
-                    events.append((attempt.ended_at, attempt.zone, attempt.end_reason != "preempted"))
+                    events.append((attempt.ended_at, attempt.zone, not attempt.taken_back))
                 elif now is not None:
                     events.append((max(now, attempt.started_at), attempt.zone, True))
         log = cls()

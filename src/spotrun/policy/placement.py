@@ -41,6 +41,14 @@ class PastAttempt(NamedTuple):
     # try gone some time after its instance died; where the agent did not report the end, its last heartbeat was the
     # last sign of life, and a trainer loses what it did since its last save (see `spotrun.control.placement`).
     worked_until: float | None = None
+    # The cloud took its instance back (or said it would), whatever its end: one stopping to move when the cloud's
+    # reclaim came ends "migrated" (the job had chosen to leave), yet spot went in its zone all the same.
+    reclaimed: bool = False
+
+    @property
+    def taken_back(self) -> bool:
+        """Whether spot was taken back from this try: news of its zone's market, however the try ended."""
+        return self.end_reason == "preempted" or self.reclaimed
 
 
 @dataclass(frozen=True)

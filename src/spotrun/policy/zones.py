@@ -92,7 +92,7 @@ def _capacity_news(attempt: PastAttempt, now: float) -> tuple[float, bool] | Non
         return None
     if attempt.ended_at is None:  # still running: spot is there now
         return (max(now, attempt.started_at), False)
-    return (attempt.started_at if attempt.end_reason == "preempted" else attempt.ended_at, False)
+    return (attempt.started_at if attempt.taken_back else attempt.ended_at, False)
 
 
 def last_zone_with_instance(history: tuple[PastAttempt, ...]) -> str | None:

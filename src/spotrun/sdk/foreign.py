@@ -37,9 +37,12 @@ def commit(
 ) -> str:
     """Commit the framework's checkpoint ``folder`` as ``ckpt-<steps>``: every file moved (or copied) into staging,
     fsynced and checksummed, the manifest written last, the staging folder renamed into place. The path.
-    ``started``: time.monotonic() when the framework began to write it, for the manifest's ``save_seconds``."""
+    ``started``: time.monotonic() when the framework began to write it, for the manifest's ``save_seconds``.
+    ``store`` is claimed first, as a Checkpointer's first save claims it (``writerlock``): CheckpointError, nothing
+    moved, while another writer holds the folder; the caller releases it at the end of training."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no checkpoint was written at {folder}")
+    store.claim()
     staging = store.prepare(steps)
     files = {}
     for name in _files_under(folder):

@@ -28,6 +28,11 @@ cannot be seen from here, and go unwarned. A save asked at an epoch's last step 
 ``load_best_model_at_end``, the best checkpoint is kept in the store besides the ``keep_last`` newest, and a resume
 on another machine finds it there.
 
+The main process is the folder's one writer from its first commit to the end of training, as a Checkpointer is
+(``writerlock``): another run saving to the same folder is refused at its first save (CheckpointError). A
+``train`` that raises gives no callback its end: the folder stays held until the callback is collected or the
+process exits.
+
 Saves happen when the Trainer's own ``save_strategy`` asks, every ``every_seconds`` (default 300), and at a
 preemption signal (SIGTERM, SIGUSR1), which also stops training at the end of the step.
 
@@ -178,6 +183,7 @@ class TrainerCheckpoints(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         self._ranks.leave()  # the callback's own gloo groups, left to the interpreter's exit, can abort it (SIGABRT)
+        self.store.release()  # the folder, held since the first commit (``foreign.commit``), is free for another run
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         """The Trainer has written ``checkpoint-<step>``: the main process commits it as ``ckpt-<step>``, once every

@@ -30,6 +30,10 @@ of the first batch that reaches each multiple of ``every_steps``. Lightning woul
 ``fit`` after the step (``SIGTERMException``); while training, this callback holds the signals instead and gives
 them back at the end. Under DDP every rank agrees each step whether to save or stop (one all_reduce) and learns
 whether rank 0's commit worked.
+
+Rank 0 is the folder's one writer from its first save to the end of training (or its exception), as a Checkpointer
+is (``writerlock``): another run saving to the same folder is refused at its first save (CheckpointError), before
+it writes anything there.
 """
 
 from __future__ import annotations
@@ -172,16 +176,21 @@ class LightningCheckpoints(pl.Callback):
         self._save(trainer, step)  # the same step, committed over the one saved before the validation
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._give_signals_back()
+        self._end_training()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._end_training()
+
+    def _end_training(self) -> None:
         self._give_signals_back()
+        self.store.release()  # the folder, held since the first save (``_claim``), is free for another run
 
     # -- saving ---------------------------------------------------------------------------------------------
 
     def _save(self, trainer: pl.Trainer, step: int) -> None:
         """Every rank asks Lightning to save (rank 0 writes); rank 0 commits; every rank learns the outcome."""
         folder = f"{self.store.root}/{STAGING_PREFIX}lightning-{step}"  # cleaned away if a save dies half-way
+        self._claim(trainer, step)
         started = time.monotonic()
         trainer.save_checkpoint(os.path.join(folder, CHECKPOINT_FILE))
         trainer.strategy.barrier("spotrun-save")
@@ -200,6 +209,19 @@ class LightningCheckpoints(pl.Callback):
             raise CheckpointError(f"checkpoint of {step} steps not committed: {failure}")
         self._last_save = time.monotonic()
         self._saved_step = step
+
+    def _claim(self, trainer: pl.Trainer, step: int) -> None:
+        """Rank 0 makes this run the folder's one writer (``writerlock``) before Lightning writes into it, as a
+        Checkpointer's first save does; every rank learns whether another writer holds it, and none writes then."""
+        failure = None
+        if trainer.is_global_zero:
+            try:
+                self.store.claim()
+            except Exception as error:
+                failure = f"{type(error).__name__}: {error}"
+        failure = trainer.strategy.broadcast(failure, src=0)
+        if failure:
+            raise CheckpointError(f"checkpoint of {step} steps not committed: {failure}")
 
     # -- signals --------------------------------------------------------------------------------------------
 

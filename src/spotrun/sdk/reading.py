@@ -18,7 +18,8 @@ from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
     CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, no_valid_checkpoint,
 )
-from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store, url_to_fs
+from spotrun.sdk.locations import url_to_fs
+from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
 
 
 SHARED_FILE = layout.SHARED_FILE

@@ -25,6 +25,7 @@ from fsspec.implementations.local import LocalFileSystem
 from spotrun import libc
 from spotrun.sdk import directio, layout, parts, ranges, tensorfile, threads
 from spotrun.sdk.errors import CheckpointError
+from spotrun.sdk.locations import url_to_fs
 from spotrun.sdk.writerlock import WriterLock
 
 STAGING_PREFIX = ".staging-"
@@ -204,9 +205,10 @@ class LocalStore(CheckpointStore):
     def claim(self) -> None:
         if not self._writer.acquire(wait=CLAIM_WAIT_SECONDS):
             raise CheckpointError(
-                f"{self.root}: another Checkpointer (of another process, or not closed in this one) is saving "
-                "checkpoints to this folder; two writers would commit each other's half-written files and remove each "
-                "other's checkpoints: stop that one, or give this run a location of its own"
+                f"{self.root}: another writer (a Checkpointer not closed, or a Trainer or Lightning run still "
+                "training, in this process or another) is saving checkpoints to this folder; two writers would commit "
+                "each other's half-written files and remove each other's checkpoints: stop that one, or give this run "
+                "a location of its own"
             )
 
     def release(self) -> None:
@@ -467,18 +469,3 @@ def open_store(
         os.makedirs(root, exist_ok=True)
         return LocalStore(fs, root)
     return CheckpointStore(fs, root)
-
-
-def url_to_fs(location: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and path of a local path or URL, as ``fsspec.core.url_to_fs``, except that a local path with
-    ``::`` in it (``runs/lr::0.1``) stays that path: fsspec takes ``::`` for the joint of a chained URL
-    (``simplecache::s3://bucket/run``) and would put the checkpoints in ``runs/lr``, another run's folder maybe."""
-    if "::" in location and not _names_filesystem(location.split("::", 1)[0]):
-        fs = fsspec.filesystem("file", **(storage_options or {}))
-        return fs, fs._strip_protocol(location)
-    return fsspec.core.url_to_fs(location, **(storage_options or {}))
-
-
-def _names_filesystem(link: str) -> bool:
-    """Whether the first link of a chained URL names a filesystem (``s3://bucket``, ``simplecache``)."""
-    return "://" in link or link in fsspec.available_protocols()

@@ -9,10 +9,11 @@ no lock file. It belongs to the open folder, so two Checkpointers of one process
 (a DataLoader worker) drops its copy, so that it does not hold the folder after its parent died.
 
 Where the filesystem cannot lock a folder (NFS emulates ``flock`` with locks that need a file open for writing), a
-second writer is not detected, and the writer says so once. Neither is it on an object store, which has no lock:
-fsspec offers no create-if-absent, and a lock object left by a writer killed with its machine (the preemption this
-is all about) would block every resume unless it expired, which takes clocks and heartbeats that cannot tell a slow
-writer from a dead one.
+second writer is not detected, and the process says so once for each such folder. Neither is it on an object store,
+which has no lock: fsspec offers no create-if-absent, and a lock object left by a writer killed with its machine (the
+preemption this is all about) would block every resume unless it expired, which takes clocks and heartbeats that
+cannot tell a slow writer from a dead one. The Trainer and Lightning callbacks hold the folder the same way, from
+their first save to the end of training.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import errno
 import fcntl
 import logging
 import os
+import threading
 import time
 import weakref
 
@@ -31,6 +33,8 @@ _RETRY_SECONDS = 0.05
 _CANNOT_LOCK = (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 _held: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+_warned: set[str] = set()  # the folders this process has said it cannot lock
+_warned_guard = threading.Lock()  # a restore in the main thread and a save in the writer thread may both ask
 
 
 class WriterLock:
@@ -59,7 +63,7 @@ class WriterLock:
             if error.errno not in _CANNOT_LOCK:
                 os.close(fd)
                 raise
-            log.warning("%s cannot be locked (%s): a second writer here would go unnoticed", self.root, error)
+            _warn_unlockable(self.root, error)
         self._fd = fd
         _held.add(self)
         return True
@@ -79,6 +83,15 @@ class WriterLock:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def _warn_unlockable(root: str, error: OSError) -> None:
+    """Once per folder and process: every restore and every writer's first save tries the lock again."""
+    with _warned_guard:
+        if root in _warned:
+            return
+        _warned.add(root)
+    log.warning("%s cannot be locked (%s): a second writer here would go unnoticed", root, error)
 
 
 def _lock_within(fd: int, wait: float) -> None:

@@ -204,7 +204,7 @@ def _user_routes(store: Store) -> APIRouter:
 
     @router.post(
         "/users", status_code=status.HTTP_201_CREATED, response_model=UserCreated,
-        responses={**ADMIN_ONLY, 409: {"model": Message, "description": "a user of that name exists"}},
+        responses={**ADMIN_ONLY, 409: {"model": Message, "description": "a user of that name exists (in any case)"}},
     )
     def add_user(request: NewUser, admin: Admin, response: Response) -> UserCreated:
         """Create a user with a first token, shown only in this answer (as `spotrun user add` prints it)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request, Response, status
+from fastapi import Depends, FastAPI, Request, Response, status
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,6 +17,7 @@ from spotrun.server.body_limit import BodyLimit
 from spotrun.server.early_auth import AuthBeforeBody
 from spotrun.server.dashboard import create_dashboard_router
 from spotrun.server.metrics import store_registry
+from spotrun.server.metrics_access import metrics_guard
 from spotrun.server.refusals import answer_invalid_requests
 from spotrun.state import Store
 
@@ -50,7 +51,8 @@ def _serve_api_docs(app: FastAPI) -> None:
         return get_redoc_html(openapi_url="openapi.json", title=f"{app.title} - ReDoc")
 
 
-def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
+def create_app(store: Store, clock: Clock | None = None, *, metrics_token: str | None = None) -> FastAPI:
+    """The app on `store`; with `metrics_token`, /metrics answers only a request carrying it as its bearer token."""
     app = FastAPI(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
@@ -68,7 +70,9 @@ def create_app(store: Store, clock: Clock | None = None) -> FastAPI:
     registry = store_registry(store)
 
     @app.get("/metrics", tags=["operations"], response_class=Response,
-             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}})
+             dependencies=[Depends(metrics_guard(metrics_token))],
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"},
+                        401: {"model": Refusal, "description": "SPOTRUN_METRICS_TOKEN is set and not the bearer token"}})
     def metrics() -> Response:
         """Jobs by state, preemptions, recoveries and their time, dollars spent and saved; read from the store."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

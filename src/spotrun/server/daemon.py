@@ -48,15 +48,17 @@ AgentPort = Annotated[int, Field(ge=1, le=65535)]
 log = logging.getLogger("spotrun.daemon")
 
 
-def from_env(name: str, kind: Any) -> Any:
-    """Environment variable `name` as `kind` (a type with its bounds, which pydantic checks); None when unset or empty."""
+def from_env(name: str, kind: Any, *, secret: bool = False) -> Any:
+    """Environment variable `name` as `kind` (a type with its bounds, which pydantic checks); None when unset or empty.
+    A `secret` value is not shown in the refusal (it goes to the terminal and the logs)."""
     text = os.environ.get(name)
     if not text:
         return None
     try:
         return TypeAdapter(kind).validate_strings(text)
     except ValidationError as invalid:
-        raise InvalidSetting(f"{name}={text!r} is refused: {invalid.errors()[0]['msg']}") from None
+        shown = "<not shown>" if secret else repr(text)
+        raise InvalidSetting(f"{name}={shown} is refused: {invalid.errors()[0]['msg']}") from None
 
 
 def settings_from_env(url: str) -> ControllerSettings:

@@ -9,9 +9,18 @@ import threading
 import uvicorn
 
 from spotrun.server.app import create_app
-from spotrun.server.daemon import Daemon, settings_from_env
+from spotrun.server.daemon import Daemon, from_env, settings_from_env
 from spotrun.server.log_pruner import LogPruner
+from spotrun.server.metrics_access import MetricsToken
 from spotrun.state import Store
+
+METRICS_TOKEN_VAR = "SPOTRUN_METRICS_TOKEN"
+
+
+def metrics_token_from_env() -> str | None:
+    """The bearer token /metrics requires: $SPOTRUN_METRICS_TOKEN (InvalidSetting, not showing it, when it cannot be
+    one); None when unset: /metrics is open."""
+    return from_env(METRICS_TOKEN_VAR, MetricsToken, secret=True)
 
 
 def public_url(host: str, port: int) -> str:
@@ -26,12 +35,15 @@ def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it). With `keep_logs`
     (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`). A controller
-    setting the environment gives that the controller cannot use is refused first (`daemon.InvalidSetting`)."""
+    setting the environment gives that the controller cannot use is refused first (`daemon.InvalidSetting`), as is
+    a metrics token that cannot be one (`metrics_token_from_env`)."""
+    metrics_token = metrics_token_from_env()
     if run_controller:
         settings_from_env(url="")
     sock = _listen(host, port)
     url = url or public_url(host, sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(create_app(store), log_level="info", timeout_graceful_shutdown=3))
+    app = create_app(store, metrics_token=metrics_token)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=3))
     daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
     controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
     if run_controller:

@@ -15,7 +15,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -92,7 +92,7 @@ def check_user_name(name: str) -> str:
         raise InvalidUserName(
             f"user name {name!r} must be 1-200 letters, digits or . _ @ -, starting with a letter or digit"
         )
-    if name in RESERVED_NAMES:
+    if name.lower() in RESERVED_NAMES:
         raise InvalidUserName(f"user name {name!r} is reserved: it owns the jobs `spotrun launch` runs without a server")
     return name
 
@@ -101,8 +101,7 @@ def add_user(store: Store, name: str, now: float, *, admin: bool = False, actor:
     """Create a user with a first token."""
     check_user_name(name)
     with store.session() as session:
-        if session.scalar(select(User.id).where(User.name == name)) is not None:
-            raise UserExists(f"user {name!r} already exists")
+        _refuse_taken(session, name)
         user = User(name=name, is_admin=admin, created_at=now)
         session.add(user)
         try:
@@ -113,6 +112,16 @@ def add_user(store: Store, name: str, now: float, *, admin: bool = False, actor:
         role = "admin" if admin else "user"
         _audit(session, now, actor, "user_added", f"{role} {name} added", name, issued.prefix)
         return issued
+
+
+def _refuse_taken(session: Session, name: str) -> None:
+    """Names are told apart regardless of case: "Alice" beside "alice" would pass for her on every page that names an
+    owner. (Names are ASCII, so the database's lower() and Python's agree.) Users stored before this rule are kept."""
+    taken = session.scalar(select(User.name).where(func.lower(User.name) == name.lower()).order_by(User.id).limit(1))
+    if taken == name:
+        raise UserExists(f"user {name!r} already exists")
+    if taken is not None:
+        raise UserExists(f"user {name!r} differs only in case from the existing user {taken!r}")
 
 
 def create_token(store: Store, user_name: str, now: float, *, actor: str | None = None) -> IssuedToken:

@@ -74,8 +74,12 @@ def _accelerators(value: object) -> object:
     raise ValueError(f"must be like 'V100:1', 'V100' or a mapping like {{V100: 1}}; got {describe(value)}")
 
 
+def _stored(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get(STORED))
+
+
 def _longest(info: ValidationInfo) -> float:
-    return math.inf if (info.context or {}).get(STORED) else MAX_DURATION_SECONDS
+    return math.inf if _stored(info) else MAX_DURATION_SECONDS
 
 
 def _duration(value: object, info: ValidationInfo) -> float:
@@ -116,6 +120,45 @@ def _with_timezone(moment: datetime) -> datetime:
     return moment
 
 
+def at_most(highest: int) -> AfterValidator:
+    """A cap on new specs; a spec stored before it was set is read back as it was (`STORED`)."""
+
+    def check(value: int, info: ValidationInfo) -> int:
+        if value > highest and not _stored(info):
+            raise ValueError(f"must be at most {highest:,}; got {describe(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def at_least_seconds(lowest: float, why: str) -> AfterValidator:
+    """A floor on new specs' durations; a spec stored before it was set is read back as it was (`STORED`)."""
+
+    def check(seconds: float, info: ValidationInfo) -> float:
+        if seconds < lowest and not _stored(info):
+            raise ValueError(f"must be at least {lowest:g}s ({why}); got {seconds:g} s")
+        return seconds
+
+    return AfterValidator(check)
+
+
+# Object stores whose URL names a bucket (or container) first: without one nothing can be stored there, which only the
+# agent found out, on an instance already paid for (the launch checks know the protocol, not the URL's parts).
+_NAMED_FIRST = {"s3": "bucket", "s3a": "bucket", "gs": "bucket", "gcs": "bucket",
+                "az": "container", "abfs": "container", "abfss": "container"}
+
+
+def _store_with_bucket(store: str, info: ValidationInfo) -> str:
+    if _stored(info):
+        return store
+    url = store.split("::")[-1]  # a chained URL (simplecache::s3://bucket/x) stores in its last filesystem
+    protocol, separator, path = url.partition("://")
+    container = _NAMED_FIRST.get(protocol)
+    if separator and container is not None and not path.partition("/")[0].strip():
+        raise ValueError(f"{describe(store)} names no {container}; write it like {protocol}://{container.upper()}/path")
+    return store
+
+
 def _unique(items: list[str]) -> list[str]:
     repeated = sorted({item for item in items if items.count(item) > 1})
     if repeated:
@@ -124,6 +167,7 @@ def _unique(items: list[str]) -> list[str]:
 
 
 NonBlankStr = Annotated[str, AfterValidator(_non_blank)]
+CheckpointStore = Annotated[str, AfterValidator(_non_blank), AfterValidator(_store_with_bucket)]
 JobName = Annotated[str, AfterValidator(_job_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 EnvValue = Annotated[str, BeforeValidator(_env_value)]

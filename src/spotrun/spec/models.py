@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from spotrun.spec.fields import (
     Accelerators,
+    CheckpointStore,
     Deadline,
     Duration,
     EnvName,
@@ -20,6 +21,8 @@ from spotrun.spec.fields import (
     STORED,
     PositiveDuration,
     Zones,
+    at_least_seconds,
+    at_most,
 )
 
 LOCAL_CLOUD = "local"
@@ -39,6 +42,14 @@ class Prices(_SpecModel):
 
 
 MAX_NODES = 4096  # the largest gang spotrun plans for; each node is an attempt row per launch
+# Far past any real job, and bounded so that a typo (10**18) is refused rather than met: it would restart a crash loop,
+# or keep to spot through preemptions, without end, each attempt a launch billed.
+MAX_RESTARTS_ON_ERROR = 10_000
+MAX_PREEMPTIONS_BEFORE_FALLBACK = 10_000
+MAX_PROCS_PER_NODE = 1024  # torchrun's processes on one node, usually one per GPU: far more than any instance's GPUs
+# The agent backs complete checkpoints up to the store every sync_interval (and node 0 of a gang lists the store as
+# often, up to every 5 s): a millisecond would have it copy and list the store back to back for the whole run.
+MIN_SYNC_INTERVAL_SECONDS = 1.0
 
 
 class Resources(_SpecModel):
@@ -71,7 +82,7 @@ class SpotSpec(_SpecModel):
     max_wait: Duration | None = None
     deadline: Deadline | None = None  # datetime: absolute; float: seconds after launch
     policy: NonBlankStr = "default"
-    preemptions_before_fallback: int = Field(default=3, ge=1)
+    preemptions_before_fallback: Annotated[int, at_most(MAX_PREEMPTIONS_BEFORE_FALLBACK)] = Field(default=3, ge=1)
     fallback_window: PositiveDuration = 3600.0
     notice_grace: Duration = 30.0
     # an EC2 rebalance recommendation (this spot instance's pool is at higher risk of interruption): "keep" records
@@ -84,8 +95,12 @@ class SpotSpec(_SpecModel):
 
 class CheckpointSpec(_SpecModel):
     dir: NonBlankStr = "checkpoints"
-    store: NonBlankStr | None = None  # None: a folder under SPOTRUN_HOME, chosen by the controller
-    sync_interval: PositiveDuration = 30.0
+    store: CheckpointStore | None = None  # None: a folder under SPOTRUN_HOME, chosen by the controller
+    sync_interval: Annotated[
+        PositiveDuration, at_least_seconds(MIN_SYNC_INTERVAL_SECONDS, "the agent backs checkpoints up this often")
+    ] = 30.0
+    # the most the agent's final backup (after the run, or a notice) may take; None: the agent's default, 6 h
+    final_backup_timeout: PositiveDuration | None = None
 
 
 class DistributedSpec(_SpecModel):
@@ -96,7 +111,7 @@ class DistributedSpec(_SpecModel):
     procs_per_node processes per node, which sets them for each process."""
 
     launcher: Literal["env", "torchrun"] = "env"
-    procs_per_node: int = Field(default=1, ge=1)
+    procs_per_node: Annotated[int, at_most(MAX_PROCS_PER_NODE)] = Field(default=1, ge=1)
     gang_timeout: PositiveDuration = 600.0  # every node up within this, or what was got is given back
 
     @model_validator(mode="after")
@@ -116,13 +131,13 @@ class JobSpec(_SpecModel):
     spot: SpotSpec = Field(default_factory=SpotSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
-    max_restarts_on_error: int = Field(default=3, ge=0)
+    max_restarts_on_error: Annotated[int, at_most(MAX_RESTARTS_ON_ERROR)] = Field(default=3, ge=0)
     estimated_duration: Duration | None = None
 
     @classmethod
     def stored(cls, data: dict[str, Any]) -> JobSpec:
-        """The spec of a stored job (`to_json`'s): as validated when it was stored, durations past the cap a later
-        spotrun set on new specs included."""
+        """The spec of a stored job (`to_json`'s): as validated when it was stored, values past the bounds a later
+        spotrun set on new specs included (durations, counts, sync_interval, a store without a bucket)."""
         return cls.model_validate(data, context={STORED: True})
 
     def to_json(self) -> dict[str, Any]:

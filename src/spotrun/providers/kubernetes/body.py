@@ -167,6 +167,9 @@ def _tolerations(request: LaunchRequest, nodes: Flavor) -> list[dict[str, str]]:
     if gpu_count(request.accelerators):
         # GPU nodes are commonly tainted so that only pods asking for GPUs land there (EKS, GKE)
         tolerations.append({"key": gpu_resource(request.accelerators), "operator": "Exists", "effect": "NoSchedule"})
+        if nodes.gpu_taint is not None:  # a flavor's own GPU taint (AKS)
+            key, value = nodes.gpu_taint
+            tolerations.append({"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"})
     return tolerations
 
 

@@ -152,7 +152,7 @@ class KubernetesProvider:
         while True:
             if is_scheduled(pod) or state_of(pod) != "pending":
                 return pod
-            verdict = self._provisioner_verdict(name)
+            verdict = self._provisioner_verdict(pod)
             if verdict is not None and verdict[0] == "scaling":
                 return pod
             waiting = unschedulable_message(pod)
@@ -171,12 +171,14 @@ class KubernetesProvider:
         where = f"{request.market} {request.instance_type or 'node'} in {request.zone}"
         raise NoCapacity(f"no node for {where} ({why})")
 
-    def _provisioner_verdict(self, name: str, namespace: str | None = None) -> tuple[str, str] | None:
+    def _provisioner_verdict(self, pod: Pod) -> tuple[str, str] | None:
         """The node provisioner's word on the pod; its saying it will not scale up is a refusal once it has said so
-        for `schedule_timeout`."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
-        events = self._call("list events", self.api.list_namespaced_event, namespace or self.namespace,
-                            field_selector=selector)["items"]
+        for `schedule_timeout`. Events are picked by the pod's uid: those of a pod deleted and made again under its
+        name outlive it (an hour, by default), and are not this pod's."""
+        metadata = pod["metadata"]
+        selector = f"involvedObject.kind=Pod,involvedObject.name={metadata['name']},involvedObject.uid={metadata['uid']}"
+        namespace = metadata.get("namespace") or self.namespace
+        events = self._call("list events", self.api.list_namespaced_event, namespace, field_selector=selector)["items"]
         return provisioner_verdict(events, now=time.time(), patience=self.settings.schedule_timeout)
 
     # -- look --------------------------------------------------------------------------------------------
@@ -198,7 +200,7 @@ class KubernetesProvider:
             # a scale-up the provisioner began and then failed (the cloud had no spot capacity) leaves the pod
             # pending for good: a refused launch, told as AWS's and Azure's late refusals are
             try:
-                verdict = self._provisioner_verdict(name, namespace)
+                verdict = self._provisioner_verdict(pod)
             except KubernetesApiError as error:  # whether it waits for capacity is not known, nor its boot's start
                 return unknown_info(namespace, name, str(error))
             if verdict is not None and verdict[0] == "refused":

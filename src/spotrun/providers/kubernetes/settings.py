@@ -23,7 +23,10 @@ DEFAULT_IMAGE = "python:3.12-slim"
 DEFAULT_PYTHON = "python"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
+# A resource quantity as the API server parses one (apimachinery's resource.ParseQuantity: the pattern the OpenAPI
+# schema gives a Quantity, its exponent an integer as the parser wants), without the minus a request may not have.
+# Not kubernetes.utils.parse_quantity: it takes what Python's Decimal reads ("NaN", "1_000", " 4", "1e3m").
+_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 
 
 def default_install_command(python: str = DEFAULT_PYTHON) -> str:
@@ -82,8 +85,8 @@ class KubernetesSettings:
                 raise ValueError(f"node_selector has {key!r}, which is not a Kubernetes label key")
         for name in ("cpu", "memory"):
             value = getattr(self, name)
-            if value is not None and not _QUANTITY.fullmatch(value):
-                raise ValueError(f"{name} must be a Kubernetes quantity such as 4, 500m or 16Gi, got {value!r}")
+            if value is not None and not (isinstance(value, str) and _QUANTITY.fullmatch(value)):
+                raise ValueError(f"{name} must be a Kubernetes quantity such as 4, 500m, 1e3 or 16Gi, got {value!r}")
         for name in ("schedule_timeout", "call_timeout", "poll_interval"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
