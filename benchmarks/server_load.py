@@ -201,7 +201,8 @@ def running_server(url: str, home: Path, controller: bool, time_limit: float) ->
     command = [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--database-url", url]
     if not controller:
         command.append("--no-controller")
-    env = {**os.environ, "SPOTRUN_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    # the users' jobs run on the local cloud, which a server allows only when told to
+    env = {**os.environ, "SPOTRUN_HOME": str(home), "PYTHONUNBUFFERED": "1", "SPOTRUN_SERVER_LOCAL_CLOUD": "all"}
     log_path = home / "server.log"
     # Everything the server prints goes to a file: a pipe nobody reads would fill up and stall the server.
     with open(log_path, "wb") as log:

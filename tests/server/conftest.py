@@ -17,13 +17,16 @@ sys.path.insert(1, str(Path(__file__).parents[1]))  # vm_emulation, which the e2
 from server_world import Team  # noqa: E402
 
 from spotrun.server.app import create_app  # noqa: E402
+from spotrun.server.local_cloud import LocalCloudAccess  # noqa: E402
 from spotrun.server.users import add_user  # noqa: E402
 from spotrun.state import Store  # noqa: E402
 
 
 @pytest.fixture
 def team(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
-    """The app on a fresh store; users alice and bob, and root (admin), each with a token."""
+    """The app on a fresh store; users alice and bob, and root (admin), each with a token. Its operator allows every
+    user's jobs on the local cloud (SPOTRUN_SERVER_LOCAL_CLOUD=all), which the tests run on: the default is nobody's
+    (test_server_local_cloud.py)."""
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     now = time.time()
     tokens = {
@@ -31,5 +34,5 @@ def team(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         "bob": add_user(store, "bob", now).token,
         "root": add_user(store, "root", now, admin=True).token,
     }
-    with TestClient(create_app(store)) as client:
+    with TestClient(create_app(store, local_cloud=LocalCloudAccess.ALL)) as client:
         yield Team(store, client, tokens)

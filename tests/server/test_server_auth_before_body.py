@@ -13,6 +13,7 @@ from server_world import TINY_JOB, Team
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.server import auth, early_auth
 from spotrun.server.app import create_app
+from spotrun.server.local_cloud import LocalCloudAccess
 from spotrun.server.users import authenticate as real_authenticate
 from spotrun.server.users import revoke_token
 from spotrun.state import Attempt, Job
@@ -68,7 +69,8 @@ def test_a_valid_token_reads_the_body_and_is_checked_once(team: Team, monkeypatc
     monkeypatch.setattr(auth, "authenticate", counted)
     body = json.dumps({"spec": TINY_JOB, "source": "j.yaml"}).encode()
 
-    status, answer, reads = call(create_app(team.store), "/api/v1/jobs", f"Bearer {team.tokens['alice']}", body)
+    status, answer, reads = call(create_app(team.store, local_cloud=LocalCloudAccess.ALL), "/api/v1/jobs",
+                                 f"Bearer {team.tokens['alice']}", body)
 
     assert status == 201 and answer["owner"] == "alice" and reads >= 1
     assert len(checks) == 1

@@ -34,8 +34,8 @@ class TeamServer:
         self.output = spotrun.home / "server.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--tick-interval", "0.2"],
-            env=spotrun.env, stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True,
-            start_new_session=True,
+            env={**spotrun.env, "SPOTRUN_SERVER_LOCAL_CLOUD": "all"},  # its jobs run on the local cloud: allow them
+            stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True, start_new_session=True,
         )
         self.url = self._announced_url(timeout=30)
 

@@ -18,6 +18,7 @@ from spotrun.server import users as users_api
 from spotrun.server.auth import (
     admin_dependency, owner_seen, principal_dependency, require_self_or_admin, still_signed_in, visible_job,
 )
+from spotrun.server.local_cloud import LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
     CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
@@ -44,14 +45,15 @@ ADMIN_ONLY = {403: {"model": Message, "description": "the caller is not an admin
 SELF_OR_ADMIN = {403: {"model": Message, "description": "the caller is neither that user nor an admin"}}
 
 
-def create_api_router(store: Store) -> APIRouter:
+def create_api_router(store: Store, local_cloud: LocalCloudAccess = LocalCloudAccess.OFF) -> APIRouter:
+    """The routes on `store`; `local_cloud` says whose jobs may run on the local cloud (`server.local_cloud`)."""
     router = APIRouter(prefix="/api/v1", responses=UNAUTHORIZED)
-    router.include_router(_job_routes(store))
+    router.include_router(_job_routes(store, local_cloud))
     router.include_router(_user_routes(store))
     return router
 
 
-def _job_routes(store: Store) -> APIRouter:
+def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
     router = APIRouter(tags=["jobs"], route_class=StrictJsonRoute)
     User = Annotated[Principal, Depends(principal_dependency(store))]
 
@@ -60,7 +62,8 @@ def _job_routes(store: Store) -> APIRouter:
         responses={422: {"model": InvalidSpec, "description": "the job file is invalid; nothing was stored"}},
     )
     def launch(request: LaunchRequest, user: User) -> Launched | JSONResponse:
-        """Submit a job file's text; it is validated as `spotrun launch` does, and owned by the caller."""
+        """Submit a job file's text; it is validated as `spotrun launch` does, and owned by the caller. A job on the
+        local cloud is refused unless SPOTRUN_SERVER_LOCAL_CLOUD allows the caller (the default allows nobody)."""
         source = request.source or "<request>"
         default_name = Path(request.source).stem if request.source else None
         try:
@@ -70,6 +73,8 @@ def _job_routes(store: Store) -> APIRouter:
                 raise SpecError(source, [Problem("base_dir", "must be an absolute path (starting with /) without NUL "
                                                              "characters")])
             spec = parse_spec(request.spec, source=source, default_name=default_name or None)
+            if (refused := local_cloud_problem(spec, user, local_cloud)) is not None:
+                raise SpecError(source, [refused])
             base_dir = Path(request.base_dir) if request.base_dir else None
             job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source)
         except SpecError as error:

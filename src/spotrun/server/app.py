@@ -16,6 +16,7 @@ from spotrun.server.api import create_api_router
 from spotrun.server.body_limit import BodyLimit
 from spotrun.server.early_auth import AuthBeforeBody
 from spotrun.server.dashboard import create_dashboard_router
+from spotrun.server.local_cloud import LocalCloudAccess
 from spotrun.server.metrics import store_registry
 from spotrun.server.metrics_access import metrics_guard
 from spotrun.server.refusals import answer_invalid_requests
@@ -51,15 +52,19 @@ def _serve_api_docs(app: FastAPI) -> None:
         return get_redoc_html(openapi_url="openapi.json", title=f"{app.title} - ReDoc")
 
 
-def create_app(store: Store, clock: Clock | None = None, *, metrics_token: str | None = None) -> FastAPI:
-    """The app on `store`; with `metrics_token`, /metrics answers only a request carrying it as its bearer token."""
+def create_app(
+    store: Store, clock: Clock | None = None, *, metrics_token: str | None = None,
+    local_cloud: LocalCloudAccess = LocalCloudAccess.OFF,
+) -> FastAPI:
+    """The app on `store`; with `metrics_token`, /metrics answers only a request carrying it as its bearer token;
+    `local_cloud` says whose jobs may run on the local cloud, on this machine (by default nobody's)."""
     app = FastAPI(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
         docs_url=None, redoc_url=None,  # served below, reading the spec by a relative URL
     )
     _serve_api_docs(app)
-    app.include_router(create_api_router(store))
+    app.include_router(create_api_router(store, local_cloud))
     app.include_router(create_dashboard_router())
     # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.
     app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)

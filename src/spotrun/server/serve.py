@@ -3,6 +3,7 @@ the controller runs in the same process, driven by the daemon's lease and tick l
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 
@@ -10,17 +11,36 @@ import uvicorn
 
 from spotrun.server.app import create_app
 from spotrun.server.daemon import Daemon, from_env, settings_from_env
+from spotrun.server.local_cloud import LOCAL_CLOUD_VAR, LocalCloudAccess, live_local_jobs_refused_now
 from spotrun.server.log_pruner import LogPruner
 from spotrun.server.metrics_access import MetricsToken
 from spotrun.state import Store
 
 METRICS_TOKEN_VAR = "SPOTRUN_METRICS_TOKEN"
 
+log = logging.getLogger("spotrun.server")
+
 
 def metrics_token_from_env() -> str | None:
     """The bearer token /metrics requires: $SPOTRUN_METRICS_TOKEN (InvalidSetting, not showing it, when it cannot be
     one); None when unset: /metrics is open."""
     return from_env(METRICS_TOKEN_VAR, MetricsToken, secret=True)
+
+
+def local_cloud_from_env() -> LocalCloudAccess:
+    """Whose jobs may run on the local cloud: $SPOTRUN_SERVER_LOCAL_CLOUD (InvalidSetting when it is none of off,
+    admins, all); unset: nobody's."""
+    return from_env(LOCAL_CLOUD_VAR, LocalCloudAccess) or LocalCloudAccess.OFF
+
+
+def warn_of_local_jobs_refused_now(store: Store, access: LocalCloudAccess) -> None:
+    """Jobs the API accepted under an earlier setting still run (they were accepted; the server changes no stored
+    job): name them, so that the operator can cancel those not wanted."""
+    with store.session() as session:
+        refused = live_local_jobs_refused_now(session, access)
+    if refused:
+        log.warning("live jobs on the local cloud that %s=%s would refuse now still run, as they were accepted: %s "
+                    "(`spotrun cancel ID` stops one)", LOCAL_CLOUD_VAR, access.value, ", ".join(map(str, refused)))
 
 
 def public_url(host: str, port: int) -> str:
@@ -36,13 +56,15 @@ def serve(
     """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it). With `keep_logs`
     (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`). A controller
     setting the environment gives that the controller cannot use is refused first (`daemon.InvalidSetting`), as is
-    a metrics token that cannot be one (`metrics_token_from_env`)."""
+    a metrics token that cannot be one (`metrics_token_from_env`) or a local cloud setting (`local_cloud_from_env`)."""
     metrics_token = metrics_token_from_env()
+    local_cloud = local_cloud_from_env()
     if run_controller:
         settings_from_env(url="")
     sock = _listen(host, port)
     url = url or public_url(host, sock.getsockname()[1])
-    app = create_app(store, metrics_token=metrics_token)
+    warn_of_local_jobs_refused_now(store, local_cloud)
+    app = create_app(store, metrics_token=metrics_token, local_cloud=local_cloud)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=3))
     daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
     controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
