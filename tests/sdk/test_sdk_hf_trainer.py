@@ -289,18 +289,28 @@ def test_after_a_stop_mid_epoch_the_epochs_end_neither_evaluates_nor_saves_again
     assert not control.should_save and not control.should_evaluate
 
 
+WORDS = ["[PAD]", "[UNK]", "[MASK]"] + [f"w{i}" for i in range(20)]
+
+
+def _tokenizer():
+    """A tokenizer of 23 words, [MASK] among them."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="[UNK]")
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(vocabulary), pad_token="[PAD]", unk_token="[UNK]",
+                                   mask_token="[MASK]")
+
+
 def _masking_trainer(tmp_path: Path, store: Path, *, mlm: bool = True):
     """A Trainer of a toy masked language model on 40 sequences (10 batches an epoch), its batches made by
     DataCollatorForLanguageModeling, which draws each batch's masks from the global RNGs (mlm=True)."""
     import torch
-    from tokenizers import Tokenizer, models
     from torch import nn
-    from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast, Trainer, TrainingArguments
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-    words = ["[PAD]", "[UNK]", "[MASK]"] + [f"w{i}" for i in range(20)]
-    vocabulary = models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(vocabulary), pad_token="[PAD]", unk_token="[UNK]",
-                                        mask_token="[MASK]")
+    tokenizer = _tokenizer()
+    words = WORDS
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -350,6 +360,60 @@ def test_a_mid_epoch_resume_with_a_masking_collator_warns_that_it_is_inexact(tmp
         warnings.simplefilter("error", CheckpointWarning)
         assert resumed("masked", 10, mlm=True) == masked  # at an epoch's start: exact, and no warning
         assert trained("plain", mlm=False) == resumed("plain", 5, mlm=False)  # draws nothing: exact mid-epoch
+
+
+def test_a_seeded_masking_collators_generator_is_kept_with_the_checkpoint_and_put_back_at_the_resume(tmp_path):
+    """DataCollatorForLanguageModeling(seed=...) masks with a torch.Generator of its own, which no checkpoint held:
+    resumed, even at an epoch's start, it masked afresh from its seed, and the run ended with other weights. The
+    callback's events are called here as the Trainer calls them, around the collator alone."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorForLanguageModeling, TrainerControl
+
+    examples = [{"input_ids": [3 + (i * 7 + j) % 20 for j in range(12)]} for i in range(4)]
+    args = SimpleNamespace(output_dir=str(tmp_path / "hf-output"), save_only_model=False, save_strategy="steps",
+                           load_best_model_at_end=False, ignore_data_skip=False)
+    at_epoch_end = SimpleNamespace(global_step=5, max_steps=10, epoch=1.0, best_model_checkpoint=None,
+                                   is_world_process_zero=True)
+
+    def begin(spot: TrainerCheckpoints, collator: DataCollatorForLanguageModeling) -> None:
+        loader = DataLoader(examples, batch_size=4, collate_fn=collator)
+        spot.on_train_begin(args, at_epoch_end, TrainerControl(), train_dataloader=loader)
+
+    collator = DataCollatorForLanguageModeling(_tokenizer(), mlm=True, seed=3)
+    writer = TrainerCheckpoints(tmp_path / "store", every_seconds=None, signals=())
+    begin(writer, collator)
+    for _ in range(5):
+        collator(examples)  # the epoch's batches
+    written = tmp_path / "hf-output" / "checkpoint-5"
+    written.mkdir(parents=True)
+    torch.save({}, written / "rng_state.pth")  # the Trainer's own files, in short
+    writer.on_save(args, at_epoch_end, TrainerControl())
+    writer.on_train_end(args, at_epoch_end, TrainerControl())
+    uninterrupted = collator(examples)
+
+    fresh = DataCollatorForLanguageModeling(_tokenizer(), mlm=True, seed=3)
+    resumed = TrainerCheckpoints(tmp_path / "store", every_seconds=None, signals=())
+    assert resumed.resume_from() is not None
+    begin(resumed, fresh)
+    batch = fresh(examples)
+    assert torch.equal(batch["input_ids"], uninterrupted["input_ids"])
+    assert torch.equal(batch["labels"], uninterrupted["labels"])
+
+
+def test_a_mid_epoch_resume_with_a_seeded_masking_collator_still_warns_and_says_why():
+    """Its generator is put back, but as it was after the DataLoader's fetch of the batch after the checkpoint's."""
+    from types import SimpleNamespace
+
+    from transformers import DataCollatorForLanguageModeling
+
+    from spotrun.sdk.hf_trainer import _warn_of_random_batches
+
+    collator = DataCollatorForLanguageModeling(_tokenizer(), mlm=True, seed=3)
+    with pytest.warns(CheckpointWarning, match=r"\(step 5\) .*its own generator \(seed=\) was saved after the Data"):
+        _warn_of_random_batches(SimpleNamespace(collate_fn=collator), 5)
 
 
 def test_a_replacement_cut_short_between_its_two_renames_is_resumed_from(tmp_path, monkeypatch, kill_between_renames):

@@ -190,6 +190,47 @@ def test_a_forked_child_does_not_keep_the_folder_locked(tmp_path: Path) -> None:
     assert restored(tmp_path)[0] == 2
 
 
+@pytest.mark.parametrize("fork_at", ["before the flock", "after the flock"])
+def test_a_child_forked_while_the_lock_is_being_taken_does_not_keep_the_folder_locked(
+    fork_at: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread (a DataLoader starting its workers) forked between the folder's open and the lock's record: the
+    child's copy of the descriptor, not closed at the fork, kept the folder locked after the parent released it."""
+    children: list[int] = []
+    release_child, child_end = os.pipe()
+    child_started, started = os.pipe()
+    flock = writerlock.fcntl.flock
+
+    def fork_in_the_window(fd: int, operation: int) -> None:
+        if fork_at == "after the flock":
+            flock(fd, operation)
+        if not children:
+            pid = os.fork()
+            if pid == 0:  # the child, its at-fork handlers run: holds on to what it inherited until the test is done
+                os.write(started, b"x")
+                os.read(release_child, 1)
+                os._exit(0)
+            children.append(pid)
+        if fork_at == "before the flock":
+            flock(fd, operation)
+
+    monkeypatch.setattr(writerlock.fcntl, "flock", fork_in_the_window)
+    try:
+        lock = WriterLock(str(tmp_path))
+        assert lock.acquire() and children
+        lock.release()
+        os.read(child_started, 1)
+        second = WriterLock(str(tmp_path))
+        assert second.acquire(), "the forked child holds the folder's lock"
+        second.release()
+    finally:
+        os.write(child_end, b"x")
+        for pid in children:
+            os.waitpid(pid, 0)
+        for fd in (release_child, child_end, child_started, started):
+            os.close(fd)
+
+
 TWO_RANKS = Path(__file__).with_name("sdk_two_writers_worker.py")
 
 

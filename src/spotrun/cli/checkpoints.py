@@ -107,11 +107,16 @@ def _folders(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[int, str]]:
     return sorted((step, path) for path in fs.ls(root, detail=False) if (step := layout.parse_step(path)) is not None)
 
 
+PRUNED = "pruned meanwhile (removed by its writer while read)"  # its writer's keep_last, not damage
+
+
 def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool) -> dict[str, Any]:
     manifest = layout.read_manifest(fs, path)
     row: dict[str, Any] = {"steps": step, "path": fs.unstrip_protocol(path), "bytes": 0, "files": 0, "world_size": None,
                            "kind": "-", "created": None, "total_steps": None, "save_seconds": None}
     if manifest is None:
+        if not fs.exists(path):
+            return {**row, "state": PRUNED}
         if fs.exists(f"{path}/{layout.MANIFEST_NAME}"):
             return {**row, "state": f"damaged: {layout.MANIFEST_NAME} is not a readable manifest"}
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
@@ -130,7 +135,7 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     try:
         layout.verify_files(fs, path)
     except layout.CorruptCheckpoint as damage:
-        return {**row, "state": f"damaged: {damage}"}
+        return {**row, "state": PRUNED if layout.removed(fs, path) else f"damaged: {damage}"}
     if (problem := layout.unloadable(manifest)) is not None:
         return {**row, "state": f"damaged: {problem}"}
     return {**row, "state": "intact"}

@@ -38,6 +38,7 @@ _EXPORTS = {
     "MissingComponents": "errors",
     "load_checkpoint": "reading",
     "NoValidCheckpoint": "errors",
+    "PrunedMeanwhile": "errors",
     "ResumableLoader": "loader",
     "ResumableSampler": "sampler",
     "RNGState": "state",

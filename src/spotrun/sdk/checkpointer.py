@@ -43,7 +43,9 @@ import fsspec
 import torch
 
 from spotrun.sdk import distributed, layout, reading, replicas, sharding, tensorfile
-from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, no_valid_checkpoint
+from spotrun.sdk.errors import (
+    CheckpointError, CheckpointWarning, IncompatibleCheckpoint, PrunedMeanwhile, no_valid_checkpoint,
+)
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
 from spotrun.sdk.reading import SHARED_FILE, rank_file
 from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
@@ -148,7 +150,8 @@ class Checkpointer:
     def restore(self, state: TrainingState) -> int | None:
         """Load the newest complete, intact checkpoint into ``state``; the number of steps it holds (the
         index of the next step to run), or None when there is none (folders without a manifest, i.e. saves
-        that died half-way, do not count). Corrupt ones are skipped with a CheckpointWarning.
+        that died half-way, do not count). Corrupt ones are skipped with a CheckpointWarning; one that its writer (in
+        another process) prunes while it is read is not damaged, and the newest one there is then is read instead.
 
         Each rank reads and verifies the files it needs (the shared state, its own, the pieces of sharded
         tensors its layout covers); a checkpoint any rank finds damaged is skipped by all.
@@ -160,13 +163,15 @@ class Checkpointer:
         self.wait()
         if self.rank == 0:
             self.store.finish_commits()
-        candidates = self._ranks.broadcast_from_first(
-            list(reversed(self.store.candidates())) if self.rank == 0 else None
-        )
+        candidates = reading.NewestFirst(self._listing)
         rejected: list[str] = []
         for steps_done, path in candidates:
-            payload, failure, misfit = self._load_candidate(path, state)
-            failures, misfits = zip(*self._ranks.exchange((failure, misfit)), strict=True)
+            payload, failure, misfit, pruned = self._load_candidate(path, state)
+            failures, misfits, prunes = zip(*self._ranks.exchange((failure, misfit, pruned)), strict=True)
+            if any(prunes):  # not damaged, gone: its writer has committed a newer one since the listing
+                log.info("%s; restoring the newest checkpoint there is now", pruned or next(filter(None, prunes)))
+                candidates.relist()
+                continue
             if any(misfits):
                 raise IncompatibleCheckpoint(f"{path}: {misfit or next(filter(None, misfits))}")
             if any(failures):
@@ -437,18 +442,27 @@ class Checkpointer:
 
     # -- restoring ----------------------------------------------------------------------------------------
 
-    def _load_candidate(self, path: str, state: TrainingState) -> tuple[dict[str, Any] | None, str | None, str | None]:
-        """This rank's payload from the checkpoint at ``path``, ready to load into ``state``: (payload, None, None);
-        (None, why it is unreadable, None) for a damaged checkpoint, whatever the damage; (None, None, why it
-        does not fit) when its sharded tensors do not fit ``state``."""
+    def _listing(self) -> list[tuple[int, str]]:
+        """The checkpoints there are, oldest first, as rank 0 lists them (every rank calls it)."""
+        return self._ranks.broadcast_from_first(self.store.candidates() if self.rank == 0 else None)
+
+    def _load_candidate(
+        self, path: str, state: TrainingState
+    ) -> tuple[dict[str, Any] | None, str | None, str | None, str | None]:
+        """This rank's payload from the checkpoint at ``path``, ready to load into ``state``: (payload, None, None,
+        None); (None, why it is unreadable, None, None) for a damaged checkpoint, whatever the damage; (None, None, why
+        it does not fit, None) when its sharded tensors do not fit ``state``; (None, None, None, that it was pruned)
+        when it was removed while it was read."""
         for last_try in (False, True):
             try:
-                return self._reader.payload(path, state.state_dict("all"), state.components), None, None
+                return self._reader.payload(path, state.state_dict("all"), state.components), None, None, None
+            except PrunedMeanwhile as error:
+                return None, None, None, str(error)
             except IncompatibleCheckpoint as error:
-                return None, None, str(error)
+                return None, None, str(error), None
             except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
                 if last_try or not _maybe_transient(error):
-                    return None, reading.reason(path, error), None
+                    return None, reading.reason(path, error), None, None
                 log.warning("reading %s failed (%s); trying it once more", path, error)
                 time.sleep(READ_RETRY_PAUSE_SECONDS)
         raise AssertionError("unreachable")

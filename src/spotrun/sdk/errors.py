@@ -21,6 +21,11 @@ def no_valid_checkpoint(root: str, rejected: list[str]) -> NoValidCheckpoint:
     )
 
 
+class PrunedMeanwhile(CheckpointError):
+    """The checkpoint was removed while it was read: its writer pruned it (``keep_last``), having committed a newer
+    one. It is not damaged, only gone; nothing of it was loaded."""
+
+
 class IncompatibleCheckpoint(CheckpointError):
     """The checkpoint's state does not fit the training state (another model shape, optimizer or sampler
     configuration); each mismatch is named. Nothing was loaded."""

@@ -20,7 +20,9 @@ file of the newest one against its manifest and falls back past a damaged one. T
 and skips the batches of the epoch already trained, so a run resumes exactly, except where fetching a batch draws
 random numbers (augmentation in ``__getitem__``, a masking collator such as ``DataCollatorForLanguageModeling``):
 resuming mid-epoch, the Trainer restores the RNGs only after it has fetched the first batches, so those draws differ
-(a transformers limitation; resumes at an epoch's start are exact). Such a resume warns (``CheckpointWarning``)
+(a transformers limitation; resumes at an epoch's start are exact, a collator with a generator of its own, as
+``DataCollatorForLanguageModeling(seed=...)``, included: its state is saved with the checkpoint, ``hf_collator``).
+Such a resume warns (``CheckpointWarning``)
 where the collator is one of transformers' masking ones (``DataCollatorForLanguageModeling`` with ``mlm``,
 ``DataCollatorForPermutationLanguageModeling``); draws in a dataset's ``__getitem__`` or in a collator of one's own
 cannot be seen from here, and go unwarned. A save asked at an epoch's last step is made after the epoch's evaluation
@@ -66,7 +68,7 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from spotrun.sdk import distributed, foreign, layout
+from spotrun.sdk import distributed, foreign, hf_collator, layout
 from spotrun.sdk.schedule import DEFAULT_EVERY_SECONDS, check_schedule
 from spotrun.sdk.errors import CheckpointError, CheckpointWarning
 from spotrun.sdk.preemption import DEFAULT_SIGNALS, PreemptionFlag, exit_preempted, preemption_flag
@@ -103,6 +105,7 @@ class TrainerCheckpoints(TrainerCallback):
         self._last_save = time.monotonic()
         self._ranks: distributed.SingleProcess | distributed.TorchDistributed = distributed.SingleProcess()
         self._resumed: str | None = None  # the checkpoint resume_from gave
+        self._collator: Any = None  # the training DataLoader's, whose own generator (if any) each save keeps
         self._skipped: set[int] = set()  # the steps of checkpoints resume_from skipped as damaged
         self._stopping = False
         self._save_at_epoch_end = False  # a save asked at an epoch's last step, held for the epoch's end
@@ -150,6 +153,9 @@ class TrainerCheckpoints(TrainerCallback):
             )
         self._ranks = distributed.current()  # the Trainer has joined the process group by now
         self._last_save = time.monotonic()
+        self._collator = hf_collator.collator_of(train_dataloader)
+        if self._resumed is not None:
+            hf_collator.restore_generator(self._collator, self._resumed, self._ranks.rank)
         if args.load_best_model_at_end and self._resumed is not None:
             self._find_best_in_store(state)
         if self._resumed is not None and not args.ignore_data_skip and not _at_epoch_end(state):
@@ -187,7 +193,11 @@ class TrainerCheckpoints(TrainerCallback):
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         """The Trainer has written ``checkpoint-<step>``: the main process commits it as ``ckpt-<step>``, once every
-        rank has written its own files into it; every rank learns the outcome."""
+        rank has written its own files into it (and its collator's generator state: ``hf_collator``); every rank
+        learns the outcome."""
+        written = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if os.path.isdir(written):
+            hf_collator.save_generator(self._collator, written, self._ranks.rank)
         self._ranks.barrier()
         failure = None
         if state.is_world_process_zero:
@@ -253,16 +263,19 @@ def _step_of(checkpoint: str | None) -> int | None:
 
 def _warn_of_random_batches(loader: Any, step: int) -> None:
     """A mid-epoch resume is inexact when fetching a batch draws random numbers: the Trainer restores the RNG states
-    only after fetching its first batches (and a collator's own generator is in no checkpoint). Of what draws, only
+    only after fetching its first batches (and a collator's own generator is saved past the batch after the
+    checkpoint's, which the DataLoader had already collated: ``hf_collator``). Of what draws, only
     transformers' masking collators are known here; a dataset's ``__getitem__`` or a collator of the user's may too."""
-    collator = getattr(loader, "collate_fn", None)
-    collator = getattr(collator, "data_collator", collator)  # inside the Trainer's RemoveColumnsCollator
+    collator = hf_collator.collator_of(loader)
     masks = isinstance(collator, DataCollatorForLanguageModeling) and collator.mlm
     if masks or isinstance(collator, DataCollatorForPermutationLanguageModeling):
+        why = ("its own generator (seed=) was saved after the DataLoader had drawn the next batch's masks"
+               if getattr(collator, "seed", None) is not None
+               else "the Trainer restores the RNG states only after fetching the first batches")
         warnings.warn(
             f"resuming mid-epoch (step {step}) with {type(collator).__name__}, which draws random numbers for every "
-            "batch: the Trainer restores the RNG states only after fetching the first batches, so the masks from here "
-            "on differ from an uninterrupted run's, and so will the weights (a transformers limitation)",
+            f"batch: {why}, so the masks from here on differ from an uninterrupted run's, and so will the weights "
+            "(a transformers limitation)",
             CheckpointWarning,
             stacklevel=2,
         )

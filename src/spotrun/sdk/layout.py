@@ -84,6 +84,21 @@ def read_manifest(
     return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
 
 
+def removed(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> bool:
+    """Whether the checkpoint's manifest is gone: its writer has uncommitted it (pruning removes the manifest first,
+    or the whole folder at once), so a read of it that failed met a removal, not damage. A manifest that cannot be
+    looked at (no permission, an I/O error) is not taken for gone."""
+    manifest = f"{checkpoint_path.rstrip('/')}/{MANIFEST_NAME}"
+    fs.invalidate_cache(checkpoint_path)
+    try:
+        fs.info(manifest)
+    except FileNotFoundError:
+        return True
+    except Exception:  # fsspec's backends raise their own kinds
+        return False
+    return False
+
+
 def save_seconds_of(manifest: dict[str, Any]) -> float | None:
     """How long the save of a checkpoint took, as the SDK wrote it into the manifest; None when it did not."""
     seconds = manifest.get("save_seconds")

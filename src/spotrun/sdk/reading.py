@@ -8,21 +8,23 @@ tensors: the weights out of a checkpoint, for evaluation or export).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
-    CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, no_valid_checkpoint,
+    CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, PrunedMeanwhile, no_valid_checkpoint,
 )
 from spotrun.sdk.locations import url_to_fs
 from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
 
 
 SHARED_FILE = layout.SHARED_FILE
+log = logging.getLogger(__name__)
 
 
 def rank_file(rank: int) -> str:
@@ -41,8 +43,21 @@ class Reader:
     ) -> dict[str, Any]:
         """The components of the checkpoint at ``path`` (``only`` those named, when given), ready to load into the
         live state ``live`` (a state dict per component; ``components``: the objects behind it). Raises
-        IncompatibleCheckpoint when sharded tensors do not fit ``live`` (before any piece is read), and any other
-        exception for a damaged checkpoint."""
+        IncompatibleCheckpoint when sharded tensors do not fit ``live`` (before any piece is read), PrunedMeanwhile
+        when the checkpoint was removed while it was read, and any other exception for a damaged checkpoint. Every
+        file is checked against the one manifest read first: what it returns is never a mix of two checkpoints."""
+        try:
+            return self._payload(path, live, components, only)
+        except CheckpointError:  # about what the checkpoint holds, read whole
+            raise
+        except Exception as error:
+            if layout.removed(self.store.fs, path):
+                raise PrunedMeanwhile(f"{path} was pruned by its writer while it was read") from error
+            raise
+
+    def _payload(
+        self, path: str, live: Mapping[str, Any], components: Mapping[str, Any], only: Iterable[str] | None
+    ) -> dict[str, Any]:
         try:
             manifest = layout.read_manifest(self.store.fs, path, io_errors=True)
         except OSError as error:  # kept as the cause: restore tries a read that failed in the I/O once more
@@ -111,8 +126,9 @@ def load_checkpoint(
     holding ``step`` steps, read in this process with every sharded tensor put together whole: the weights out of a
     run for evaluation or export, e.g. ``load_checkpoint("s3://bucket/run")``.state["model"]. ``components``: only
     those (the others' pieces in shards files are not read; rank 0's shared file is read whole). Damaged checkpoints
-    are skipped with a CheckpointWarning (not when ``step`` names one); NoValidCheckpoint when none is intact,
-    CheckpointError when there is none."""
+    are skipped with a CheckpointWarning (not when ``step`` names one); one that its writer prunes while it is read
+    is not damaged, and the newest one there is then is read (PrunedMeanwhile when ``step`` names it).
+    NoValidCheckpoint when none is intact, CheckpointError when there is none."""
     location = os.fspath(location if location is not None else os.environ.get(CHECKPOINT_DIR_ENV, ""))
     if not location:
         raise CheckpointError(f"no checkpoint location: give one, or set {CHECKPOINT_DIR_ENV}")
@@ -120,18 +136,19 @@ def load_checkpoint(
     if not fs.isdir(root):
         raise CheckpointError(f"{location}: no such checkpoint folder")
     store = open_store(location, storage_options)
-    candidates = list(reversed(store.candidates()))
-    if step is not None:
-        candidates = [(steps, path) for steps, path in candidates if steps == step]
-        if not candidates:
-            held = ", ".join(str(steps) for steps, _ in store.candidates()) or "none"
-            raise CheckpointError(f"{location}: no checkpoint of {step} steps (it holds: {held})")
-    reader, rejected = Reader(store), []
+    listing = store.candidates if step is None else functools.partial(list, _of_step(store, step, location))
+    reader, rejected, candidates = Reader(store), [], NewestFirst(listing)
     for steps, path in candidates:
         try:
             state = reader.payload(path, {}, {}, components)
         except MissingComponents:
             raise
+        except PrunedMeanwhile as error:
+            if step is not None:
+                raise
+            log.info("%s; reading the newest checkpoint there is now", error)
+            candidates.relist()
+            continue
         except Exception as error:  # any unreadable checkpoint is skipped, whatever the damage
             if step is not None:
                 raise NoValidCheckpoint(reason(path, error)) from error
@@ -143,3 +160,36 @@ def load_checkpoint(
     if rejected:
         raise no_valid_checkpoint(store.fs.unstrip_protocol(store.root), rejected)
     raise CheckpointError(f"{location}: no checkpoint yet (no folder with a manifest)")
+
+
+def _of_step(store: CheckpointStore, step: int, location: str) -> list[tuple[int, str]]:
+    """The checkpoint of ``step`` steps, listed; CheckpointError naming those there are when there is none."""
+    held = store.candidates()
+    chosen = [(steps, path) for steps, path in held if steps == step]
+    if not chosen:
+        listed = ", ".join(str(steps) for steps, _ in held) or "none"
+        raise CheckpointError(f"{location}: no checkpoint of {step} steps (it holds: {listed})")
+    return chosen
+
+
+class NewestFirst:
+    """The checkpoints ``listing`` gives (oldest first, as ``CheckpointStore.candidates``), to be tried newest first,
+    each once. ``relist`` after one was pruned while it was read: its writer has committed a newer one since the
+    listing, which then comes next."""
+
+    def __init__(self, listing: Callable[[], list[tuple[int, str]]]) -> None:
+        self._listing = listing
+        self._tried: set[str] = set()
+        self._queue = self._untried()
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        while self._queue:
+            steps, path = self._queue.pop(0)
+            self._tried.add(path)
+            yield steps, path
+
+    def relist(self) -> None:
+        self._queue = self._untried()
+
+    def _untried(self) -> list[tuple[int, str]]:
+        return [(steps, path) for steps, path in reversed(self._listing()) if path not in self._tried]

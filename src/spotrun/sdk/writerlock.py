@@ -33,6 +33,11 @@ _RETRY_SECONDS = 0.05
 _CANNOT_LOCK = (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 _held: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+_descriptors: set[int] = set()  # the folders open in this process to be locked: a forked child closes its copies
+# Taken by a fork (os.register_at_fork) and around every open and close of a folder, so that no fork falls between
+# a descriptor's open and its record (or record and close): the lock belongs to the open folder, and a copy the
+# child did not know to close kept it locked. Reentrant: a lock collected (``__del__``) while its thread holds it.
+_fork_guard = threading.RLock()
 _warned: set[str] = set()  # the folders this process has said it cannot lock
 _warned_guard = threading.Lock()  # a restore in the main thread and a save in the writer thread may both ask
 
@@ -53,36 +58,44 @@ class WriterLock:
         locked it counts as taken, with a warning."""
         if self._fd is not None:
             return True
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _open_folder(self.root)
         try:
             _lock_within(fd, wait)
         except BlockingIOError:
-            os.close(fd)
+            _close_folder(fd)
             return False
         except OSError as error:
             if error.errno not in _CANNOT_LOCK:
-                os.close(fd)
+                _close_folder(fd)
                 raise
             _warn_unlockable(self.root, error)
-        self._fd = fd
-        _held.add(self)
+        with _fork_guard:
+            self._fd = fd
+            _held.add(self)
         return True
 
     def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            _held.discard(self)
-            os.close(fd)  # the last descriptor of the open folder: the kernel drops the lock
+        with _fork_guard:
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                _held.discard(self)
+                _close_folder(fd)  # the last descriptor of the open folder: the kernel drops the lock
 
     def __del__(self) -> None:
         self.release()
 
-    def _forget(self) -> None:
-        """In a forked child: close its copy of the descriptor without unlocking (LOCK_UN would free the parent's)."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+
+def _open_folder(root: str) -> int:
+    with _fork_guard:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        _descriptors.add(fd)
+        return fd
+
+
+def _close_folder(fd: int) -> None:
+    with _fork_guard:
+        _descriptors.discard(fd)
+        os.close(fd)
 
 
 def _warn_unlockable(root: str, error: OSError) -> None:
@@ -107,10 +120,25 @@ def _lock_within(fd: int, wait: float) -> None:
             time.sleep(_RETRY_SECONDS)
 
 
+def _before_fork() -> None:
+    _fork_guard.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _fork_guard.release()
+
+
 def _forget_in_child() -> None:
+    """Close the child's copies of the folders' descriptors, not unlocking them (LOCK_UN would free the parent's)."""
+    global _fork_guard
+    for fd in _descriptors:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _descriptors.clear()
     for lock in list(_held):
-        lock._forget()
+        lock._fd = None
     _held.clear()
+    _fork_guard = threading.RLock()  # the parent's is held by the fork: the child's one thread starts afresh
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_forget_in_child)
