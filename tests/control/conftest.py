@@ -8,14 +8,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from world import ScriptedPolicy, World  # noqa: E402
 
 # Modules whose PostgreSQL half is a soak run (`make soak`), to keep the suite under 15 minutes: they test the
-# controller's decisions (moves, deadlines, spot news, repricing, why a job failed), and their SQLite half stays in
-# the suite. The
+# controller's decisions (moves, deadlines, spot news, repricing, why a job failed, what is notified), and their
+# SQLite half stays in the suite. The
 # PostgreSQL half of test_controller_ticks, test_controller_gang, test_controller_workers and test_reclaim_billing
 # stays too. A query of these modules' paths that only PostgreSQL refuses (an ORDER BY it needs, a type it is
 # strict about) would show only in `make soak`.
 DECISIONS_ONLY = {
     "test_controller_gang_moves.py", "test_deadline_progress.py", "test_controller_moves.py", "test_spot_news.py",
     "test_rebalance_moves.py", "test_refused_tries_folded.py", "test_spot_repricing.py", "test_start_failure_reasons.py",
+    "test_notify_detection.py",
 }
 
 

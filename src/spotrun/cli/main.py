@@ -124,6 +124,9 @@ def status(
             console.print(f"reason: {escape(detail.job.failure_reason)}", soft_wrap=True)
         if detail.stuck:
             console.print(f"[bold red]stuck:[/] {escape(detail.stuck)}", soft_wrap=True)
+        if detail.notify:
+            told = ", ".join(detail.notify.events)
+            console.print(f"notifies: {escape(detail.notify.webhook)} of {told}", soft_wrap=True)
 
 
 @app.command()

@@ -24,6 +24,7 @@ from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
+from spotrun.control.notifier import Notifier
 from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, market_gpus, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
@@ -152,6 +153,8 @@ class Controller:
         self._gang = GangDriver(self)
         self._stuck = StuckJobs(store, self.clock.now)
         self.moves = MoveDriver(self)
+        self.notifier = Notifier(store, self.clock.now, worker_id=worker_id, claim_ttl=settings.claim_ttl,
+                                 claim_now=self._claim_now)
 
     # ---- the loop body -------------------------------------------------------------------------------------
 
@@ -170,9 +173,17 @@ class Controller:
                 else:
                     self._stuck.went_on(job_id)
         reclaims.settle_awaiting(self)
+        self._notify()
         self._ticks += 1
         if self._ticks % self.settings.sweep_every_ticks == 1:
             self.sweep_orphans()
+
+    def _notify(self) -> None:
+        """The jobs' owners told what the tick recorded (spec `notify`): posted apart from the tick, once committed."""
+        try:
+            self.notifier.run()
+        except Exception:  # the store away: the next tick reads the cursors again; no job waits for its webhook
+            log.exception("finding the notifications due failed")
 
     def drive(self, job_id: int) -> None:
         """One step for one job; safe to repeat after a crash at any point."""

@@ -51,7 +51,8 @@ def submit(
     if problems:
         raise SpecError(source, problems)
     with store.session() as session:
-        job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now, updated_at=now)
+        job = Job(name=spec.name or "job", owner=owner, spec={}, state=JobState.PENDING.value, created_at=now,
+                  updated_at=now, notified_event_id=0 if spec.notify is not None else None)  # `control.notifier`'s
         session.add(job)
         session.flush()
         job.spec = _resolved(spec, job.id, spec_dir).to_json()

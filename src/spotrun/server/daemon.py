@@ -246,9 +246,12 @@ class Daemon:
                     claims.release_all(session, holder)
 
     def _has_work(self) -> bool:
-        """Live jobs, or an instance left for the cloud to take back, which is terminated if the cloud does not."""
+        """Live jobs, an instance left for the cloud to take back, which is terminated if the cloud does not, or an
+        ended job's notifications still to tell (given up after a bound: `control.notifier`)."""
         with self.store.session() as session:
             if session.query(Job.id).filter(Job.state.in_(state_names(LIVE))).first() is not None:
+                return True
+            if session.query(Job.id).filter(Job.notified_event_id.is_not(None)).first() is not None:
                 return True
             return bool(reclaims.awaiting_ids(session))
 

@@ -19,6 +19,7 @@ from spotrun.control import reclaims, records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
 from spotrun.costs.ledger import JobBill, attempt_cost, bill
+from spotrun.spec.notify import webhook_origin
 from spotrun.state import Attempt, Event, Job
 
 
@@ -157,6 +158,13 @@ class BillView(BaseModel):
         return JobBill(self.spot_seconds, self.on_demand_seconds, self.cost, self.on_demand_cost)
 
 
+class NotifyView(BaseModel):
+    """Where and of what the job's owner is told (spec `notify`)."""
+
+    webhook: str  # its scheme and host only: the rest of a webhook URL (a Slack one's path) is its secret
+    events: list[str]
+
+
 class JobDetail(BaseModel):
     """A job with its attempts and its bill so far."""
 
@@ -166,6 +174,7 @@ class JobDetail(BaseModel):
     bill: BillView
     checkpoint_store: str | None = None  # where the job's checkpoints are kept (resolved when it was submitted)
     stuck: str | None = None  # why the controller cannot go on with the job, while that is its newest event
+    notify: NotifyView | None = None
 
 
 def job_row(job: Job, now: float) -> JobRow:
@@ -242,7 +251,15 @@ def job_detail(session: Session, job: Job, now: float, *, settled_below: int = 0
         bill=job_bill_view(job, now, pending),
         checkpoint_store=(job.spec.get("checkpoint") or {}).get("store"),
         stuck=None if is_terminal(job.state) else _stuck(session, job.id),
+        notify=notify_view(job.spec),
     )
+
+
+def notify_view(spec: Mapping[str, Any]) -> NotifyView | None:
+    notify = spec.get("notify")
+    if not notify:
+        return None
+    return NotifyView(webhook=webhook_origin(notify["webhook"]), events=list(notify["events"]))
 
 
 def pending_reclaims(session: Session, job: Job) -> dict[int, float | None]:

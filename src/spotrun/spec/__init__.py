@@ -3,11 +3,12 @@
 from spotrun.spec.durations import parse_duration
 from spotrun.spec.errors import Problem, SpecError
 from spotrun.spec.loader import load_spec, located, parse_spec
-from spotrun.spec.models import CheckpointSpec, JobSpec, Prices, Resources, SpotSpec
+from spotrun.spec.models import CheckpointSpec, JobSpec, NotifySpec, Prices, Resources, SpotSpec
 
 __all__ = [
     "CheckpointSpec",
     "JobSpec",
+    "NotifySpec",
     "Prices",
     "Problem",
     "Resources",

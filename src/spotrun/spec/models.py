@@ -24,6 +24,7 @@ from spotrun.spec.fields import (
     at_least_seconds,
     at_most,
 )
+from spotrun.spec.notify import DEFAULT_NOTIFY_EVENTS, NotifyEvents, WebhookUrl
 
 LOCAL_CLOUD = "local"
 LOCAL_DEFAULT_INSTANCE_TYPE = "local.cpu"
@@ -121,6 +122,15 @@ class DistributedSpec(_SpecModel):
         return self
 
 
+class NotifySpec(_SpecModel):
+    """Where the job's owner is told what happens to it: each happening named in `events` (`spec.notify`'s names) is
+    posted to `webhook` as JSON (Slack's incoming-webhook body for hooks.slack.com) by the controller."""
+
+    webhook: WebhookUrl
+    # not `on:` (as CI files say): YAML reads a bare `on` as true, not as the key's name
+    events: NotifyEvents = Field(default_factory=lambda: list(DEFAULT_NOTIFY_EVENTS))
+
+
 class JobSpec(_SpecModel):
     name: JobName | None = None
     run: NonBlankStr
@@ -133,6 +143,7 @@ class JobSpec(_SpecModel):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     max_restarts_on_error: Annotated[int, at_most(MAX_RESTARTS_ON_ERROR)] = Field(default=3, ge=0)
     estimated_duration: Duration | None = None
+    notify: NotifySpec | None = None
 
     @classmethod
     def stored(cls, data: dict[str, Any]) -> JobSpec:

@@ -86,3 +86,24 @@ def release_all(session: Session, worker: str) -> int:
 
 def holders(session: Session) -> list[str]:
     return [h for h in session.scalars(select(Job.claimed_by).where(Job.claimed_by.is_not(None)).distinct()) if h]
+
+
+def notifying_jobs(
+    session: Session, worker: str | None, now: float, ttl: float, *, live_states: Collection[str]
+) -> list[int]:
+    """The jobs with notifications to settle (`Job.notified_event_id` set) that `worker` tells: the live ones whose
+    claim it holds (the jobs it drives), and the ended ones whose claim it holds, held last, or finds free or expired,
+    which it claims (again) for as long as they have some: the claim of an ended job is renewed by nothing else. A
+    lone controller (`worker` None) tells every job's."""
+    notifying = Job.notified_event_id.is_not(None)
+    if worker is None:
+        return list(session.scalars(select(Job.id).where(notifying).order_by(Job.id)))
+    session.execute(
+        update(Job)
+        .where(notifying, Job.state.not_in(live_states),
+               or_(Job.claimed_by == worker, Job.claimed_by.is_(None), Job.claim_expires_at < now))
+        .values(claimed_by=worker, claim_expires_at=now + ttl),
+        execution_options={"synchronize_session": False},
+    )
+    held = select(Job.id).where(notifying, Job.claimed_by == worker, Job.claim_expires_at >= now)
+    return list(session.scalars(held.order_by(Job.id)))

@@ -33,6 +33,11 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (
+        # the few jobs with notifications still to settle, which the controller reads at every tick
+        Index("ix_jobs_notifying", "id", postgresql_where=text("notified_event_id IS NOT NULL"),
+              sqlite_where=text("notified_event_id IS NOT NULL")),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -57,6 +62,10 @@ class Job(Base):
     # The wait until `not_before` is the policy's wait for spot, not a backoff after a quota or launch error: another
     # job of its market getting spot, or freeing a spot instance, ends it early (spotrun.control.spot_news).
     waits_for_spot: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The cursor of the job's notifications (spec `notify`, spotrun.control.notifier): the id of the newest event of
+    # the job they are settled up to (told, given up, or nothing to tell). 0 from the submit of a job with `notify`;
+    # NULL for a job without, and once an ended job's are all settled.
+    notified_event_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
