@@ -313,7 +313,8 @@ class FakeArm:
         if instance_view:
             state = view["properties"]["provisioningState"]
             statuses: list[dict[str, Any]] = []
-            if vm.provisioning_error is not None:
+            # a VM being deleted shows that alone, as Azure does: its earlier failure is no longer in its statuses
+            if vm.provisioning_error is not None and state != "Deleting":
                 statuses.append({
                     "code": f"ProvisioningState/failed/{vm.provisioning_error.code}",
                     "level": "Error",

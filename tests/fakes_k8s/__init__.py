@@ -9,7 +9,8 @@ It serves nodes (list, get), pods (create, list, get, delete, merge-patch, evict
 get, delete, merge-patch) and events (list), with label and field selectors, Status errors and bearer-token auth.
 Behind it run a scheduler (node selectors, required node affinity, taints, cpu/memory/extended resources), an
 optional autoscaler (`add_node_group`), a kubelet whose containers a runner runs (`IdleRunner`, `ProcessRunner`),
-graceful deletion with finalizers, owner-reference GC of secrets, and node loss (`shut_down_node`, `delete_node`).
+graceful deletion with finalizers, owner-reference GC of secrets, node loss (`shut_down_node`, `delete_node`,
+`recreate_node`), a kubelet restart (`restart_kubelet`) and time passing (`age`).
 
 Tests run with --import-mode=importlib, so a conftest that wants this package puts tests/ on sys.path:
 

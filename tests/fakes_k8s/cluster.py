@@ -62,6 +62,17 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _shift_times(obj: Any, seconds: float) -> None:
+    """Move every timestamp in the object's JSON (fields named *Time, *Timestamp, *At) by `seconds`."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in list(items):
+        if isinstance(value, str) and isinstance(key, str) and key.endswith(("Time", "Timestamp", "At")):
+            moved = datetime.fromisoformat(value.replace("Z", "+00:00")) + timedelta(seconds=seconds)
+            obj[key] = moved.strftime("%Y-%m-%dT%H:%M:%SZ")
+        else:
+            _shift_times(value, seconds)
+
+
 def terminal(pod: Obj) -> bool:
     return pod["status"]["phase"] in ("Succeeded", "Failed")
 
@@ -181,19 +192,30 @@ class FakeCluster:
 
     def recreate_node(self, name: str) -> None:
         """A spot VM stopped before its kubelet could end its pods and recreated under the same name (as GKE's
-        managed instance groups do): the new kubelet cannot find the containers of the pods bound to it, reports
-        them ContainerStatusUnknown and fails those pods; no DisruptionTarget condition, no status reason."""
+        managed instance groups do): its Node object is made again (GKE deletes the Node of a VM whose instance
+        changed, cloud-provider-gcp#368), and the new kubelet cannot find the containers of the pods bound to it,
+        reports them ContainerStatusUnknown and fails those pods; no DisruptionTarget condition, no status reason."""
+        with self.lock:
+            old = self._get("nodes", None, name)
+            self._nodes[name] = self._node_json(name, old["metadata"]["labels"], old["spec"]["taints"],
+                                                old["status"]["allocatable"], True)
+            self._containers_lost_on(name)
+
+    def restart_kubelet(self, name: str, reason: str = "", message: str = "") -> None:
+        """The node's kubelet restarts (its Node object stays): it no longer finds the containers of the pods bound
+        to it (ContainerStatusUnknown) and fails those pods; with a `reason`, as kubelet's rejectPod does when it
+        refuses them at their new admission (UnexpectedAdmissionError: its device plugin not registered again)."""
         with self.lock:
             self._get("nodes", None, name)  # 404 if there is none
-            for pod in self._pods_on(name):
-                if not terminal(pod):
-                    self.runner.kill(pod["metadata"]["uid"])
-                    for status in pod["status"].get("containerStatuses") or []:
-                        status.update(ready=False, started=False, state={"terminated": {
-                            "exitCode": 137, "reason": "ContainerStatusUnknown",
-                            "message": "The container could not be located when the pod was terminated"}})
-                    self._finish(pod, "Failed")
-                    self._touch(pod)
+            rejected = {"reason": reason, "message": f"Pod was rejected: {message}"} if reason else {}
+            self._containers_lost_on(name, rejected)
+
+    def age(self, seconds: float) -> None:
+        """Time passed: what the cluster holds (nodes, pods, secrets, events) as if made and changed `seconds`
+        earlier, its timestamps moved back."""
+        with self.lock:
+            for obj in [*self._nodes.values(), *self._pods.values(), *self._secrets.values(), *self._events]:
+                _shift_times(obj, -seconds)
 
     def wait_node_gone(self, name: str, timeout: float = 10.0) -> None:
         self.wait_for(lambda: name not in self._nodes, timeout)
@@ -481,6 +503,20 @@ class FakeCluster:
                 "finishedAt": finished}})
         self.runner.kill(pod["metadata"]["uid"])  # what the containers left behind dies with them
         self._finish(pod, "Succeeded" if all(code == 0 for code in codes.values()) else "Failed")
+
+    def _containers_lost_on(self, node: str, status: Obj | None = None) -> None:
+        """A new kubelet on the node fails the pods bound to it whose containers it cannot find (kubelet's
+        TerminatePod), with `status` (reason, message) where it says why."""
+        for pod in self._pods_on(node):
+            if not terminal(pod):
+                self.runner.kill(pod["metadata"]["uid"])
+                for container in pod["status"].get("containerStatuses") or []:
+                    container.update(ready=False, started=False, state={"terminated": {
+                        "exitCode": 137, "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated"}})
+                pod["status"].update(status or {})
+                self._finish(pod, "Failed")
+                self._touch(pod)
 
     def _finish(self, pod: Obj, phase: str) -> None:
         if self._states[pod["metadata"]["uid"]].shutdown:

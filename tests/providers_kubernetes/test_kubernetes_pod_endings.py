@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from spotrun.providers.base import LaunchRequest
 from spotrun.providers.kubernetes import KubernetesSettings
 from spotrun.providers.kubernetes.body import pod_manifest
-from spotrun.providers.kubernetes.pods import pod_info
+from spotrun.providers.kubernetes.pods import node_replaced, pod_info
 
 
 def iso(offset: float = 0.0) -> str:
@@ -37,21 +37,83 @@ LOST_CONTAINER = {"name": "spotrun", "state": {"terminated": {
     "exitCode": 137}}}
 
 
+def bound(pod: dict, offset: float) -> dict:
+    """The pod as the scheduler bound it `offset` seconds from now."""
+    pod["status"].setdefault("conditions", []).append(
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(offset)})
+    return pod
+
+
+def node_made(offset: float) -> dict:
+    return {"metadata": {"name": "gke-spot-1", "uid": "n-1", "creationTimestamp": iso(offset)}}
+
+
 def test_a_spot_pod_whose_node_was_recreated_under_it_is_a_reclaim():
-    # GKE: the preempted spot VM is recreated under the same name before its pods were ended gracefully; the new
-    # kubelet finds none of the pod's containers (kubelet's ContainerStatusUnknown, exit 137) and fails the pod,
-    # with no DisruptionTarget condition and no status reason
+    # GKE: the preempted spot VM is recreated under the same name before its pods were ended gracefully, and its
+    # Node object made again (cloud-provider-gcp#368); the new kubelet finds none of the pod's containers
+    # (kubelet's ContainerStatusUnknown, exit 137) and fails the pod, with no DisruptionTarget and no status reason
     recreated = spot_pod("Failed", containerStatuses=[LOST_CONTAINER])
-    assert pod_info(recreated).reclaimed
+    assert pod_info(recreated, node_replaced=True).reclaimed
+    assert pod_info(recreated, node_replaced=True).start_failure is None
     on_demand = spot_pod("Failed", containerStatuses=[LOST_CONTAINER])
     on_demand["metadata"]["labels"]["spotrun.dev/market"] = "on-demand"
-    assert not pod_info(on_demand).reclaimed
+    assert not pod_info(on_demand, node_replaced=True).reclaimed
     evicted_for_disk = spot_pod("Failed", reason="Evicted", containerStatuses=[LOST_CONTAINER], conditions=[
         {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}])
-    assert not pod_info(evicted_for_disk).reclaimed
+    assert not pod_info(evicted_for_disk, node_replaced=True).reclaimed
     preempted_by_priority = spot_pod("Failed", containerStatuses=[LOST_CONTAINER], conditions=[
         {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}])
-    assert not pod_info(preempted_by_priority).reclaimed
+    assert not pod_info(preempted_by_priority, node_replaced=True).reclaimed
+
+
+# kubelet's rejectPod after a restart of the kubelet alone: its device plugin has not registered again yet
+# (kubernetes#124345, #117955); TerminatePod then marks the containers that had run ContainerStatusUnknown
+READMISSION_REFUSED = {
+    "reason": "UnexpectedAdmissionError",
+    "message": "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate unhealthy "
+               "devices nvidia.com/gpu, which is unexpected",
+}
+
+
+def test_lost_containers_on_a_node_that_is_still_the_same_are_not_a_reclaim():
+    # the kubelet restarted (or the VM rebooted) under the same Node object: nothing says the cloud took it back
+    restarted = spot_pod("Failed", containerStatuses=[LOST_CONTAINER])
+    assert not pod_info(restarted).reclaimed
+    refused_again = spot_pod("Failed", containerStatuses=[LOST_CONTAINER], **READMISSION_REFUSED)
+    info = pod_info(refused_again)
+    assert not info.reclaimed
+    assert info.start_failure == f"UnexpectedAdmissionError: {READMISSION_REFUSED['message']}"
+    # on a node made again since the pod was bound, whatever its new kubelet then said: the node went
+    assert pod_info(refused_again, node_replaced=True).reclaimed
+
+
+def test_the_node_is_replaced_when_it_is_gone_or_made_again_since_the_pod_was_bound():
+    pod = bound(spot_pod("Failed", containerStatuses=[LOST_CONTAINER]), -3600)
+    assert node_replaced(pod, None)
+    assert node_replaced(pod, node_made(-60))
+    assert not node_replaced(pod, node_made(-7200))
+    assert not node_replaced(pod, node_made(-3600)), "a node is Ready, and can take a pod, only after it is made"
+    assert not node_replaced(spot_pod("Failed", containerStatuses=[LOST_CONTAINER]), node_made(-60)), \
+        "never bound: no node of its own went"
+
+
+def test_a_pod_the_kubelet_refuses_to_admit_is_a_start_failure_not_a_reclaim():
+    # a fresh node whose device plugin has not reported its GPUs yet (kubelet's canAdmitPod: "OutOf" + resource);
+    # the containers never ran, so the kubelet leaves their statuses as they were
+    refused = spot_pod("Failed", reason="OutOfnvidia.com/gpu", message=(
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 0, capacity: 0"))
+    assert pod_info(refused).start_failure.startswith(
+        "OutOfnvidia.com/gpu: Pod was rejected: Node didn't have enough resource")
+    assert not pod_info(refused, node_replaced=True).reclaimed, "its containers never ran: none was lost with a node"
+
+
+def test_a_pod_evicted_for_the_nodes_pressure_is_a_start_failure_not_a_reclaim():
+    evicted = spot_pod("Failed", reason="Evicted", message="The node was low on resource: ephemeral-storage. ",
+                       conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}],
+                       containerStatuses=[{"name": "spotrun", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}])
+    info = pod_info(evicted)
+    assert not info.reclaimed
+    assert info.start_failure == "Evicted: The node was low on resource: ephemeral-storage."
 
 
 def test_a_pod_ended_by_the_graceful_node_shutdown_of_kubernetes_1_20_is_a_reclaim():

@@ -191,10 +191,25 @@ def test_a_vanished_node_and_an_eviction_are_reclaims_but_an_on_demand_loss_is_n
 def test_a_spot_node_recreated_under_the_same_name_is_a_reclaim(provider, k8s_cluster):
     info = launch(provider)
     k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.age(600)  # it had run ten minutes
     k8s_cluster.recreate_node("spot-a")
     seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
     assert seen.reclaimed, seen
     assert seen.start_failure is None
+
+
+def test_a_pod_its_restarted_kubelet_refused_again_is_not_a_reclaim(provider, k8s_cluster):
+    # the kubelet alone restarted, on the same Node; its device plugin had not registered again (kubernetes#124345)
+    info = launch(provider)
+    k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.age(600)
+    k8s_cluster.restart_kubelet("spot-a", "UnexpectedAdmissionError", "Allocate failed due to no healthy devices "
+                                "present; cannot allocate unhealthy devices nvidia.com/gpu, which is unexpected")
+    seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
+    assert not seen.reclaimed, seen
+    assert seen.start_failure.startswith("UnexpectedAdmissionError: Pod was rejected: Allocate failed")
+    provider.terminate(info.instance_id)
+    assert not provider.describe(info.instance_id).reclaimed
 
 
 def test_an_exited_pod_is_not_a_reclaim_and_terminate_keeps_other_finalizers(provider, k8s_cluster):

@@ -22,7 +22,7 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 
 from spotrun.costs.azure_retail import RETAIL_PRICES
-from spotrun.providers.azure.errors import CREATE_VM, error_code, error_message, translate, vm_gone
+from spotrun.providers.azure.errors import CREATE_VM, AzureApiError, error_code, error_message, translate, vm_gone
 from spotrun.providers.azure.instances import (
     TOKEN_TAG,
     check_vm_name,
@@ -130,7 +130,11 @@ class AzureProvider:
         return self._after_launch(name, request)
 
     def _relaunch(self, existing: InstanceInfo, request: LaunchRequest) -> InstanceInfo:
-        """A launch whose VM exists: the same VM, or the refusal its failed allocation stands for."""
+        """A launch whose VM exists: the same VM, or the refusal its failed allocation stands for. A VM being deleted
+        is no longer the launch's: its allocation failed and it was discarded by a controller that died before it
+        recorded the refusal (Azure's instance view no longer shows the failure once the VM is deleting), or Azure is
+        evicting it. Taken, its going would read as an eviction, billed; launched again once it is gone, the launch
+        ends as what Azure answers then."""
         if existing.client_token != request.client_token:
             raise ValueError(
                 f"VM {existing.instance_id} exists but was launched for client token {existing.client_token!r}, "
@@ -138,6 +142,9 @@ class AzureProvider:
             )
         _check_same_request(existing, request)
         self._raise_if_refused(existing)
+        if _being_deleted(existing):
+            raise AzureApiError(CREATE_VM, "VmBeingDeleted",
+                                f"VM {existing.instance_id} of this launch is being deleted; launching again once it is gone")
         return existing
 
     def _await_allocation(self, poller: LROPoller[VirtualMachine], name: str) -> None:
@@ -242,7 +249,7 @@ class AzureProvider:
             and name not in self._deleted_here
             and info.market == "spot"
             and info.detail.get("eviction_policy") == "Delete"
-            and str(info.detail.get("provisioning_state", "")).lower() == "deleting"
+            and _being_deleted(info)
         )
 
     def _vanished(self, name: str) -> InstanceInfo:
@@ -296,7 +303,7 @@ class AzureProvider:
             found = self._fetch(name)
         except AzureError:
             return False  # not known: count the deletion as ours, as before
-        return found is None or (found.reclaimed and str(found.detail.get("provisioning_state", "")).lower() == "deleting")
+        return found is None or (found.reclaimed and _being_deleted(found))
 
     def preempt(self, instance_id: str, notice_seconds: float | None = None) -> None:
         """Azure's simulated eviction of a spot VM: a Preempt scheduled event, then eviction about 30 s later
@@ -323,6 +330,10 @@ def _validate(request: LaunchRequest, location: str) -> None:
     if request.max_price is not None and request.max_price <= 0:
         raise ValueError(f"max_price must be > 0, got {request.max_price}")
     zones_field(location, request.zone)  # raises for a zone of another location
+
+
+def _being_deleted(info: InstanceInfo) -> bool:
+    return str(info.detail.get("provisioning_state", "")).lower() == "deleting"
 
 
 def _check_same_request(existing: InstanceInfo, request: LaunchRequest) -> None:

@@ -7,8 +7,12 @@ deleted by the pod garbage collector; a drain (AWS's node termination handler, K
 evicts them. Since Kubernetes 1.26 each of these adds a DisruptionTarget condition saying which. A spot VM stopped
 before its kubelet could end its pods, and recreated under the same name (GKE's managed instance groups do so),
 leaves no such trace: the new kubelet finds none of the pod's containers, reports them ContainerStatusUnknown and
-fails the pod. A pod evicted for the node's memory or disk pressure, or pushed out by a pod of higher priority, was
-not reclaimed: it is lost.
+fails the pod (or refuses to admit it again, its GPUs not yet reported: UnexpectedAdmissionError, OutOf...). A
+kubelet that only restarted on the same node does the same, so lost containers are a reclaim only where the node
+says it went: gone, or its Node object made again since the pod was bound (GKE deletes the Node of a VM whose
+instance changed, cloud-provider-gcp#368); the caller reads the node (`node_replaced`). A pod evicted for the
+node's memory or disk pressure, or pushed out by a pod of higher priority, was not reclaimed: it is lost; one the
+kubelet refused to admit, or evicted, before it could start is a start failure.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ KUBELET_GONE_AFTER = 300.0
 # DisruptionTarget reasons that mean the node went (or was drained) rather than the pod's own fault
 RECLAIM_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByPodGC", "DeletionByTaintManager", "EvictionByEvictionAPI"})
 NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-pressure eviction (TerminationByKubelet too)
+# How the kubelet's rejectPod begins status.message, whatever its reason (UnexpectedAdmissionError, OutOf<resource>,
+# NodeAffinity, and Evicted where the node is under pressure)
+ADMISSION_REJECTED = "Pod was rejected"
 # Events of the cluster's node provisioner about a pod that waits for a node
 SCALING_UP = frozenset({"TriggeredScaleUp", "Nominated"})  # cluster-autoscaler; Karpenter
 SCALE_UP_FAILED = "FailedScaleUp"  # the cloud could not give the node a scale-up asked for: refused
@@ -78,23 +85,43 @@ def disruption_of(pod: Pod) -> str | None:
     return str(reason) if reason else None
 
 
-def reclaimed(pod: Pod, now: float | None = None) -> bool:
-    """A spot pod that ended because its node went or was drained."""
-    if market_of(pod) != "spot" or state_of(pod, now) != "terminated":
-        return False
-    if _status(pod).get("reason") == NODE_PRESSURE_REASON:
+def reclaimed(pod: Pod, now: float | None = None, node_replaced: bool = False) -> bool:
+    """A spot pod that ended because its node went or was drained. `node_replaced`: whether its node is gone or
+    made again since the pod was bound (`node_replaced()`), which alone tells a reclaim where its containers
+    were lost without a word of why (`lost_with_its_node`)."""
+    if not _ended_on_spot(pod, now) or _status(pod).get("reason") == NODE_PRESSURE_REASON:
         return False
     disruption = disruption_of(pod)
     if disruption in RECLAIM_DISRUPTIONS or disruption in NODE_SHUTDOWNS:
         return True
-    # no DisruptionTarget, but its containers vanished with the node they ran on (whatever reason the new kubelet
-    # then gave the pod)
-    return _disruption_target(pod) is None and _containers_lost(pod)
+    return node_replaced and lost_with_its_node(pod, now)
 
 
-def pod_info(pod: Pod, now: float | None = None) -> InstanceInfo:
+def lost_with_its_node(pod: Pod, now: float | None = None) -> bool:
+    """A spot pod whose kubelet no longer found its containers, with no DisruptionTarget: its node may have gone
+    (recreated under it), or only its kubelet restarted. Whether it was reclaimed is the node's to tell."""
+    return (_ended_on_spot(pod, now) and _status(pod).get("reason") != NODE_PRESSURE_REASON
+            and _disruption_target(pod) is None and _containers_lost(pod))
+
+
+def node_replaced(pod: Pod, node: Pod | None) -> bool:
+    """Whether the node the pod was bound to is gone (`node` None: the API has none of its name) or is another,
+    made after the pod was bound. A node takes pods only once Ready, some time after it is made: one made in the
+    second the pod was bound was there before it."""
+    bound = scheduled_at(pod) or timestamp(_status(pod).get("startTime"))
+    if not pod.get("spec", {}).get("nodeName") or bound is None:
+        return False
+    if node is None:
+        return True
+    made = timestamp((node.get("metadata") or {}).get("creationTimestamp"))
+    return made is not None and made > bound
+
+
+def pod_info(pod: Pod, now: float | None = None, node_replaced: bool = False) -> InstanceInfo:
+    """The pod as an instance; `node_replaced` as `reclaimed` takes it."""
     metadata, status = pod.get("metadata", {}), _status(pod)
     state = state_of(pod, now)
+    was_reclaimed = reclaimed(pod, now, node_replaced)
     detail: dict[str, Any] = {"phase": status.get("phase", "")}
     if pod.get("spec", {}).get("nodeName"):
         detail["node"] = pod["spec"]["nodeName"]
@@ -109,13 +136,13 @@ def pod_info(pod: Pod, now: float | None = None) -> InstanceInfo:
         market=market_of(pod),
         instance_type=_node_selector(pod).get("node.kubernetes.io/instance-type", ""),
         state=state,
-        reclaimed=reclaimed(pod, now),
+        reclaimed=was_reclaimed,
         address=status.get("podIP"),
         launched_at=timestamp(metadata.get("creationTimestamp")),
         terminated_at=ended_at(pod) if state == "terminated" else None,
         client_token=(metadata.get("annotations") or {}).get(TOKEN_ANNOTATION),
         detail=detail,
-        start_failure=start_failure(pod),
+        start_failure=None if was_reclaimed else start_failure(pod),
         boot_began_at=scheduled_at(pod),
     )
 
@@ -149,13 +176,17 @@ def ended_at(pod: Pod) -> float | None:
 
 
 def start_failure(pod: Pod) -> str | None:
-    """Why the kubelet cannot start the pod's container (a bad image, a missing secret), while it says so; or how
+    """Why the kubelet cannot start the pod's container (a bad image, a missing secret), while it says so; why it
+    refused to admit the pod or evicted it (where the agent never reported in, the node cannot run it); or how
     the container ended by itself with an error (restartPolicy Never: the pod is then over), which, where the agent
     never reported in, is its bootstrap failing (no spotrun in the image and no index to install it from)."""
     for container in _status(pod).get("containerStatuses") or ():
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in START_FAILURES:
             return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    refused = _kubelet_refusal(pod)
+    if refused:
+        return refused
     if _status(pod).get("phase") == "Failed" and not disruption_of(pod) and not pod.get("metadata", {}).get("deletionTimestamp"):
         for container in _status(pod).get("containerStatuses") or ():
             terminated = (container.get("state") or {}).get("terminated") or {}
@@ -227,6 +258,22 @@ def _why(pod: Pod) -> str | None:
             message = f"{waiting.get('reason')}: {waiting.get('message', '')}"
     parts = [part for part in (disruption, message) if part]
     return ": ".join(parts) if parts else None
+
+
+def _kubelet_refusal(pod: Pod) -> str | None:
+    """The kubelet's reason and message for a pod it failed without running it to its end: refused at admission
+    (rejectPod), or evicted for its node's pressure."""
+    status = _status(pod)
+    reason, message = status.get("reason"), str(status.get("message") or "").strip()
+    if status.get("phase") != "Failed" or not reason or reason in NODE_SHUTDOWNS:
+        return None
+    if reason == NODE_PRESSURE_REASON or message.startswith(ADMISSION_REJECTED):
+        return f"{reason}: {message}".rstrip(": ")
+    return None
+
+
+def _ended_on_spot(pod: Pod, now: float | None) -> bool:
+    return market_of(pod) == "spot" and state_of(pod, now) == "terminated"
 
 
 def _disruption_target(pod: Pod) -> str | None:

@@ -38,6 +38,8 @@ from spotrun.providers.kubernetes.naming import (
 from spotrun.providers.kubernetes.pods import (
     gone_info,
     is_scheduled,
+    lost_with_its_node,
+    node_replaced,
     pod_info,
     provisioner_verdict,
     state_of,
@@ -194,7 +196,10 @@ class KubernetesProvider:
         if pod is None:
             with self._ended_lock:
                 return self._ended.get(instance_id) or gone_info(namespace, name)
-        info = pod_info(pod, time.time())
+        try:
+            info = self._pod_info(pod)
+        except KubernetesApiError as error:  # whether its node went is not known
+            return unknown_info(namespace, name, str(error))
         waiting = unschedulable_message(pod) if info.state == "pending" and not is_scheduled(pod) else None
         if waiting is not None:
             # a scale-up the provisioner began and then failed (the cloud had no spot capacity) leaves the pod
@@ -219,6 +224,15 @@ class KubernetesProvider:
         """Every pod spotrun launched in the namespace, ended ones still held by its finalizer included."""
         return [pod_info(pod, time.time()) for pod in self._list_pods(f"{MANAGED_BY_LABEL}={MANAGED_BY}")]
 
+    def _pod_info(self, pod: Pod) -> InstanceInfo:
+        """pod_info, with the pod's node read where only it tells a reclaim from a kubelet that lost the pod's
+        containers without going (raises KubernetesApiError where it cannot be read)."""
+        now = time.time()
+        if not lost_with_its_node(pod, now):
+            return pod_info(pod, now)
+        node = self._call("read node", self.api.read_node, pod["spec"]["nodeName"], tolerate=(_NOT_FOUND,))
+        return pod_info(pod, now, node_replaced=node_replaced(pod, node))
+
     def _list_pods(self, selector: str) -> list[Pod]:
         return self._call("list pods", self.api.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
 
@@ -239,7 +253,7 @@ class KubernetesProvider:
         pod = self._read(name)
         if pod is not None:
             if state_of(pod, time.time()) == "terminated":
-                self._remember_end(instance_id, pod_info(pod, time.time()))
+                self._remember_end(instance_id, self._ended_info(pod))
             self._delete(name)
             self._let_go(name)
             log.info("deleting %s", instance_id)
@@ -252,6 +266,15 @@ class KubernetesProvider:
         options = k8s.V1DeleteOptions(grace_period_seconds=round(notice_seconds)) if notice_seconds is not None else None
         eviction = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), delete_options=options)
         self._call("evict pod", self.api.create_namespaced_pod_eviction, name, namespace, eviction)
+
+    def _ended_info(self, pod: Pod) -> InstanceInfo:
+        """How the pod ended, for a describe after terminate; not called reclaimed where its node cannot be read:
+        the terminate goes on."""
+        try:
+            return self._pod_info(pod)
+        except KubernetesApiError as error:
+            log.warning("reading the node of pod %s: %s", pod["metadata"]["name"], error)
+            return pod_info(pod, time.time())
 
     def _remember_end(self, instance_id: str, info: InstanceInfo) -> None:
         """Kept for the describe that follows a terminate; the oldest are dropped, so a long-lived controller
