@@ -88,11 +88,14 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
     while not any(entry[1] == "w1" for entry in log) and time.monotonic() - began < 30:
         time.sleep(0.01)
     threads[1].start()
-    time.sleep(4)
+    time.sleep(4)  # both workers tick for two claim lifetimes before w1 dies
     stop_first.set()  # w1 dies without releasing anything
     threads[0].join()
     w1_died = time.monotonic()
-    time.sleep(5)
+    # w2 runs on until it has driven every job of w1's a few times since w1 died (its claims expire 2 s after w1's
+    # last renewal), rather than for a fixed 5 s: the assertions below say what must have happened by then
+    while not _took_over(log, w1_died, drives=3) and not errors and time.monotonic() - w1_died < 30:
+        time.sleep(0.05)
     stop_second.set()
     threads[1].join()
     assert errors == []
@@ -113,6 +116,17 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
     assert len(tokens) == len(set(tokens)) == len(ids), "one instance per job, none launched twice"
     with store.session() as session:
         assert {j.claimed_by for j in session.query(Job)} == {"w2"}
+
+
+def _took_over(log: list, w1_died: float, drives: int) -> bool:
+    """Every job w1 drove has been driven by w2 at least `drives` times since w1 died."""
+    entries = list(log)  # appended to by w2's thread meanwhile
+    w1_jobs = {job_id for job_id, name, _, _ in entries if name == "w1"}
+    since = defaultdict(int)
+    for job_id, name, start, _ in entries:
+        if name == "w2" and start > w1_died:
+            since[job_id] += 1
+    return bool(w1_jobs) and all(since[job_id] >= drives for job_id in w1_jobs)
 
 
 class SlowCloud(MemoryCloud):

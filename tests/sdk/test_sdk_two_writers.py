@@ -22,7 +22,7 @@ import torch
 
 import spotrun
 from spotrun.sdk import CheckpointError, layout
-from spotrun.sdk import writerlock
+from spotrun.sdk import storage, writerlock
 from spotrun.sdk.writerlock import WriterLock
 
 HOLDER = """
@@ -84,7 +84,16 @@ def in_thread(action: Callable[[], None]) -> tuple[threading.Thread, list[BaseEx
     return thread, errors
 
 
-def test_a_second_writer_saving_the_same_step_cannot_damage_the_committed_checkpoint(tmp_path: Path) -> None:
+@pytest.fixture
+def refused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save refused the folder is refused at once, not after waiting CLAIM_WAIT_SECONDS for a holder that does not
+    let go meanwhile (the wait itself: test_a_first_save_waits_out_a_restore_elsewhere_clearing_leftovers)."""
+    monkeypatch.setattr(storage, "CLAIM_WAIT_SECONDS", 0.0)
+
+
+def test_a_second_writer_saving_the_same_step_cannot_damage_the_committed_checkpoint(
+    tmp_path: Path, refused_at_once: None
+) -> None:
     first = spotrun.Checkpointer(tmp_path, signals=())
     second = spotrun.Checkpointer(tmp_path, signals=())
     second_paused, first_committed = threading.Event(), threading.Event()
@@ -114,7 +123,7 @@ def test_a_second_writer_saving_the_same_step_cannot_damage_the_committed_checkp
     assert steps == 5 and torch.equal(model.weight, torch.full((3, 4), 1.0))
 
 
-def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path: Path) -> None:
+def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path: Path, refused_at_once: None) -> None:
     with spotrun.Checkpointer(tmp_path, signals=()) as first:
         first.save(make_state(1.0)[0], 9)
         second = spotrun.Checkpointer(tmp_path, signals=(), keep_last=1)
@@ -138,7 +147,8 @@ def test_a_first_save_waits_out_a_restore_elsewhere_clearing_leftovers(tmp_path:
     assert restored(tmp_path)[0] == 5
 
 
-def test_a_writer_killed_with_sigkill_leaves_no_lock_behind(tmp_path: Path) -> None:
+def test_a_writer_killed_with_sigkill_leaves_no_lock_behind(tmp_path: Path, refused_at_once: None) -> None:
+    """Without a wait for the lock, the save after the SIGKILL finds the folder free the moment the holder is gone."""
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "saved"
@@ -239,15 +249,20 @@ def test_the_other_ranks_of_a_writer_refused_the_folder_write_nothing_into_it(tm
     into the first job's staging folder of the same step, over the first job's rank 1 file that the first then
     committed: a checkpoint damaged, skipped at every restore."""
     first = subprocess.Popen([sys.executable, str(TWO_RANKS), str(tmp_path), "first"], stderr=subprocess.PIPE, text=True)
+    # started together, the second's ranks waiting for first-paused: its imports overlap the first's
+    second = subprocess.Popen([sys.executable, str(TWO_RANKS), str(tmp_path), "second"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "first-paused").exists():
             assert first.poll() is None and time.monotonic() < deadline, "the first job did not reach its commit"
             time.sleep(0.05)
-        second = subprocess.run([sys.executable, str(TWO_RANKS), str(tmp_path), "second"], capture_output=True,
-                                text=True, timeout=180)
-        assert second.returncode == 0, second.stderr[-3000:]
+        _, second_stderr = second.communicate(timeout=180)
+        assert second.returncode == 0, second_stderr[-3000:]
     finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(30)
         (tmp_path / "go").touch()
         _, stderr = first.communicate(timeout=120)
     assert first.returncode == 0, stderr[-3000:]

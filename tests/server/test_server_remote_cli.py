@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -89,11 +90,21 @@ def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
     launched = cli(remote, "launch", str(job_file), "--follow")
     assert launched.returncode == 0, launched.stdout + launched.stderr + server.output.read_text()
     assert "launched job 1 (tiny)" in launched.stdout and "job 1 SUCCEEDED after 1 attempt, 0 preemptions" in launched.stdout
-    rows = json.loads(cli(remote, "status", "--json").stdout)
+    # The commands that only read run side by side (each is a Python process, ~1 s of CPU mostly spent importing);
+    # the cancel, which would change the job if it were wrongly let through, runs on its own, remotely first.
+    reads = (("status", "1", "--json"), ("cost", "1"), ("logs", "1"), ("status", "7"))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        listed = pool.submit(cli, remote, "status", "--json")
+        asked = {command: (pool.submit(cli, remote, *command), pool.submit(cli, spotrun.env, *command))
+                 for command in reads}
+        refused_answer = pool.submit(cli, {**remote, "SPOTRUN_TOKEN": "spr_abc_wrong"}, "status")
+    rows = json.loads(listed.result().stdout)
     assert [(row["id"], row["state"], row["attempts"]) for row in rows] == [(1, "SUCCEEDED", 1)]
 
+    answers = {command: (by_server.result(), by_store.result()) for command, (by_server, by_store) in asked.items()}
+    answers[("cancel", "1")] = (cli(remote, "cancel", "1"), cli(spotrun.env, "cancel", "1"))
     for command in (("status", "1", "--json"), ("cost", "1"), ("logs", "1"), ("cancel", "1"), ("status", "7")):
-        by_server, by_store = cli(remote, *command), cli(spotrun.env, *command)
+        by_server, by_store = answers[command]
         assert (by_server.returncode, by_server.stdout, by_server.stderr) == (
             by_store.returncode, by_store.stdout, by_store.stderr), command
 
@@ -101,7 +112,7 @@ def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
     assert 'spotrun_jobs{state="SUCCEEDED"} 1.0' in metrics
     assert "spotrun_dollars_spent" in metrics
 
-    refused = cli({**remote, "SPOTRUN_TOKEN": "spr_abc_wrong"}, "status")
+    refused = refused_answer.result()
     assert refused.returncode == 1 and "refused the token in SPOTRUN_TOKEN" in refused.stderr
 
     server.stop()

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 
 CONFIG_ENV_VAR = "SPOTRUN_AGENT_CONFIG"
 INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
+LOG_FLUSH_SECONDS = 10.0
 
 
 class AgentConfigError(ValueError):
@@ -69,6 +70,10 @@ class AgentConfig(BaseModel):
         default=6 * 3600.0, gt=0, description="seconds the final backup may take at most, notice or not (a store "
         "that hangs must not hold the exit report for ever; a terabyte of checkpoint at 100 MB/s takes 3 h); the "
         "exit is then reported with checkpoint_synced false"
+    )
+    log_flush_timeout: float = Field(
+        default=LOG_FLUSH_SECONDS, gt=0, description="seconds the job's log may hold the exit report back (no longer "
+        "than a notice's deadline leaves), and then the agent's end, while the controller does not take it"
     )
     storage_options: dict[str, Any] = Field(default_factory=dict)
     gang: GangConfig | None = None

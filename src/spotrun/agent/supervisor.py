@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 ADDRESS_ENV_VAR = "SPOTRUN_INSTANCE_ADDRESS"
 RESTORE_TRIES = 3
-LOG_FLUSH_SECONDS = 10.0
 OUTPUT_DRAIN_SECONDS = 2.0
 WAIT_STEP_SECONDS = 0.1
 GROUP_POLL_SECONDS = 0.1
@@ -428,12 +427,12 @@ class Agent:
         return now >= max(started + MIN_BACKUP_SECONDS, deadline - EXIT_REPORT_SECONDS)
 
     def _log_flush_seconds(self) -> float:
-        """How long the log may hold a report back: LOG_FLUSH_SECONDS, and no longer than a notice's deadline leaves
+        """How long the log may hold a report back: log_flush_timeout, and no longer than a notice's deadline leaves
         (less the exit report's time)."""
-        notice = self.notices.notice
+        notice, flush = self.notices.notice, self.config.log_flush_timeout
         if notice is None or notice.deadline is None:
-            return LOG_FLUSH_SECONDS
-        return min(LOG_FLUSH_SECONDS, max(MIN_BACKUP_SECONDS, notice.deadline - EXIT_REPORT_SECONDS - time.time()))
+            return flush
+        return min(flush, max(MIN_BACKUP_SECONDS, notice.deadline - EXIT_REPORT_SECONDS - time.time()))
 
     def _report_exit(self, report: ExitReport) -> None:
         # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
@@ -442,7 +441,7 @@ class Agent:
         self.reporter.send("exit", asdict(report))
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
         self.reporter.wait_delivered()
-        self.logs.close(timeout=LOG_FLUSH_SECONDS)
+        self.logs.close(timeout=self.config.log_flush_timeout)
 
     def _let_the_instance_go(self) -> None:
         """Once the exit is reported, the cloud need not wait for its notice's deadline (Azure, told so, evicts at
