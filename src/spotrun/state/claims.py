@@ -98,12 +98,13 @@ def notifying_jobs(
     notifying = Job.notified_event_id.is_not(None)
     if worker is None:
         return list(session.scalars(select(Job.id).where(notifying).order_by(Job.id)))
-    session.execute(
-        update(Job)
-        .where(notifying, Job.state.not_in(live_states),
-               or_(Job.claimed_by == worker, Job.claimed_by.is_(None), Job.claim_expires_at < now))
-        .values(claimed_by=worker, claim_expires_at=now + ttl),
-        execution_options={"synchronize_session": False},
-    )
+    claimable = (notifying, Job.state.not_in(live_states),
+                 or_(Job.claimed_by == worker, Job.claimed_by.is_(None), Job.claim_expires_at < now))
+    # read first: a write at every tick, with nothing to claim, would take SQLite's one write lock for nothing
+    if session.scalar(select(Job.id).where(*claimable).limit(1)) is not None:
+        session.execute(
+            update(Job).where(*claimable).values(claimed_by=worker, claim_expires_at=now + ttl),
+            execution_options={"synchronize_session": False},
+        )
     held = select(Job.id).where(notifying, Job.claimed_by == worker, Job.claim_expires_at >= now)
     return list(session.scalars(held.order_by(Job.id)))
