@@ -204,3 +204,23 @@ def test_changes_are_audited_in_events_without_any_credential(team: Team, caplog
     logged = "\n".join(record.getMessage() for record in caplog.records)
     for secret in secrets:
         assert secret not in str(audit) and secret not in logged
+
+
+def test_an_admin_makes_a_token_for_a_user_named_in_another_case(team: Team) -> None:
+    """Names are told apart regardless of case, so "ALICE" is alice: a 404 there sent admins hunting for a typo."""
+    response = team.client.post("/api/v1/users/ALICE/tokens", headers=team.as_user("root"))
+    assert response.status_code == 201 and response.json()["user"] == "alice"
+    assert team.client.get("/api/v1/me", headers=bearer(response.json()["token"])).json()["name"] == "alice"
+
+
+def test_users_stored_before_the_case_rule_keep_their_exact_names_and_no_guess_is_made(team: Team) -> None:
+    with team.store.session() as session:  # both stored before names were told apart regardless of case
+        session.add_all([User(name="Erin", is_admin=False, created_at=1.0), User(name="ERIN", is_admin=False, created_at=2.0)])
+    exact = team.client.post("/api/v1/users/ERIN/tokens", headers=team.as_user("root"))
+    assert exact.status_code == 201 and exact.json()["user"] == "ERIN"
+
+    before = stored(team)
+    ambiguous = team.client.post("/api/v1/users/erin/tokens", headers=team.as_user("root"))
+    assert ambiguous.status_code == 404
+    assert ambiguous.json() == {"detail": "no user named 'erin'; users differing only in case: Erin, ERIN"}
+    assert stored(team) == before

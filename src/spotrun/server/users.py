@@ -126,13 +126,25 @@ def _refuse_taken(session: Session, name: str) -> None:
 
 def create_token(store: Store, user_name: str, now: float, *, actor: str | None = None) -> IssuedToken:
     with store.session() as session:
-        user = session.scalar(select(User).where(User.name == user_name))
-        if user is None:
-            raise UnknownUser(f"no user named {user_name!r}")
+        user = _named(session, user_name)
         issued = _issue(session, user, now)
-        _audit(session, now, actor, "token_created", f"token {issued.prefix} created for {user_name}", user_name,
+        _audit(session, now, actor, "token_created", f"token {issued.prefix} created for {user.name}", user.name,
                issued.prefix)
         return issued
+
+
+def _named(session: Session, name: str) -> User:
+    """The user of this name, told apart regardless of case as names are; the exact name wins where users stored
+    before that rule differ only in case."""
+    users = session.scalars(select(User).where(func.lower(User.name) == name.lower()).order_by(User.id)).all()
+    exact = [user for user in users if user.name == name]
+    if exact:
+        return exact[0]
+    if len(users) == 1:
+        return users[0]
+    if not users:
+        raise UnknownUser(f"no user named {name!r}")
+    raise UnknownUser(f"no user named {name!r}; users differing only in case: {', '.join(u.name for u in users)}")
 
 
 def revoke_token(
