@@ -97,6 +97,7 @@ class FakeArm:
         self.vms: dict[str, FakeVm] = {}
         self.operations: dict[str, Operation] = {}
         self.create_polls = 1  # InProgress answers before a create settles
+        self.deleting_reads = 1  # GETs of a VM being deleted that still find it (Deleting) before it is gone
         self._refusals: list[Failure] = []
         self._allocation_failures: list[Failure] = []
         self._read_failures: list[Failure] = []
@@ -246,7 +247,7 @@ class FakeArm:
         if vm is None:
             return 204, {}, None
         vm.resource["properties"]["provisioningState"] = "Deleting"
-        vm.deleting_reads_left = 1
+        vm.deleting_reads_left = self.deleting_reads
         operation = self._start(name.lower(), "delete", 1, None)
         return 202, {**self._async_headers(operation), "Location": self._operation_url(operation)}, None
 

@@ -6,11 +6,12 @@
         k8s.cluster.add_node("spot-1", labels={"karpenter.sh/capacity-type": "spot"}, allocatable={...})
 
 It serves nodes (list, get), pods (create, list, get, delete, merge-patch, eviction, log), secrets (create, list,
-get, delete, merge-patch) and events (list), with label and field selectors, Status errors and bearer-token auth.
-Behind it run a scheduler (node selectors, required node affinity, taints, cpu/memory/extended resources), an
-optional autoscaler (`add_node_group`), a kubelet whose containers a runner runs (`IdleRunner`, `ProcessRunner`),
-graceful deletion with finalizers, owner-reference GC of secrets, node loss (`shut_down_node`, `delete_node`,
-`recreate_node`), a kubelet restart (`restart_kubelet`) and time passing (`age`).
+get, delete, merge-patch) and events (list), with label and field selectors, Status errors, bearer-token auth and
+lists the token may not make (`forbid_list`, RBAC's 403). Behind it run a scheduler (node selectors, required node
+affinity, taints, cpu/memory/extended resources), an optional autoscaler (`add_node_group`), a kubelet whose
+containers a runner runs (`IdleRunner`, `ProcessRunner`), graceful deletion with finalizers, owner-reference GC of
+secrets, node loss (`shut_down_node`, `delete_node`, `recreate_node`, `reboot_node`), a kubelet restart
+(`restart_kubelet`) and time passing (`age`).
 
 Tests run with --import-mode=importlib, so a conftest that wants this package puts tests/ on sys.path:
 

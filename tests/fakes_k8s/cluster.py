@@ -201,12 +201,28 @@ class FakeCluster:
                                                 old["status"]["allocatable"], True)
             self._containers_lost_on(name)
 
+    def reboot_node(self, name: str) -> None:
+        """The node's machine boots again under the same Node object (rebooted, or a spot VM taken back and made
+        again under its name, its Node kept): the new kubelet reports a new status.nodeInfo.bootID and, as its
+        MachineInfo setter does when the boot id changed, records a Warning "Rebooted" event on the Node; it finds
+        none of the containers of the pods bound to it (ContainerStatusUnknown) and fails those pods."""
+        with self.lock:
+            node = self._get("nodes", None, name)
+            node["status"]["nodeInfo"]["bootID"] = str(uuid.uuid4())
+            self._touch(node)
+            self._kubelet_event(name, "Normal", "Starting", "Starting kubelet.")
+            self._kubelet_event(name, "Warning", "Rebooted",
+                                f"Node {name} has been rebooted, boot id: {node['status']['nodeInfo']['bootID']}")
+            self._containers_lost_on(name)
+
     def restart_kubelet(self, name: str, reason: str = "", message: str = "") -> None:
-        """The node's kubelet restarts (its Node object stays): it no longer finds the containers of the pods bound
-        to it (ContainerStatusUnknown) and fails those pods; with a `reason`, as kubelet's rejectPod does when it
-        refuses them at their new admission (UnexpectedAdmissionError: its device plugin not registered again)."""
+        """The node's kubelet restarts (its Node object and boot id stay: no "Rebooted" event, only "Starting"): it
+        no longer finds the containers of the pods bound to it (ContainerStatusUnknown) and fails those pods; with a
+        `reason`, as kubelet's rejectPod does when it refuses them at their new admission (UnexpectedAdmissionError:
+        its device plugin not registered again)."""
         with self.lock:
             self._get("nodes", None, name)  # 404 if there is none
+            self._kubelet_event(name, "Normal", "Starting", "Starting kubelet.")
             rejected = {"reason": reason, "message": f"Pod was rejected: {message}"} if reason else {}
             self._containers_lost_on(name, rejected)
 
@@ -606,9 +622,18 @@ class FakeCluster:
                              "labels": {"kubernetes.io/hostname": name, **labels}},
                 "spec": {"taints": [dict(t) for t in taints]},
                 "status": {"capacity": dict(allocatable), "allocatable": allocatable, "conditions": [],
-                           "addresses": [{"type": "InternalIP", "address": self.pod_ip}]}}
+                           "addresses": [{"type": "InternalIP", "address": self.pod_ip}],
+                           "nodeInfo": self._node_info()}}
         self._set_ready(node, ready)
         return node
+
+    @staticmethod
+    def _node_info() -> Obj:
+        """status.nodeInfo as a kubelet reports it (the client's model requires every field)."""
+        return {"architecture": "amd64", "bootID": str(uuid.uuid4()), "containerRuntimeVersion": "containerd://1.7.22",
+                "kernelVersion": "6.1.0-27-cloud-amd64", "kubeProxyVersion": "", "kubeletVersion": "v1.31.2",
+                "machineID": uuid.uuid4().hex, "operatingSystem": "linux", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "systemUUID": str(uuid.uuid4())}
 
     def _set_ready(self, node: Obj, ready: bool) -> None:
         reason, message = ("KubeletReady", "kubelet is posting ready status") if ready else (
@@ -643,6 +668,19 @@ class FakeCluster:
                                "namespace": meta.get("namespace"), "uid": meta["uid"]},
             "reason": reason, "message": message, "type": kind, "count": 1, "firstTimestamp": stamp,
             "lastTimestamp": stamp, "source": {"component": component}, "reportingComponent": component}))
+
+    def _kubelet_event(self, node: str, kind: str, reason: str, message: str) -> None:
+        """An event the kubelet records about its Node: its reference to the node has the node's name for a uid and
+        no namespace, and client-go's recorder puts the event of an object without one in "default"."""
+        stamp = now_iso()
+        self._events.append(self._touch({
+            "kind": "Event", "apiVersion": "v1",
+            "metadata": {"name": f"{node}.{uuid.uuid4().hex[:16]}", "namespace": "default", "uid": str(uuid.uuid4()),
+                         "creationTimestamp": stamp},
+            "involvedObject": {"kind": "Node", "name": node, "uid": node},
+            "reason": reason, "message": message, "type": kind, "count": 1, "firstTimestamp": stamp,
+            "lastTimestamp": stamp, "source": {"component": "kubelet", "host": node}, "reportingComponent": "kubelet",
+            "reportingInstance": node}))
 
     def _pods_on(self, node: str) -> list[Obj]:
         return [pod for pod in self._pods.values() if pod["spec"].get("nodeName") == node]

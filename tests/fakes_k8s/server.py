@@ -26,6 +26,7 @@ class FakeKubernetes:
     def __init__(self, cluster: FakeCluster | None = None, token: str | None = None) -> None:
         self.cluster = cluster or FakeCluster()
         self.token = token or f"fake-k8s-{uuid.uuid4().hex}"
+        self._unlistable: set[tuple[str, str | None]] = set()  # (resource, namespace) the token may not list
         c = self.cluster
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
             ("GET", re.compile(r"/api/v1/(?P<kind>nodes)"), self._list),
@@ -111,7 +112,16 @@ class FakeKubernetes:
 
         return _Handler
 
+    def forbid_list(self, resource: str, namespace: str | None = None) -> None:
+        """RBAC: the token may not list `resource` in `namespace` (None: cluster-wide); the API server answers 403."""
+        self._unlistable.add((resource, namespace))
+
     def _list(self, kind: str, query: dict[str, str], namespace: str | None = None, **_: Any) -> dict[str, Any]:
+        if (kind, namespace) in self._unlistable:
+            where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+            user = "system:serviceaccount:spotrun:spotrun"
+            raise ApiError(403, "Forbidden", f'{kind} is forbidden: User "{user}" cannot list resource "{kind}" in API '
+                           f'group "" {where}', kind=kind)
         return self.cluster.list_objects(kind, namespace, query.get("labelSelector"), query.get("fieldSelector"))
 
     @staticmethod

@@ -32,3 +32,14 @@ def test_controller_finish_sequence_during_eviction_delete_keeps_the_reclaim(pro
     after = provider.describe(info.instance_id)
 
     assert after.reclaimed is True
+
+
+def test_a_vm_being_deleted_is_not_found_by_its_launchs_token(provider, make_request, arm) -> None:
+    """The lookup of a launch whose answers were lost: a VM Azure is deleting (evicted, or its allocation failed and
+    it was discarded) is no longer the launch's instance, as a relaunch does not take it."""
+    info = provider.launch(make_request())
+    assert provider.find_by_token(info.client_token).instance_id == info.instance_id
+
+    _start_eviction_delete(arm, info.instance_id)
+
+    assert provider.find_by_token(info.client_token) is None

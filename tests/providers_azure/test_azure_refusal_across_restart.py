@@ -74,3 +74,29 @@ def test_a_refusal_the_controller_died_before_recording_is_recorded_as_a_refusal
     assert (attempt.end_reason, attempt.instance_id, attempt.billed_seconds) == ("no_capacity", None, 0.0)
     with store.session() as session:
         assert session.get(Job, job_id).preemptions == 0
+
+
+def test_a_launch_given_up_after_launch_timeout_does_not_take_its_vm_being_deleted(store, arm, make_provider):
+    """Past launch_timeout the controller looks the launch up by its client token (its answers may have been lost):
+    the refused VM it finds still being deleted is not the launch's instance, or the attempt ran on it and its going
+    read as an eviction, billed."""
+    clock = ManualClock()
+    first = make_provider()
+    dies_after_discarding_the_failed_vm(first)
+    job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
+    arm.fail_next_allocation(*NO_CAPACITY)
+    arm.deleting_reads = 10  # Azure is slow to delete it
+    with pytest.raises(Crash):
+        controller(store, first, clock).tick()
+
+    restarted = controller(store, make_provider(), clock)
+    clock.advance(restarted.settings.launch_timeout + 5)  # the controller came back late
+    for _ in range(2):
+        restarted.tick()
+        arm.settle_all()  # Azure finishes deleting the failed VM
+        clock.advance(5)
+
+    attempt = first_attempt(store, job_id)
+    assert (attempt.end_reason, attempt.instance_id, attempt.billed_seconds) == ("launch_error", None, 0.0)
+    with store.session() as session:
+        assert session.get(Job, job_id).preemptions == 0

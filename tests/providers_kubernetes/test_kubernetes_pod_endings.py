@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from spotrun.providers.base import LaunchRequest
 from spotrun.providers.kubernetes import KubernetesSettings
 from spotrun.providers.kubernetes.body import pod_manifest
-from spotrun.providers.kubernetes.pods import node_replaced, pod_info
+from spotrun.providers.kubernetes.pods import node_rebooted, node_replaced, pod_info
 
 
 def iso(offset: float = 0.0) -> str:
@@ -95,6 +95,24 @@ def test_the_node_is_replaced_when_it_is_gone_or_made_again_since_the_pod_was_bo
     assert not node_replaced(pod, node_made(-3600)), "a node is Ready, and can take a pod, only after it is made"
     assert not node_replaced(spot_pod("Failed", containerStatuses=[LOST_CONTAINER]), node_made(-60)), \
         "never bound: no node of its own went"
+
+
+def node_event(reason: str, offset: float, message: str = "") -> dict:
+    """An event the kubelet recorded about its Node `offset` seconds from now (core/v1, as client-go's recorder)."""
+    return {"involvedObject": {"kind": "Node", "name": "gke-spot-1", "uid": "gke-spot-1"}, "reason": reason,
+            "message": message, "type": "Warning", "count": 1, "firstTimestamp": iso(offset),
+            "lastTimestamp": iso(offset)}
+
+
+def test_the_node_was_rebooted_when_its_kubelet_said_so_after_the_pod_was_bound():
+    # kubelet's nodestatus MachineInfo setter: "Rebooted" when the boot id it reads differs from the Node's
+    pod = bound(spot_pod("Failed", containerStatuses=[LOST_CONTAINER]), -3600)
+    rebooted = node_event("Rebooted", -60, "Node gke-spot-1 has been rebooted, boot id: 6d2c...")
+    assert node_rebooted(pod, [node_event("Starting", -60), rebooted])
+    assert not node_rebooted(pod, [node_event("Starting", -60)]), "a kubelet that restarted keeps the boot id"
+    assert not node_rebooted(pod, [node_event("Rebooted", -7200)]), "rebooted before the pod was bound"
+    assert not node_rebooted(pod, [node_event("Rebooted", -3600)]), "in the second it was bound: before it"
+    assert not node_rebooted(spot_pod("Failed", containerStatuses=[LOST_CONTAINER]), [rebooted]), "never bound"
 
 
 def test_a_pod_the_kubelet_refuses_to_admit_is_a_start_failure_not_a_reclaim():

@@ -212,6 +212,46 @@ def test_a_pod_its_restarted_kubelet_refused_again_is_not_a_reclaim(provider, k8
     assert not provider.describe(info.instance_id).reclaimed
 
 
+def test_a_spot_vm_replaced_under_the_same_node_object_is_a_reclaim(provider, k8s_cluster):
+    # the VM taken back and made again under its name, its Node object kept: the new kubelet's boot id differs, and
+    # it says so (a "Rebooted" event on the Node), then fails the pod whose containers it cannot find
+    info = launch(provider)
+    k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.age(600)
+    k8s_cluster.reboot_node("spot-a")
+    seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
+    assert seen.reclaimed, seen
+    assert seen.start_failure is None
+    provider.terminate(info.instance_id)
+    assert provider.describe(info.instance_id).reclaimed, "this process let it go knowing it was reclaimed"
+
+
+def test_a_reboot_before_the_pod_was_bound_does_not_make_a_later_kubelet_restart_a_reclaim(provider, k8s_cluster):
+    k8s_cluster.reboot_node("spot-a")  # no pod on it yet
+    k8s_cluster.age(600)
+    info = launch(provider)
+    k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.restart_kubelet("spot-a")
+    seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
+    assert not seen.reclaimed, seen
+
+
+def test_without_leave_to_list_node_events_a_reboot_under_a_pod_is_not_called_a_reclaim(
+    provider, k8s, k8s_cluster, caplog
+):
+    # RBAC grants no list of events in "default", where the kubelet's Rebooted event is: as before spotrun read it
+    k8s.forbid_list("events", "default")
+    info = launch(provider)
+    k8s_cluster.wait_for(lambda: running(provider, info.instance_id))
+    k8s_cluster.age(600)
+    k8s_cluster.reboot_node("spot-a")
+    seen = k8s_cluster.wait_for(lambda: (s := provider.describe(info.instance_id)).state == "terminated" and s)
+    assert not seen.reclaimed, seen
+    assert not provider.describe(info.instance_id).reclaimed
+    said = [r for r in caplog.records if "may not list events in namespace default" in r.getMessage()]
+    assert len(said) == 1, "said once, not at every look"
+
+
 def test_an_exited_pod_is_not_a_reclaim_and_terminate_keeps_other_finalizers(provider, k8s_cluster):
     info = launch(provider)
     k8s_cluster.wait_for(lambda: running(provider, info.instance_id))

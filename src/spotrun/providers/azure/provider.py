@@ -197,8 +197,11 @@ class AzureProvider:
         return found
 
     def find_by_token(self, client_token: str) -> InstanceInfo | None:
+        """The launch's VM; none while Azure is deleting it: as for a relaunch (`_relaunch`), a VM being deleted is no
+        longer the launch's instance (the controller, having given up the launch after launch_timeout, would run
+        the attempt on it and read its going as an eviction, billed)."""
         found = self._get(vm_name(client_token))
-        if found is None or found.client_token != client_token:
+        if found is None or found.client_token != client_token or _being_deleted(found):
             return None
         return found
 

@@ -10,9 +10,11 @@ leaves no such trace: the new kubelet finds none of the pod's containers, report
 fails the pod (or refuses to admit it again, its GPUs not yet reported: UnexpectedAdmissionError, OutOf...). A
 kubelet that only restarted on the same node does the same, so lost containers are a reclaim only where the node
 says it went: gone, or its Node object made again since the pod was bound (GKE deletes the Node of a VM whose
-instance changed, cloud-provider-gcp#368); the caller reads the node (`node_replaced`). A pod evicted for the
-node's memory or disk pressure, or pushed out by a pod of higher priority, was not reclaimed: it is lost; one the
-kubelet refused to admit, or evicted, before it could start is a start failure.
+instance changed, cloud-provider-gcp#368), or its machine booted again under the same Node object since then (the
+kubelet's "Rebooted" event: a new boot id, which a kubelet restart keeps); the caller reads the node and its events
+(`node_replaced`, `node_rebooted`). A pod evicted for the node's memory or disk pressure, or pushed out by a pod of
+higher priority, was not reclaimed: it is lost; one the kubelet refused to admit, or evicted, before it could start
+is a start failure.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ KUBELET_GONE_AFTER = 300.0
 # DisruptionTarget reasons that mean the node went (or was drained) rather than the pod's own fault
 RECLAIM_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByPodGC", "DeletionByTaintManager", "EvictionByEvictionAPI"})
 NODE_PRESSURE_REASON = "Evicted"  # the kubelet's status.reason for a node-pressure eviction (TerminationByKubelet too)
+# The kubelet's event on its Node when the boot id it reads is not the Node's status.nodeInfo.bootID (its nodestatus
+# MachineInfo setter): the machine booted again, rebooted or a new VM under the Node's name. A restarted kubelet on
+# the same boot says nothing of the kind.
+NODE_REBOOTED = "Rebooted"
 # How the kubelet's rejectPod begins status.message, whatever its reason (UnexpectedAdmissionError, OutOf<resource>,
 # NodeAffinity, and Evicted where the node is under pressure)
 ADMISSION_REJECTED = "Pod was rejected"
@@ -86,9 +92,9 @@ def disruption_of(pod: Pod) -> str | None:
 
 
 def reclaimed(pod: Pod, now: float | None = None, node_replaced: bool = False) -> bool:
-    """A spot pod that ended because its node went or was drained. `node_replaced`: whether its node is gone or
-    made again since the pod was bound (`node_replaced()`), which alone tells a reclaim where its containers
-    were lost without a word of why (`lost_with_its_node`)."""
+    """A spot pod that ended because its node went or was drained. `node_replaced`: whether its node is gone, made
+    again or booted again since the pod was bound (`node_replaced()`, `node_rebooted()`), which alone tells a
+    reclaim where its containers were lost without a word of why (`lost_with_its_node`)."""
     if not _ended_on_spot(pod, now) or _status(pod).get("reason") == NODE_PRESSURE_REASON:
         return False
     disruption = disruption_of(pod)
@@ -108,13 +114,22 @@ def node_replaced(pod: Pod, node: Pod | None) -> bool:
     """Whether the node the pod was bound to is gone (`node` None: the API has none of its name) or is another,
     made after the pod was bound. A node takes pods only once Ready, some time after it is made: one made in the
     second the pod was bound was there before it."""
-    bound = scheduled_at(pod) or timestamp(_status(pod).get("startTime"))
-    if not pod.get("spec", {}).get("nodeName") or bound is None:
+    bound = _bound_at(pod)
+    if bound is None:
         return False
     if node is None:
         return True
     made = timestamp((node.get("metadata") or {}).get("creationTimestamp"))
     return made is not None and made > bound
+
+
+def node_rebooted(pod: Pod, node_events: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the kubelet of the pod's node said, among `node_events` (its Node's), that the machine booted again
+    after the pod was bound: a VM taken back and given again under the same Node object (or rebooted), not a
+    kubelet that restarted. One said in the second the pod was bound was before it, as its containers ran since."""
+    bound = _bound_at(pod)
+    return bound is not None and any(
+        event.get("reason") == NODE_REBOOTED and _event_time(event) > bound for event in node_events)
 
 
 def pod_info(pod: Pod, now: float | None = None, node_replaced: bool = False) -> InstanceInfo:
@@ -270,6 +285,13 @@ def _kubelet_refusal(pod: Pod) -> str | None:
     if reason == NODE_PRESSURE_REASON or message.startswith(ADMISSION_REJECTED):
         return f"{reason}: {message}".rstrip(": ")
     return None
+
+
+def _bound_at(pod: Pod) -> float | None:
+    """When the pod was bound to its node; None for a pod never bound."""
+    if not pod.get("spec", {}).get("nodeName"):
+        return None
+    return scheduled_at(pod) or timestamp(_status(pod).get("startTime"))
 
 
 def _ended_on_spot(pod: Pod, now: float | None) -> bool:

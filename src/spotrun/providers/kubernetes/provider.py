@@ -36,9 +36,11 @@ from spotrun.providers.kubernetes.naming import (
     parse_instance_id,
 )
 from spotrun.providers.kubernetes.pods import (
+    NODE_REBOOTED,
     gone_info,
     is_scheduled,
     lost_with_its_node,
+    node_rebooted,
     node_replaced,
     pod_info,
     provisioner_verdict,
@@ -56,7 +58,10 @@ MAX_CLIENT_TOKEN_LENGTH = 253
 MERGE_PATCH = "application/merge-patch+json"
 _LET_GO_TRIES = 5
 _ENDED_KEPT = 1024  # pods whose end this process remembers after letting them go
-_NOT_FOUND, _CONFLICT = 404, 409
+_FORBIDDEN, _NOT_FOUND, _CONFLICT = 403, 404, 409
+# Where the kubelet's events about its Node are: client-go's recorder puts the event of an object with no namespace
+# (the kubelet's reference to its node has none) in "default"
+NODE_EVENTS_NAMESPACE = "default"
 Pod = dict[str, Any]
 
 
@@ -88,6 +93,7 @@ class KubernetesProvider:
         # How pods that spotrun let go had ended: a describe after terminate still tells a reclaim.
         self._ended: dict[str, InstanceInfo] = {}
         self._ended_lock = threading.Lock()
+        self._events_forbidden_said = False
 
     # -- where -------------------------------------------------------------------------------------------
 
@@ -230,8 +236,29 @@ class KubernetesProvider:
         now = time.time()
         if not lost_with_its_node(pod, now):
             return pod_info(pod, now)
-        node = self._call("read node", self.api.read_node, pod["spec"]["nodeName"], tolerate=(_NOT_FOUND,))
-        return pod_info(pod, now, node_replaced=node_replaced(pod, node))
+        return pod_info(pod, now, node_replaced=self._node_went(pod))
+
+    def _node_went(self, pod: Pod) -> bool:
+        """Whether the pod's node went since the pod was bound: gone, its Node made again, or its machine booted
+        again under the same Node (a spot VM taken back and given again under its name)."""
+        name = pod["spec"]["nodeName"]
+        node = self._call("read node", self.api.read_node, name, tolerate=(_NOT_FOUND,))
+        return node_replaced(pod, node) or node_rebooted(pod, self._node_reboots(name))
+
+    def _node_reboots(self, node_name: str) -> list[dict[str, Any]]:
+        """The kubelet's Rebooted events of the node (the API server keeps events an hour by default, --event-ttl);
+        none where RBAC does not let spotrun list the events of NODE_EVENTS_NAMESPACE: a reboot is then not seen,
+        as before spotrun looked for it."""
+        selector = f"involvedObject.kind=Node,involvedObject.name={node_name},reason={NODE_REBOOTED}"
+        events = self._call("list node events", self.api.list_namespaced_event, NODE_EVENTS_NAMESPACE,
+                            field_selector=selector, tolerate=(_FORBIDDEN,))
+        if events is None:
+            if not self._events_forbidden_said:  # once: the permission is optional, and this is asked per lost pod
+                log.warning("may not list events in namespace %s: whether a node rebooted under its pods is not "
+                            "known (node %s; docs/clouds/kubernetes.md, RBAC)", NODE_EVENTS_NAMESPACE, node_name)
+                self._events_forbidden_said = True
+            return []
+        return events["items"]
 
     def _list_pods(self, selector: str) -> list[Pod]:
         return self._call("list pods", self.api.list_namespaced_pod, self.namespace, label_selector=selector)["items"]
