@@ -16,6 +16,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -302,9 +303,11 @@ def _tokenizer():
                                    mask_token="[MASK]")
 
 
-def _masking_trainer(tmp_path: Path, store: Path, *, mlm: bool = True):
+def _masking_trainer(tmp_path: Path, store: Path, *, mlm: bool = True, seed: int | None = None, workers: int = 0,
+                     persistent_workers: bool = False):
     """A Trainer of a toy masked language model on 40 sequences (10 batches an epoch), its batches made by
-    DataCollatorForLanguageModeling, which draws each batch's masks from the global RNGs (mlm=True)."""
+    DataCollatorForLanguageModeling, which draws each batch's masks (mlm=True) from the global RNGs, or from a
+    generator of its own (``seed``), in ``workers`` DataLoader processes (none: in the main one)."""
     import torch
     from torch import nn
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
@@ -325,41 +328,63 @@ def _masking_trainer(tmp_path: Path, store: Path, *, mlm: bool = True):
     data = [{"input_ids": torch.randint(3, len(words), (6,), generator=generator).tolist()} for _ in range(40)]
     args = TrainingArguments(output_dir=str(tmp_path / "hf-output"), max_steps=12, per_device_train_batch_size=4,
                              save_strategy="steps", save_steps=5, seed=7, report_to=[], use_cpu=True,
-                             disable_tqdm=True, logging_strategy="no", remove_unused_columns=False)
+                             disable_tqdm=True, logging_strategy="no", remove_unused_columns=False,
+                             dataloader_num_workers=workers, dataloader_persistent_workers=persistent_workers)
     torch.manual_seed(7)
     spot = TrainerCheckpoints(store, every_seconds=None, keep_last=None, signals=())
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm=mlm)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=mlm, seed=seed)
     return Trainer(Net(), args, train_dataset=data, data_collator=collator, callbacks=[spot]), spot
+
+
+def _trained(tmp_path: Path, name: str, **options: Any) -> str:
+    """The weights of an uninterrupted run of ``_masking_trainer(**options)`` (its store keeps every checkpoint: 5,
+    10 and the last)."""
+    from spotrun import weights_sha256
+
+    run, _ = _masking_trainer(tmp_path / name, tmp_path / name / "store", **options)
+    run.train()
+    return weights_sha256(run.model.state_dict())
+
+
+def _resumed(tmp_path: Path, name: str, step: int, **options: Any) -> str:
+    """The weights of a run resumed from that run's checkpoint of this step, copied into a store of its own."""
+    from spotrun import weights_sha256
+
+    store = tmp_path / f"{name}-from-{step}" / "store"
+    shutil.copytree(tmp_path / name / "store" / checkpoint_name(step), store / checkpoint_name(step))
+    run, spot = _masking_trainer(store.parent, store, **options)
+    run.train(resume_from_checkpoint=spot.resume_from())
+    return weights_sha256(run.model.state_dict())
 
 
 def test_a_mid_epoch_resume_with_a_masking_collator_warns_that_it_is_inexact(tmp_path):
     """The Trainer restores the RNG states only after fetching the first batches of the epoch it resumes in, so the
     masks a collator draws from there differ: the resumed run ended with other weights, and nothing said so."""
-    import shutil
-
-    from spotrun import weights_sha256
-
-    def trained(name: str, *, mlm: bool) -> str:
-        """The weights of an uninterrupted run (its store keeps every checkpoint: 5, 10 and the last)."""
-        run, _ = _masking_trainer(tmp_path / name, tmp_path / name / "store", mlm=mlm)
-        run.train()
-        return weights_sha256(run.model.state_dict())
-
-    def resumed(name: str, step: int, *, mlm: bool) -> str:
-        """The weights of a run resumed from that run's checkpoint of this step, copied into a store of its own."""
-        store = tmp_path / f"{name}-from-{step}" / "store"
-        shutil.copytree(tmp_path / name / "store" / checkpoint_name(step), store / checkpoint_name(step))
-        run, spot = _masking_trainer(store.parent, store, mlm=mlm)
-        run.train(resume_from_checkpoint=spot.resume_from())
-        return weights_sha256(run.model.state_dict())
-
-    masked = trained("masked", mlm=True)
+    masked = _trained(tmp_path, "masked", mlm=True)
     with pytest.warns(CheckpointWarning, match=r"resuming mid-epoch \(step 5\) with DataCollatorForLanguageModeling"):
-        assert resumed("masked", 5, mlm=True) != masked  # the warning's claim: transformers' limitation is still there
+        assert _resumed(tmp_path, "masked", 5, mlm=True) != masked  # the warning's claim: transformers' limitation
     with warnings.catch_warnings():
         warnings.simplefilter("error", CheckpointWarning)
-        assert resumed("masked", 10, mlm=True) == masked  # at an epoch's start: exact, and no warning
-        assert trained("plain", mlm=False) == resumed("plain", 5, mlm=False)  # draws nothing: exact mid-epoch
+        assert _resumed(tmp_path, "masked", 10, mlm=True) == masked  # at an epoch's start: exact, and no warning
+        assert _trained(tmp_path, "plain", mlm=False) == _resumed(tmp_path, "plain", 5, mlm=False)  # draws nothing
+
+
+def test_a_masking_collator_in_persistent_workers_warns_at_the_start_that_no_resume_is_exact(tmp_path):
+    """With dataloader_persistent_workers the collator masks in worker processes that live from one epoch to the
+    next: their random state (a seeded collator's own generator, one copy per worker, or the RNGs they were seeded
+    with) carries on there, out of the checkpoint's reach, and a resume starts them afresh. Even a resume at an
+    epoch's start ended with other weights, and nothing said so; workers started at each epoch resume exactly."""
+    persistent = {"seed": 3, "workers": 1, "persistent_workers": True}
+    uninterrupted_warning = r"dataloader_persistent_workers=True .* DataCollatorForLanguageModeling draws .* workers"
+    with pytest.warns(CheckpointWarning, match=uninterrupted_warning) as seen:
+        masked = _trained(tmp_path, "persistent", **persistent)
+    assert len([warning for warning in seen if warning.category is CheckpointWarning]) == 1  # once a run
+    with pytest.warns(CheckpointWarning, match=uninterrupted_warning):
+        assert _resumed(tmp_path, "persistent", 10, **persistent) != masked  # the warning's claim
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CheckpointWarning)
+        restarted = {"seed": 3, "workers": 1, "persistent_workers": False}
+        assert _trained(tmp_path, "restarted", **restarted) == _resumed(tmp_path, "restarted", 10, **restarted)
 
 
 def test_a_seeded_masking_collators_generator_is_kept_with_the_checkpoint_and_put_back_at_the_resume(tmp_path):

@@ -2,7 +2,8 @@
 `spotrun checkpoints list --verify` met a half-removed folder and called it damaged. It is "pruned meanwhile": skipped
 without a warning, the newest one there is now read instead, and nothing is reported damaged. The writer's save and
 pruning are run from inside the reader (between its listing and its read, or after it has read a manifest), so the
-moment is the same at every run."""
+moment is the same at every run. The framework callbacks' resume (`TrainerCheckpoints`, `LightningCheckpoints`:
+`foreign.newest_intact`) is held to the same."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from typer.testing import CliRunner
 import spotrun
 from spotrun.cli import checkpoints
 from spotrun.cli.main import app
-from spotrun.sdk import layout, storage
+from spotrun.sdk import foreign, layout, storage
+from spotrun.sdk.hf_trainer import TrainerCheckpoints
+from spotrun.sdk.lightning import CHECKPOINT_FILE, LightningCheckpoints
 
 
 def state_filled(value: float) -> tuple[spotrun.TrainingState, torch.nn.Module]:
@@ -154,3 +157,54 @@ def test_list_does_not_call_a_checkpoint_pruned_after_the_listing_a_save_cut_sho
     monkeypatch.setattr(checkpoints, "_folders", listing_then_pruned)
     rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(tmp_path), "--json"]).stdout)
     assert [row["state"] for row in rows] == [checkpoints.PRUNED]
+
+
+FRAMEWORK_CALLBACKS = {  # the callback, and what its resume_from gives for a checkpoint's folder
+    layout.TRAINER_PAYLOAD: (TrainerCheckpoints, lambda folder: folder),
+    layout.LIGHTNING_PAYLOAD: (LightningCheckpoints, lambda folder: f"{folder}/{CHECKPOINT_FILE}"),
+}
+
+
+def save_foreign(root: Path, steps_done: int, keep_last: int | None, payload: str) -> None:
+    """A framework callback as the writer: commits the framework's checkpoint of ``steps_done`` steps (one file
+    holding the step count), then prunes to ``keep_last``."""
+    written = root.parent / f"written-{steps_done}"
+    written.mkdir()
+    (written / "state.txt").write_text(str(steps_done))
+    store = foreign.local_store(root, payload)
+    try:
+        foreign.commit(store, str(written), steps_done, payload=payload)
+        if keep_last is not None:
+            store.prune(steps_done, keep_last)
+    finally:
+        store.release()
+
+
+@pytest.mark.parametrize("payload", FRAMEWORK_CALLBACKS)
+def test_a_framework_resume_takes_the_newest_one_when_those_it_listed_are_pruned_before_their_check(
+    payload: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_warnings: None
+) -> None:
+    root = tmp_path / "store"
+    save_foreign(root, 1, keep_last=None, payload=payload)
+    save_foreign(root, 2, keep_last=None, payload=payload)
+    after_listing(monkeypatch, lambda: save_foreign(root, 3, keep_last=1, payload=payload))  # commits 3, prunes 1, 2
+    callback, resumed_file = FRAMEWORK_CALLBACKS[payload]
+    spot = callback(root, signals=())
+    assert spot.resume_from() == resumed_file(storage.open_store(str(root)).path(3))
+    assert spot._skipped == set()  # not taken for damaged: nothing of it counts against pruning
+
+
+@pytest.mark.parametrize("payload", FRAMEWORK_CALLBACKS)
+def test_a_framework_resume_takes_a_checkpoint_whose_files_vanish_after_its_manifest_for_pruned_not_damaged(
+    payload: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_warnings: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its writer commits a newer one and prunes the one being checked: the newer one is taken."""
+    root = tmp_path / "store"
+    save_foreign(root, 1, keep_last=None, payload=payload)
+    after_manifest_read(monkeypatch, "ckpt-000000000001", lambda: save_foreign(root, 2, keep_last=1, payload=payload))
+    caplog.set_level(logging.INFO, logger="spotrun.sdk.foreign")
+    callback, resumed_file = FRAMEWORK_CALLBACKS[payload]
+    spot = callback(root, signals=())
+    assert spot.resume_from() == resumed_file(storage.open_store(str(root)).path(2))
+    assert spot._skipped == set()
+    assert "ckpt-000000000001 was pruned by its writer while it was read" in caplog.text

@@ -15,8 +15,8 @@ import time
 import warnings
 from typing import Any
 
-from spotrun.sdk import layout
-from spotrun.sdk.errors import CheckpointWarning, no_valid_checkpoint
+from spotrun.sdk import layout, reading
+from spotrun.sdk.errors import CheckpointWarning, PrunedMeanwhile, no_valid_checkpoint
 from spotrun.sdk.storage import LocalStore, checkpoint_location, open_store
 
 log = logging.getLogger(__name__)
@@ -63,13 +63,19 @@ def commit(
 def newest_intact(store: LocalStore, payload: str, framework: str, skipped: set[int] | None = None) -> str | None:
     """The folder of the newest checkpoint of `payload` whose every file matches its manifest; None when there is
     none. A damaged one is skipped with a CheckpointWarning, and its step added to `skipped` (which pruning then
-    does not count as kept: ``CheckpointStore.prune``); NoValidCheckpoint (nothing loaded or deleted) when there are
+    does not count as kept: ``CheckpointStore.prune``); one that its writer prunes while it is checked is not damaged,
+    and the newest one there is then is checked instead. NoValidCheckpoint (nothing loaded or deleted) when there are
     some and none is intact."""
     rejected = []
     store.finish_commits()  # a save cut short between its renames is complete: a candidate too
-    for steps, path in reversed(store.candidates()):
+    candidates = reading.NewestFirst(store.candidates)
+    for steps, path in candidates:
         try:
             verify(store, path, payload, framework)
+        except PrunedMeanwhile as error:  # its writer has committed a newer one since the listing
+            log.info("%s; resuming from the newest checkpoint there is now", error)
+            candidates.relist()
+            continue
         except layout.CorruptCheckpoint as error:
             rejected.append(str(error))
             if skipped is not None:
@@ -87,7 +93,12 @@ def newest_intact(store: LocalStore, payload: str, framework: str, skipped: set[
 
 def verify(store: LocalStore, path: str, payload: str, framework: str) -> None:
     """CorruptCheckpoint unless the folder is a checkpoint of `payload` whose every listed file matches the
-    manifest."""
+    manifest; PrunedMeanwhile when it was removed while it was checked."""
+    with reading.pruned_told_apart(store.fs, path):
+        _verify(store, path, payload, framework)
+
+
+def _verify(store: LocalStore, path: str, payload: str, framework: str) -> None:
     manifest = layout.read_manifest(store.fs, path)
     if manifest is None:
         raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")

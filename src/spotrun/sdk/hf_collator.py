@@ -5,8 +5,11 @@ the seed at its first batch, in the process that collates), not from the RNGs th
 again from its seed. Its state at the save is written into the checkpoint, one file per rank, and put back before
 the resumed run's first batch. That makes a resume at an epoch's start exact. One mid-epoch stays inexact: the
 DataLoader has already collated the batch after the checkpoint's (accelerate fetches one ahead), so the state saved
-is past it; and a collator run in DataLoader workers keeps its generator there, out of reach (workers started afresh
-at each epoch seed it again as an uninterrupted run does).
+is past it. A collator run in DataLoader workers keeps its generator there, one copy per worker (seeded with
+``seed + worker id``), out of reach: nothing is saved. Workers started afresh at each epoch seed it again as an
+uninterrupted run does, so a resume at an epoch's start stays exact; persistent workers
+(``dataloader_persistent_workers``) carry it on from one epoch to the next, where a resumed run starts them afresh,
+so no resume is exact, and ``TrainerCheckpoints`` warns of it at the start of training.
 """
 
 from __future__ import annotations

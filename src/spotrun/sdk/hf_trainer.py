@@ -25,10 +25,13 @@ resuming mid-epoch, the Trainer restores the RNGs only after it has fetched the 
 Such a resume warns (``CheckpointWarning``)
 where the collator is one of transformers' masking ones (``DataCollatorForLanguageModeling`` with ``mlm``,
 ``DataCollatorForPermutationLanguageModeling``); draws in a dataset's ``__getitem__`` or in a collator of one's own
-cannot be seen from here, and go unwarned. A save asked at an epoch's last step is made after the epoch's evaluation
-(``eval_strategy="epoch"``), which draws from the RNGs the checkpoint holds; at a notice, also before it. With
-``load_best_model_at_end``, the best checkpoint is kept in the store besides the ``keep_last`` newest, and a resume
-on another machine finds it there.
+cannot be seen from here, and go unwarned. With ``dataloader_persistent_workers``, such a collator masks in worker
+processes whose random state carries on from one epoch to the next and is in no checkpoint: a resume restarts it,
+so no resume is exact, even at an epoch's start; a ``CheckpointWarning`` says so once, at the start of training
+(workers started at each epoch, the default, are seeded from the restored RNGs). A save asked at an epoch's last
+step is made after the epoch's evaluation (``eval_strategy="epoch"``), which draws from the RNGs the checkpoint
+holds; at a notice, also before it. With ``load_best_model_at_end``, the best checkpoint is kept in the store
+besides the ``keep_last`` newest, and a resume on another machine finds it there.
 
 The main process is the folder's one writer from its first commit to the end of training, as a Checkpointer is
 (``writerlock``): another run saving to the same folder is refused at its first save (CheckpointError). A
@@ -116,7 +119,8 @@ class TrainerCheckpoints(TrainerCallback):
     def resume_from(self) -> str | None:
         """The folder of the newest checkpoint whose every file matches its manifest, for
         ``trainer.train(resume_from_checkpoint=...)``; None when there is none. A damaged one is skipped with a
-        CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
+        CheckpointWarning; one that its writer prunes while it is checked is not damaged, and the newest one there is
+        then is taken. NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
         self._resumed = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK, self._skipped)
         return self._resumed
 
@@ -160,6 +164,8 @@ class TrainerCheckpoints(TrainerCallback):
             self._find_best_in_store(state)
         if self._resumed is not None and not args.ignore_data_skip and not _at_epoch_end(state):
             _warn_of_random_batches(train_dataloader, state.global_step)
+        if getattr(train_dataloader, "persistent_workers", False):
+            _warn_of_masks_in_persistent_workers(train_dataloader)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **_: Any) -> None:
         due = self.every_seconds is not None and time.monotonic() - self._last_save >= self.every_seconds
@@ -267,8 +273,7 @@ def _warn_of_random_batches(loader: Any, step: int) -> None:
     checkpoint's, which the DataLoader had already collated: ``hf_collator``). Of what draws, only
     transformers' masking collators are known here; a dataset's ``__getitem__`` or a collator of the user's may too."""
     collator = hf_collator.collator_of(loader)
-    masks = isinstance(collator, DataCollatorForLanguageModeling) and collator.mlm
-    if masks or isinstance(collator, DataCollatorForPermutationLanguageModeling):
+    if _draws_for_every_batch(collator):
         why = ("its own generator (seed=) was saved after the DataLoader had drawn the next batch's masks"
                if getattr(collator, "seed", None) is not None
                else "the Trainer restores the RNG states only after fetching the first batches")
@@ -279,6 +284,32 @@ def _warn_of_random_batches(loader: Any, step: int) -> None:
             CheckpointWarning,
             stacklevel=2,
         )
+
+
+def _warn_of_masks_in_persistent_workers(loader: Any) -> None:
+    """A collator run in persistent DataLoader workers draws from random state that lives in those processes from one
+    epoch to the next (``hf_collator``): no checkpoint holds it, and a resume starts the workers afresh. Said once, at
+    the start of training, so that the run can be set up otherwise before a preemption."""
+    collator = hf_collator.collator_of(loader)
+    if not _draws_for_every_batch(collator):
+        return
+    warnings.warn(
+        f"dataloader_persistent_workers=True (dataloader_num_workers={loader.num_workers}): "
+        f"{type(collator).__name__} draws every batch's masks in the workers, whose random state (a seeded collator's "
+        "own generator, one copy per worker, or the RNGs each worker was seeded with) carries on there from one epoch "
+        "to the next, out of any checkpoint's reach; a resumed run starts its workers afresh, so even a resume at an "
+        "epoch's start masks differently from an uninterrupted run and ends with other weights. For exact resumes "
+        "set dataloader_persistent_workers=False (workers started at each epoch are seeded from the RNG states the "
+        "checkpoint restores) or dataloader_num_workers=0",
+        CheckpointWarning,
+        stacklevel=2,
+    )
+
+
+def _draws_for_every_batch(collator: Any) -> bool:
+    """Whether the collator is one of transformers' masking ones, which draw random numbers for every batch."""
+    masks = isinstance(collator, DataCollatorForLanguageModeling) and collator.mlm
+    return masks or isinstance(collator, DataCollatorForPermutationLanguageModeling)
 
 
 def _at_epoch_end(state: TrainerState) -> bool:

@@ -102,7 +102,8 @@ class LightningCheckpoints(pl.Callback):
     def resume_from(self) -> str | None:
         """The checkpoint file of the newest checkpoint whose every file matches its manifest, for
         ``trainer.fit(..., ckpt_path=...)``; None when there is none. A damaged one is skipped with a
-        CheckpointWarning; NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
+        CheckpointWarning; one that its writer prunes while it is checked is not damaged, and the newest one there is
+        then is taken. NoValidCheckpoint (nothing loaded or deleted) when there are some and none is intact."""
         folder = foreign.newest_intact(self.store, PAYLOAD, FRAMEWORK, self._skipped)
         return None if folder is None else os.path.join(folder, CHECKPOINT_FILE)
 

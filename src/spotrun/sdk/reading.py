@@ -7,6 +7,7 @@ tensors: the weights out of a checkpoint, for evaluation or export).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -14,6 +15,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import fsspec
 
 from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
@@ -46,14 +49,8 @@ class Reader:
         IncompatibleCheckpoint when sharded tensors do not fit ``live`` (before any piece is read), PrunedMeanwhile
         when the checkpoint was removed while it was read, and any other exception for a damaged checkpoint. Every
         file is checked against the one manifest read first: what it returns is never a mix of two checkpoints."""
-        try:
+        with pruned_told_apart(self.store.fs, path):
             return self._payload(path, live, components, only)
-        except CheckpointError:  # about what the checkpoint holds, read whole
-            raise
-        except Exception as error:
-            if layout.removed(self.store.fs, path):
-                raise PrunedMeanwhile(f"{path} was pruned by its writer while it was read") from error
-            raise
 
     def _payload(
         self, path: str, live: Mapping[str, Any], components: Mapping[str, Any], only: Iterable[str] | None
@@ -90,6 +87,21 @@ class Reader:
 
     def _load_one(self, path: str, manifest: dict[str, Any], name: str) -> Any:
         return self.store.load_verified(path, [name], manifest)[name]
+
+
+@contextlib.contextmanager
+def pruned_told_apart(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
+    """Reading (or verifying) the checkpoint at ``path`` within: a failure raises PrunedMeanwhile in its place when the
+    checkpoint is gone (its writer pruned it meanwhile), not damaged. A CheckpointError passes as it is: it is about
+    what the checkpoint holds, read whole."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        if layout.removed(fs, path):
+            raise PrunedMeanwhile(f"{path} was pruned by its writer while it was read") from error
+        raise
 
 
 def _components(path: str, name: str, payload: Any) -> dict[str, Any]:
