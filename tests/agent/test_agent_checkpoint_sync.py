@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from spotrun.agent import checkpoint_sync, supervisor
 from spotrun.agent.checkpoint_sync import CheckpointSync
+from spotrun.sdk.backup_marks import MARKS_FOLDER, BackupWriter, mark_written_at
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
 
 
@@ -382,3 +384,63 @@ def test_pruning_a_store_folder_named_like_a_glob_leaves_another_runs_checkpoint
     fs = fsspec.filesystem("memory")
     assert [step for step, _ in list_committed(fs, f"{base}/exp[1]")] == [2, 3]
     assert [step for step, _ in list_committed(fs, f"{base}/exp1")] == [1]
+
+
+WRITER = BackupWriter(job_id=7, attempt_id=42)
+
+
+def mark_of(remote: Path, writer: BackupWriter = WRITER) -> Path:
+    return Path(writer.mark_path(str(remote)))
+
+
+def test_a_backup_that_wrote_to_the_store_marks_it_as_its_attempts(local, remote):
+    """The controller's evidence that the instance was alive then (`control.backup_evidence`)."""
+    write_checkpoint(local, 1)
+    assert CheckpointSync(local, str(remote), clock=lambda: 1234.5, writer=WRITER).backup() is True
+
+    assert mark_of(remote) == remote / MARKS_FOLDER / "job-7-attempt-42.json"
+    assert json.loads(mark_of(remote).read_text()) == {"job_id": 7, "attempt_id": 42, "written_at": 1234.5}
+    fs = fsspec.filesystem("file")
+    assert mark_written_at(fs, str(remote), WRITER) == mark_of(remote).stat().st_mtime
+    assert mark_written_at(fs, str(remote), BackupWriter(job_id=7, attempt_id=43)) is None
+
+
+def test_the_mark_is_rewritten_only_by_a_backup_that_wrote_something(local, remote):
+    write_checkpoint(local, 1)
+    sync = CheckpointSync(local, str(remote), writer=WRITER)
+    sync.backup()
+    os.utime(mark_of(remote), (1000.0, 1000.0))
+    sync.backup()  # nothing new
+    assert mark_of(remote).stat().st_mtime == 1000.0
+    (local / "notes.txt").write_text("a user file changed")
+    sync.backup()
+    assert mark_of(remote).stat().st_mtime > 1000.0
+    os.utime(mark_of(remote), (1000.0, 1000.0))
+    write_checkpoint(local, 2)
+    sync.backup()
+    assert mark_of(remote).stat().st_mtime > 1000.0
+
+
+def test_a_store_with_marks_restores_as_before_and_the_marks_stay_there(local, remote, tmp_path):
+    write_checkpoint(local, 1)
+    (local / "notes.txt").write_text("hello")
+    CheckpointSync(local, str(remote), writer=WRITER).backup()
+    fresh = tmp_path / "fresh"
+    assert CheckpointSync(fresh, str(remote), writer=BackupWriter(7, 43)).restore() == 1
+    assert sorted(p.name for p in fresh.iterdir()) == [checkpoint_name(1), "notes.txt"]
+    assert mark_of(remote).exists() and not mark_of(remote, BackupWriter(7, 43)).exists()
+
+
+def test_a_mark_the_store_refuses_fails_no_backup(local, remote, caplog):
+    write_checkpoint(local, 1)
+    remote.mkdir()
+    (remote / MARKS_FOLDER).write_text("a file where the marks' folder goes")
+    assert CheckpointSync(local, str(remote), writer=WRITER).backup() is True
+    assert committed_steps(remote) == [1]
+    assert "cannot mark the backup as attempt 42's" in caplog.text
+
+
+def test_a_backup_cut_short_at_its_deadline_writes_no_mark(local, remote):
+    write_checkpoint(local, 1)
+    assert CheckpointSync(local, str(remote), writer=WRITER).backup(deadline=time.time() - 1) is False
+    assert not mark_of(remote).exists()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import fsspec
 
+from spotrun.sdk.backup_marks import MARKS_FOLDER
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name, list_committed
 
-from .conftest import TOKEN, RecordingController, free_port
+from .conftest import ATTEMPT_ID, TOKEN, RecordingController, free_port
 
 # A trainer that, on SIGTERM, writes checkpoint step 7 in the layout (payload, then manifest) and exits 75.
 SAVING_TRAINER = """
@@ -147,6 +148,8 @@ def test_local_metadata_notice_stops_trainer_backs_up_and_reports_preempted(cont
     assert "terminate" in notice.body["detail"]
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
+    # marked as this attempt's backup: the controller's evidence that the instance was alive then
+    assert (agent.store / MARKS_FOLDER / f"job-7-attempt-{ATTEMPT_ID}.json").is_file()
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
     endpoints = [r.endpoint for r in controller.requests]
     assert endpoints.index("notice") < endpoints.index("exit")

@@ -18,6 +18,8 @@ import pytest
 
 from spotrun.agent import checkpoint_sync
 from spotrun.agent.checkpoint_sync import CheckpointSync
+from spotrun.control import backup_evidence
+from spotrun.sdk.backup_marks import BackupWriter
 from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name
 
 from .conftest import free_port
@@ -51,12 +53,17 @@ def s3_endpoint() -> Iterator[str]:
 CREDENTIALS = {"key": "testing", "secret": "testing"}
 
 
-def test_backup_prune_and_restore_through_s3(s3_endpoint: str, tmp_path: Path):
+def bucket(s3_endpoint: str, name: str) -> dict:
+    """A new bucket on the endpoint; the storage options that reach it."""
     boto3.client(
         "s3", endpoint_url=s3_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
         region_name="us-east-1",
-    ).create_bucket(Bucket="ckpts")
-    options = {**CREDENTIALS, "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
+    ).create_bucket(Bucket=name)
+    return {**CREDENTIALS, "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
+
+
+def test_backup_prune_and_restore_through_s3(s3_endpoint: str, tmp_path: Path):
+    options = bucket(s3_endpoint, "ckpts")
     local = tmp_path / "local"
     for step in (1, 2):
         folder = local / checkpoint_name(step)
@@ -132,10 +139,7 @@ def test_a_large_file_goes_up_and_comes_back_over_several_connections_at_once(
     and comes back as byte ranges fetched together (here 5 of S3's smallest, 5 MiB). A stream through open() had
     two connections open at most, one of them idle."""
     monkeypatch.setattr(checkpoint_sync, "S3_PART_BYTES", 5 * 2**20)
-    boto3.client(
-        "s3", endpoint_url=s3_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket="parts")
+    bucket(s3_endpoint, "parts")
     payload = os.urandom(25 * 2**20)
     local = tmp_path / "local"
     folder = local / checkpoint_name(7)
@@ -155,3 +159,23 @@ def test_a_large_file_goes_up_and_comes_back_over_several_connections_at_once(
         fetched_over = counter.peak
     assert (fresh / checkpoint_name(7) / "shards-00000.pt").read_bytes() == payload
     assert min(uploaded_over, fetched_over) >= 4, (uploaded_over, fetched_over)
+
+
+def test_the_controller_reads_when_an_attempt_last_backed_up_to_s3(s3_endpoint: str, tmp_path: Path):
+    """The agent's mark of its backup, and the time S3 states for it (LastModified), as the controller reads it when
+    it bills an instance gone without a stated end (`control.backup_evidence`)."""
+    options = bucket(s3_endpoint, "marks")
+    local = tmp_path / "local"
+    folder = local / checkpoint_name(1)
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"weights")
+    (folder / MANIFEST_NAME).write_text(json.dumps({"step": 1, "files": {"model.bin": {}}}))
+    writer = BackupWriter(job_id=3, attempt_id=17)
+    before = time.time()
+    assert CheckpointSync(local, "s3://marks/job-3", options, writer=writer).backup() is True
+
+    written_at = backup_evidence.newest_backup_at("s3://marks/job-3", writer, 10.0, options)
+    assert written_at is not None and before - 2 <= written_at <= time.time() + 2  # S3 dates to the second
+    assert backup_evidence.newest_backup_at("s3://marks/job-3", BackupWriter(3, 18), 10.0, options) is None
+    missing_bucket = backup_evidence.newest_backup_at("s3://no-such-bucket/job-3", writer, 10.0, options)
+    assert missing_bucket is None

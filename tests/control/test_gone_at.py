@@ -38,3 +38,19 @@ def test_an_end_the_cloud_states_is_kept():
 def test_an_instance_spotrun_terminated_itself_is_billed_to_now():
     """Up until spotrun's own terminate (its agent silent, e.g.): the cloud's silence on the end says nothing."""
     assert _gone_at(attempt(2_000.0, "lost"), gone(), NOW, SETTINGS, gone_before=False) == NOW
+
+
+@pytest.mark.parametrize(("backup_at", "billed_to"), [
+    (5_000.0, 5_000.0),  # its agent backed up, unheard, after it was due as lost: it ran until then
+    (2_010.0, 2_030.0),  # a backup before it was due as lost moves nothing earlier
+    (NOW + 60, 2_030.0),  # dated after now by the store's clock: not trusted
+    (None, 2_030.0),  # none found, or the store could not be read
+])
+def test_an_instance_gone_without_a_stated_end_is_billed_at_least_to_its_newest_backup(backup_at, billed_to):
+    assert _gone_at(attempt(2_000.0), gone(), NOW, SETTINGS, gone_before=True, backup_at=backup_at) == billed_to
+
+
+def test_a_backup_never_moves_an_end_the_cloud_states_nor_one_spotrun_made():
+    assert _gone_at(attempt(2_000.0), gone(terminated_at=3_000.0), NOW, SETTINGS, gone_before=True,
+                    backup_at=5_000.0) == 3_000.0
+    assert _gone_at(attempt(2_000.0, "lost"), gone(), NOW, SETTINGS, gone_before=False, backup_at=5_000.0) == NOW

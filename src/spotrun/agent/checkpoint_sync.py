@@ -22,6 +22,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotrun.agent.heartbeat import CheckpointProgress
+from spotrun.sdk.backup_marks import BackupWriter, write_mark
 from spotrun.sdk.locations import url_to_fs
 from spotrun.sdk.layout import (
     CHECKPOINT_PREFIX, MANIFEST_NAME, list_committed, parse_step, read_manifest, remove_folder, save_seconds_of,
@@ -130,8 +131,12 @@ class CheckpointSync:
         store: str,
         storage_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        writer: BackupWriter | None = None,
     ) -> None:
+        """`writer`: the attempt whose backups these are, marked in the store after each backup that wrote to it
+        (`sdk.backup_marks`); None marks nothing."""
         self.local = _Side(LocalFileSystem(), str(local_dir))
+        self._writer = writer
         self._store_uri = store
         self._storage_options = storage_options or {}
         self._store: _Side | None = None
@@ -208,7 +213,7 @@ class CheckpointSync:
             self.store.fs.invalidate_cache()
             cutoff = Cutoff(deadline, stop, self._clock)
             complete = True
-            uploaded = False
+            uploaded = user_files_uploaded = False
             try:
                 for step, path in reversed(self.local.committed()):
                     started = time.monotonic()
@@ -216,10 +221,12 @@ class CheckpointSync:
                     if copied is not None:
                         uploaded = True
                         self._tell_uploaded(step, copied, time.monotonic() - started)
-                self._upload_user_files(cutoff)
+                user_files_uploaded = self._upload_user_files(cutoff)
             except BackupCutShort as cut:
                 log.warning("checkpoint backup cut short: %s", cut)
                 complete = False
+            if uploaded or user_files_uploaded:
+                self._mark_backup(cutoff)
             if uploaded and complete:  # no pruning on borrowed time
                 self._prune_store()
             return complete
@@ -266,7 +273,23 @@ class CheckpointSync:
         log.info("copied checkpoint %s", name)
         return manifest
 
-    def _upload_user_files(self, cutoff: Cutoff) -> None:
+    def _mark_backup(self, cutoff: Cutoff) -> None:
+        """The writer's mark in the store: its instance was alive as this backup was written. Not past the cutoff,
+        and a mark that cannot be written fails nothing (the controller then bills as without it)."""
+        if self._writer is None:
+            return
+        try:
+            cutoff.check()
+            write_mark(self.store.fs, self.store.root, self._writer, self._clock())
+        except BackupCutShort:
+            return
+        except Exception as error:
+            log.warning("cannot mark the backup as attempt %d's in the store (%s: %s)",
+                        self._writer.attempt_id, type(error).__name__, error)
+
+    def _upload_user_files(self, cutoff: Cutoff) -> bool:
+        """Copy the user files changed since they were last copied; whether any was."""
+        uploaded = False
         for entry in self.local.user_files():
             name = _basename(entry["name"])
             if self._synced_user_files.get(name) == (entry["size"], entry["mtime"]):
@@ -277,6 +300,8 @@ class CheckpointSync:
             except FileNotFoundError:
                 continue
             self._synced_user_files[name] = (entry["size"], entry["mtime"])
+            uploaded = True
+        return uploaded
 
     def _prune_store(self) -> None:
         """Remove store folders older than the store's newest checkpoint that are gone locally (the SDK's

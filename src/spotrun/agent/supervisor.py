@@ -28,6 +28,7 @@ from spotrun.agent.save_budget import SlowSaveCheck, budget_for
 from spotrun.agent.standby import StandbyHold
 from spotrun.agent.stop_times import StopTimes
 from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
+from spotrun.sdk.backup_marks import BackupWriter
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ class Agent:
         self.environ = environ
         self.startup_problem = startup_problem  # the attempt fails at once, saying this in the job's log
         self.checkpoint_dir = config.local_checkpoint_dir(environ)
-        self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options)
+        self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options,
+                                   writer=BackupWriter(config.job_id, config.attempt_id))
         self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
         self.reporter = Reporter(self.client)
         self.logs = LogShipper(self.client)

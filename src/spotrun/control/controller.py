@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import select, update
 
-from spotrun.control import rebalance, reclaims, records, repricing, spot_news, start_failures
+from spotrun.control import backup_evidence, rebalance, reclaims, records, repricing, spot_news, start_failures
 from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
@@ -38,6 +38,7 @@ from spotrun.policy import (
 from spotrun.policy.default import backoff_delay
 from spotrun.providers import InstanceInfo, LaunchInvalid, LaunchRequest, NoCapacity, PriceTooLow, Provider
 from spotrun.providers import ProviderError, QuotaExceeded, get_provider
+from spotrun.sdk.backup_marks import BackupWriter
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Instance, Job, Store, add_event, claims
 from spotrun.state.db_clock import database_now
@@ -53,19 +54,37 @@ _LAUNCH_REFUSALS: dict[type[ProviderError], str] = {
 
 
 def _gone_at(attempt: Attempt, info: InstanceInfo | None, now: float, settings: ControllerSettings, *,
-             gone_before: bool) -> float:
+             gone_before: bool, backup_at: float | None = None) -> float:
     """When the attempt's instance was gone: when the cloud says it ended (`stated_end`). Where it gives no time: now,
     as spotrun has just terminated it, unless it was gone before (`gone_before`: the cloud had ended it, as Azure
     forgets a spot VM it evicted with the Delete policy), or the attempt was lost and the cloud cannot describe the
     instance at all (EC2 no longer lists one an hour after it went): then when the controller, watching, would have
-    called it lost, so that a controller that was down is not billed the outage."""
+    called it lost, so that a controller that was down is not billed the outage; or later, at `backup_at`, the
+    store's time of the newest backup its agent made (`backup_evidence`): it ran until then, unheard."""
     if info is not None and info.terminated_at:
         return stated_end(attempt.started_at, info.terminated_at, now)
-    cannot_describe = attempt.end_reason == "lost" and (info is None or info.state == "unknown")
     due = _due_as_lost_at(attempt, settings)
-    if (gone_before or cannot_describe) and due is not None:
-        return stated_end(attempt.started_at, due, now)
+    if _billed_as_lost(attempt, info, gone_before=gone_before) and due is not None:
+        return stated_end(attempt.started_at, _alive_until(due, backup_at, now), now)
     return now
+
+
+def _billed_as_lost(attempt: Attempt, info: InstanceInfo | None, *, gone_before: bool) -> bool:
+    """Whether `_gone_at` bills the attempt's instance to when it would have been lost (`_due_as_lost_at`): its cloud
+    states no end, and it was gone before spotrun's terminate, or the attempt was lost and the cloud cannot describe
+    the instance."""
+    if info is not None and info.terminated_at:
+        return False
+    cannot_describe = attempt.end_reason == "lost" and (info is None or info.state == "unknown")
+    return gone_before or cannot_describe
+
+
+def _alive_until(due: float, backup_at: float | None, now: float) -> float:
+    """The later of `due` and `backup_at`. The store's clock is not this one: a backup it dates after now is not
+    trusted (a clock ahead would bill the whole outage), and one before `due` says nothing new."""
+    if backup_at is None or backup_at > now:
+        return due
+    return max(due, backup_at)
 
 
 def _due_as_lost_at(attempt: Attempt, settings: ControllerSettings) -> float | None:
@@ -121,6 +140,9 @@ class ControllerSettings:
     market_history_tries: Annotated[int, Field(ge=0, le=2**31 - 1)] = 20_000
     # how each cloud charges for the seconds an instance is held, by provider name (`costs.billing`)
     billing_rules: Mapping[str, BillingRule] = field(default_factory=lambda: dict(CLOUD_RULES))
+    # how long the controller waits for a job's checkpoint store, read for the newest backup of an instance gone
+    # without a stated end (`backup_evidence`); past it, the attempt is billed without
+    store_lookup_timeout: Seconds = 10.0
 
 
 class Controller:
@@ -614,6 +636,7 @@ class Controller:
                 self.provider(attempt.provider).terminate(attempt.instance_id)
                 if not ended_by_cloud:
                     info = self.describe(attempt)
+        backup_at = self._newest_backup_at(attempt, info, ended_by_cloud) if release_at is None else None
         now = self.clock.now()
         with self.store.session() as session:
             if not fenced and not _first_to_mark(session, attempt_id, marked_too=True):
@@ -627,7 +650,7 @@ class Controller:
             if release_at is not None:
                 reclaims.leave_to_cloud(session, attempt, release_at, now)
             elif attempt.instance_id is not None:
-                ended_at = _gone_at(attempt, info, now, self.settings, gone_before=ended_by_cloud)
+                ended_at = _gone_at(attempt, info, now, self.settings, gone_before=ended_by_cloud, backup_at=backup_at)
                 self._record_instance_gone(session, attempt, ended_at, info)
             placed = attempt.started_at is not None and attempt.end_reason not in REFUSED_LAUNCHES
             billed = ended_at - attempt.started_at if placed else 0.0
@@ -640,6 +663,17 @@ class Controller:
         with self.store.session() as session:
             spot_news.spot_ended(session, session.get(Attempt, attempt_id), bool(info and info.reclaimed), now,
                                  self._prices)
+
+    def _newest_backup_at(self, attempt: Attempt, info: InstanceInfo | None, ended_by_cloud: bool) -> float | None:
+        """Where the attempt's instance is billed to when it would have been lost (`_gone_at`): the store's time of
+        the newest backup its agent made, read once, here, before the end is recorded; else None, with no read."""
+        if (attempt.instance_id is None or _due_as_lost_at(attempt, self.settings) is None
+                or not _billed_as_lost(attempt, info, gone_before=ended_by_cloud)):
+            return None
+        with self.store.session() as session:
+            store_url = JobSpec.stored(session.get(Job, attempt.job_id).spec).checkpoint.store
+        return backup_evidence.newest_backup_at(
+            store_url, BackupWriter(attempt.job_id, attempt.id), self.settings.store_lookup_timeout)
 
     def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:
         if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
