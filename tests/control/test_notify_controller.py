@@ -13,12 +13,15 @@ from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.main import app
 from spotrun.control import jobs, webhooks
 from spotrun.control.notifier import Notifier
+from spotrun.policy import Keep, Launch
 from spotrun.server.daemon import Daemon
 from spotrun.server.views import job_detail
 from spotrun.spec import parse_spec
 from spotrun.state import Job
+from gang_world import DEADLINE_GANG, open_by_rank, ranks_saved_and_stopped, report_in, standing_by
+from gang_world import alive_for as gang_alive_for
 from webhook_server import WebhookServer
-from world import SPEC
+from world import DEADLINE_SPEC, SPEC, alive_for
 
 SECRET = "secret-part"
 
@@ -49,7 +52,7 @@ def test_a_worker_tells_a_job_s_preemption_its_fallback_and_its_end(world, recei
     assert receiver.events() == ["preempted", "fell_back", "succeeded"]
     assert [a.market for a in world.attempts(job_id)] == ["spot", "on-demand"]
     fell_back, succeeded = receiver.bodies[1], receiver.bodies[2]
-    assert "on-demand instance" in fell_back["message"] and fell_back["state"] in ("PROVISIONING", "RUNNING")
+    assert "(on-demand in m-c)" in fell_back["message"] and fell_back["state"] == "RUNNING"
     assert succeeded["state"] == "SUCCEEDED" and succeeded["cost"] > 0 and succeeded["job_id"] == job_id
     assert world.job(job_id).notified_event_id is None  # all told: no longer read
 
@@ -107,3 +110,94 @@ def test_the_daemon_stays_while_an_ended_job_has_notifications_to_tell(world) ->
     with world.store.session() as session:
         session.get(Job, job_id).notified_event_id = None
     assert not daemon._has_work()
+
+
+# ---- fell_back and back_to_spot: only once the job runs there ------------------------------------------------
+
+EVERY_HAPPENING = ("notify: {webhook: 'https://hooks.example.com/x', events: [succeeded, failed, cancelled, preempted, "
+                   "fell_back, back_to_spot]}\n")
+
+
+def told_to_a_webhook(world) -> list[dict]:
+    """The bodies the world's controller posts, in order (its deliveries run in its tick)."""
+    told: list[dict] = []
+
+    def post(url: str, payload: dict) -> webhooks.Outcome:
+        told.append(payload)
+        return webhooks.TOLD
+
+    world.controller.notifier = Notifier(world.store, world.clock.now, worker_id=None, claim_ttl=30.0, post=post,
+                                         start=at_once)
+    return told
+
+
+def on_demand_standby_launched(world, scripted) -> tuple[list[dict], int, str]:
+    """A job running on spot whose policy moved it to on-demand (a standby launched, not yet run on): the bodies
+    told, the job, and its spot instance."""
+    told = told_to_a_webhook(world)
+    job_id = world.submit(DEADLINE_SPEC + EVERY_HAPPENING)
+    old = world.run_to_running(job_id)
+    scripted.answer = Launch("m-b", "on-demand", "the deadline is near")
+    alive_for(world, old, 61)
+    scripted.answer = Keep("fine")
+    return told, job_id, old
+
+
+def test_an_on_demand_standby_given_up_is_no_fallback_and_the_spot_attempt_after_it_no_return(world, scripted) -> None:
+    told, job_id, old = on_demand_standby_launched(world, scripted)
+    standby = world.attempts(job_id)[1]
+    assert (standby.market, standby.standby_for) == ("on-demand", world.attempts(job_id)[0].id)
+    alive_for(world, old, 80)  # its agent never reports in: the move is given up, the job stays on spot
+    assert world.attempts(job_id)[1].end_reason == "lost" and world.job(job_id).state == "RUNNING"
+
+    world.cloud.reclaim(old)
+    world.tick()
+    again = world.run_to_running(job_id)  # placed on spot again
+    world.agent(again)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True})
+    world.tick()
+    assert [a.market for a in world.attempts(job_id)] == ["spot", "on-demand", "spot"]
+    assert [body["event"] for body in told] == ["preempted", "succeeded"]
+
+
+def test_an_on_demand_standby_that_takes_over_is_a_fallback_told_once_the_job_runs_on_it(world, scripted) -> None:
+    told, job_id, old = on_demand_standby_launched(world, scripted)
+    new = world.agent(world.attempts(job_id)[1].instance_id)
+    new("started", {})
+    world.tick()  # the old attempt is asked to stop
+    assert told == [], "launched, not yet run on"
+    world.agent(old)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick()  # the standby takes over
+    new("heartbeat", {})
+    world.tick()
+    assert world.job(job_id).state == "RUNNING" and world.attempts(job_id)[0].end_reason == "migrated"
+    assert [body["event"] for body in told] == ["fell_back"]
+    assert "(on-demand in m-b)" in told[0]["message"]
+
+
+def test_a_gang_tells_its_fallback_once_its_nodes_run_on_demand_not_for_a_move_given_up(world, scripted) -> None:
+    told = told_to_a_webhook(world)
+    scripted.answer = Keep("spot is fine")
+    world.submit(DEADLINE_GANG + EVERY_HAPPENING)
+    world.tick()
+    report_in(world)
+    world.tick()
+    nodes = open_by_rank(world)
+
+    scripted.answer = Launch("m-b", "on-demand", "the deadline is near")
+    gang_alive_for(world, nodes, 61)
+    standbys = standing_by(world)
+    assert {a.market for a in standbys.values()} == {"on-demand"}
+    world.cloud.reclaim(standbys[1].instance_id)  # one standby lost: the move is given up, the gang stays on spot
+    world.tick()
+    assert not standing_by(world) and told == []
+
+    gang_alive_for(world, nodes, 81)  # the next move waits boot_timeout after the last given up
+    standbys = standing_by(world)
+    assert sorted(standbys) == [0, 1, 2]
+    scripted.answer = Keep("fine")
+    report_in(world, attempts=standbys)
+    world.tick()
+    ranks_saved_and_stopped(world, nodes)
+    world.tick()
+    assert {a.market for a in open_by_rank(world).values()} == {"on-demand"} and world.job(1).state == "RUNNING"
+    assert [body["event"] for body in told] == ["fell_back"]

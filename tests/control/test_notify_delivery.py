@@ -171,12 +171,67 @@ def test_a_webhook_failing_past_the_bound_is_given_up_with_an_event_that_hides_i
     assert SECRET not in given_up.message and SECRET not in caplog.text and "127.0.0.1" in caplog.text
 
 
+def test_the_bound_runs_from_the_first_failure_across_a_restart_which_gives_up_at_its_first_failure(
+    store: Store, receiver: WebhookServer,
+) -> None:
+    job_id = notify_job(store, receiver.url())
+    clock = ManualClock()
+    receiver.statuses = [503] * 100
+    first = notifier(store, clock)
+    first.run()  # the first failure
+    clock.advance(GIVE_UP_AFTER_SECONDS - 100)
+    first.run()
+    assert failures(store, job_id) == [] and len(receiver.statuses) == 98
+
+    clock.advance(100)  # the bound is past, counted from the first failure; the controller restarts
+    notifier(store, clock).run()
+    assert len(receiver.statuses) == 97  # tried once more (the webhook might be back), then given up
+    [given_up] = failures(store, job_id)
+    assert f"failing for {GIVE_UP_AFTER_SECONDS:.0f} s" in given_up.message and "HTTP 503" in given_up.message
+    assert cursor(store, job_id) == 2
+
+
+def test_the_bound_of_the_next_notification_runs_from_its_own_first_failure(
+    store: Store, receiver: WebhookServer,
+) -> None:
+    job_id = notify_job(store, receiver.url(), ended=True)
+    clock = ManualClock()
+    receiver.statuses = [503, 200] + [503] * 100  # preempted fails, then is told; failed fails from then on
+    first = notifier(store, clock)
+    first.run()
+    clock.advance(GIVE_UP_AFTER_SECONDS - 100)
+    first.run()
+    assert receiver.events() == ["preempted"] and cursor(store, job_id) == 1
+
+    clock.advance(200)  # past the bound from preempted's first failure, not from failed's
+    notifier(store, clock).run()
+    assert failures(store, job_id) == [] and cursor(store, job_id) == 1
+    clock.advance(GIVE_UP_AFTER_SECONDS - 200)
+    notifier(store, clock).run()
+    [given_up] = failures(store, job_id)
+    assert given_up.data["events"] == ["failed"] and cursor(store, job_id) is None
+
+
+def test_a_worker_taking_a_job_over_keeps_the_bound_its_previous_worker_began(
+    store: Store, receiver: WebhookServer,
+) -> None:
+    clock = ManualClock()
+    job_id = notify_job(store, receiver.url(), claimed_by="a")
+    receiver.statuses = [503] * 100
+    notifier(store, clock, worker_id="a").run()
+    clock.advance(GIVE_UP_AFTER_SECONDS)
+    with store.session() as session:  # a is gone; b drives the job now
+        session.get(Job, job_id).claimed_by = "b"
+    notifier(store, clock, worker_id="b").run()
+    assert len(receiver.statuses) == 98 and len(failures(store, job_id)) == 1
+
+
 def test_a_webhook_that_refuses_for_good_is_given_up_at_once(store: Store, receiver: WebhookServer) -> None:
     job_id = notify_job(store, receiver.url())
     receiver.statuses = [404]
     notifier(store, ManualClock()).run()
     [given_up] = failures(store, job_id)
-    assert "1 try over 0 s; the last: HTTP 404" in given_up.message
+    assert "failing for 0 s; 1 try by this controller, the last: HTTP 404" in given_up.message
     assert cursor(store, job_id) == 2
 
 

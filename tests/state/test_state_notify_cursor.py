@@ -36,7 +36,7 @@ def test_the_cursor_goes_down_and_comes_back_empty_and_every_job_is_kept(store: 
     assert "notified_event_id" not in job_columns(store) and notifying_index_where(store) is None
     migrate(store, "head")
 
-    assert current_revision(store.engine) == head_revision() == "0022"
+    assert current_revision(store.engine) == head_revision()
     assert notifying_index_where(store) == "notified_event_id is not null"
     with store.session() as session:
         assert session.execute(select(Job.name, Job.notified_event_id)).all() == [("before", None)]

@@ -586,7 +586,8 @@ class Controller:
             self.fence(session, attempt.job_id)  # judged before a describe that may have stalled past the claim
             session.refresh(attempt)
             if attempt.ended_at is None and attempt.state != "ending" and attempt.job.state != JobState.RUNNING:
-                records.transition(session, attempt.job, JobState.RUNNING, now, verdict.message)
+                records.transition(session, attempt.job, JobState.RUNNING, now,
+                                   f"{verdict.message} ({attempt.market} in {attempt.zone})", running_on=[attempt])
 
     def fence(self, session, job_id: int) -> None:
         """In a transaction that decides for the job (a launch, an end): ClaimLost unless this worker still holds
@@ -678,7 +679,9 @@ class Controller:
     def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:
         if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
             # the command started and ended between two ticks: it did run
-            records.transition(session, attempt.job, JobState.RUNNING, now, f"agent started on {attempt.instance_id}")
+            records.transition(session, attempt.job, JobState.RUNNING, now,
+                               f"agent started on {attempt.instance_id} ({attempt.market} in {attempt.zone})",
+                               running_on=[attempt])
         self._after_attempt(session, attempt, now)
         self.moves.after_predecessor_end(session, attempt, now)
 

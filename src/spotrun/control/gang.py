@@ -20,6 +20,7 @@ killed anywhere is repeated safely.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from spotrun.control import rebalance, records, start_failures
@@ -442,8 +443,9 @@ class GangDriver:
         moved = previous is not None and previous.master_addr != master.address
         records.transition(
             session, job, JobState.RUNNING, now,
-            f"generation {generation.number}: {len(attempts)} nodes, master {master.address}:{master.rendezvous_port}"
-            + (f" (was {previous.master_addr})" if moved else ""),
+            f"generation {generation.number}: {len(attempts)} nodes ({_markets(attempts)}), "
+            f"master {master.address}:{master.rendezvous_port}" + (f" (was {previous.master_addr})" if moved else ""),
+            running_on=attempts,
         )
 
     @staticmethod
@@ -452,6 +454,14 @@ class GangDriver:
             return False
         since = max(min(a.created_at for a in attempts), generation.ended_at if generation else 0.0)
         return now - since > spec.distributed.gang_timeout
+
+
+def _markets(nodes: list[Attempt]) -> str:
+    """The nodes' markets in words: "spot", or "1 on-demand, 2 spot"."""
+    counts = Counter(node.market for node in nodes)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{count} {market}" for market, count in sorted(counts.items()))
 
 
 def _settled_nodes(session, job: Job) -> list[Attempt] | None:

@@ -4,9 +4,12 @@ job asked for (decision). Reads the store only; posting them is `webhooks`', whe
 The happenings, as the controller records them:
 - succeeded, failed, cancelled, preempted: a `state` event moving the job to SUCCEEDED, FAILED, CANCELLED or
   PREEMPTED (a gang's later nodes taken back while it is PREEMPTED already are `node_preempted`: not told again).
-- fell_back: an `instance_launched` event of an on-demand instance for a job that runs on spot (`use_spot`, fallback
-  on-demand), when its previous instance was spot or it had none: one per fallback, not one per gang node or restart.
-- back_to_spot: an `instance_launched` event of a spot instance when the job's previous instance was on-demand.
+- fell_back: a `state` event moving a job that runs on spot (`use_spot`, fallback on-demand) to RUNNING on
+  on-demand (the event's `market`, `records.running_market`: a gang's when any node is), when it last ran on spot or
+  never ran: one per fallback, not one per gang node or restart.
+- back_to_spot: a `state` event moving the job to RUNNING on spot when it last ran on on-demand.
+Both are read from the moves to RUNNING, not from launches: a move's standby is launched while the job runs on, and
+the move may be given up before it takes over (`move_abandoned`); the job then never ran on the standby's market.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from spotrun.control.jobs import job_events
-from spotrun.control.states import is_terminal
+from spotrun.control.records import ON_DEMAND
+from spotrun.control.states import JobState, is_terminal
 from spotrun.policy.default import fell_back_to_on_demand
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Event, Job
+from spotrun.state import Event, Job
 
 _ENDED_IN = {"SUCCEEDED": "succeeded", "FAILED": "failed", "CANCELLED": "cancelled", "PREEMPTED": "preempted"}
 
@@ -64,26 +68,32 @@ def backlog(session: Session, job: Job, spec: JobSpec) -> Backlog:
 
 def happening(session: Session, event: Event, spec: JobSpec) -> str | None:
     """The notification name of what the event records; None for one that is none of them."""
-    if event.kind == "state":
-        return _ENDED_IN.get((event.data or {}).get("to"))
-    if event.kind == "instance_launched" and event.attempt_id is not None:
-        return _market_change(session, event.attempt_id, spec)
-    return None
-
-
-def _market_change(session: Session, attempt_id: int, spec: JobSpec) -> str | None:
-    attempt = session.get(Attempt, attempt_id)
-    if attempt is None:
+    if event.kind != "state":
         return None
-    previous = session.scalar(
-        select(Attempt.market)
-        .where(Attempt.job_id == attempt.job_id, Attempt.number < attempt.number, Attempt.started_at.is_not(None))
-        .order_by(Attempt.number.desc())
-        .limit(1)
-    )
-    on_demand = "on-demand"
-    if previous != on_demand and fell_back_to_on_demand(attempt.market, spec.spot.use_spot, spec.spot.fallback):
+    data = event.data or {}
+    if data.get("to") == JobState.RUNNING:
+        return _market_change(session, event, spec)
+    return _ENDED_IN.get(data.get("to"))
+
+
+def _market_change(session: Session, running: Event, spec: JobSpec) -> str | None:
+    market = (running.data or {}).get("market")
+    if market is None:  # recorded before moves to RUNNING named their market
+        return None
+    previous = _market_before(session, running)
+    if previous != ON_DEMAND and fell_back_to_on_demand(market, spec.spot.use_spot, spec.spot.fallback):
         return "fell_back"
-    if attempt.market == "spot" and previous == on_demand:
+    if market == "spot" and previous == ON_DEMAND:
         return "back_to_spot"
     return None
+
+
+def _market_before(session: Session, running: Event) -> str | None:
+    """The market of the job's move to RUNNING before this one; None when it had none (that named its market)."""
+    market = Event.data["market"].as_string()
+    return session.scalar(
+        select(market)
+        .where(Event.job_id == running.job_id, Event.id < running.id, Event.kind == "state", market.is_not(None))
+        .order_by(Event.id.desc())
+        .limit(1)
+    )

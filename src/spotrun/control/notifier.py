@@ -4,9 +4,13 @@ Each tick, after its transactions have committed, `Notifier.run` reads the notif
 the jobs this worker tells (`claims.notifying_jobs`: those it drives, and ended ones it claims while they have some)
 and hands each job's to a thread, which posts them in order (`webhooks`) and moves the job's cursor in the store
 (`Job.notified_event_id`) past each one told: a controller restarted in between tells that one again, and loses none.
-The tick never waits for the network. A webhook that fails is tried again at later ticks, backing off, for
-`give_up_after` seconds; then, or at once when it refuses for good (a 4xx), the job's notifications due are given
-up with a `notification_failed` event. The job itself never waits for, nor depends on, its webhook.
+The tick never waits for the network. A webhook that fails is tried again at later ticks, backing off, until
+`give_up_after` seconds have passed since the post of the notification past the cursor first failed; then, or at once
+when it refuses for good (a 4xx), the job's notifications due are given up with a `notification_failed` event. That
+first failure is kept in the store beside the cursor (`Job.notify_failing_since`, cleared as the cursor moves), so
+that the bound holds across restarts and across workers: a restarted controller, or the worker that took the job
+over, tries once more at once and gives up if the bound is past. Only the back-off is this process's. The job itself
+never waits for, nor depends on, its webhook.
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ Poster = Callable[[str, dict[str, Any]], webhooks.Outcome]
 
 @dataclass
 class _Failing:
-    """A job whose oldest notification due could not be told yet."""
+    """A job whose oldest notification due could not be told yet: this process's tries of it, and when to try again
+    (when it first failed is the store's: `Job.notify_failing_since`)."""
 
-    since: float
     tries: int = 0
     retry_at: float = 0.0
 
@@ -136,15 +140,17 @@ class Notifier:
     def _deliver(self, delivery: _Delivery) -> None:
         """Post the job's notifications in order, its cursor moved past each one told; stop at the first not told."""
         job_id = delivery.backlog.job_id
+        cursor = delivery.backlog.read_after
         try:
             for notification, news in zip(delivery.backlog.notifications, delivery.news, strict=True):
                 outcome = self._post(delivery.url, webhooks.body(news, delivery.url))
                 if not outcome.told:
-                    self._not_told(delivery, notification, outcome)
+                    self._not_told(delivery, notification, cursor, outcome)
                     return
                 with self._lock:
                     self._failing.pop(job_id, None)
                 self._advance(job_id, notification.event_id)
+                cursor = notification.event_id
             self._settle(delivery.backlog)
         except Exception:  # the store away: the cursor says what is left, and a later tick tries again
             log.exception("job %s: delivering its notifications failed", job_id)
@@ -152,39 +158,54 @@ class Notifier:
             with self._lock:
                 self._in_flight.discard(job_id)
 
-    def _not_told(self, delivery: _Delivery, notification: Notification, outcome: webhooks.Outcome) -> None:
+    def _not_told(self, delivery: _Delivery, notification: Notification, cursor: int,
+                  outcome: webhooks.Outcome) -> None:
+        """`cursor`: the job's, which `notification` is the next past."""
         job_id, now = delivery.backlog.job_id, self._now()
-        failing, retrying = self._count_failure(job_id, outcome, now)
+        since = self._failing_since(job_id, cursor, now)
+        failing, retrying = self._count_failure(job_id, outcome, since, now)
         where = webhook_origin(delivery.url)
         if retrying:
             log.warning("job %s: the webhook at %s did not take the %r notification (%s); trying again in %.0f s",
                         job_id, where, notification.name, outcome.reason, failing.retry_at - now)
             return
         left = [n for n in delivery.backlog.notifications if n.event_id >= notification.event_id]
-        self._give_up(delivery.backlog, left, where, outcome, failing, now)
+        self._give_up(delivery.backlog, left, where, outcome, failing.tries, since, now)
 
-    def _count_failure(self, job_id: int, outcome: webhooks.Outcome, now: float) -> tuple[_Failing, bool]:
-        """The job's failures so far, this one counted, and whether to try again (at its `retry_at`)."""
+    def _failing_since(self, job_id: int, cursor: int, now: float) -> float:
+        """When a post of the job's notification past `cursor` first failed, as the store keeps it; recorded as `now`
+        when this failure is the first. (`now` too when the cursor has moved meanwhile: another worker told it.)"""
+        at_cursor = (Job.id == job_id, Job.notified_event_id == cursor)
+        with self._store.session() as session:
+            first = update(Job).where(*at_cursor, Job.notify_failing_since.is_(None)).values(notify_failing_since=now)
+            session.execute(first, execution_options={"synchronize_session": False})
+            since = session.scalar(select(Job.notify_failing_since).where(*at_cursor))
+        return now if since is None else since
+
+    def _count_failure(self, job_id: int, outcome: webhooks.Outcome, since: float,
+                       now: float) -> tuple[_Failing, bool]:
+        """This process's tries of the job's notification, this one counted, and whether to try again (at its
+        `retry_at`): while it is worth another try and has been failing since `since` for less than the bound."""
         with self._lock:
-            failing = self._failing.setdefault(job_id, _Failing(since=now))
+            failing = self._failing.setdefault(job_id, _Failing())
             failing.tries += 1
-            if outcome.retry and now - failing.since < self._give_up_after:
+            if outcome.retry and now - since < self._give_up_after:
                 failing.retry_at = now + backoff_delay(failing.tries - 1, RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)
                 return failing, True
             del self._failing[job_id]
             return failing, False
 
-    def _give_up(self, due: Backlog, left: list[Notification], where: str, outcome: webhooks.Outcome,
-                 failing: _Failing, now: float) -> None:
+    def _give_up(self, due: Backlog, left: list[Notification], where: str, outcome: webhooks.Outcome, tries: int,
+                 since: float, now: float) -> None:
         names = ", ".join(n.name for n in left)
-        tried = f"{failing.tries} {'try' if failing.tries == 1 else 'tries'} over {now - failing.since:.0f} s"
-        message = (f"could not tell {names} to the webhook at {where} ({tried}; the last: {outcome.reason}); "
+        tried = f"failing for {now - since:.0f} s; {tries} {'try' if tries == 1 else 'tries'} by this controller"
+        message = (f"could not tell {names} to the webhook at {where} ({tried}, the last: {outcome.reason}); "
                    "not tried again")
         log.warning("job %s: %s", due.job_id, message)
         with self._store.session() as session:
             add_event(session, at=now, kind="notification_failed", job_id=due.job_id, message=message,
                       data={"events": [n.name for n in left], "event_ids": [n.event_id for n in left],
-                            "reason": outcome.reason, "tries": failing.tries})
+                            "reason": outcome.reason, "tries": tries, "failing_since": since})
             _move_cursor(session, due.job_id, due.settles_to, ended=due.ended)
 
     def _advance(self, job_id: int, event_id: int) -> None:
@@ -199,8 +220,9 @@ class Notifier:
 def _move_cursor(session: Session, job_id: int, to: int, *, ended: bool) -> None:
     """The job's notifications settled up to event `to`; for a job `ended` (its events read after its end), all of
     them: its cursor goes (NULL), and the job is no longer read for notifications. Only ever forward: a worker
-    that stalled does not move back what another moved on."""
+    that stalled does not move back what another moved on. The next notification has not failed yet."""
     cursor = Job.notified_event_id
     behind = cursor <= to if ended else cursor < to
     moved = update(Job).where(Job.id == job_id, cursor.is_not(None), behind)
-    session.execute(moved.values(notified_event_id=None if ended else to), execution_options={"synchronize_session": False})
+    session.execute(moved.values(notified_event_id=None if ended else to, notify_failing_since=None),
+                    execution_options={"synchronize_session": False})

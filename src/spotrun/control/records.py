@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -9,23 +11,40 @@ from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.control.states import JobState, check_transition, is_terminal
 from spotrun.state import Attempt, Job, add_event
 
+ON_DEMAND = "on-demand"
 
-def transition(session: Session, job: Job, target: JobState, now: float, reason: str) -> None:
-    """Move the job through the state machine and log the move; a refused move raises IllegalTransition."""
+
+def transition(session: Session, job: Job, target: JobState, now: float, reason: str, *,
+               running_on: Sequence[Attempt] = ()) -> None:
+    """Move the job through the state machine and log the move; a refused move raises IllegalTransition.
+    `running_on`: for a move to RUNNING (and only for it), the attempts the job runs on, its node's or its gang's:
+    the event names their market (`running_market`), which tells its notifications where it runs."""
+    if (target == JobState.RUNNING) != bool(running_on):
+        raise ValueError(f"job {job.id}: running_on names the attempts a move to RUNNING runs on, and only those; "
+                         f"got {len(running_on)} for a move to {target.value}")
     previous = job.state
     job.state = check_transition(previous, target).value
     job.updated_at = now
     if is_terminal(target):
         job.finished_at = now
         job.not_before = None
+    data = {"from": previous, "to": target.value}
+    if running_on:
+        data["market"] = running_market(running_on)
     add_event(
         session,
         at=now,
         kind="state",
         job_id=job.id,
         message=f"{previous} → {target.value}: {reason}" if previous != target.value else f"{target.value}: {reason}",
-        data={"from": previous, "to": target.value},
+        data=data,
     )
+
+
+def running_market(attempts: Iterable[Attempt]) -> str:
+    """The market a job runs on: on-demand when any of its nodes is (a gang whose lost node was replaced on
+    on-demand holds on-demand it would leave for spot), else spot."""
+    return ON_DEMAND if any(attempt.market == ON_DEMAND for attempt in attempts) else "spot"
 
 
 def open_attempts(session: Session, job_id: int) -> tuple[Attempt | None, Attempt | None]:

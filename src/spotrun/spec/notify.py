@@ -16,8 +16,8 @@ from pydantic import AfterValidator, Field
 #   failed        the job ended FAILED (crashes past max_restarts_on_error, max_wait, a launch the cloud refuses, ...)
 #   cancelled     the job ended CANCELLED (`spotrun cancel`)
 #   preempted     the cloud took the job's spot instance back (a gang's: once per preemption of the job); it resumes
-#   fell_back     an on-demand instance was launched for a job that runs on spot, its previous one spot (or none)
-#   back_to_spot  a spot instance was launched for the job, its previous one on-demand
+#   fell_back     a job that runs on spot started running on on-demand, where it last ran on spot (or had not run)
+#   back_to_spot  the job started running on spot, where it last ran on on-demand
 NotifyEvent = Literal["succeeded", "failed", "cancelled", "preempted", "fell_back", "back_to_spot"]
 NOTIFY_EVENTS: tuple[str, ...] = get_args(NotifyEvent)
 DEFAULT_NOTIFY_EVENTS: tuple[str, ...] = ("succeeded", "failed", "cancelled", "preempted", "fell_back")

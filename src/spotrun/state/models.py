@@ -66,6 +66,10 @@ class Job(Base):
     # the job they are settled up to (told, given up, or nothing to tell). 0 from the submit of a job with `notify`;
     # NULL for a job without, and once an ended job's are all settled.
     notified_event_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # When a post of the job's next notification (the first past its cursor) first failed, on the controller's clock:
+    # the notifier gives it up once failing this long, however often it restarted or whichever worker tries. NULL
+    # while none has failed; the cursor's every move sets it back to NULL.
+    notify_failing_since: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
