@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spotrun.sdk import layout
+from spotrun.sdk import layout, sharding
 
 WORKER = Path(__file__).with_name("sdk_distributed_worker.py")
 
@@ -71,3 +71,33 @@ def test_ranks_share_the_writing_of_the_replicated_state_and_it_comes_back_as_ra
     assert by_rank_1 and all(pieces[0][1] == (0,) * len(pieces[0][2]) for pieces in index.values())  # whole tensors
     # rank 1's own number differs from rank 0's: rank 0 wrote that tensor itself
     assert index[("extra", "per_rank")] == [("replicas-00000.pt", (0,), (450000,))]
+
+
+SPREAD_TIED_WORKER = Path(__file__).with_name("sdk_spread_tied_worker.py")
+
+
+def test_tensors_sharing_a_storage_are_spread_to_one_file_and_come_back_sharing_it(tmp_path: Path) -> None:
+    """A view under the size that is spread stayed in rank 0's file while its base went to rank 1's, and a base rank 1
+    held other values of went to rank 0's fallback file while its view stayed in rank 1's: loaded, each pair was two
+    tensors, which a model rebuilt from the checkpoint trains apart."""
+    command = [sys.executable, str(SPREAD_TIED_WORKER), str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in range(2)]
+    all_tied = {"model": True, "base": True, "diverging": True}
+    assert results[0]["loaded_ties"] == all_tied and results[0]["loaded_rank_0s"], results[0]
+    for rank, result in enumerate(results):
+        assert result["restored"] == 1 and result["restored_ties"] == all_tied, (rank, result)
+        assert result["restored_rank_0s"] and result["model_still_tied"], (rank, result)
+
+    from spotrun.sdk.storage import open_store
+
+    store = open_store(tmp_path / "ckpt")
+    [(_, path)] = store.committed()
+    index = store.load_verified(path, ["shards.idx"])["shards.idx"]
+    files = {sharding.dotted(path): pieces[0][0] for path, pieces in index.items()}
+    assert files == {  # each pair dealt to rank 1 as one; the diverging one written by rank 0 as one
+        "model.embed.weight": "shards-00001.pt", "model.head.weight": "shards-00001.pt",
+        "values.base": "shards-00001.pt", "values.view": "shards-00001.pt",
+        "values.diverging": "replicas-00000.pt", "values.diverging_view": "replicas-00000.pt",
+    }

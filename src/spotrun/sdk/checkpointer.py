@@ -406,8 +406,11 @@ class Checkpointer:
         """Rank 0: where each replicated tensor other ranks were to write is, with rank 0's values: in their shards
         file where their digest matches rank 0's, else in ``replicas.FALLBACK_FILE``, which rank 0 writes now (its
         manifest entry added to ``listed``)."""
+        # rank 0's copies share a storage where the state's tensors did (``snapshot``)
+        ties = [[path for path, _ in members] for members in replicas.by_storage(snapshot.others.items()).values()]
         written, fallback = replicas.settle(
-            [(sharding.shards_file(rank), digests) for rank, (_, _, digests) in enumerate(reports)][1:], reports[0][2]
+            [(sharding.shards_file(rank), digests) for rank, (_, _, digests) in enumerate(reports)][1:], reports[0][2],
+            ties,
         )
         if fallback:
             listed[replicas.FALLBACK_FILE] = self.store.write_payload(

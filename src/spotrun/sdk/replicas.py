@@ -3,19 +3,24 @@
 Under DDP every rank holds the same weights and optimizer state, and rank 0 used to write all of it: on a multi-node
 job that saves to an object store, one node's upload carries the whole state while the others wait. Here the large
 tensors of the shared state (``SPREAD_MIN_BYTES`` and up) are dealt out among the ranks, largest first to the least
-loaded (tensors sharing a storage, as tied weights do, go together). Each rank writes its own tensors into its
-shards file as whole pieces (see ``sharding``), and rank 0's structure holds placeholders for them.
+loaded. Each rank writes its own tensors into its shards file as whole pieces (see ``sharding``), and rank 0's
+structure holds placeholders for them.
+
+Tensors sharing a storage (tied weights, a view saved beside its base) come back sharing it only from one file, as
+one snapshot of them is written once (``snapshot``, ``tensorfile``). So they go as one: a tensor of any size that
+shares its storage with a large one is dealt out with it, and where rank 0 must write one of them, it writes them all.
 
 The shared state is rank 0's by contract, and a tensor may differ on another rank (BatchNorm's running statistics
 between DDP's broadcasts, a value a user keeps per rank). So every rank hashes what it wrote, and rank 0 hashes its
 own copy of each; a tensor whose hashes differ, or that its rank did not write, is written by rank 0 into
-``replicas-00000.pt`` and indexed there. The checkpoint always holds rank 0's values.
+``replicas-00000.pt`` and indexed there, with whatever shares its storage. The checkpoint always holds rank 0's
+values.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,19 +34,36 @@ FALLBACK_FILE = "replicas-00000.pt"
 
 
 def plan(structure: Mapping[str, Any], world_size: int) -> dict[sharding.Path, int]:
-    """Which rank writes each large plain tensor of the shared ``structure`` (the same on every rank, as the
-    structure is)."""
-    groups: dict[int, list[tuple[sharding.Path, torch.Tensor]]] = defaultdict(list)
-    for path, leaf in sharding.leaves(structure):
-        if isinstance(leaf, torch.Tensor) and not sharding.is_dtensor(leaf) and _nbytes(leaf) >= SPREAD_MIN_BYTES:
-            groups[leaf.untyped_storage().data_ptr()].append((path, leaf))
+    """Which rank writes each large plain tensor of the shared ``structure``, and each tensor sharing a storage with
+    one (the same on every rank, as the structure is)."""
+    groups = [members for members in by_storage(_plain_tensors(structure)).values()
+              if any(_nbytes(tensor) >= SPREAD_MIN_BYTES for _, tensor in members)]
     load = [0] * world_size
     assignment: dict[sharding.Path, int] = {}
-    for group in sorted(groups.values(), key=lambda members: -sum(_nbytes(tensor) for _, tensor in members)):
+    for group in sorted(groups, key=lambda members: -sum(_nbytes(tensor) for _, tensor in members)):
         rank = min(range(world_size), key=lambda candidate: (load[candidate], candidate))
         load[rank] += sum(_nbytes(tensor) for _, tensor in group)
         assignment.update((path, rank) for path, _ in group)
     return assignment
+
+
+def _plain_tensors(structure: Mapping[str, Any]) -> Iterator[tuple[sharding.Path, torch.Tensor]]:
+    """The tensors of ``structure`` that may be dealt out: not DTensors (``sharding`` writes those), and not empty ones,
+    which view no bytes (and may all report one null address)."""
+    for path, leaf in sharding.leaves(structure):
+        if isinstance(leaf, torch.Tensor) and not sharding.is_dtensor(leaf) and leaf.numel():
+            yield path, leaf
+
+
+_Members = list[tuple[sharding.Path, torch.Tensor]]
+
+
+def by_storage(tensors: Iterable[tuple[sharding.Path, torch.Tensor]]) -> dict[Any, _Members]:
+    """``tensors`` grouped by the storage they view, in order."""
+    groups: dict[Any, _Members] = defaultdict(list)
+    for path, tensor in tensors:
+        groups[(tensor.device, tensor.untyped_storage().data_ptr())].append((path, tensor))
+    return groups
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
@@ -82,9 +104,14 @@ def digest(tensor: torch.Tensor) -> str:
 
 
 def settle(
-    reports: Iterable[tuple[str, Mapping[sharding.Path, str]]], expected: Mapping[sharding.Path, str]
+    reports: Iterable[tuple[str, Mapping[sharding.Path, str]]], expected: Mapping[sharding.Path, str],
+    ties: Iterable[Iterable[sharding.Path]],
 ) -> tuple[dict[sharding.Path, str], list[sharding.Path]]:
     """Rank 0: from each shards file's name and the digests of the whole tensors its rank wrote, the file that holds
-    each of ``expected`` (path -> rank 0's digest) with rank 0's values; and the paths rank 0 must write itself."""
+    each of ``expected`` (path -> rank 0's digest) with rank 0's values; and the paths rank 0 must write itself.
+    ``ties``: the paths of each storage several of them share, which one file must hold: where rank 0 writes one of
+    them (a base its rank held other values of, beyond its view), it writes them all."""
     written = {path: file for file, digests in reports for path, value in digests.items() if expected.get(path) == value}
+    apart = {path for paths in map(list, ties) if not all(path in written for path in paths) for path in paths}
+    written = {path: file for path, file in written.items() if path not in apart}
     return written, [path for path in expected if path not in written]
