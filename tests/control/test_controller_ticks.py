@@ -311,6 +311,8 @@ def test_an_instance_the_cloud_cannot_describe_and_a_silent_agent_is_lost_only_a
     ("resources", "field", "words"),
     [
         ("{cloud: nimbus, instance_type: x}", "resources.cloud", "unknown cloud 'nimbus'"),
+        # a misspelt cloud is named as such, not as a missing instance type
+        ("{cloud: gpc}", "resources.cloud", "unknown cloud 'gpc'; known: local, aws, gcp, azure, kubernetes"),
         ("{cloud: aws, instance_type: p9.mega}", "resources.instance_type", "p9.mega"),
         ("{cloud: aws, accelerators: V100}", "resources.instance_type", "needs an instance type"),
         # priced by the job itself, so the catalog never looks at the GPU; GCE is asked for it by name

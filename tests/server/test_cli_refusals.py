@@ -138,6 +138,16 @@ def test_launch_names_every_problem_of_a_job_file_with_its_line_and_stores_nothi
         assert session.query(Job).count() == 0
 
 
+def test_launch_refuses_a_zone_the_local_cloud_does_not_have_and_stores_nothing(home: Path, tmp_path: Path) -> None:
+    job = tmp_path / "typo.yaml"
+    job.write_text("run: python train.py\nspot:\n  zones: [local-a, local-z]\n")
+    said = refused(["launch", str(job)], code=2)
+    assert f"{job}:3: spot.zones[1]: unknown zone 'local-z'; the local cloud's zones are local-a, local-b, local-c" \
+        in said, said
+    with EmbeddedBackend().store.session() as session:
+        assert session.query(Job).count() == 0
+
+
 @pytest.mark.parametrize("age", ["1000000d", "99999999999999999999999d"])
 def test_prune_logs_refuses_an_age_past_the_longest_duration(home: Path, age: str) -> None:
     """It was taken, and the cutoff it printed (before 1970, before year 1) failed with a traceback."""

@@ -42,6 +42,15 @@ def test_a_job_the_controller_cannot_place_is_refused_at_submit(team: Team) -> N
     assert stored_rows(team) == (0, 0)
 
 
+def test_a_zone_the_local_cloud_does_not_have_is_422_naming_it(team: Team) -> None:
+    spec = TINY_JOB + "spot: {zones: [local-b, mars-1]}\n"
+    response = team.client.post("/api/v1/jobs", json={"spec": spec}, headers=team.as_user("alice"))
+    assert response.status_code == 422
+    assert [(p["field"], p["message"]) for p in response.json()["problems"]] == [
+        ("spot.zones[1]", "unknown zone 'mars-1'; the local cloud's zones are local-a, local-b, local-c")]
+    assert stored_rows(team) == (0, 0)
+
+
 def test_text_that_is_not_a_mapping_is_422(team: Team) -> None:
     for text in ("", "- a list\n", "key: [unclosed\n", "\x00"):
         response = team.client.post("/api/v1/jobs", json={"spec": text}, headers=team.as_user("alice"))
@@ -142,3 +151,27 @@ def test_a_checkpoint_store_of_a_protocol_no_filesystem_knows_is_refused_at_laun
     assert stored_rows(team) == (0, 0)
     chained = text.replace("s4://bucket/run", "simplecache::s3://bucket/run")
     assert team.client.post("/api/v1/jobs", json={"spec": chained}, headers=team.as_user("alice")).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "unknown"),
+    [
+        # a misspelt base_dir left a relative workdir to the server's own folder
+        ("/api/v1/jobs", {"spec": TINY_JOB, "base_dri": "/srv/job"}, "base_dri"),
+        # a misspelt is_admin made a user who is no admin, silently
+        ("/api/v1/users", {"name": "carol", "admin": True}, "admin"),
+        # a misspelt notice preempted with the market's notice instead
+        ("/api/v1/jobs/1/preempt", {"notice_secnds": 30}, "notice_secnds"),
+    ],
+)
+def test_a_body_field_the_api_does_not_know_is_422_naming_it_and_nothing_changes(
+    team: Team, path: str, body: dict, unknown: str
+) -> None:
+    team.launch("root")
+    before = stored_rows(team)
+    response = team.client.post(path, json=body, headers=team.as_user("root"))
+    assert response.status_code == 422, response.text
+    assert [(error["loc"], error["type"]) for error in response.json()["detail"]] == [
+        (["body", unknown], "extra_forbidden")]
+    assert stored_rows(team) == before
+    assert team.client.get("/api/v1/users", headers=team.as_user("root")).json()[-1]["name"] == "root"

@@ -240,12 +240,23 @@ def test_a_job_files_own_spot_settings_get_a_row_of_their_own(tmp_path):
     assert report["job"]["live"]["row"] is None and len(report["policies"]) == 2  # placed as the rows assume
 
 
-def test_simulate_refuses_a_job_file_whose_policy_breaks_its_markets(tmp_path):
+def refused_job_file(tmp_path, text: str):
     write_trace(tmp_path / "a.json", [1] * 100)
     job = tmp_path / "job.yaml"
-    job.write_text("run: x\nspot: {deadline: 30h, use_spot: false, policy: greedy}\nestimated_duration: 24h\n")
+    job.write_text(text)
+    return job
+
+
+def simulate_refused(tmp_path, job):
+    """`spotrun simulate --job` on the folder's traces, which must exit 2 (a bad job file)."""
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--job", str(job)], env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
+    return result
+
+
+def test_simulate_refuses_a_job_file_whose_policy_breaks_its_markets(tmp_path):
+    job = refused_job_file(tmp_path, "run: x\nspot: {deadline: 30h, use_spot: false, policy: greedy}\nestimated_duration: 24h\n")
+    result = simulate_refused(tmp_path, job)
     assert "policy 'greedy' places the job on spot, but spot.use_spot is false" in " ".join(result.output.split())
 
 
@@ -335,6 +346,15 @@ def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):
     job.write_text(f"run: x\nresources: {{cloud: aws, instance_type: p3.2xlarge}}\nspot: {{deadline: '{deadline}'}}\n"
                    "estimated_duration: 20h\n")
     assert 29.99 < simulate_json("--trace", str(tmp_path), "--job", str(job))["job"]["deadline_hours"] <= 30.0
+
+
+def test_simulate_refuses_a_job_files_deadline_already_past_naming_the_field(tmp_path):
+    job = refused_job_file(tmp_path, "run: x\nspot:\n  deadline: 2020-01-01T00:00:00Z\nestimated_duration: 2h\n")
+    result = simulate_refused(tmp_path, job)
+    assert f"{job}:3: spot.deadline: must be after now" in result.output and "--deadline-hours" in result.output
+    assert "must be a positive number" not in result.output  # not blamed on an option the user never gave
+    # an explicit --deadline-hours overrides the file's deadline, past or not
+    assert simulate_json("--trace", str(tmp_path), "--job", str(job), "--deadline-hours", "3")["job"]["deadline_hours"] == 3
 
 
 @pytest.mark.parametrize(

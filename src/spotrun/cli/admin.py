@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from spotrun.server.users import IssuedToken, UserError, add_user, create_token, revoke_token
+from spotrun.server.users import IssuedToken, UserError, add_user, create_token, revoke_token, token_prefix
 from spotrun.state import Store
 
 users_app = typer.Typer(help="Users of the team server (acts on the server's store).", no_args_is_help=True)
@@ -46,10 +46,11 @@ def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (a
         revoked = revoke_token(store, token_id, time.time())
     finally:
         store.dispose()
+    shown = token_prefix(token_id)  # a whole token's secret is never echoed back
     if not revoked:
-        errors.print(f"[red]error:[/] no live token with id {escape(token_id)}", soft_wrap=True)
+        errors.print(f"[red]error:[/] no live token with id {escape(shown)}", soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"revoked token {escape(token_id)}")
+    console.print(f"revoked token {escape(shown)}")
 
 
 def _issue(make) -> IssuedToken:

@@ -31,7 +31,8 @@ class EmbeddedBackend:
         spec = load_spec(job_file)
         try:
             job_id = jobs_api.submit(
-                self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file)
+                self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file),
+                local_zones=jobs_api.LOCAL_ZONES,
             )
         except SpecError as error:
             raise located(error, job_file.read_text(encoding="utf-8")) from None

@@ -25,6 +25,8 @@ from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_S
 from spotrun.sim.market import Market
 from spotrun.sim.sweep import OMNISCIENT, PolicySummary, RunRecord, gaps_closed, summarize, summarize_by_market, sweep
 from spotrun.spec import SpecError
+from spotrun.spec.errors import Problem
+from spotrun.spec.loader import located
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
 ALL_POLICIES = ("on_demand", "greedy", "uniform_progress", "default", OMNISCIENT)
@@ -309,6 +311,12 @@ def _numbers(job_file: Path | None, from_file: JobNumbers | None, **given: float
         if value is None and name in JOB_FIELD_OF:
             option = "--" + name.replace("_", "-")
             raise ValueError(f"{job_file} gives no {JOB_FIELD_OF[name]}: add it there or pass {option}")
+    past = in_file["deadline_hours"]
+    if given.get("deadline_hours") is None and past is not None and past <= 0:  # a moment already gone
+        before = f"; it is {-past:,.1f} h before it" if past < 0 else ""
+        problem = Problem("spot.deadline", f"must be after now (an absolute deadline counts from now, as if launched "
+                                           f"now){before}: give a later one or pass --deadline-hours")
+        raise located(SpecError(str(job_file), [problem]), Path(job_file).read_text())  # type: ignore[arg-type]
     return numbers
 
 

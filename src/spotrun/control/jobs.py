@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +18,16 @@ from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_
 from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.providers import CLOUDS, ProviderError, get_provider
+from spotrun.providers.local import market as local_market
 from spotrun.providers.local.provider import DEFAULT_QUOTA as LOCAL_QUOTA
 from spotrun.spec import JobSpec, Problem, SpecError
 from spotrun.spec.durations import MAX_DURATION_SECONDS
 from spotrun.state import Attempt, Event, Job, Store, add_event
 from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
+
+# the zones a job on the local cloud may name, as `spotrun launch` and the server check them (`submit`'s `local_zones`)
+LOCAL_ZONES = local_market.ZONES
 
 
 class JobNotFound(LookupError):
@@ -40,14 +44,17 @@ def submit(
     owner: str = "local",
     source: str = "<job>",
     prices: Callable[..., tuple[float, float]] = price_for,
+    local_zones: Sequence[str] = (),
 ) -> int:
     """Write a validated job into the store as PENDING; paths and defaults are resolved here, once.
 
     `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
-    is refused. A SpecError lists every problem found, and nothing is stored."""
+    is refused. `local_zones`: the zones a job on the local cloud may name (`LOCAL_ZONES`, as `spotrun launch` and
+    the server pass; empty: not checked, as for the controller's tests, which place local jobs in a cloud of their
+    own). A SpecError lists every problem found, and nothing is stored."""
     problems = resource_problems(spec, prices) + _deadline_problems(spec, now)
     if spec.resources.cloud == "local":
-        problems += _problems_on_this_machine(spec, spec_dir or Path.cwd())
+        problems += _problems_on_this_machine(spec, spec_dir or Path.cwd(), local_zones)
     if problems:
         raise SpecError(source, problems)
     with store.session() as session:
@@ -100,7 +107,7 @@ def _accelerator_problems(spec: JobSpec) -> list[Problem]:
     return []
 
 
-def _problems_on_this_machine(spec: JobSpec, base_dir: Path) -> list[Problem]:
+def _problems_on_this_machine(spec: JobSpec, base_dir: Path, local_zones: Sequence[str]) -> list[Problem]:
     """What the local cloud can tell at once: more nodes than its quota of instances could never run together
     (a gang of 100,000 had the controller write as many rows in one transaction, the store locked meanwhile), and a
     workdir that is not a folder would fail every attempt."""
@@ -108,6 +115,10 @@ def _problems_on_this_machine(spec: JobSpec, base_dir: Path) -> list[Problem]:
     if spec.resources.nodes > LOCAL_QUOTA:
         problems.append(Problem("resources.nodes", f"{spec.resources.nodes} nodes: the local cloud runs at most "
                                                    f"{LOCAL_QUOTA} instances at once"))
+    for index, zone in enumerate(spec.spot.zones or ()):
+        if local_zones and zone not in local_zones:  # else stored, and failed at once: no zone offers it
+            problems.append(Problem(f"spot.zones[{index}]", f"unknown zone {zone!r}; the local cloud's zones are "
+                                                            f"{', '.join(local_zones)}"))
     workdir = spec.resolved_workdir(base_dir)
     if workdir is not None and not os.path.isdir(workdir):
         problems.append(Problem("workdir", f"{workdir} is not a folder on this machine"))

@@ -14,9 +14,7 @@ from spotrun.providers.base import (
     ProviderError,
     QuotaExceeded,
 )
-
-
-CLOUDS = ("local", "aws", "gcp", "azure", "kubernetes")
+from spotrun.spec.models import CLOUDS
 
 
 def get_provider(name: str, **options: Any) -> Provider:

@@ -3,7 +3,7 @@ the CLI's remote mode reads its answers into these same classes."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from sqlalchemy.orm import Session
 
 from spotrun.control.jobs import MAX_NOTICE_SECONDS
@@ -17,7 +17,13 @@ from spotrun.state import Job
 MAX_SOURCE_CHARS = 1000
 
 
+# A field a request body does not know is refused (422 naming it), not ignored: a misspelt `base_dir`, `is_admin` or
+# `notice_seconds` did something else than asked, silently.
+REQUEST_BODY = ConfigDict(extra="forbid")
+
+
 class LaunchRequest(BaseModel):
+    model_config = REQUEST_BODY
     spec: str = Field(max_length=MAX_SPEC_CHARS, description="the job file's YAML text")
     source: str | None = Field(
         default=None, max_length=MAX_SOURCE_CHARS,
@@ -61,6 +67,7 @@ class CancelAccepted(BaseModel):
 
 
 class PreemptRequest(BaseModel):
+    model_config = REQUEST_BODY
     notice_seconds: float | None = Field(
         default=None, ge=0, le=MAX_NOTICE_SECONDS, allow_inf_nan=False, description="seconds of notice (default: the market's)"
     )
@@ -117,6 +124,7 @@ class UserView(BaseModel):
 
 
 class NewUser(BaseModel):
+    model_config = REQUEST_BODY
     # The pattern is documented for clients; the check itself is the one `spotrun user add` makes, with its message.
     name: str = Field(json_schema_extra={"pattern": NAME_PATTERN}, description="1-200 letters, digits or . _ @ -")
     # strict: "yes", "on" or 1 made an admin; only true does

@@ -153,7 +153,7 @@ def revoke_token(
     """Revoke the token with this prefix (the whole token is accepted too); False when none is live.
 
     With `owner`, only that user's token is revoked: another's answers False, exactly like a missing one."""
-    prefix = _split(prefix)[0] if prefix.startswith(TOKEN_MARK) else prefix
+    prefix = token_prefix(prefix)
     with store.session() as session:
         row = session.scalar(select(ApiToken).where(ApiToken.prefix == prefix))
         if row is None or row.revoked_at is not None or (owner is not None and row.user.name != owner):
@@ -206,6 +206,11 @@ def _audit(session: Session, now: float, actor: str | None, kind: str, what: str
         session, at=now, kind=kind, message=f"{what} by {actor}",
         data={"actor": actor, "user": user, "token_prefix": prefix},
     )
+
+
+def token_prefix(token_or_prefix: str) -> str:
+    """A token's public id: its prefix, from the whole token or the prefix itself (what may be printed or logged)."""
+    return _split(token_or_prefix)[0] if token_or_prefix.startswith(TOKEN_MARK) else token_or_prefix
 
 
 def _split(token: str) -> tuple[str, str]:

@@ -27,6 +27,8 @@ from spotrun.spec.fields import (
 from spotrun.spec.notify import DEFAULT_NOTIFY_EVENTS, NotifyEvents, WebhookUrl
 
 LOCAL_CLOUD = "local"
+# the clouds `resources.cloud` may name (`spotrun.providers.get_provider` has one provider for each)
+CLOUDS = (LOCAL_CLOUD, "aws", "gcp", "azure", "kubernetes")
 LOCAL_DEFAULT_INSTANCE_TYPE = "local.cpu"
 
 
@@ -70,6 +72,8 @@ class Resources(_SpecModel):
             return None  # those fields are already reported as bad; guessing here would add noise
         if info.data["accelerators"] is not None:
             return None
+        if info.data["cloud"] not in CLOUDS:
+            return None  # `resource_problems` names the unknown cloud: a misspelt one needs no instance type
         if info.data["cloud"] == LOCAL_CLOUD:
             return LOCAL_DEFAULT_INSTANCE_TYPE
         raise ValueError(f"required when cloud is {info.data['cloud']!r} and no accelerators are given")
