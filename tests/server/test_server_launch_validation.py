@@ -7,6 +7,7 @@ from server_world import TINY_JOB, Team
 from sqlalchemy import func, select
 
 from spotrun.server.body_limit import MAX_BODY_BYTES
+from spotrun.server.schemas import InvalidRequest
 from spotrun.state import Event, Job
 
 BAD_JOB = """\
@@ -102,6 +103,14 @@ def test_a_body_larger_than_any_request_is_refused_before_it_is_read(team: Team)
     assert team.client.get("/api/v1/jobs", headers=team.as_user("alice")).json() == []
 
 
+def test_every_operation_of_the_api_spec_lists_the_413_of_a_body_too_large(team: Team) -> None:
+    """The limit refuses a body before any route sees it, whichever the route; the spec listed no 413 anywhere."""
+    spec = team.client.get("/openapi.json").json()
+    unlisted = [f"{method.upper()} {path}" for path, operations in spec["paths"].items()
+                for method, operation in operations.items() if "413" not in operation["responses"]]
+    assert unlisted == []
+
+
 @pytest.mark.parametrize("base_dir", ["relative/dir", "/tmp/\0x"])
 def test_a_base_dir_that_is_not_an_absolute_path_is_refused_naming_it(team: Team, base_dir: str) -> None:
     answer = team.client.post("/api/v1/jobs", json={"spec": TINY_JOB, "base_dir": base_dir}, headers=team.as_user("alice"))
@@ -175,3 +184,13 @@ def test_a_body_field_the_api_does_not_know_is_422_naming_it_and_nothing_changes
         (["body", unknown], "extra_forbidden")]
     assert stored_rows(team) == before
     assert team.client.get("/api/v1/users", headers=team.as_user("root")).json()[-1]["name"] == "root"
+
+
+def test_a_request_without_a_job_file_is_422_in_the_shape_the_api_spec_documents(team: Team) -> None:
+    response = team.client.post("/api/v1/jobs", json={"source": "a.yaml"}, headers=team.as_user("alice"))
+    assert response.status_code == 422
+    assert InvalidRequest.model_validate(response.json()).detail[0].loc == ["body", "spec"]
+    documented = team.client.get("/openapi.json").json()["paths"]["/api/v1/jobs"]["post"]["responses"]["422"]
+    shapes = documented["content"]["application/json"]["schema"]["anyOf"]
+    assert {"$ref": "#/components/schemas/InvalidRequest"} in shapes  # besides InvalidSpec, the job file's problems
+    assert stored_rows(team) == (0, 0)

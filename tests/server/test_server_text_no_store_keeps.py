@@ -80,3 +80,16 @@ def test_a_log_chunk_keeps_the_nul_characters_a_trainer_wrote(team: Team) -> Non
     assert response.status_code == 200, response.text
     with team.store.session() as session:
         assert [chunk.data for chunk in session.scalars(select(LogChunk))] == [b"a\x00b\n"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/users", "/agent/v1/attempts/{attempt_id}/notice"])
+def test_a_body_that_is_not_utf8_is_422_naming_it_and_changes_nothing(team: Team, path: str) -> None:
+    attempt_id = place_attempt(team.store, team.launch("alice"), AGENT_TOKEN)
+    headers = {"Authorization": f"Bearer {AGENT_TOKEN}"} if path.startswith("/agent/") else team.as_user("root")
+    before = stored_rows(team)
+    response = team.client.post(path.format(attempt_id=attempt_id), content=b'{"spec": "run: \xff"}',
+                                headers={**headers, "Content-Type": "application/json"})
+    assert response.status_code == 422, response.text  # was FastAPI's 400, which the API's spec does not list
+    [problem] = response.json()["detail"]
+    assert problem["msg"] == "JSON decode error" and "not UTF-8" in problem["ctx"]["error"]
+    assert stored_rows(team) == before

@@ -21,8 +21,8 @@ from spotrun.server.auth import (
 from spotrun.server.local_cloud import LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
-    CancelAccepted, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser, OwnedJobRow,
-    PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
+    CancelAccepted, InvalidRequest, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser,
+    OwnedJobRow, PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
 )
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
@@ -59,7 +59,8 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
 
     @router.post(
         "/jobs", status_code=status.HTTP_201_CREATED, response_model=Launched,
-        responses={422: {"model": InvalidSpec, "description": "the job file is invalid; nothing was stored"}},
+        responses={422: {"model": InvalidSpec | InvalidRequest,
+                         "description": "the job file is invalid, or the request itself; nothing was stored"}},
     )
     def launch(request: LaunchRequest, user: User) -> Launched | JSONResponse:
         """Submit a job file's text; it is validated as `spotrun launch` does, and owned by the caller. A job on the

@@ -13,7 +13,7 @@ from spotrun.control.clock import Clock
 from spotrun.control.jobs import JobNotFound
 from spotrun.server.agent_api import create_agent_app
 from spotrun.server.api import create_api_router
-from spotrun.server.body_limit import BodyLimit
+from spotrun.server.body_limit import MAX_BODY_BYTES, BodyLimit
 from spotrun.server.early_auth import AuthBeforeBody
 from spotrun.server.dashboard import create_dashboard_router
 from spotrun.server.local_cloud import LocalCloudAccess
@@ -36,6 +36,12 @@ AGENT_REFUSALS: dict[int | str, dict[str, object]] = {
     403: {"model": Refusal, "description": "the token is not this attempt's"},
     409: {"model": Refusal, "description": "a log chunk past the end of what is stored"},
     410: {"model": Refusal, "description": "the attempt has ended (for its last reports: some minutes ago)"},
+}
+
+
+# Any request can be refused so, before any route sees it (`BodyLimit`).
+TOO_LARGE: dict[int | str, dict[str, object]] = {
+    413: {"model": Refusal, "description": f"a body over {MAX_BODY_BYTES} bytes, more than any request takes"},
 }
 
 
@@ -62,6 +68,7 @@ def create_app(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
         docs_url=None, redoc_url=None,  # served below, reading the spec by a relative URL
+        responses=TOO_LARGE,
     )
     _serve_api_docs(app)
     app.include_router(create_api_router(store, local_cloud))

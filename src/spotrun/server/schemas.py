@@ -53,6 +53,19 @@ class InvalidSpec(BaseModel):
     problems: list[SpecProblem]
 
 
+class RequestProblem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class InvalidRequest(BaseModel):
+    """FastAPI's 422 for a body it cannot read, or whose own fields are wrong (a missing `spec`): not the job file's
+    problems, which `InvalidSpec` lists."""
+
+    detail: list[RequestProblem]
+
+
 class Message(BaseModel):
     detail: str
 

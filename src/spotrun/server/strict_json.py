@@ -1,6 +1,7 @@
 """Request bodies whose JSON holds a lone UTF-16 surrogate ("\\ud800": valid JSON, but no text UTF-8 can carry) are
 refused 422 as JSON that cannot be read. They passed validation, then failed where the text was written: a 500 from
-the database, from the log's encoding, or from the 422 reply that echoed them back."""
+the database, from the log's encoding, or from the 422 reply that echoed them back. So are bodies that are not
+UTF-8 (nor UTF-16 or -32) at all, which FastAPI answered with a 400 the API's schema does not list."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ class StrictJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            value = json.loads(body)
+            try:
+                value = json.loads(body)
+            except UnicodeDecodeError as error:
+                raise json.JSONDecodeError(f"the body is not UTF-8 text ({error.reason})", "", error.start) from None
             if _holds_a_lone_surrogate(value):
                 # FastAPI answers a JSONDecodeError with its 422 "JSON decode error", the reason in its ctx
                 raise json.JSONDecodeError("a string holds a lone UTF-16 surrogate, which is not text", "", 0)
