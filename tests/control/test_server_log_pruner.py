@@ -79,7 +79,7 @@ def test_a_round_against_a_store_that_is_away_logs_and_returns(caplog):
 def test_the_server_refuses_a_retention_it_cannot_mean(tmp_path, monkeypatch, value, message):
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     result = CliRunner().invoke(app, ["server", "--port", "0", "--keep-logs", value], env={"COLUMNS": "300"})
-    assert result.exit_code == 1 and message in result.output.replace("\n", "")
+    assert result.exit_code == 2 and message in result.output.replace("\n", "")  # a bad argument
     assert not (tmp_path / "home").exists()  # refused before any store was opened
 
 

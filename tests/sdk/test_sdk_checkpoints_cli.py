@@ -59,10 +59,36 @@ def test_list_tells_intact_damaged_and_cut_short_checkpoints_apart(store_of_thre
     assert table.exit_code == 0 and "steps" in table.output  # the table (its cells wrap at 80 columns)
 
     missing = runner.invoke(app, ["checkpoints", "list", str(tmp_path / "nowhere")])
-    assert missing.exit_code == 1 and "no such checkpoint folder" in missing.output
-    assert not (tmp_path / "nowhere").exists()
+    assert missing.exit_code == 2 and "no such checkpoint folder" in missing.output  # a bad argument, as a bad path
+    assert not (tmp_path / "nowhere").exists()                                        # to `launch` is
     judged = runner.invoke(app, ["checkpoints", "list", str(store), "--verify"], env={"COLUMNS": "300"})
     assert judged.exit_code == 1 and "1 damaged checkpoint(s)" in judged.output
+
+
+def test_list_shows_what_a_save_cut_short_left_as_found(store_of_three) -> None:
+    """It showed "0 B, 0 files" for a folder without a manifest, whatever the save had written there."""
+    store, _ = store_of_three
+    cut_short = store / layout.checkpoint_name(4)
+    (cut_short / "model").mkdir()
+    (cut_short / "model" / "rank0.pt").write_bytes(b"x" * 2000)
+    rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json"]).stdout)
+    assert (rows[3]["state"], rows[3]["bytes"], rows[3]["files"]) == (
+        "incomplete (no manifest: a save cut short)", 2004, 2)  # shared.pt's 4 bytes ("half") and rank0.pt's
+    table = CliRunner().invoke(app, ["checkpoints", "list", str(store)], env={"COLUMNS": "300"})
+    row = next(line for line in table.output.splitlines() if "incomplete" in line)
+    assert [cell.strip() for cell in row.split("│")[2:5]] == [
+        "incomplete (no manifest: a save cut short)", "2.0 KiB", "2"], row
+
+
+def test_list_says_a_file_is_not_a_checkpoint_folder(tmp_path: Path) -> None:
+    """It said "no such checkpoint folder" of a path that exists."""
+    file = tmp_path / "model.pt"
+    file.write_bytes(b"weights")
+    for arguments in (["list", str(file)], ["export", str(tmp_path / "out.pt"), str(file)]):
+        refused = CliRunner().invoke(app, ["checkpoints", *arguments], env={"COLUMNS": "300"})
+        said = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and f"{file}: is a file, not a checkpoint folder" in said, said
+    assert file.read_bytes() == b"weights" and not (tmp_path / "out.pt").exists()
 
 
 def test_list_tells_an_unreadable_manifest_from_a_save_cut_short(store_of_three) -> None:
@@ -71,6 +97,8 @@ def test_list_tells_an_unreadable_manifest_from_a_save_cut_short(store_of_three)
     rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json"]).stdout)
     assert [row["state"] for row in rows][1:] == [
         f"damaged: {layout.MANIFEST_NAME} is not a readable manifest", "complete", "incomplete (no manifest: a save cut short)"]
+    found = [f for f in (store / layout.checkpoint_name(2)).rglob("*") if f.is_file()]  # the manifest too
+    assert (rows[1]["files"], rows[1]["bytes"]) == (len(found), sum(f.stat().st_size for f in found))
 
 
 @pytest.mark.parametrize(
@@ -150,6 +178,9 @@ def test_a_jobs_own_store_is_found_by_its_id(tmp_path: Path, monkeypatch: pytest
     assert [row["steps"] for row in json.loads(listed.stdout)] == [5]
     unknown = runner.invoke(app, ["checkpoints", "list", "--job", "99"])
     assert unknown.exit_code == 1 and "99" in unknown.output
+    (tmp_path / "kept").rename(tmp_path / "moved")  # the job's store, on record, is not there: not a bad argument
+    gone = runner.invoke(app, ["checkpoints", "list", "--job", str(job_id)])
+    assert gone.exit_code == 1 and "no such checkpoint folder" in gone.output
 
 
 def test_export_to_safetensors_takes_a_component_of_tensors_tied_weights_included(tmp_path: Path) -> None:

@@ -23,6 +23,15 @@ from spotrun.state import Store  # noqa: E402
 
 
 @pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A SPOTRUN_HOME of the test's own, and no server or database named: the CLI in embedded mode, on its defaults."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    for name in ("SPOTRUN_SERVER", "SPOTRUN_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "home"
+
+
+@pytest.fixture
 def team(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Team]:
     """The app on a fresh store; users alice and bob, and root (admin), each with a token. Its operator allows every
     user's jobs on the local cloud (SPOTRUN_SERVER_LOCAL_CLOUD=all), which the tests run on: the default is nobody's

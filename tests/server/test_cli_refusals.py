@@ -22,14 +22,6 @@ from spotrun.state import Event, Job, add_event
 WIDE = {"COLUMNS": "300"}
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
-    for name in ("SPOTRUN_SERVER", "SPOTRUN_DATABASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path / "home"
-
-
 def refused(arguments: list[str], code: int = 1, env: dict[str, str] | None = None) -> str:
     result = CliRunner().invoke(app, arguments, env={**WIDE, **(env or {})})
     assert result.exit_code == code, result.output
@@ -107,7 +99,8 @@ def _job(home: Path) -> int:
 @pytest.mark.parametrize("notice", ["nan", "-1", "inf", "3601"])
 def test_a_preemption_notice_that_is_no_number_of_seconds_is_refused(home: Path, notice: str) -> None:
     job_id = _job(home)
-    assert "the notice must be between 0 and 3600 seconds" in refused(["preempt", str(job_id), "--notice", notice])
+    said = refused(["preempt", str(job_id), "--notice", notice], code=2)
+    assert "--notice must be between 0 and 3600 seconds" in said
     with EmbeddedBackend().store.session() as session:
         assert session.query(Event).filter_by(job_id=job_id, kind="chaos").count() == 0
 
@@ -151,7 +144,7 @@ def test_launch_refuses_a_zone_the_local_cloud_does_not_have_and_stores_nothing(
 @pytest.mark.parametrize("age", ["1000000d", "99999999999999999999999d"])
 def test_prune_logs_refuses_an_age_past_the_longest_duration(home: Path, age: str) -> None:
     """It was taken, and the cutoff it printed (before 1970, before year 1) failed with a traceback."""
-    assert "--older-than must be at most 3650d (10 years)" in refused(["prune-logs", "--older-than", age])
+    assert "--older-than must be at most 3650d (10 years)" in refused(["prune-logs", "--older-than", age], code=2)
 
 
 @pytest.mark.parametrize("server", ["http://[::1", "http://host:port", "http://host\x01"])

@@ -150,7 +150,7 @@ def test_simulate_refuses_a_fleet_with_a_history_of_the_trace(tmp_path):
     _write_trace(tmp_path / "a.json", [1, 0] * 150)
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--fleet", "--market-history-hours", "24"],
                                 env={"COLUMNS": "300"})
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--fleet and --market-history-hours" in result.output
 
 

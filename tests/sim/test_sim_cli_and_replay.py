@@ -112,14 +112,14 @@ def test_simulate_names_a_bad_trace_file(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{nope")
     result = CliRunner().invoke(app, ["simulate", "--trace", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad argument, as a bad job file is
     assert "broken.json" in result.output and "not valid JSON" in result.output
 
 
 def test_simulate_refuses_an_unknown_policy(tmp_path):
     write_trace(tmp_path / "a.json", [1] * 100)
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--policy", "psychic"])
-    assert result.exit_code == 1 and "unknown policy 'psychic'" in result.output
+    assert result.exit_code == 2 and "--policy: unknown policy 'psychic'" in result.output
 
 
 @pytest.mark.parametrize(
@@ -141,12 +141,13 @@ def test_simulate_refuses_an_unknown_policy(tmp_path):
         (["--zone-spot-price", "a=cheap"], "--zone-spot-price 'a=cheap': expected ZONE=PRICE"),
         (["--zone-spot-price", "mars=0.5"], "no zone 'mars' in the traces; zones: a"),
         (["--bill-as", "mars"], "--bill-as must be one of aws, azure, gcp, got 'mars'"),
+        (["--compute-hours", "40", "--deadline-hours", "45"], "no start offset fits"),  # the trace: 200 steps
     ],
 )
 def test_simulate_names_the_option_a_run_could_not_use(tmp_path, options, message):
     write_trace(tmp_path / "a.json", [1, 0] * 100)
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--processes", "1", *options])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in result.output
 
 
@@ -326,7 +327,7 @@ def test_a_gang_on_traces_of_one_instance_is_refused(tmp_path, gang):
     write_trace(tmp_path / "a.json", [1, 0] * 150)
     options = [str(_gang_file(tmp_path, 4)) if value == "GANG" else value for value in gang]
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), *options], env={"COLUMNS": "300"})
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "a.json counts at most one instance, so it cannot tell when a gang of" in result.output
     assert "--nodes 1" in result.output
 
@@ -334,7 +335,7 @@ def test_a_gang_on_traces_of_one_instance_is_refused(tmp_path, gang):
 def test_simulate_refuses_no_nodes(tmp_path):
     write_trace(tmp_path / "a.json", [1, 0] * 150)
     result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path), "--nodes", "0"], env={"COLUMNS": "300"})
-    assert result.exit_code == 1 and "--nodes must be a positive number, got 0" in result.output
+    assert result.exit_code == 2 and "--nodes must be a positive number, got 0" in result.output
 
 
 def test_simulate_counts_an_absolute_deadline_from_now(tmp_path):
@@ -360,8 +361,8 @@ def test_simulate_refuses_a_job_files_deadline_already_past_naming_the_field(tmp
 @pytest.mark.parametrize(
     ("text", "code", "message"),
     [
-        ("run: x\nspot: {deadline: 30h}\n", 1, "gives no estimated_duration: add it there or pass --compute-hours"),
-        ("run: x\nestimated_duration: 3h\n", 1, "gives no spot.deadline: add it there or pass --deadline-hours"),
+        ("run: x\nspot: {deadline: 30h}\n", 2, "gives no estimated_duration: add it there or pass --compute-hours"),
+        ("run: x\nestimated_duration: 3h\n", 2, "gives no spot.deadline: add it there or pass --deadline-hours"),
         ("run: x\nresources: {nodes: 0}\n", 2, "resources.nodes: must be at least 1"),
         ("run: x\nresources: {cloud: aws, instance_type: p9.mega}\nspot: {deadline: 3h}\nestimated_duration: 2h\n",
          2, "no price for instance type 'p9.mega'"),

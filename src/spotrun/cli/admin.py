@@ -13,7 +13,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from spotrun.server.users import IssuedToken, UserError, add_user, create_token, revoke_token, token_prefix
+from spotrun.cli.failing import BAD_ARGUMENT, FAILED
+from spotrun.server.users import (
+    InvalidUserName, IssuedToken, UserError, add_user, create_token, revoke_token, token_prefix,
+)
 from spotrun.state import Store
 
 users_app = typer.Typer(help="Users of the team server (acts on the server's store).", no_args_is_help=True)
@@ -49,7 +52,7 @@ def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (a
     shown = token_prefix(token_id)  # a whole token's secret is never echoed back
     if not revoked:
         errors.print(f"[red]error:[/] no live token with id {escape(shown)}", soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(FAILED)
     console.print(f"revoked token {escape(shown)}")
 
 
@@ -57,9 +60,9 @@ def _issue(make) -> IssuedToken:
     store = Store()
     try:
         return make(store)
-    except UserError as problem:
+    except UserError as problem:  # a name no user may have is a bad argument; a name taken, or no such user, not
         errors.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(BAD_ARGUMENT if isinstance(problem, InvalidUserName) else FAILED) from None
     finally:
         store.dispose()
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from spotrun.cli.failing import errors
+from spotrun.cli.failing import BAD_ARGUMENT, FAILED, errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.views import byte_size
 from spotrun.sdk import layout
@@ -35,7 +35,7 @@ JobOption = Annotated[Optional[int], typer.Option("--job", help="the checkpoint 
 
 def _location(location: str | None, job: int | None) -> str:
     if (location is None) == (job is None):
-        raise _fail("give a checkpoint location or --job ID (one of them)", 2)
+        raise _fail("give a checkpoint location or --job ID (one of them)", BAD_ARGUMENT)
     if location is not None:
         return location
     from spotrun.cli.backend import current_backend
@@ -60,7 +60,7 @@ def list_checkpoints(
     """The checkpoints in a store, newest last: steps, size, ranks, and whether each is complete (and intact).
     With --verify the exit code is 1 when one is damaged."""
     where = _location(location, job)
-    fs, root = _reach(where)
+    fs, root = _reach(where, given=location is not None)
     try:
         rows = [_describe(fs, path, step, verify) for step, path in _folders(fs, root)]
     except Exception as error:  # the store stopped answering half-way: say so, whatever the filesystem raised
@@ -85,16 +85,19 @@ def list_checkpoints(
         raise _fail(f"{where}: {sum(row['state'].startswith('damaged') for row in rows)} damaged checkpoint(s)")
 
 
-def _reach(where: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def _reach(where: str, *, given: bool) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and folder of ``where``; a clear error when it names no filesystem, cannot be reached (no
-    credentials, no such bucket, ...) or is no folder."""
+    credentials, no such bucket, ...) or is no folder. A location the user ``given`` that is no folder is a bad
+    argument (exit 2, as a job file that is none is to `launch`); a job's store on record that is none is not."""
     try:
         fs, root = url_to_fs(where)
         exists = fs.isdir(root)
+        a_file = not exists and fs.isfile(root)
     except Exception as error:  # fsspec and its backends raise their own kinds (ValueError, botocore's, ...)
         raise _fail(f"{where}: cannot be read: {_why(error)}") from None
     if not exists:
-        raise _fail(f"{where}: no such checkpoint folder")
+        what = "is a file, not a checkpoint folder" if a_file else "no such checkpoint folder"
+        raise _fail(f"{where}: {what}", BAD_ARGUMENT if given else FAILED)
     return fs, root
 
 
@@ -117,6 +120,11 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     if manifest is None:
         if not fs.exists(path):
             return {**row, "state": PRUNED}
+        try:
+            found = fs.find(path, detail=True)  # no manifest to tell the size: what is there, as found
+        except FileNotFoundError:
+            return {**row, "state": PRUNED}
+        row.update(bytes=sum(_size(entry) for entry in found.values()), files=len(found))
         if fs.exists(f"{path}/{layout.MANIFEST_NAME}"):
             return {**row, "state": f"damaged: {layout.MANIFEST_NAME} is not a readable manifest"}
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
@@ -139,6 +147,12 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
     if (problem := layout.unloadable(manifest)) is not None:
         return {**row, "state": f"damaged: {problem}"}
     return {**row, "state": "intact"}
+
+
+def _size(entry: dict[str, Any]) -> int:
+    """A found file's size as its filesystem says it (0 where it says none)."""
+    size = entry.get("size")
+    return size if _is_count(size) else 0
 
 
 # A manifest's facts as the listing shows them: a value of the wrong type (a manifest written by hand, or damaged)
@@ -176,12 +190,12 @@ def export(
     or, for OUTPUT.safetensors and one component of tensors alone (a model's), with safetensors."""
     where = _location(location, job)
     if output.is_dir():
-        raise _fail(f"{output} is a folder: give the file to write", 2)
+        raise _fail(f"{output} is a folder: give the file to write", BAD_ARGUMENT)
     if output.exists() and not force:
-        raise _fail(f"{output} exists: give --force to replace it", 2)
+        raise _fail(f"{output} exists: give --force to replace it", BAD_ARGUMENT)
     if output.exists() and not output.is_file():  # a device or a pipe: a rename would put a file in its place
-        raise _fail(f"{output} is not a regular file: give a file to write", 2)
-    _reach(where)
+        raise _fail(f"{output} is not a regular file: give a file to write", BAD_ARGUMENT)
+    _reach(where, given=location is not None)
     import torch
 
     from spotrun.sdk.errors import CheckpointError, CheckpointWarning
@@ -226,7 +240,8 @@ def _safetensors_bytes(content: Any, metadata: dict[str, str]) -> bytes:
         if isinstance(content, dict) else None
     if others is None or others:
         held = f"it holds {', '.join(others[:5])}" if others else "it is not a mapping of tensors"
-        raise _fail(f"safetensors holds tensors by name only; {held}: give one --component of tensors (a model's)", 2)
+        raise _fail(f"safetensors holds tensors by name only; {held}: give one --component of tensors (a model's)",
+                    BAD_ARGUMENT)
     seen: set[int] = set()
     tensors = {}
     for name, tensor in content.items():

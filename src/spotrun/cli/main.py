@@ -22,7 +22,7 @@ from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
-from spotrun.cli.failing import errors
+from spotrun.cli.failing import bad_argument, errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.retention import prune_logs_command
@@ -34,6 +34,7 @@ from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
 from spotrun.spec.durations import parse_duration
+from spotrun.spec.models import MAX_NODES
 from spotrun.state import StoreUnavailable
 
 console = Console()
@@ -115,6 +116,9 @@ def status(
     if as_json:
         typer.echo(json.dumps([row.to_json() for row in listed.rows], indent=2))
         return
+    if not listed.rows:  # every job not ended and the newest ended are listed: none is no job at all (the caller's)
+        console.print("no jobs yet: spotrun launch JOB_FILE", highlight=False)
+        return
     print_whole(console, status_table(listed.rows))
     if listed.older_ended_left_out:
         console.print("[dim]older ended jobs left out: spotrun status --all[/dim]")
@@ -142,11 +146,15 @@ def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] 
 def preempt(
     job_id: JobId,
     notice: Annotated[Optional[float], typer.Option(help="seconds of notice (default: the market's)")] = None,
-    node: Annotated[Optional[int], typer.Option(min=0, help="which node of a multi-node job (default 0)")] = None,
+    node: Annotated[Optional[int], typer.Option(
+        min=0, max=MAX_NODES - 1, help="which node of a multi-node job (default 0)")] = None,
 ) -> None:
     """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
     try:
-        jobs_api.check_notice(notice)
+        jobs_api.check_notice(notice, "--notice")
+    except jobs_api.PreemptRefused as problem:
+        raise bad_argument(str(problem)) from None
+    try:
         target = current_backend().preempt(job_id, notice, node)
     except (jobs_api.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
@@ -211,10 +219,11 @@ def server(
     try:
         keep_seconds = None if keep_logs is None else parse_duration(keep_logs)
     except ValueError as problem:
-        raise _fail(f"--keep-logs {problem}") from None
+        raise bad_argument(f"--keep-logs {problem}") from None
     if keep_seconds is not None and keep_seconds < MIN_KEEP_LOGS_SECONDS:
         # A bare number is seconds: "--keep-logs 30" meant as days would remove every log half a minute after its job.
-        raise _fail(f"--keep-logs must be at least 1h; got {keep_logs!r} ({keep_seconds:g} s; a bare number is seconds)")
+        raise bad_argument(
+            f"--keep-logs must be at least 1h; got {keep_logs!r} ({keep_seconds:g} s; a bare number is seconds)")
     try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
               run_controller=not no_controller, keep_logs=keep_seconds)

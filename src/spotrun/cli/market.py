@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from spotrun import config
+from spotrun.cli.failing import bad_argument
 from spotrun.providers.local import (
     ManualMarket, Market, MarketError, RandomMarket, load_market, set_market, trace_market,
 )
@@ -90,8 +91,7 @@ def _option_problem(error) -> str:
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(2)
+    raise bad_argument(message)
 
 
 def _zone_pair(text: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from spotrun.cli.views import byte_size
-from spotrun.cli.failing import fail
+from spotrun.cli.failing import bad_argument
 from spotrun.control.log_retention import prune_logs, stored_log_bytes
 from spotrun.spec.durations import parse_duration
 from spotrun.state import Store
@@ -32,7 +32,7 @@ def prune_logs_command(
     try:
         age = parse_duration(older_than)
     except ValueError as problem:
-        raise fail(f"--older-than {problem}") from None
+        raise bad_argument(f"--older-than {problem}") from None
     now = time.time()
     store = Store()
     try:

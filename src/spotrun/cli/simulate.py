@@ -17,13 +17,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from spotrun.cli.failing import BAD_ARGUMENT, bad_argument, fail
 from spotrun.cli.simulate_job import JobNumbers, LivePlacement, job_numbers
 from spotrun.cli.views import print_whole
 from spotrun.costs.billing import CLOUD_RULES, BillingRule
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT, SimJob
 from spotrun.sim.market import Market
-from spotrun.sim.sweep import OMNISCIENT, PolicySummary, RunRecord, gaps_closed, summarize, summarize_by_market, sweep
+from spotrun.sim.sweep import (
+    OMNISCIENT, PolicySummary, RunRecord, checked_tasks, gaps_closed, summarize, summarize_by_market, sweep,
+)
 from spotrun.spec import SpecError
 from spotrun.spec.errors import Problem
 from spotrun.spec.loader import located
@@ -89,7 +92,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Run policies from many start offsets along spot traces; report normalized cost, misses, preemptions."""
-    try:
+    try:  # the options, the job file and the traces: what is wrong with them is a bad argument (exit 2)
         names = _policies(policy, bound)
         from_file = job_numbers(job_file, time.time()) if job_file is not None else None
         numbers = _numbers(job_file, from_file, compute_hours=compute_hours, deadline_hours=deadline_hours,
@@ -101,6 +104,14 @@ def simulate(
         zone_prices = parse_zone_prices(zone_spot_price or [], markets)
         job = replace(_sim_job(numbers, zone_prices), billing=_billing(bill_as))
         live = from_file.placement if from_file is not None else None
+        checked_tasks(markets, job, every_hours * HOUR, history_seconds=market_history_hours * HOUR, fleet=fleet)
+    except SpecError as problem:
+        errors.print("[red]invalid job file[/]")
+        typer.echo(str(problem), err=True)
+        raise typer.Exit(BAD_ARGUMENT) from None
+    except (TraceError, ValueError, OSError) as problem:
+        raise bad_argument(str(problem)) from None
+    try:  # the sweep itself
         began = time.perf_counter()
         run_sweep = partial(sweep, markets, every_seconds=every_hours * HOUR, observe=observe, processes=processes,
                             history_seconds=market_history_hours * HOUR, fleet=fleet)
@@ -110,13 +121,8 @@ def simulate(
             records += as_row(run_sweep([live.policy], replace(job, settings=live.settings)), live.own_row)
             names = with_row(names, live.policy, live.own_row)
         elapsed = time.perf_counter() - began
-    except SpecError as problem:
-        errors.print("[red]invalid job file[/]")
-        typer.echo(str(problem), err=True)
-        raise typer.Exit(2) from None
     except (TraceError, ValueError, OSError) as problem:
-        errors.print(f"[red]error:[/] {problem}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        raise fail(str(problem)) from None
     summaries = summarize(records, names)
     per_market = summarize_by_market(records, names) if by_market else None
     sweep_settings = SweepSettings(every_hours, observe, market_history_hours, fleet)
@@ -341,7 +347,7 @@ def _policies(requested: list[str], bound: bool) -> list[str]:
     known = set(policy_names()) | {OMNISCIENT}
     for name in requested:
         if name not in known:
-            raise ValueError(f"unknown policy {name!r}; known: all, {', '.join(sorted(known))}")
+            raise ValueError(f"--policy: unknown policy {name!r}; known: all, {', '.join(sorted(known))}")
     names = list(dict.fromkeys(requested))
     return names + [OMNISCIENT] if bound and OMNISCIENT not in names else names
 

@@ -29,6 +29,7 @@ from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
 from spotrun.control.placement import job_prices, market_attempts, market_gpus, placement_context, policy_prices
 from spotrun.control.states import LIVE, TERMINAL, JobState, state_names
 from spotrun.control.stuck import StuckJobs
+from spotrun.control.wording import times
 from spotrun.control.tokens import attempt_token, controller_secret, hash_token
 from spotrun.costs.billing import CLOUD_RULES, BillingRule, rule_for, stated_end
 from spotrun.costs.market_prices import MarketPrices
@@ -709,7 +710,7 @@ class Controller:
             if job.restarts_on_error > spec.max_restarts_on_error:
                 job.failure_reason = start_failures.job_failure_reason(
                     session, attempt, job.restarts_on_error, spec.max_restarts_on_error, f"instance {attempt.instance_id}"
-                ) or f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                ) or f"the command failed {times(job.restarts_on_error)} (max_restarts_on_error={spec.max_restarts_on_error})"
                 records.transition(session, job, JobState.FAILED, now, job.failure_reason)
             else:
                 records.transition(session, job, JobState.PROVISIONING, now, f"the command failed; restart {job.restarts_on_error} of {spec.max_restarts_on_error}")

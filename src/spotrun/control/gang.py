@@ -30,6 +30,7 @@ from spotrun.control.moves import may_move
 from spotrun.control.observe import DRAIN_MARGIN, Verdict, judge_attempt
 from spotrun.control.placement import placement_context
 from spotrun.control.states import JobState
+from spotrun.control.wording import times
 from spotrun.policy import GiveUp, Launch, RunningDecision, Wait
 from spotrun.providers import ProviderError
 from spotrun.spec import JobSpec
@@ -196,7 +197,7 @@ class GangDriver:
             if job.restarts_on_error > spec.max_restarts_on_error:
                 job.failure_reason = start_failures.job_failure_reason(
                     session, attempt, job.restarts_on_error, spec.max_restarts_on_error, what
-                ) or f"{what} failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                ) or f"{what} failed {times(job.restarts_on_error)} (max_restarts_on_error={spec.max_restarts_on_error})"
 
     # ---- the generation ----------------------------------------------------------------------------------
 
@@ -259,7 +260,7 @@ class GangDriver:
             job.restarts_on_error += 1
             if job.restarts_on_error > spec.max_restarts_on_error:
                 job.failure_reason = (
-                    f"the command failed {job.restarts_on_error} times (max_restarts_on_error={spec.max_restarts_on_error})"
+                    f"the command failed {times(job.restarts_on_error)} (max_restarts_on_error={spec.max_restarts_on_error})"
                 )
             elif job.state == JobState.RUNNING:
                 records.transition(

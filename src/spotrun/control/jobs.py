@@ -233,6 +233,10 @@ def preempt(
     check_notice(notice_seconds)
     with store.session() as session:
         job = get_job(session, job_id)
+        if node is not None and node >= (nodes := JobSpec.stored(job.spec).resources.nodes):
+            numbered = "only node 0" if nodes == 1 else f"they are numbered 0 to {nodes - 1}"
+            raise PreemptRefused(f"job {job_id} has {nodes} node{'s' if nodes > 1 else ''}: there is no node {node} "
+                                 f"({numbered})")
         attempt = _open_attempt_of_node(session, job_id, node or 0)
         if attempt is None or attempt.instance_id is None or attempt.state not in ("running", "draining"):
             holds = f"no running instance as node {node}" if node is not None else "no running instance"
@@ -259,13 +263,14 @@ def preempt(
     return target
 
 
-def check_notice(notice_seconds: float | None) -> None:
-    """PreemptRefused for a notice that is not a number of seconds from 0 to MAX_NOTICE_SECONDS."""
+def check_notice(notice_seconds: float | None, name: str = "the notice") -> None:
+    """PreemptRefused for a notice that is not a number of seconds from 0 to MAX_NOTICE_SECONDS; the message calls
+    it `name` (the CLI: its option)."""
     if notice_seconds is None:
         return
     if not (math.isfinite(notice_seconds) and 0 <= notice_seconds <= MAX_NOTICE_SECONDS):
         raise PreemptRefused(
-            f"the notice must be between 0 and {MAX_NOTICE_SECONDS:g} seconds, got {notice_seconds}"
+            f"{name} must be between 0 and {MAX_NOTICE_SECONDS:g} seconds, got {notice_seconds}"
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from spotrun.control.wording import times
 from spotrun.state import Attempt, Event
 
 DATA_KEY = "start_failure"  # in an attempt_ending event's data: what the provider said of the failed start
@@ -25,9 +26,9 @@ def job_failure_reason(session, attempt: Attempt, failures: int, limit: int, whe
     if last is None:
         return None
     if len(starts) >= failures:
-        head = f"the agent could not be started {failures} times (max_restarts_on_error={limit})"
+        head = f"the agent could not be started {times(failures)} (max_restarts_on_error={limit})"
     else:
-        head = (f"failed {failures} times (max_restarts_on_error={limit}), {len(starts)} of them because the agent "
+        head = (f"failed {times(failures)} (max_restarts_on_error={limit}), {len(starts)} of them because the agent "
                 "could not be started")
     return f"{head}; the last, on {where}: {tail(last)}"
 

@@ -129,6 +129,22 @@ def sweep_tasks(markets: Sequence[tuple[str, Market]], job: SimJob, every_second
     ]
 
 
+def checked_tasks(
+    markets: Sequence[tuple[str, Market]], job: SimJob, every_seconds: float, *, history_seconds: float = 0.0,
+    fleet: bool = False,
+) -> list[SweepTask]:
+    """The runs' starts of a `sweep` with these arguments; ValueError, before any run, for one that cannot be run as
+    asked (a deadline no policy could meet, no start offset that fits, a fleet given a history)."""
+    if fleet and history_seconds > 0:
+        raise ValueError("a fleet's jobs learn the market from each other: it takes no history of the trace too")
+    for _, market in markets:
+        job.check_can_finish(market.gap_seconds)
+    tasks = sweep_tasks(markets, job, every_seconds)
+    if not tasks:
+        raise ValueError("no start offset fits: the traces are shorter than the deadline")
+    return tasks
+
+
 def sweep(
     markets: Sequence[tuple[str, Market]],
     policies: Sequence[str],
@@ -147,13 +163,7 @@ def sweep(
     policy that started before them in the market saw (`fleet.run_fleet`). `on_progress(runs done, runs in all)` is
     called once before the first run and again as each start (each market, in a fleet) is done, in the order they
     were laid out."""
-    if fleet and history_seconds > 0:
-        raise ValueError("a fleet's jobs learn the market from each other: it takes no history of the trace too")
-    for _, market in markets:
-        job.check_can_finish(market.gap_seconds)
-    tasks = sweep_tasks(markets, job, every_seconds)
-    if not tasks:
-        raise ValueError("no start offset fits: the traces are shorter than the deadline")
+    tasks = checked_tasks(markets, job, every_seconds, history_seconds=history_seconds, fleet=fleet)
     if fleet:
         work, run = [(label, market, _task_starts(tasks, label)) for label, market in markets], _run_fleets_packed
         packed = [(*item, tuple(policies), job, observe) for item in work if item[2]]

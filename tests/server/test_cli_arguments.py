@@ -1,0 +1,130 @@
+"""The CLI's exit codes and plain answers, alike in every command and in both modes: a bad argument (a value no use
+could take: unparsable, out of range) is exit 2 with an error naming the option, and changes nothing; a command
+that cannot do what was asked (an unknown job, a node the job does not have, a user that exists) is exit 1.
+`status` with no jobs says so in a line; `--json` stays a list."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from server_world import TINY_JOB, Team
+from typer.testing import CliRunner
+
+from spotrun.cli import main as cli_main
+from spotrun.cli.embedded import EmbeddedBackend
+from spotrun.cli.main import app
+from spotrun.cli.remote import RemoteBackend
+from spotrun.state import Event, Store
+from spotrun.state.models import User
+
+WIDE = {"COLUMNS": "300"}
+
+
+def run(arguments: list[str]):
+    result = CliRunner().invoke(app, arguments, env=WIDE)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result, " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("arguments", "option", "message"), [
+    (["preempt", "1", "--notice", "-5"], "--notice", "--notice must be between 0 and 3600 seconds, got -5.0"),
+    (["preempt", "1", "--notice", "nan"], "--notice", "--notice must be between 0 and 3600 seconds, got nan"),
+    (["preempt", "1", "--node", "5000"], "--node", "Invalid value for '--node'"),
+    (["prune-logs", "--older-than", "xyz"], "--older-than", "--older-than must be a duration like"),
+    (["prune-logs", "--older-than", "1000000d"], "--older-than", "--older-than must be at most 3650d"),
+    (["server", "--port", "0", "--keep-logs", "soon"], "--keep-logs", "--keep-logs must be a duration like"),
+    (["server", "--port", "0", "--keep-logs", "30"], "--keep-logs", "--keep-logs must be at least 1h"),
+    (["simulate", "--policy", "psychic"], "--policy", "--policy: unknown policy 'psychic'"),
+    (["simulate", "--every-hours", "0"], "--every-hours", "--every-hours must be a positive number, got 0"),
+    (["user", "add", "no spaces"], "user name", "user name 'no spaces' must be 1-200 letters"),
+])
+def test_a_bad_argument_is_exit_2_naming_it_and_changes_nothing(
+    home: Path, arguments: list[str], option: str, message: str
+) -> None:
+    result, said = run(arguments)
+    assert result.exit_code == 2, said
+    assert message in said and option in said, said
+    assert "Traceback" not in said
+    if home.exists():  # a store some refusals open first: nothing was added to it
+        store = Store()
+        try:
+            with store.session() as session:
+                assert session.query(User).count() == 0 and session.query(Event).count() == 0
+        finally:
+            store.dispose()
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["status", "99"], "no job with id 99"),
+    (["preempt", "99"], "no job with id 99"),
+    (["preempt", "99", "--notice", "5"], "no job with id 99"),
+    (["cancel", "99"], "no job with id 99"),
+    (["cost", "99"], "no job with id 99"),
+])
+def test_an_unknown_job_stays_exit_1(home: Path, arguments: list[str], message: str) -> None:
+    result, said = run(arguments)
+    assert result.exit_code == 1 and message in said, said
+
+
+def test_a_user_that_exists_is_exit_1_a_bad_name_exit_2(home: Path) -> None:
+    assert run(["user", "add", "alice"])[0].exit_code == 0
+    again, said = run(["user", "add", "alice"])
+    assert again.exit_code == 1 and "user 'alice' already exists" in said, said
+    reserved, said = run(["user", "add", "local"])
+    assert reserved.exit_code == 2 and "is reserved" in said, said
+    unknown, said = run(["token", "create", "bob"])
+    assert unknown.exit_code == 1 and "no user named 'bob'" in said, said
+
+
+# ---- embedded and remote mode alike -------------------------------------------------------------------------
+
+@pytest.fixture(params=["embedded", "remote"])
+def mode(request: pytest.FixtureRequest, team: Team, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The CLI's commands on the team's store: directly (embedded), or through the app as alice (remote)."""
+    monkeypatch.delenv("SPOTRUN_SERVER", raising=False)
+    if request.param == "embedded":
+        monkeypatch.setattr(cli_main, "current_backend", lambda: EmbeddedBackend(team.store))
+    else:
+        monkeypatch.setattr(cli_main, "current_backend", lambda: RemoteBackend(
+            "http://testserver", team.tokens["alice"], client=TestClient(team.client.app)))
+    return request.param
+
+
+def test_status_with_no_jobs_says_so_in_a_line_and_json_stays_a_list(team: Team, mode: str) -> None:
+    table, said = run(["status"])
+    assert table.exit_code == 0 and table.output == "no jobs yet: spotrun launch JOB_FILE\n", table.output
+    every, _ = run(["status", "--all"])
+    assert every.exit_code == 0 and every.output == "no jobs yet: spotrun launch JOB_FILE\n", every.output
+    listed, _ = run(["status", "--json"])
+    assert listed.exit_code == 0 and json.loads(listed.stdout) == []
+
+    team.launch("alice")
+    shown, said = run(["status"])
+    assert shown.exit_code == 0 and "no jobs yet" not in said and "tiny" in said, said
+
+
+GANG_OF_3 = TINY_JOB.replace("resources: {", "resources: {nodes: 3, ")
+
+
+@pytest.mark.parametrize(("text", "node", "message"), [
+    (TINY_JOB, 3, "job 1 has 1 node: there is no node 3 (only node 0)"),
+    (TINY_JOB, 1, "job 1 has 1 node: there is no node 1 (only node 0)"),
+    (GANG_OF_3, 3, "job 1 has 3 nodes: there is no node 3 (they are numbered 0 to 2)"),
+], ids=["one-node-3", "one-node-1", "gang-of-3-node-3"])
+def test_preempting_a_node_the_job_does_not_have_names_its_node_count(
+    team: Team, mode: str, text: str, node: int, message: str
+) -> None:
+    job_id = team.launch("alice", text)
+    result, said = run(["preempt", str(job_id), "--node", str(node)])
+    assert result.exit_code == 1 and said == f"error: {message}", said
+    with team.store.session() as session:
+        assert session.query(Event).filter_by(job_id=job_id, kind="chaos").count() == 0
+
+
+def test_preempting_a_node_the_job_has_but_not_running_says_that(team: Team, mode: str) -> None:
+    job_id = team.launch("alice", GANG_OF_3)
+    result, said = run(["preempt", str(job_id), "--node", "2"])
+    assert result.exit_code == 1 and "holds no running instance as node 2 to preempt" in said, said
