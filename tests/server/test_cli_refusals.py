@@ -159,7 +159,7 @@ def test_launch_refuses_a_bad_controller_setting_at_once(home: Path, tmp_path: P
     job = tmp_path / "t.yaml"
     job.write_text("run: 'true'\nresources: {cloud: local, instance_type: local.cpu}\n")
     started = time.monotonic()
-    said = refused(["launch", str(job)], env={"SPOTRUN_HEARTBEAT_TIMEOUT": "abc"})
+    said = refused(["launch", str(job)], code=2, env={"SPOTRUN_HEARTBEAT_TIMEOUT": "abc"})  # a bad setting
     assert "SPOTRUN_HEARTBEAT_TIMEOUT='abc' is refused" in said and "Traceback" not in said
     assert time.monotonic() - started < 20
     with EmbeddedBackend().store.session() as session:

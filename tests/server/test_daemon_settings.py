@@ -102,7 +102,7 @@ def test_the_server_refuses_a_controller_setting_it_cannot_use(store, home, monk
     monkeypatch.setattr(serve_module.uvicorn.Server, "run", lambda *_, **__: None)  # serve nothing, return at once
     result = CliRunner().invoke(app, ["server", "--port", "0", "--database-url", store.url],
                                 env={"SPOTRUN_SWEEP_EVERY_TICKS": "0", "COLUMNS": "300"})
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "SPOTRUN_SWEEP_EVERY_TICKS='0'" in result.output
 
 

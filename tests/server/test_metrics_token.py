@@ -65,4 +65,4 @@ def test_the_server_stops_before_it_listens_on_a_metrics_token_it_cannot_use(sto
     monkeypatch.setattr(serve_module.uvicorn.Server, "run", lambda *_, **__: None)  # serve nothing, return at once
     result = CliRunner().invoke(cli, ["server", "--port", "0", "--database-url", store.url, "--no-controller"],
                                 env={METRICS_TOKEN_VAR: "short", "COLUMNS": "300"})
-    assert result.exit_code == 1 and METRICS_TOKEN_VAR in result.output, result.output
+    assert result.exit_code == 2 and METRICS_TOKEN_VAR in result.output, result.output

@@ -108,7 +108,7 @@ def test_the_server_stops_before_it_listens_on_a_local_cloud_setting_it_cannot_u
     monkeypatch.setattr(serve_module, "_listen", lambda *args: listened.append(args))
     result = CliRunner().invoke(cli, ["server", "--port", "0", "--database-url", store.url, "--no-controller"],
                                 env={LOCAL_CLOUD_VAR: "everyone", "COLUMNS": "300"})
-    assert result.exit_code == 1 and "SPOTRUN_SERVER_LOCAL_CLOUD='everyone' is refused" in result.output, result.output
+    assert result.exit_code == 2 and "SPOTRUN_SERVER_LOCAL_CLOUD='everyone' is refused" in result.output, result.output
     assert listened == []
 
 

@@ -47,7 +47,9 @@ class _Commands(TyperGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except (BackendError, StoreUnavailable, InvalidSetting) as problem:
+        except InvalidSetting as problem:  # a SPOTRUN_* variable: the environment's argument, as `controller` says
+            raise bad_argument(str(problem)) from None
+        except (BackendError, StoreUnavailable) as problem:
             raise _fail(str(problem)) from None
         except OperationalError as problem:  # e.g. SQLite's "database is locked" past its busy timeout
             raise _fail(f"the store did not answer: {str(problem.orig).strip() or type(problem.orig).__name__}") from None
@@ -227,7 +229,9 @@ def server(
     try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
               run_controller=not no_controller, keep_logs=keep_seconds)
-    except (CannotListen, InvalidSetting) as problem:
+    except InvalidSetting as problem:
+        raise bad_argument(str(problem)) from None
+    except CannotListen as problem:
         raise _fail(str(problem)) from None
 
 
