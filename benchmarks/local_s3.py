@@ -1,11 +1,12 @@
 """A moto_server S3 on 127.0.0.1 with one bucket, for the benchmarks that save to or copy through an object store,
 and a proxy in front of it that caps each connection, as S3's are (one connection carries far less than an
-instance's network)."""
+instance's network), or all of its connections together, as one node's network does (``shared``)."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -22,11 +23,13 @@ PROXY_CHUNK = 256 * 1024
 
 
 @contextmanager
-def moto_s3(bucket: str) -> Iterator[int]:
-    """A moto_server holding ``bucket``; its port. Stopped on exit."""
+def moto_s3(bucket: str, in_memory: bool = False) -> Iterator[int]:
+    """A moto_server holding ``bucket``; its port. Stopped on exit. moto keeps each object of over 5 MiB in a file on
+    this machine's disk; ``in_memory`` keeps objects up to 4 GiB in its memory instead."""
     port = free_port()
+    env = os.environ | ({"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(4 << 30)} if in_memory else {})
     server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         make_bucket(f"http://127.0.0.1:{port}", bucket)
         yield port
@@ -52,10 +55,27 @@ def storage_options(endpoint: str) -> dict:
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bytes_per_second: float) -> None:
+class Pacer:
+    """Holds the bytes given to it, from any number of connections, to ``bytes_per_second`` in all; an idle pacer
+    saves no credit for a burst later."""
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.seconds_per_byte = 1 / bytes_per_second
+        self.free_at = time.monotonic()
+
+    async def take(self, count: int) -> None:
+        now = time.monotonic()
+        self.free_at = max(now, self.free_at) + count * self.seconds_per_byte
+        await asyncio.sleep(self.free_at - now)
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bytes_per_second: float,
+                pacer: Pacer | None = None) -> None:
     started, sent = time.monotonic(), 0
     try:
         while chunk := await reader.read(PROXY_CHUNK):
+            if pacer is not None:
+                await pacer.take(len(chunk))
             writer.write(chunk)
             await writer.drain()
             sent += len(chunk)
@@ -69,14 +89,17 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, byte
         writer.close()
 
 
-def run_proxy(listen_port: int, target_port: int, bytes_per_second: float) -> None:
-    """A TCP proxy on 127.0.0.1:listen_port to target_port, each connection capped each way."""
+def run_proxy(listen_port: int, target_port: int, bytes_per_second: float, shared: bool = False) -> None:
+    """A TCP proxy on 127.0.0.1:listen_port to target_port, each connection capped each way; with ``shared``, all
+    its connections together (a node's network: one pacer each way)."""
+    up, down = (Pacer(bytes_per_second), Pacer(bytes_per_second)) if shared else (None, None)
+    per_connection = 0.0 if shared else bytes_per_second
 
     async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
         await asyncio.gather(
-            _pump(client_reader, server_writer, bytes_per_second),
-            _pump(server_reader, client_writer, bytes_per_second),
+            _pump(client_reader, server_writer, per_connection, up),
+            _pump(server_reader, client_writer, per_connection, down),
         )
 
     async def main() -> None:
@@ -88,11 +111,11 @@ def run_proxy(listen_port: int, target_port: int, bytes_per_second: float) -> No
 
 
 @contextmanager
-def capped_proxy(target_port: int, bytes_per_second: float) -> Iterator[int]:
+def capped_proxy(target_port: int, bytes_per_second: float, shared: bool = False) -> Iterator[int]:
     """``run_proxy`` in its own process; its port."""
     port = free_port()
     proxy = multiprocessing.get_context("spawn").Process(
-        target=run_proxy, args=(port, target_port, bytes_per_second), daemon=True
+        target=run_proxy, args=(port, target_port, bytes_per_second, shared), daemon=True
     )
     proxy.start()
     try:
