@@ -22,7 +22,7 @@ from rich.table import Table
 
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, errors
 from spotrun.cli.failing import fail as _fail
-from spotrun.cli.views import byte_size
+from spotrun.cli.views import byte_size, print_whole
 from spotrun.sdk import layout
 from spotrun.sdk.locations import url_to_fs
 
@@ -80,7 +80,7 @@ def list_checkpoints(
             str(row["world_size"] or "-"), row["kind"],
             f"{row['save_seconds']:.1f} s" if row["save_seconds"] is not None else "-", written,
         )
-    console.print(table)
+    print_whole(console, table)  # piped: as wide as the table, not cut to 80 columns
     if damaged:
         raise _fail(f"{where}: {sum(row['state'].startswith('damaged') for row in rows)} damaged checkpoint(s)")
 
