@@ -421,6 +421,20 @@ def test_the_mark_is_rewritten_only_by_a_backup_that_wrote_something(local, remo
     assert mark_of(remote).stat().st_mtime > 1000.0
 
 
+def test_the_marks_folder_is_made_once_not_at_every_backup(local, remote, monkeypatch):
+    """Each backup asked the store to make the folder again: a request an object store answers every sync_interval."""
+    made = []
+    real_makedirs = fsspec.implementations.local.LocalFileSystem.makedirs
+    monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "makedirs",
+                        lambda self, path, exist_ok=False: made.append(path) or real_makedirs(self, path, exist_ok))
+    sync = CheckpointSync(local, str(remote), writer=WRITER)
+    for step in (1, 2, 3):
+        write_checkpoint(local, step)
+        sync.backup()
+    assert [path for path in made if path.endswith(MARKS_FOLDER)] == [str(remote / MARKS_FOLDER)]
+    assert json.loads(mark_of(remote).read_text())["attempt_id"] == 42
+
+
 def test_a_store_with_marks_restores_as_before_and_the_marks_stay_there(local, remote, tmp_path):
     write_checkpoint(local, 1)
     (local / "notes.txt").write_text("hello")

@@ -38,10 +38,12 @@ def write_mark(fs: fsspec.AbstractFileSystem, store_root: str, writer: BackupWri
     """The writer's mark, (re)written now. `written_at`: the agent's clock, for people reading the store; the
     controller goes by the store's time of the write."""
     path = writer.mark_path(store_root)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    body = {"job_id": writer.job_id, "attempt_id": writer.attempt_id, "written_at": written_at}
-    with fs.open(path, "wb") as out:
-        out.write(json.dumps(body).encode())
+    body = json.dumps({"job_id": writer.job_id, "attempt_id": writer.attempt_id, "written_at": written_at}).encode()
+    try:
+        fs.pipe_file(path, body)
+    except FileNotFoundError:  # the first mark in this store (a folder on a disk); not asked at every backup
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, body)
 
 
 def mark_written_at(fs: fsspec.AbstractFileSystem, store_root: str, writer: BackupWriter) -> float | None:
