@@ -130,7 +130,8 @@ class ControllerServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(controller))
         self._server.daemon_threads = True
         controller.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by default)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
 
     def close(self) -> None:

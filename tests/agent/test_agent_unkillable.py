@@ -8,6 +8,9 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from spotrun.agent import supervisor
 from spotrun.agent.config import AgentConfig
 from spotrun.agent.gang import GangAgent
 from spotrun.agent.notices import Notice
@@ -44,6 +47,13 @@ def in_a_thread(call, timeout: float) -> list:
     thread.start()
     thread.join(timeout)
     return returned
+
+
+@pytest.fixture(autouse=True)
+def short_wait_after_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent waits KILLED_EXIT_SECONDS (2 s) for a SIGKILLed command; what is checked here is that the wait ends,
+    not its length."""
+    monkeypatch.setattr(supervisor, "KILLED_EXIT_SECONDS", 0.5)
 
 
 def config(tmp_path: Path, **overrides) -> AgentConfig:

@@ -22,7 +22,7 @@ def start_trainer(run_agent, controller, tmp_path: Path, metadata_env: dict[str,
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     agent = run_agent(controller.url, run=f"{sys.executable} {script}", extra_env=metadata_env)
-    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.wait_for(lambda: "ready" in agent.stdout)  # echoed there at once; the controller's log gets it later
     return agent
 
 
@@ -131,7 +131,7 @@ def test_an_acknowledged_azure_preempt_is_approved_only_once_the_attempt_is_save
     env = {"SPOTRUN_AZURE_METADATA_URL": azure.url, "SPOTRUN_AZURE_VM_NAME": "vm-3",
            "SPOTRUN_AZURE_ACKNOWLEDGE_PREEMPT": "1"}
     agent = run_agent(controller.url, run=f"{sys.executable} {script}", extra_env=env)
-    controller.wait_for(lambda: "ready" in controller.log_text())
+    controller.wait_for(lambda: "ready" in agent.stdout)
     event = azure.schedule_event("Preempt", resources=["vm-3"], not_before_in=30)
     assert agent.wait() == 0
     assert "saving; Preempt event Scheduled" in controller.log_text()
