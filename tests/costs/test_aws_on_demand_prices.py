@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fakes
 from fakes import FakeAwsPricing, ec2_product  # noqa: E402
+from fakes.boto_models import share_botocore_loader  # noqa: E402
 
 from spotrun.control import jobs  # noqa: E402
 from spotrun.costs.aws_pricing import OnDemandPrices, region_of  # noqa: E402
@@ -34,6 +35,7 @@ def price_list(monkeypatch):
                         ("AWS_EC2_METADATA_DISABLED", "true")):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    share_botocore_loader(monkeypatch)  # each price read makes a boto3 session of its own
     with FakeAwsPricing(PRODUCTS, page_size=1) as fake:
         monkeypatch.setenv("SPOTRUN_AWS_PRICING_URL", fake.url)
         yield fake

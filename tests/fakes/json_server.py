@@ -15,7 +15,8 @@ class JsonServer:
 
     def __init__(self) -> None:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by default)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def root(self) -> str:
@@ -36,6 +37,8 @@ class JsonServer:
 
 def _handler(fake: JsonServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        wbufsize = -1  # one write per response: headers and body split across packets stall on delayed ACKs
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             self._answer("GET")
 

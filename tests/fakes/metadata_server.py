@@ -170,6 +170,7 @@ class FakeMetadataServer:
 def _handler_for(fake: FakeMetadataServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the real services and the clients use it
+        wbufsize = -1  # one write per response: headers and body split across packets stall on delayed ACKs
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             self._dispatch()

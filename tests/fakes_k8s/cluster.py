@@ -166,6 +166,12 @@ class FakeCluster:
             self.node_groups[name] = group
             return group
 
+    def finish_scale_ups(self) -> None:
+        """The nodes scale-ups are making come up at the loop's next pass, whatever `scale_up_delay` said."""
+        with self.lock:
+            for name in self._ready_at:
+                self._ready_at[name] = time.monotonic()
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         with self.lock:
             self._set_ready(self._get("nodes", None, name), ready)

@@ -93,6 +93,7 @@ class FakeKubernetes:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = -1  # one write per response: headers and body split across packets stall on delayed ACKs
 
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

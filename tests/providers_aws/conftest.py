@@ -6,6 +6,7 @@ Fake credentials with distinctive values are set so tests can prove they never l
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -20,9 +22,14 @@ import httpx
 import pytest
 from botocore.awsrequest import AWSResponse
 from moto import mock_aws
+from moto.ec2.models import amis as moto_amis
+from moto.utilities.utils import load_resource
 
-from spotrun.providers.aws import AwsProvider
-from spotrun.providers.base import LaunchRequest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fakes
+from fakes.boto_models import share_botocore_loader  # noqa: E402
+
+from spotrun.providers.aws import AwsProvider  # noqa: E402
+from spotrun.providers.base import LaunchRequest  # noqa: E402
 
 REGION = "us-east-1"
 FAKE_ACCESS_KEY = "AKIASPOTRUNLEAKTEST7"
@@ -48,6 +55,33 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+@pytest.fixture(scope="session")
+def image_ami(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], str]:
+    """The AMI that MOTO_IMAGE_PARAMETER names, from moto's own data, and a file holding it for MOTO_AMIS_PATH.
+
+    An EC2 backend loads every AMI moto knows (about 1,300 for us-east-1) when it is made, which a mock_aws() or a
+    reset of moto_server does for each test: 0.3-0.8 s a test. The tests need only this one."""
+    (parameter,) = [
+        parameter
+        for parameter in load_resource(f"ssm/resources/ami-amazon-linux-latest/{REGION}.json")
+        if parameter["Name"] == MOTO_IMAGE_PARAMETER
+    ]
+    amis = load_resource(f"ec2/resources/latest_amis/{REGION}.json")
+    images = [ami for ami in amis if ami["ami_id"] == parameter["Value"]]
+    assert len(images) == 1, f"moto has no AMI {parameter['Value']} for {MOTO_IMAGE_PARAMETER}"
+    path = tmp_path_factory.mktemp("moto-amis") / "amis.json"
+    path.write_text(json.dumps(images))
+    return images, str(path)
+
+
+@pytest.fixture(autouse=True)
+def only_the_image_ami(monkeypatch: pytest.MonkeyPatch, image_ami: tuple[list[dict[str, Any]], str]) -> None:
+    """In-process moto loads only the image's AMI: what moto does when MOTO_AMIS_PATH is set before it is imported."""
+    images, path = image_ami
+    monkeypatch.setenv("MOTO_AMIS_PATH", path)
+    monkeypatch.setattr(moto_amis, "AMIS", copy.deepcopy(images))
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -55,13 +89,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def moto_server() -> Iterator[str]:
-    """A moto_server subprocess on a free 127.0.0.1 port; yields its endpoint URL."""
+def moto_server(image_ami: tuple[list[dict[str, Any]], str]) -> Iterator[str]:
+    """A moto_server subprocess on a free 127.0.0.1 port, with only the image's AMI; yields its endpoint URL."""
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "MOTO_AMIS_PATH": image_ami[1]},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -81,6 +116,13 @@ def moto_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def moto_api() -> Iterator[httpx.Client]:
+    """One client for moto_server's own API: httpx.post() makes a client, and an SSL context, each time (~50 ms)."""
+    with httpx.Client() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
 def boto_session() -> boto3.Session:
     """One session for all tests: it caches the service models, which keeps client creation cheap.
     Its credentials are resolved (from the fake environment) when the first client is made in a test."""
@@ -88,9 +130,18 @@ def boto_session() -> boto3.Session:
 
 
 @pytest.fixture
-def server_provider(moto_server: str, boto_session: boto3.Session) -> Callable[..., AwsProvider]:
+def shared_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of what AwsProvider does with no session given: the session it makes reads botocore's models
+    through a loader shared in the process (tests/fakes/boto_models.py)."""
+    share_botocore_loader(monkeypatch)
+
+
+@pytest.fixture
+def server_provider(
+    moto_server: str, moto_api: httpx.Client, boto_session: boto3.Session
+) -> Callable[..., AwsProvider]:
     """Providers against a freshly reset moto_server; keyword arguments are provider options."""
-    httpx.post(f"{moto_server}/moto-api/reset").raise_for_status()
+    moto_api.post(f"{moto_server}/moto-api/reset").raise_for_status()
 
     def make(**options: Any) -> AwsProvider:
         options.setdefault("image", MOTO_IMAGE_PARAMETER)

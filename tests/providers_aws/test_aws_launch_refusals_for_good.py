@@ -19,6 +19,7 @@ def test_a_launch_refused_for_a_missing_resource_is_invalid(aws_in_process, make
     assert isinstance(raised.value, LaunchInvalid)
 
 
+@pytest.mark.usefixtures("shared_models")
 def test_an_image_parameter_that_does_not_exist_is_invalid(aws_in_process, make_request) -> None:
     from spotrun.providers.aws import AwsProvider
     provider = AwsProvider(image="/spotrun/hunt/no-such-parameter")  # inside aws_in_process's mock_aws()

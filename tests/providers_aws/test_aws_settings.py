@@ -57,12 +57,14 @@ def test_unknown_option_is_named() -> None:
         AwsProvider(imgae="ami-12345678")
 
 
+@pytest.mark.usefixtures("shared_models")
 def test_region_comes_from_the_standard_chain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
     assert AwsProvider(image="ami-12345678").region == "ap-south-1"
     assert AwsProvider(image="ami-12345678", region="eu-central-1").region == "eu-central-1"
 
 
+@pytest.mark.usefixtures("shared_models")
 def test_no_region_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     monkeypatch.delenv("AWS_REGION", raising=False)

@@ -55,15 +55,17 @@ def test_errors_are_status_replies(core_v1, k8s):
     with pytest.raises(ApiException) as missing:
         core_v1.read_namespaced_pod("nope", "default")
     assert missing.value.status == 404 and json.loads(missing.value.body)["reason"] == "NotFound"
-    core_v1.create_namespaced_pod("default", pod_body("job-1"))
+    created = core_v1.create_namespaced_pod("default", pod_body("job-1")).metadata.resource_version
     for body, namespace, status in [(pod_body("job-1"), "default", 409), (pod_body("Job_1"), "default", 422),
                                     ({"metadata": {"name": "x"}, "spec": {"containers": []}}, "default", 422),
                                     (pod_body("job-2"), "elsewhere", 404)]:
         with pytest.raises(ApiException) as refused:
             core_v1.create_namespaced_pod(namespace, body)
         assert refused.value.status == status and json.loads(refused.value.body)["kind"] == "Status"
+    core_v1.patch_namespaced_pod("job-1", "default", {"metadata": {"labels": {"a": "b"}}},
+                                 _content_type="application/merge-patch+json")  # the pod changes: `created` is stale
     with pytest.raises(ApiException) as conflict:
-        core_v1.patch_namespaced_pod("job-1", "default", {"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}},
+        core_v1.patch_namespaced_pod("job-1", "default", {"metadata": {"resourceVersion": created}},
                                      _content_type="application/merge-patch+json")
     assert conflict.value.status == 409 and json.loads(conflict.value.body)["reason"] == "Conflict"
     with pytest.raises(ApiException) as unsupported:

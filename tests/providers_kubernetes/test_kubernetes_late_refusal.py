@@ -73,7 +73,7 @@ def test_a_scale_up_that_then_fails_for_spot_capacity_is_a_refusal_not_a_loss(k8
 def test_a_node_scaled_up_slower_than_the_boot_timeout_is_not_a_stuck_boot(k8s, k8s_config, k8s_cluster):
     """A GPU node pool scaled from zero may take minutes to bring its node: the wait for it is not the agent's boot.
     The attempt is taken as launched 10 minutes ago, so that the wait has lasted longer than the boot timeout."""
-    k8s_cluster.scale_up_delay = 2.0
+    k8s_cluster.scale_up_delay = 60.0  # until the checks of the wait are done
     k8s_cluster.add_node_group("spot-c", node_labels("us-east-1c", "spot"), allocatable=GPU_NODE)
     provider = make_provider(k8s_config)
     info = launch(provider)
@@ -83,6 +83,7 @@ def test_a_node_scaled_up_slower_than_the_boot_timeout_is_not_a_stuck_boot(k8s, 
     assert judge(waiting, after=time.time() + 1, started_at=time.time() - 600) is None
     # ... but not for ever: a scale-up the autoscaler itself gives up on after 15 minutes
     assert judge(waiting, after=time.time() + 1, started_at=time.time() - 1100).end_reason == "lost"
+    k8s_cluster.finish_scale_ups()
     running = k8s_cluster.wait_for(lambda: (seen := provider.describe(info.instance_id)).state == "running" and seen)
     assert judge(running, after=time.time() + 1, started_at=time.time() - 600) is None
     # the boot timeout counts from the node taking the pod

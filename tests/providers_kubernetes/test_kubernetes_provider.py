@@ -128,7 +128,14 @@ def test_a_node_group_at_its_max_size_is_waited_for_not_refused_at_once(k8s, k8s
     first = launch(provider, zone="us-east-1c", token="sr-3-first")
     k8s_cluster.wait_for(lambda: running(provider, first.instance_id))
     # the group is at its max size and its node busy: NotTriggerScaleUp, until the first pod ends and frees it
-    done = threading.Timer(1.0, k8s_cluster.exit_container, (NAMESPACE, "spotrun-sr-3-first", 0))
+
+    def free_the_node_once_the_launch_has_read_the_wait() -> None:
+        k8s_cluster.wait_for(lambda: any(e["reason"] == "NotTriggerScaleUp" for e in k8s_cluster._events), timeout=20)
+        told = len(k8s_cluster.requests)  # a launch taking NotTriggerScaleUp for a refusal refuses by its 2nd read
+        k8s_cluster.wait_for(lambda: sum("/events" in r[1] for r in k8s_cluster.requests[told:]) >= 2, timeout=20)
+        k8s_cluster.exit_container(NAMESPACE, "spotrun-sr-3-first", 0)
+
+    done = threading.Thread(target=free_the_node_once_the_launch_has_read_the_wait)
     done.start()
     try:
         second = launch(provider, zone="us-east-1c", token="sr-3-second")
