@@ -8,7 +8,8 @@ refuses any other host.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ sys.path.insert(0, str(TESTS))  # fakes, fakes_gcp, fakes_azure, vm_emulation
 from fakes_gcp import loopback_only  # noqa: E402
 
 from spotrun.state import Store  # noqa: E402
+from vm_emulation.digits import uninterrupted_run  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,3 +44,19 @@ def cloud_store(tmp_path: Path) -> Iterator[Store]:
     yield store
     store.dispose()
 
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Future[dict]]]:
+    """The digits trainer's final.json never interrupted, as a future: the first call starts the run in a thread (a
+    test calls it once nothing after races the job's trainer, e.g. as a notice window is waited out), later calls
+    return the same future."""
+    with ThreadPoolExecutor(1) as background:
+        started: list[Future[dict]] = []
+
+        def reference() -> Future[dict]:
+            if not started:
+                started.append(background.submit(uninterrupted_run, tmp_path_factory.mktemp("digits-reference")))
+            return started[0]
+
+        yield reference

@@ -27,7 +27,7 @@ from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Instance, Job, Store
 from vm_emulation import ControlPlane
 from vm_emulation.ddp import DDP, uninterrupted_ddp
-from vm_emulation.digits import DIGITS, TRAINER_ENV, uninterrupted_run
+from vm_emulation.digits import DIGITS, TRAINER_ENV
 from vm_emulation.waiting import wait_until
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -45,10 +45,6 @@ def spot_node(cluster: FakeCluster, zone: str) -> str:
     cluster.add_node(name, labels, allocatable={"cpu": "8", "memory": "61Gi", "nvidia.com/gpu": "1"})
     return name
 
-
-@pytest.fixture(scope="module")
-def uninterrupted_digits(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return uninterrupted_run(tmp_path_factory.mktemp("digits-reference"))
 
 
 @pytest.fixture
@@ -108,6 +104,7 @@ def test_a_spot_node_shut_down_under_a_pod_resumes_the_job_on_another_node(
         node = nodes[first.zone]
         with plane.paused():
             fake.shut_down_node(node, grace=GRACE)
+            uninterrupted_digits()  # starts it: it trains while the job is placed again and resumes
             fake.wait_node_gone(node, timeout=GRACE + 15)
             # The controller has not looked: the agent alone reported the notice and the trainer's exit.
             seen = attempts_of(store, job_id)[0]
@@ -139,7 +136,8 @@ def test_a_spot_node_shut_down_under_a_pod_resumes_the_job_on_another_node(
     start = re.search(r"starting at step (\d+) of", resumed_log)
     assert start and int(start.group(1)) >= first.checkpoint_step > 0, f"the relaunch did not resume:\n{resumed_log[-2000:]}"
     final = json.loads((spotrun_home / "checkpoints" / f"{job_id}-digits-kubernetes" / "final.json").read_text())
-    assert (final["sha256"], final["steps"]) == (uninterrupted_digits["sha256"], uninterrupted_digits["steps"])
+    reference = uninterrupted_digits().result()
+    assert (final["sha256"], final["steps"]) == (reference["sha256"], reference["steps"])
 
 
 GANG_ENV = {"EPOCHS": "3", "CHECKPOINT_EVERY": "5"}

@@ -15,6 +15,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from spotrun.providers.azure import AzureProvider, AzureSettings
 from spotrun.providers.gcp import GcpProvider
 from spotrun.spec import parse_spec
 from spotrun.state import Attempt, Instance, Job, Store
-from vm_emulation.digits import DIGITS, TRAINER_ENV, uninterrupted_run
+from vm_emulation.digits import DIGITS, TRAINER_ENV
 from vm_emulation.waiting import wait_until
 from vm_emulation import AwsSide, AzureSide, CloudSide, ControlPlane, GcpSide, Hypervisor, ec2_repeated_terminate_keeps_reason
 
@@ -193,10 +194,6 @@ def azure_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWorld]:
 # ---- the scenario ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_digits(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return uninterrupted_run(tmp_path_factory.mktemp("digits-reference"))
-
 
 def job_text(world: CloudWorld, spot_extra: str = "") -> str:
     env = {**TRAINER_ENV, "STEP_SECONDS": str(STEP_SECONDS)}
@@ -257,12 +254,15 @@ def job_on_emulated_cloud(world: CloudWorld, store: Store, tmp_path: Path, spot_
         yield EmulatedRun(job_id, plane, hypervisor, explain)
 
 
-def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path, reference: dict) -> None:
+def run_spot_reclaim(
+    world: CloudWorld, store: Store, tmp_path: Path, home: Path, uninterrupted: Callable[[], Future[dict]],
+) -> None:
     with job_on_emulated_cloud(world, store, tmp_path) as run:
         job_id, plane, hypervisor, explain = run.job_id, run.plane, run.hypervisor, run.explain
         first = wait_until("the trainer's first checkpoint", lambda: checkpointing_attempt(store, job_id), 40, explain)
         world.refuse_next_launch()
         with plane.paused():
+            uninterrupted()  # starts it: it trains while the window passes, the controller paused
             hypervisor.reclaim(first.instance_id, NOTICE_SECONDS)
             # The controller has not looked yet: the agent alone reported the notice and the trainer's exit.
             seen = attempts_of(store, job_id)[0]
@@ -299,6 +299,7 @@ def run_spot_reclaim(world: CloudWorld, store: Store, tmp_path: Path, home: Path
     assert start and int(start.group(1)) >= first.checkpoint_step > 0, f"the relaunch did not resume:\n{resumed_log[-2000:]}"
 
     final = json.loads((home / "checkpoints" / f"{job_id}-digits-{world.side.cloud}" / "final.json").read_text())
+    reference = uninterrupted().result()
     assert final["sha256"] == reference["sha256"]
     assert final["steps"] == reference["steps"]
 
@@ -348,4 +349,4 @@ def test_aws_rebalance_recommendation_moves_the_job_before_an_interruption(
     assert (moved.standby_for, moved.market, moved.end_reason) == (warned.id, "spot", "succeeded")
     assert moved.zone != warned.zone
     final = json.loads((spotrun_home / "checkpoints" / f"{job_id}-digits-aws" / "final.json").read_text())
-    assert final["sha256"] == uninterrupted_digits["sha256"]
+    assert final["sha256"] == uninterrupted_digits().result()["sha256"]
