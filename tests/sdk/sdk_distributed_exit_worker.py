@@ -1,4 +1,5 @@
-"""Two gloo ranks that stop through `exit_if_stopped`: `python sdk_distributed_exit_worker.py WORKDIR`.
+"""Two gloo ranks that stop through `exit_if_stopped`: `python sdk_distributed_exit_worker.py WORKDIR`
+(alone; the test runs ``run_rank`` through sdk_two_ranks.py).
 
 Rank 1 gets the stop request; both ranks save and leave through SystemExit, twice. Each rank records the exit codes,
 the process groups destroyed before the exit (the SDK's own two, destroyed by the SDK, and not the user's), and that

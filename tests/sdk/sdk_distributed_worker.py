@@ -1,4 +1,5 @@
-"""Two gloo ranks on CPU for the distributed test: `python sdk_distributed_worker.py WORKDIR`.
+"""Two gloo ranks on CPU for the distributed test: `python sdk_distributed_worker.py WORKDIR`
+(alone; the test runs ``run_rank`` through sdk_two_ranks.py).
 
 Each rank trains a DDP model with a sharded ResumableSampler and saves every 4 steps; only rank 1 gets the
 stop request (at step 6). Both ranks must stop at the same step with one committed checkpoint holding

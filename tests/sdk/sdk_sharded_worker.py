@@ -9,6 +9,8 @@
    the same sharding (cut up), train on a step; then an HSDP layout (mesh 3 x 1: the shards replicated on
    every rank) restores it, saves (one copy of each piece, by rank 0) and restores its own save.
 Each phase writes what it saw to WORKDIR/<phase>.json (rank 0); the test compares them.
+
+Every phase runs in processes forked from this one (sdk_forked_ranks.py: torch and the SDK imported once for all).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import sdk_forked_ranks  # imports what the forked ranks use, once
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -118,7 +120,7 @@ def two_ranks(rank: int, workdir: str) -> None:
     dist.destroy_process_group()
 
 
-def one_plain_process(workdir: str) -> None:
+def one_plain_process(_: int, workdir: str) -> None:
     model, optimizer = build()
     state = spotrun.torch_state(model=model, optimizer=optimizer, sampler=sampler(0, 1))
     restored = spotrun.Checkpointer(f"{workdir}/sharded", signals=()).restore(state)
@@ -161,6 +163,7 @@ def three_ranks(rank: int, workdir: str) -> None:
 
 if __name__ == "__main__":
     workdir = sys.argv[1]
-    mp.spawn(two_ranks, args=(workdir,), nprocs=2, join=True)
-    one_plain_process(workdir)
-    mp.spawn(three_ranks, args=(workdir,), nprocs=3, join=True)
+    for phase, processes in ((two_ranks, 2), (one_plain_process, 1), (three_ranks, 3)):
+        failure = sdk_forked_ranks.run(phase, processes, workdir)
+        if failure is not None:
+            sys.exit(f"{phase.__name__} failed:\n{failure}")

@@ -1,4 +1,5 @@
-"""Two gloo ranks on CPU for the test of tied tensors under spread writes: `python sdk_spread_tied_worker.py WORKDIR`.
+"""Two gloo ranks on CPU for the test of tied tensors under spread writes: `python sdk_spread_tied_worker.py WORKDIR`
+(alone; the test runs ``run_rank`` through sdk_two_ranks.py).
 
 ``replicas.SPREAD_MIN_BYTES`` is lowered to 1 KiB, so that small tensors are dealt out as large ones would be. The
 replicated state holds tensors that share a storage, three ways, each dealt to rank 1 (a larger filler goes to rank 0):

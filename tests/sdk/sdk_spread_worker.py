@@ -1,4 +1,5 @@
-"""Two gloo ranks on CPU for the spread-writes test: `python sdk_spread_worker.py WORKDIR`.
+"""Two gloo ranks on CPU for the spread-writes test: `python sdk_spread_worker.py WORKDIR`
+(alone; the test runs ``run_rank`` through sdk_two_ranks.py).
 
 A DDP model with BatchNorm and Adam, and a user dict with two large tensors: one the same on both ranks, one holding
 each rank's number (shared state is rank 0's by contract). After three steps both ranks save; rank 1 writes part of

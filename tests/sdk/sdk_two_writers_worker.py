@@ -1,14 +1,16 @@
-"""Two gloo ranks saving one checkpoint for the two-writers test: `python sdk_two_writers_worker.py WORKDIR ROLE`.
+"""Two 2-rank gloo jobs saving one checkpoint to one folder, for the two-writers test:
+`python sdk_two_writers_worker.py WORKDIR`.
 
-ROLE "first": the ranks save 5 steps to WORKDIR/ckpt, rank 0 holding the commit until WORKDIR/go exists (it says
-WORKDIR/first-paused once every rank's files are written). ROLE "second": once WORKDIR/first-paused exists, another
-job's ranks save the same step to the same folder, with other weights (the test starts both jobs together, so that
-the second's imports overlap the first's). Each rank writes the outcome of its save to WORKDIR/<ROLE>-<rank>.json.
+The first job's ranks save 5 steps to WORKDIR/ckpt, rank 0 holding the commit until WORKDIR/go exists (it says
+WORKDIR/first-paused once every rank's files are written). Once WORKDIR/first-paused exists, the second job's ranks
+save the same step to the same folder, with other weights; when they are done, WORKDIR/go lets the first job commit.
+Each rank writes the outcome of its save to WORKDIR/<job>-<rank>.json.
 
-The ranks are forked from a parent that has imported torch and torch.distributed.tensor (which a save imports): the
-spawn start method had each rank import both again, ~2 s of CPU apiece, and the lock each rank takes is its own
-Checkpointer's either way (the parent holds none). The second job's rank 0 is refused at once, not after waiting
-CLAIM_WAIT_SECONDS for a holder that will not let go before the test says so.
+The ranks of both jobs are forked from this process, which has imported torch, torch.distributed.tensor (which a save
+imports) and the SDK: spawned ranks, or a process per job, imported them again, ~2 s of CPU apiece. The lock each rank
+takes is its own Checkpointer's either way (this process holds none), and each job has its own process group. The
+second job's rank 0 is refused at once, not after waiting CLAIM_WAIT_SECONDS for a holder that will not let go before
+the second job is done.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import spotrun
-from spotrun.sdk import storage
+from spotrun.sdk import checkpointer, storage  # noqa: F401  (checkpointer: the SDK's modules, imported once, here)
 
 WORLD_SIZE = 2
 
@@ -44,6 +46,8 @@ def hold_the_commit(ckpt: spotrun.Checkpointer, workdir: str) -> None:
 
 
 def run_rank(rank: int, workdir: str, role: str) -> None:
+    if role == "second":
+        storage.CLAIM_WAIT_SECONDS = 0.0  # refused at once, not after waiting for the first job's commit
     dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous-{role}", rank=rank, world_size=WORLD_SIZE)
     torch.manual_seed(1 if role == "first" else 2)
     model = nn.Linear(64, 64)
@@ -60,12 +64,19 @@ def run_rank(rank: int, workdir: str, role: str) -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
-    if sys.argv[2] == "second":
-        storage.CLAIM_WAIT_SECONDS = 0.0  # refused at once, not after waiting for the first job's commit
+def main(workdir: str) -> None:
+    first = mp.start_processes(run_rank, args=(workdir, "first"), nprocs=WORLD_SIZE, join=False, start_method="fork")
+    try:
         deadline = time.monotonic() + 120
-        while not Path(sys.argv[1], "first-paused").exists():
-            if time.monotonic() > deadline:
+        while not Path(workdir, "first-paused").exists():
+            if first.join(timeout=0.05) or time.monotonic() > deadline:  # join raises if a rank failed
                 sys.exit("the first job did not reach its commit")
-            time.sleep(0.05)
-    mp.start_processes(run_rank, args=(sys.argv[1], sys.argv[2]), nprocs=WORLD_SIZE, join=True, start_method="fork")
+        mp.start_processes(run_rank, args=(workdir, "second"), nprocs=WORLD_SIZE, join=True, start_method="fork")
+    finally:
+        Path(workdir, "go").touch()
+    while not first.join():
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

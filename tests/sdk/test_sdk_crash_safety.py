@@ -102,7 +102,7 @@ def _kill_trials(fork_server: ForkServer, root: Path, trials: int, seed: int) ->
 
 def test_sigkill_during_saves_never_exposes_partial_checkpoint(fork_server: ForkServer, tmp_path: Path) -> None:
     seed = random.randrange(2**32)
-    _kill_trials(fork_server, tmp_path / "ckpt", trials=60, seed=seed)  # 1,000 in the soak run below
+    _kill_trials(fork_server, tmp_path / "ckpt", trials=30, seed=seed)  # 1,000 in the soak run below
 
 
 @pytest.mark.soak

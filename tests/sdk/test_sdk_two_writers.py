@@ -25,15 +25,6 @@ from spotrun.sdk import CheckpointError, layout
 from spotrun.sdk import storage, writerlock
 from spotrun.sdk.writerlock import WriterLock
 
-HOLDER = """
-import sys, time, torch, spotrun
-ckpt = spotrun.Checkpointer(sys.argv[1], signals=())
-ckpt.save(spotrun.torch_state(model=torch.nn.Linear(4, 3)), 0)
-print("saved", flush=True)
-time.sleep(120)
-"""
-
-
 def make_state(fill: float) -> tuple[spotrun.TrainingState, torch.nn.Module]:
     model = torch.nn.Linear(4, 3)
     with torch.no_grad():
@@ -149,19 +140,34 @@ def test_a_first_save_waits_out_a_restore_elsewhere_clearing_leftovers(tmp_path:
 
 def test_a_writer_killed_with_sigkill_leaves_no_lock_behind(tmp_path: Path, refused_at_once: None) -> None:
     """Without a wait for the lock, the save after the SIGKILL finds the folder free the moment the holder is gone."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    said, saying = os.pipe()
+    holder = os.fork()  # a writer in another process: it saves, says so, then holds the folder until killed
+    if holder == 0:
+        try:
+            os.close(said)
+            ckpt = spotrun.Checkpointer(tmp_path, signals=())
+            ckpt.save(make_state(1.0)[0], 0)
+            os.write(saying, b"saved")
+            time.sleep(120)
+        finally:
+            os._exit(1)
+    os.close(saying)
+    alive = True
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "saved"
+        assert os.read(said, 5) == b"saved", "the holder ended before it had saved"
         with spotrun.Checkpointer(tmp_path, signals=()) as second:
             with pytest.raises(CheckpointError, match="is saving checkpoints to this folder"):
                 second.save(make_state(2.0)[0], 4)
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(30)
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
+        alive = False
         with spotrun.Checkpointer(tmp_path, signals=()) as second:
             second.save(make_state(2.0)[0], 4)
     finally:
-        holder.kill()
-        holder.wait(30)
+        os.close(said)
+        if alive:
+            os.kill(holder, signal.SIGKILL)
+            os.waitpid(holder, 0)
     steps, model = restored(tmp_path)
     assert steps == 5 and torch.equal(model.weight, torch.full((3, 4), 2.0))
 
@@ -248,24 +254,8 @@ def test_the_other_ranks_of_a_writer_refused_the_folder_write_nothing_into_it(tm
     """Two 2-rank jobs on one folder: the second's rank 0 was refused, but its rank 1 wrote its file all the same,
     into the first job's staging folder of the same step, over the first job's rank 1 file that the first then
     committed: a checkpoint damaged, skipped at every restore."""
-    first = subprocess.Popen([sys.executable, str(TWO_RANKS), str(tmp_path), "first"], stderr=subprocess.PIPE, text=True)
-    # started together, the second's ranks waiting for first-paused: its imports overlap the first's
-    second = subprocess.Popen([sys.executable, str(TWO_RANKS), str(tmp_path), "second"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "first-paused").exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first job did not reach its commit"
-            time.sleep(0.05)
-        _, second_stderr = second.communicate(timeout=180)
-        assert second.returncode == 0, second_stderr[-3000:]
-    finally:
-        if second.poll() is None:
-            second.kill()
-            second.wait(30)
-        (tmp_path / "go").touch()
-        _, stderr = first.communicate(timeout=120)
-    assert first.returncode == 0, stderr[-3000:]
+    done = subprocess.run([sys.executable, str(TWO_RANKS), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
     for rank in range(2):
         assert json.loads((tmp_path / f"first-{rank}.json").read_text())["outcome"] == "saved"
         assert "is saving checkpoints to this folder" in json.loads((tmp_path / f"second-{rank}.json").read_text())["outcome"]
