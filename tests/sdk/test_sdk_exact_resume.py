@@ -20,7 +20,7 @@ TRAINERS = {
     "loader with workers": Path(__file__).with_name("sdk_loader_trainer.py"),
 }
 TOTAL_STEPS = 60
-PREEMPTIONS = 3
+PREEMPTIONS = 2  # the first run and a resumed one preempted, at random steps: each trainer process costs ~3 s to start
 
 
 def _start(trainer: Path, checkpoint_dir: Path, out: Path) -> subprocess.Popen[str]:

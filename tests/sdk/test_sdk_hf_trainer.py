@@ -6,6 +6,7 @@ settings that would break an exact resume are refused."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -24,6 +25,7 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerCallback  # noqa: E402
 
+from spotrun import weights_sha256  # noqa: E402
 from spotrun.sdk import PREEMPTED_EXIT_CODE, CheckpointWarning, NoValidCheckpoint  # noqa: E402
 from spotrun.sdk.foreign import commit  # noqa: E402
 from spotrun.sdk.hf_trainer import PAYLOAD, TrainerCheckpoints  # noqa: E402
@@ -76,14 +78,29 @@ def _weights(output: str) -> str:
     return weights
 
 
-def test_a_preempted_trainer_saves_exits_75_and_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
-    def run(name: str, code: str | None = None, **extra: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-c", code] if code else [sys.executable, str(EXAMPLE / "train.py")]
-        return subprocess.run(argv, env=_environment(tmp_path, name, **extra), capture_output=True, text=True, timeout=240)
+@pytest.fixture(autouse=True)
+def cheaper_trainer_runs():
+    """The Trainers run in this process on one thread, as in the subprocesses (OMP_NUM_THREADS=1): for these small
+    tensors a second thread costs more CPU than it saves. The objects made before the test are kept out of the
+    garbage collector's reach: accelerate calls gc.collect() at every train(), which walked all of them."""
+    import torch
 
-    uninterrupted = run("a")
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    preempted = run("b", PREEMPTED_TRAINER, NOTICE_AT_STEP="37")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    gc.freeze()
+    yield
+    gc.unfreeze()
+    torch.set_num_threads(threads)
+
+
+def test_a_preempted_trainer_saves_exits_75_and_resumes_to_the_uninterrupted_weights(spot_run, tmp_path: Path) -> None:
+    def run(code: str | None = None, **extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", code] if code else [sys.executable, str(EXAMPLE / "train.py")]
+        # one thread, as this process runs the uninterrupted run below (cheaper_trainer_runs)
+        environment = _environment(tmp_path, "b", OMP_NUM_THREADS="1", **extra)
+        return subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=240)
+
+    preempted = run(PREEMPTED_TRAINER, NOTICE_AT_STEP="37")
     assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.stderr[-3000:]
     checkpoints = tmp_path / "b" / "checkpoints"
     # the Trainer's save at 25, and the one at the notice (the signal lands after this step's check: the next step)
@@ -94,11 +111,13 @@ def test_a_preempted_trainer_saves_exits_75_and_resumes_to_the_uninterrupted_wei
         manifest["files"])
     assert not list((tmp_path / "b" / "hf-output").glob("checkpoint-*"))  # moved into the store, not kept twice
 
-    resumed = run("b", PREEMPTED_TRAINER, NOTICE_AT_STEP="0")
+    resumed = run()  # the example itself
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"starting from {checkpoints / checkpoint_name(38)}" in resumed.stdout
-    assert "starting from scratch" in uninterrupted.stdout
-    assert _weights(resumed.stdout) == _weights(uninterrupted.stdout)
+    # the uninterrupted run: the example's Trainer, here (a process of its own would import transformers again, ~8 s)
+    uninterrupted, _ = spot_run(steps=STEPS, save_steps=25)
+    uninterrupted.train()
+    assert _weights(resumed.stdout) == weights_sha256(uninterrupted.model.state_dict()), "not the uninterrupted weights"
 
 
 # A soak run (`make soak`, ~60 s): ranks stopping together at one rank's notice is tested in test_sdk_distributed.py,
@@ -339,8 +358,6 @@ def _masking_trainer(tmp_path: Path, store: Path, *, mlm: bool = True, seed: int
 def _trained(tmp_path: Path, name: str, **options: Any) -> str:
     """The weights of an uninterrupted run of ``_masking_trainer(**options)`` (its store keeps every checkpoint: 5,
     10 and the last)."""
-    from spotrun import weights_sha256
-
     run, _ = _masking_trainer(tmp_path / name, tmp_path / name / "store", **options)
     run.train()
     return weights_sha256(run.model.state_dict())
@@ -348,8 +365,6 @@ def _trained(tmp_path: Path, name: str, **options: Any) -> str:
 
 def _resumed(tmp_path: Path, name: str, step: int, **options: Any) -> str:
     """The weights of a run resumed from that run's checkpoint of this step, copied into a store of its own."""
-    from spotrun import weights_sha256
-
     store = tmp_path / f"{name}-from-{step}" / "store"
     shutil.copytree(tmp_path / name / "store" / checkpoint_name(step), store / checkpoint_name(step))
     run, spot = _masking_trainer(store.parent, store, **options)

@@ -24,7 +24,7 @@ from spotrun.sdk.layout import MANIFEST_NAME, checkpoint_name  # noqa: E402
 from spotrun.sdk.lightning import CHECKPOINT_FILE, PAYLOAD, LightningCheckpoints  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning"
-STEPS = 90  # digits: 57 batches of 32 an epoch, so the notice at step 70 lands mid-epoch
+STEPS = 90  # digits: 57 batches of 32 an epoch, so the notice at step 40 lands mid-epoch (the first)
 # the example's run, with a SIGTERM the trainer sends itself at the end of step NOTICE_AT_STEP, as the agent sends it
 # at a notice; under torchrun only rank 1 gets it. DEVICES > 1: DDP over gloo, each rank its share of the data.
 PREEMPTED_TRAINER = f"""
@@ -79,6 +79,18 @@ def weights(result: subprocess.CompletedProcess) -> str:
     return found[0][0]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One uninterrupted run in one process, saving every 30 steps, and its store: the reference of the preempted run
+    (its saves leave the weights as they are) and the saves checked by test_saves_every_so_many_steps_..., which
+    uses a copy of the store."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    return run_trainer(folder, folder / "store", SAVE_STEPS="30"), folder / "store"
+
+
+SHARES_THE_UNINTERRUPTED_RUN = pytest.mark.xdist_group("sdk-lightning-uninterrupted")  # one worker runs it once
+
+
 # Under DDP it is a soak run (`make soak`, ~55 s): ranks stopping together at one rank's notice is tested in
 # test_sdk_distributed.py; the callback itself by the one-process run
 @pytest.mark.parametrize("ranks, seeds", [
@@ -87,8 +99,12 @@ def weights(result: subprocess.CompletedProcess) -> str:
     # each rank's dropout draws its own stream: every rank resumed rank 0's, and the weights differed
     pytest.param(2, {"SEED_PER_RANK": "1"}, id="ddp, a seed per rank", marks=pytest.mark.soak),
 ])
-def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ranks, seeds):
-    reference = weights(run_trainer(tmp_path, tmp_path / "reference", ranks=ranks, **seeds))
+@SHARES_THE_UNINTERRUPTED_RUN
+def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, request, ranks, seeds):
+    if ranks == 1:
+        reference = weights(request.getfixturevalue("uninterrupted")[0])
+    else:
+        reference = weights(run_trainer(tmp_path, tmp_path / "reference", ranks=ranks, **seeds))
     store = tmp_path / "store"
     preempted = run_trainer(tmp_path, store, ranks=ranks, NOTICE_AT_STEP="40", **seeds)
     if ranks == 1:
@@ -102,7 +118,7 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, ran
     assert 0 < manifest["save_seconds"] < 60
     resumed = run_trainer(tmp_path, store, ranks=ranks, **seeds)
     assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
-    assert weights(resumed) == reference
+    assert weights(resumed) == reference, "the resumed run's weights are not the uninterrupted run's"
 
 
 def test_every_rank_resumes_its_own_random_streams_from_the_checkpoint_rank_0_writes(tmp_path, monkeypatch):
@@ -180,11 +196,14 @@ def test_a_notice_between_accumulated_micro_batches_saves_after_the_step_and_the
     assert weights(run_trainer(tmp_path, store, ACCUMULATE="2")) == reference
 
 
-def test_saves_every_so_many_steps_keep_the_last_a_damaged_one_is_skipped_none_intact_deletes_nothing(tmp_path):
-    store = tmp_path / "store"
-    finished = run_trainer(tmp_path, store, SAVE_STEPS="30")
+@SHARES_THE_UNINTERRUPTED_RUN
+def test_saves_every_so_many_steps_keep_the_last_a_damaged_one_is_skipped_none_intact_deletes_nothing(
+        tmp_path, uninterrupted):
+    finished, saved = uninterrupted
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert sorted(p.name for p in store.iterdir()) == [checkpoint_name(60), checkpoint_name(90)]  # keep_last=2
+    assert sorted(p.name for p in saved.iterdir()) == [checkpoint_name(60), checkpoint_name(90)]  # keep_last=2
+    store = tmp_path / "store"
+    shutil.copytree(saved, store)
     spot = LightningCheckpoints(store, signals=())
     newest = store / checkpoint_name(90) / CHECKPOINT_FILE
     assert spot.resume_from() == str(newest)
