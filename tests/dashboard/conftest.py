@@ -46,9 +46,10 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium through Playwright; a precise skip when either is missing or will not start."""
+    """Debian's headless Chromium through Playwright; a precise skip when either is missing or will not start. One for
+    the test process (a launch took 1-3 s): each test opens a context of its own, closed after it by `_own_contexts`."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as error:
@@ -63,3 +64,16 @@ def browser() -> Iterator[Any]:
             _unavailable(f"Chromium at {executable} did not start: {str(error).splitlines()[0]}")
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def _own_contexts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Closes the browser contexts a test left open, whose pages would go on polling, and would share the browser with
+    the next test."""
+    if "browser" not in request.fixturenames:
+        yield
+        return
+    chromium = request.getfixturevalue("browser")
+    yield
+    for context in chromium.contexts:
+        context.close()

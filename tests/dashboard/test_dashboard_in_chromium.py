@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, PageErrors, set_job_state
+from dashboard_world import PREEMPTED_HISTORY, VIEWPORT, Dashboard, PageErrors, next_poll, set_job_state
 from PIL import Image
 from sqlalchemy import select
 
@@ -68,6 +68,7 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     caplog.set_level(logging.INFO, logger="uvicorn.access")
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
+    page.clock.install()  # time runs as usual; `next_poll` brings a poll forward
     seen = PageErrors(page)
     token = dashboard.tokens["alice"]
 
@@ -91,6 +92,7 @@ def test_a_user_logs_in_follows_the_job_list_and_reads_a_preempted_job(
     expect(running.locator(".zone")).to_have_text("local-c")
     assert "bobs-secret-job" not in page.locator("#jobs").inner_text()
     set_job_state(dashboard.store, dashboard.running_job, "PREEMPTED")
+    next_poll(page, "/api/v1/jobs?ended=false")
     expect(running.locator(".state")).to_have_text("PREEMPTED", timeout=POLL_WAIT_MS)
     list_png = page.screenshot(path=str(tmp_path / "jobs.png"))
 

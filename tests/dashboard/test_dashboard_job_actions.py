@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dashboard_world import VIEWPORT, Dashboard, log_in_to_job_page, set_job_state
+from dashboard_world import VIEWPORT, Dashboard, log_in_to_job_page, next_poll, set_job_state
 
 from spotrun.state import Job
 
@@ -42,6 +42,7 @@ def open_job_page(browser: Any, dashboard: Dashboard, user: str, job_id: int) ->
     API posts as "METHOD URL"."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
+    page.clock.install()  # time runs as usual; `next_poll` brings a poll forward
     posts: list[str] = []
     page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
     page.on("pageerror", lambda error: posts.append(f"page error: {error}"))
@@ -103,6 +104,7 @@ def test_the_buttons_call_the_api_with_the_dashboards_token_and_show_its_answer(
     cancel.click()
     expect(result).to_have_attribute("data-status", "409")
     expect(result).to_have_text(f"Refused (HTTP 409): job {job_id} has already ended")
+    next_poll(page, f"/api/v1/jobs/{job_id}?")
     expect(cancel).to_be_disabled(timeout=POLL_WAIT_MS)
     expect(preempt).to_be_disabled()
     expect(page.locator("#status")).to_contain_text("Job ended (CANCELLED)")

@@ -4,10 +4,9 @@ and is followed by the try that got an instance."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from dashboard_world import VIEWPORT, Dashboard, log_in_to_job_page, refused_try
+from dashboard_world import VIEWPORT, Dashboard, log_in_to_job_page, next_poll, refused_try
 
 from spotrun.state import Job, add_event
 
@@ -64,28 +63,6 @@ def job_page_on_a_clock(browser: Any, dashboard: Dashboard, user: str, job_id: i
     return page
 
 
-def next_poll(page: Any, job_id: int) -> None:
-    """Bring the page's next poll of the job forward rather than wait POLL_MS (3 s) for it: jump the page's clock by
-    POLL_MS until the page asks for the job again (a poll is set only once the previous one has ended, and a jump
-    before that moves the clock and nothing else)."""
-    poll_ms = page.evaluate("async () => (await import('/dashboard/static/api.js')).POLL_MS")
-    asked: list[str] = []
-
-    def on_request(request: Any) -> None:
-        if f"/api/v1/jobs/{job_id}?" in request.url:
-            asked.append(request.url)
-
-    page.on("request", on_request)
-    try:
-        deadline = time.monotonic() + 30
-        while not asked:
-            assert time.monotonic() < deadline, "the page did not poll the job again"
-            page.clock.fast_forward(poll_ms)
-            page.wait_for_timeout(100)
-    finally:
-        page.remove_listener("request", on_request)
-
-
 def add_tries(dashboard: Dashboard, job_id: int, numbers: range, state: str, placed_last: bool = False) -> str:
     for number in numbers:
         state = add_try(dashboard, job_id, number, SUBMITTED + 60 * number, state,
@@ -108,12 +85,12 @@ def test_a_run_of_refused_tries_is_one_line_of_the_events_that_grows_in_place(da
     assert events.last.get_attribute("class") == "refused-tries", "the held tries' line is the newest item"
 
     state = add_tries(dashboard, job_id, range(9, 13), state)  # 4 more refused, seen at the next poll
-    next_poll(page, job_id)
+    next_poll(page, f"/api/v1/jobs/{job_id}?")
     expect(folded).to_contain_text("9 more launch tries got no instance (spot in local-a, local-b: no_capacity ×9)")
     expect(folded).to_have_count(1)
 
     add_tries(dashboard, job_id, range(13, 14), state, placed_last=True)  # this one gets an instance
-    next_poll(page, job_id)
+    next_poll(page, f"/api/v1/jobs/{job_id}?")
     expect(page.locator("#events li[data-kind=instance_launched]")).to_have_count(1)
     texts = events.all_inner_texts()
     line = next(i for i, text in enumerate(texts) if "more launch tries" in text)
@@ -136,7 +113,7 @@ def test_the_page_keeps_the_settled_tries_and_asks_only_for_the_rest(dashboard: 
     expect(folded).to_have_attribute("data-tries", "8")
 
     add_tries(dashboard, job_id, range(9, 14), state, placed_last=True)
-    next_poll(page, job_id)
+    next_poll(page, f"/api/v1/jobs/{job_id}?")
     expect(page.locator("#attempts tbody tr[data-attempt='13']")).to_have_count(1)
     expect(folded).to_have_attribute("data-tries", "12")  # the kept tries and the ones read since, in order
     assert folded.get_attribute("data-attempt") == "1-12"

@@ -1,5 +1,6 @@
 """Schemathesis drives every operation of the server's OpenAPI spec with generated requests: none may answer 5xx,
-and answers must match the spec. Kept small (a few examples per operation) so it stays fast.
+and answers must match the spec. Kept small (a few examples per operation) so it stays fast; the soak run takes twice as
+many.
 
 Requests generated from the schema alone hardly ever get past the first checks: a random `spec` is no job file, and
 a random attempt id and token are nobody's. So job submissions are drawn from valid job files that hypothesis varies
@@ -265,8 +266,15 @@ def fuzz(world: World, cases_of: Callable[[APIOperation, World], st.SearchStrate
     return operations, statuses
 
 
-def test_no_operation_answers_5xx_or_off_spec(world: World) -> None:
-    operations, statuses = fuzz(world, cases, lambda label: 40 if label == LAUNCH else 20)
+# Examples per operation: the suite's copy of each test below draws half as many as its soak copy (the same checks).
+# Each costs ~0.1 s, mostly schemathesis drawing it; with 20 launches, 10 to 19 were accepted (25 runs), 5 are needed.
+LAUNCHES_AND_OTHERS = [pytest.param((20, 10), id="suite"), pytest.param((40, 20), marks=pytest.mark.soak, id="soak")]
+INVALID_BODIES = [pytest.param(4, id="suite"), pytest.param(8, marks=pytest.mark.soak, id="soak")]
+
+
+@pytest.mark.parametrize("examples", LAUNCHES_AND_OTHERS)
+def test_no_operation_answers_5xx_or_off_spec(world: World, examples: tuple[int, int]) -> None:
+    operations, statuses = fuzz(world, cases, lambda label: examples[0] if label == LAUNCH else examples[1])
     agent_api = [operation for operation in operations if operation.path.startswith("/agent/")]
     assert len(operations) - len(agent_api) == 16  # the API's 9 job and 5 user operations, /metrics and /healthz
     assert len(agent_api) >= 5  # and the agent API's (started, heartbeat, notice, logs, exit, ...)
@@ -280,8 +288,10 @@ def test_no_operation_answers_5xx_or_off_spec(world: World) -> None:
     assert past_auth >= agent_answers.total() / 4, agent_answers
 
 
-def test_invalid_bodies_are_refused_as_the_spec_says(world: World) -> None:
-    operations, statuses = fuzz(world, invalid_bodies, lambda _label: 8, which=lambda operation: bool(operation.body))
+@pytest.mark.parametrize("examples", INVALID_BODIES)
+def test_invalid_bodies_are_refused_as_the_spec_says(world: World, examples: int) -> None:
+    operations, statuses = fuzz(world, invalid_bodies, lambda _label: examples,
+                                which=lambda operation: bool(operation.body))
     assert len(operations) >= 10  # launch, preempt, add a user, and the agent's reports
     with world.store.session() as session:
         assert session.scalar(select(func.count(Job.id))) == 1 + statuses[LAUNCH][201]

@@ -1,5 +1,7 @@
 """The CLI's remote mode end to end: a real `spotrun server` process (API + controller) on a random port, the local
-cloud, and the same commands printing the same things as in embedded mode."""
+cloud, and the same commands printing the same things as in embedded mode. The commands run in this process
+(Click's test runner): what is compared is what they print and their exit codes, and a `spotrun` process for each cost
+~1 s of CPU, mostly imports (14 of them were most of this test's time)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 from harness import Spotrun
+from click.testing import Result
 from sqlalchemy import select as sql_select
+from typer.testing import CliRunner
 
+from spotrun.cli.main import app
 from spotrun.state import Event, LogChunk
 
 
@@ -72,48 +76,42 @@ def server(spotrun: Spotrun) -> Iterator[TeamServer]:
     team_server.stop()
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spotrun.cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=90)
+def cli(env: dict[str, str], *args: str) -> Result:
+    """`spotrun ARGS` with `env` as its whole environment, run in this process."""
+    unset = {name: None for name in os.environ if name not in env}
+    result = CliRunner().invoke(app, list(args), env={**env, **unset})
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
+    return result
 
 
 def test_remote_mode_runs_a_job_and_prints_what_embedded_mode_prints(
     spotrun: Spotrun, server: TeamServer, tmp_path: Path
 ) -> None:
     added = cli(spotrun.env, "user", "add", "alice")
-    assert added.returncode == 0, added.stderr
+    assert added.exit_code == 0, added.stderr
     token = added.stdout.strip()
     remote = {**spotrun.env, "SPOTRUN_SERVER": server.url, "SPOTRUN_TOKEN": token}
     job_file = tmp_path / "tiny.yaml"
     job_file.write_text(SHORT_JOB)
 
     launched = cli(remote, "launch", str(job_file), "--follow")
-    assert launched.returncode == 0, launched.stdout + launched.stderr + server.output.read_text()
+    assert launched.exit_code == 0, launched.stdout + launched.stderr + server.output.read_text()
     assert "launched job 1 (tiny)" in launched.stdout and "job 1 SUCCEEDED after 1 attempt, 0 preemptions" in launched.stdout
-    # The commands that only read run side by side (each is a Python process, ~1 s of CPU mostly spent importing);
-    # the cancel, which would change the job if it were wrongly let through, runs on its own, remotely first.
-    reads = (("status", "1", "--json"), ("cost", "1"), ("logs", "1"), ("status", "7"))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        listed = pool.submit(cli, remote, "status", "--json")
-        asked = {command: (pool.submit(cli, remote, *command), pool.submit(cli, spotrun.env, *command))
-                 for command in reads}
-        refused_answer = pool.submit(cli, {**remote, "SPOTRUN_TOKEN": "spr_abc_wrong"}, "status")
-    rows = json.loads(listed.result().stdout)
+    rows = json.loads(cli(remote, "status", "--json").stdout)
     assert [(row["id"], row["state"], row["attempts"]) for row in rows] == [(1, "SUCCEEDED", 1)]
 
-    answers = {command: (by_server.result(), by_store.result()) for command, (by_server, by_store) in asked.items()}
-    answers[("cancel", "1")] = (cli(remote, "cancel", "1"), cli(spotrun.env, "cancel", "1"))
+    # The cancel, which would change the job if it were wrongly let through, runs remotely first.
     for command in (("status", "1", "--json"), ("cost", "1"), ("logs", "1"), ("cancel", "1"), ("status", "7")):
-        by_server, by_store = answers[command]
-        assert (by_server.returncode, by_server.stdout, by_server.stderr) == (
-            by_store.returncode, by_store.stdout, by_store.stderr), command
+        by_server, by_store = cli(remote, *command), cli(spotrun.env, *command)
+        assert (by_server.exit_code, by_server.stdout, by_server.stderr) == (
+            by_store.exit_code, by_store.stdout, by_store.stderr), command
 
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'spotrun_jobs{state="SUCCEEDED"} 1.0' in metrics
     assert "spotrun_dollars_spent" in metrics
 
-    refused = refused_answer.result()
-    assert refused.returncode == 1 and "refused the token in SPOTRUN_TOKEN" in refused.stderr
+    refused = cli({**remote, "SPOTRUN_TOKEN": "spr_abc_wrong"}, "status")
+    assert refused.exit_code == 1 and "refused the token in SPOTRUN_TOKEN" in " ".join(refused.stderr.split())
 
     server.stop()
     assert_no_credential_leaked(spotrun, token)
