@@ -58,12 +58,13 @@ def report_in(world: World, ranks=(0, 1, 2), attempts: dict | None = None) -> No
             world.agent(attempt.instance_id)("started", {"address": f"10.0.0.{attempt.number}", "port": 29500 + rank})
 
 
-def alive_for(world: World, nodes: dict, seconds: float) -> None:
-    """Let `seconds` pass in ticks of 20 s, the agents of `nodes` heartbeating."""
-    for _ in range(int(seconds // 20)):
+def alive_for(world: World, nodes: dict, seconds: float, step: float = 20) -> None:
+    """Let `seconds` pass in ticks of `step` seconds (under the controller's heartbeat timeout), the agents of `nodes`
+    heartbeating."""
+    for _ in range(int(seconds // step)):
         for node in nodes.values():
             world.agent(node.instance_id)("heartbeat", {})
-        world.tick(20)
+        world.tick(step)
 
 
 def stopped(world: World, node) -> None:

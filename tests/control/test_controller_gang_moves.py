@@ -296,6 +296,7 @@ def test_a_crash_after_a_standby_was_marked_to_end_still_gives_the_others_back(w
 
 def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_policy(world):
     spec = GANG.replace("preemptions_before_fallback: 3}", "preemptions_before_fallback: 3, fallback_window: 10m}")
+    world.controller = world.new_controller(heartbeat_timeout=150)  # the hour below passes in ticks of 60 s
     world.submit(spec)
     world.cloud.capacity = {zone: False for zone in world.cloud.capacity}
     for _ in range(20):  # one round of refusals in every zone, a wait, another round: on-demand
@@ -309,10 +310,10 @@ def test_a_gang_that_fell_back_to_on_demand_goes_back_to_spot_with_the_default_p
     world.tick()
     assert generations(world)[0].state == "running"
 
-    alive_for(world, nodes, 1800)
+    alive_for(world, nodes, 1800, step=60)
     assert not standing_by(world), "every zone refused spot within the hour: no zone without bad news yet"
-    for _ in range(120):  # every zone's bad news is an hour old by ~3,900 s
-        alive_for(world, nodes, 20)
+    for _ in range(40):  # every zone's bad news is an hour old by ~3,900 s
+        alive_for(world, nodes, 60, step=60)
         if standing_by(world):
             break
     standbys = standing_by(world)

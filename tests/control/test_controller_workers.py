@@ -75,7 +75,7 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
     ids = [jobs.submit(store, parse_spec(SPEC), time.time()) for _ in range(40)]
     log: list = []
     errors: list = []
-    first, second = worker(store, cloud, "w1", log, 2.0), worker(store, cloud, "w2", log, 2.0)
+    first, second = worker(store, cloud, "w1", log, 1.0), worker(store, cloud, "w2", log, 1.0)
     stop_first, stop_second = threading.Event(), threading.Event()
     threads = [
         threading.Thread(target=run_ticks, args=(first, stop_first, errors)),
@@ -88,11 +88,11 @@ def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(sto
     while not any(entry[1] == "w1" for entry in log) and time.monotonic() - began < 30:
         time.sleep(0.01)
     threads[1].start()
-    time.sleep(4)  # both workers tick for two claim lifetimes before w1 dies
+    time.sleep(2)  # both workers tick for two claim lifetimes before w1 dies
     stop_first.set()  # w1 dies without releasing anything
     threads[0].join()
     w1_died = time.monotonic()
-    # w2 runs on until it has driven every job of w1's a few times since w1 died (its claims expire 2 s after w1's
+    # w2 runs on until it has driven every job of w1's a few times since w1 died (its claims expire 1 s after w1's
     # last renewal), rather than for a fixed 5 s: the assertions below say what must have happened by then
     while not _took_over(log, w1_died, drives=3) and not errors and time.monotonic() - w1_died < 30:
         time.sleep(0.05)

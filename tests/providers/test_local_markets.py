@@ -87,25 +87,26 @@ def test_random_lifetimes_are_seeded_per_instance() -> None:
 
 
 def test_trace_replay_reclaims_when_the_zone_turns_zero(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # One sample per real second: available for 2 s after the start, then none for a long while.
+    # One sample per half a real second: available for 1 s after the start (the launches below come first), then
+    # none for a long while.
     trace = write_trace(tmp_path / "a.json", [1, 1] + [0] * 100)
     start = time.time()
-    cloud.provider.set_market(trace_market([trace], speed=1.0, start_epoch=start, notice_seconds=0.3))
+    cloud.provider.set_market(trace_market([trace], speed=2.0, start_epoch=start, notice_seconds=0.3))
     spot = cloud.provider.launch(cloud.request("trace-1"))
     on_demand = cloud.provider.launch(cloud.request("trace-2", market="on-demand"))
     reclaimed = cloud.wait_for_state(spot.instance_id, "terminated", timeout=8)
     assert reclaimed.reclaimed is True
-    assert reclaimed.detail["notice_at"] >= start + 2.0
+    assert reclaimed.detail["notice_at"] >= start + 1.0
     assert reclaimed.terminated_at >= reclaimed.detail["notice_at"] + 0.3
     assert cloud.provider.describe(on_demand.instance_id).state == "running"
 
 
 def test_a_trace_market_can_start_its_clock_at_the_first_launch(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # Half a second per sample: spot for 1 s from the start, then none for a long while.
+    # A quarter of a second per sample: spot for 0.5 s from the start, then none for a long while.
     trace = write_trace(tmp_path / "a.json", [1, 1] + [0] * 200, gap_seconds=600)
-    market = trace_market([trace], speed=1200.0, notice_seconds=0.3, clock_starts_at_first_launch=True)
+    market = trace_market([trace], speed=2400.0, notice_seconds=0.3, clock_starts_at_first_launch=True)
     cloud.provider.set_market(market)
-    time.sleep(1.5)  # a clock started when the market was set would already be past the spot samples
+    time.sleep(0.75)  # a clock started when the market was set would already be past the spot samples
     assert market.spot_available("local-a", time.time())  # standing still at sample 0
     before = time.time()
     spot = cloud.provider.launch(cloud.request("first-launch-1"))
@@ -114,7 +115,7 @@ def test_a_trace_market_can_start_its_clock_at_the_first_launch(cloud, tmp_path:
     assert before <= started.start_epoch <= spot.launched_at
     reclaimed = cloud.wait_for_state(spot.instance_id, "terminated", timeout=8)
     assert reclaimed.reclaimed is True
-    assert reclaimed.detail["notice_at"] >= started.start_epoch + 1.0
+    assert reclaimed.detail["notice_at"] >= started.start_epoch + 0.5
     cloud.provider.launch(cloud.request("first-launch-2", market="on-demand"))
     assert load_market(cloud.provider.root) == started  # later launches leave the running clock alone
 

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -164,13 +163,16 @@ def test_launch_is_idempotent_across_processes(cloud, tmp_path: Path) -> None:  
         provider = LocalProvider(root={str(cloud.root)!r})
         request = LaunchRequest(zone="local-b", market="on-demand", instance_type="local.cpu",
                                 client_token="raced", user_data={cloud.user_data()!r})
+        open(sys.argv[1], "w").close()
         while not os.path.exists({str(go)!r}):
             time.sleep(0.005)
         print(provider.launch(request).instance_id)
         """
     )
-    racers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(3)]
-    time.sleep(1.0)  # let them import and wait at the line
+    ready = [tmp_path / f"ready-{n}" for n in range(3)]
+    racers = [subprocess.Popen([sys.executable, "-c", script, str(at)], stdout=subprocess.PIPE, text=True)
+              for at in ready]
+    cloud.wait_for(lambda: all(at.exists() for at in ready), 30, "the racers to import and wait at the line")
     go.touch()
     ids = {racer.communicate(timeout=30)[0].strip() for racer in racers}
     assert len(ids) == 1 and all(racer.returncode == 0 for racer in racers)
