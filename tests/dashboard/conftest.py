@@ -46,10 +46,12 @@ def _unavailable(reason: str) -> NoReturn:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Debian's headless Chromium through Playwright; a precise skip when either is missing or will not start. One for
-    the test process (a launch took 1-3 s): each test opens a context of its own, closed after it by `_own_contexts`."""
+    the module: Playwright's sync API keeps an asyncio loop running in this thread until it is stopped, and a test
+    process's later TestClients (anyio) then fail ("Already running asyncio in this thread"). Each test opens a
+    context of its own, closed after it by `_own_contexts`."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError as error:
