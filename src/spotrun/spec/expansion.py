@@ -63,9 +63,7 @@ def _size(data: Any, path: tuple[str | int, ...], sizes: dict[int, int], inside:
                 if before + size > MAX_SPEC_CHARS:
                     raise _TooLarge
             at = (*path, str(key) if isinstance(data, dict) else key)
-            size += _size(value, at, sizes, inside, before + size)
-            if before + size > MAX_SPEC_CHARS:
-                raise _TooLarge
+            size += _size(value, at, sizes, inside, before + size)  # raises itself once past the limit
         sizes[id(data)] = size
     if before + size > MAX_SPEC_CHARS:
         raise _TooLarge
