@@ -602,17 +602,48 @@ def _processes_with(text: str) -> str:
 
 HANGING_STORE = """
 import os, time
+from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 class HangingStore(LocalFileSystem):
     protocol = "hang"
     def ls(self, path, detail=True, **kwargs):
+        self._answer_or_hang()
+        return super().ls(path, detail=detail, **kwargs)
+    def _open(self, path, *args, **kwargs):
+        self._answer_or_hang()
+        return super()._open(path, *args, **kwargs)
+    def _answer_or_hang(self):
+        if os.path.exists(os.environ["HANG"]):
+            Path(os.environ["HANG"] + ".entered").touch()
         while os.path.exists(os.environ["HANG"]):
             time.sleep(0.05)  # a store that stopped answering
-        return super().ls(path, detail=detail, **kwargs)
 
 fsspec.register_implementation("hang", HangingStore, clobber=True)
+"""
+
+TRAINER_SAVED_ONCE = """
+import hashlib, json, os, signal, sys, time
+from pathlib import Path
+
+def save(step):
+    folder = Path(os.environ["SPOTRUN_CHECKPOINT_DIR"]) / f"ckpt-{step:012d}"
+    folder.mkdir(parents=True)
+    payload = b"weights" * 1000
+    (folder / "model.bin").write_bytes(payload)
+    files = {"model.bin": {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}}
+    (folder / "manifest.json").write_text(json.dumps({"step": step, "files": files}))
+
+def save_and_exit(signum, frame):
+    save(7)
+    sys.exit(75)
+
+save(6)
+signal.signal(signal.SIGTERM, save_and_exit)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
 """
 
 
@@ -627,11 +658,15 @@ def test_a_store_that_stops_answering_does_not_hold_the_exit_report_past_the_dea
     hang = tmp_path / "hang"
     env = {"PYTHONPATH": f"{plugin}:{':'.join(sys.path)}", "HANG": str(hang)}
     store = f"hang://{tmp_path / 'hung-store'}"
-    agent = run_agent(controller.url, extra_env=env, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=3,
+    agent = run_agent(controller.url, extra_env=env, run=write_trainer(tmp_path, TRAINER_SAVED_ONCE), notice_grace=3,
                       sync_margin=0.5, checkpoint_store=store, sync_interval=0.2)
     wait_for_output(controller, agent, "ready")
-    hang.touch()  # from now on every listing of the store hangs
-    time.sleep(0.5)  # the periodic backup is stuck in one
+    hang.touch()  # from now on every call to the store hangs
+    # the trainer's checkpoint 6 has the periodic backup call the store: until the SIGTERM, nothing else does
+    entered, until = tmp_path / "hang.entered", time.monotonic() + 10
+    while not entered.exists() and time.monotonic() < until:
+        time.sleep(0.02)
+    assert entered.exists(), "the periodic backup never called the store"
     agent.process.send_signal(signal.SIGTERM)
     started = time.monotonic()
     assert agent.wait() == 0

@@ -340,7 +340,7 @@ class GangAgent(Agent):
             times = self._notice_since(times)
         if exit_code is None:
             log.warning("command still running at its stop time; killing its process group")
-            exit_code = self._kill(process)
+            exit_code = self._kill(process, times)
         return exit_code
 
     def _report_generation_exit(self, order: GenerationOrder, exit_code: int | None) -> None:

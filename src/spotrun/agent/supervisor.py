@@ -40,6 +40,7 @@ GROUP_POLL_SECONDS = 0.1
 EXIT_REPORT_SECONDS = 2.0  # kept back from a notice's deadline for the exit report, when the store does not answer
 MIN_BACKUP_SECONDS = 1.0  # the final backup's time at least, however close the deadline
 KILLED_EXIT_SECONDS = 2.0  # how long a SIGKILLed command may take to go; one stuck in the kernel is left behind
+STOPPED_WAIT_FLOOR_SECONDS = 0.2  # a SIGKILLed command normally goes within this; waited for however close the deadline
 
 
 @dataclass(frozen=True)
@@ -313,10 +314,10 @@ class Agent:
             self._tell_the_clouds_notice()
         if exit_code is None:
             log.warning("command still running at the stop time; killing its process group")
-            exit_code = self._kill(process)
+            exit_code = self._kill(process, times)
         self._wait_for_the_group(process, times)
         log.info("command stopped after the notice with exit code %s", exit_code)
-        process.drain_output(OUTPUT_DRAIN_SECONDS)
+        process.drain_output(self._wait_before_backup(times, OUTPUT_DRAIN_SECONDS))
         self._tell_the_clouds_notice()
         # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
         outcome = "succeeded" if exit_code == 0 and ends_the_job else "preempted"
@@ -353,16 +354,27 @@ class Agent:
         self._tell_notice(notice)
         return self._stop_times(notice)
 
-    @staticmethod
-    def _kill(process: CommandProcess) -> int | None:
-        """SIGKILL the command's group; its exit code, or None when it is still there KILLED_EXIT_SECONDS later (in
+    def _kill(self, process: CommandProcess, times: StopTimes | None) -> int | None:
+        """SIGKILL the command's group; its exit code, or None when it is still there a moment later (in
         uninterruptible sleep: a hung NFS or device call), so that the agent still backs up and reports in time."""
         process.signal_group(signal.SIGKILL)
-        exit_code = process.wait(KILLED_EXIT_SECONDS)
+        waited = self._wait_before_backup(times, KILLED_EXIT_SECONDS)
+        exit_code = process.wait(waited)
         if exit_code is None:
-            log.error("command still there %.0f s after SIGKILL (stuck in the kernel); going on without its exit code",
-                      KILLED_EXIT_SECONDS)
+            log.error("command still there %.1f s after SIGKILL (stuck in the kernel); going on without its exit code",
+                      waited)
         return exit_code
+
+    @staticmethod
+    def _wait_before_backup(times: StopTimes | None, most: float) -> float:
+        """How long a stopped command may still be waited for (its exit, its output): ``most``, and no longer than
+        lets the final backup start with its full time before a noticed deadline (`_backup_time_up`): a command stuck
+        in the kernel would otherwise push the backup, and the exit report after it, past the cloud's deadline."""
+        deadline = None if times is None else times.deadline()
+        if deadline is None:
+            return most
+        left = deadline - EXIT_REPORT_SECONDS - MIN_BACKUP_SECONDS - time.time()
+        return min(most, max(STOPPED_WAIT_FLOOR_SECONDS, left))
 
     def _wait_for_the_group(
         self, process: CommandProcess, times: StopTimes | None, until: float | None = None
