@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 TOKEN = "test-token-s3cr3t"
@@ -219,5 +221,18 @@ def run_agent(tmp_path: Path) -> Iterator[Callable[..., AgentRun]]:
     yield start
     for process in started:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            kill_with_its_commands(process)
+
+
+def kill_with_its_commands(agent: subprocess.Popen[bytes]) -> None:
+    """An agent a test left running, and what it started: its commands run in process groups of their own, and a
+    trainer waiting for a SIGTERM outlived the agent's SIGKILL (found alive an hour after a failed run)."""
+    try:
+        commands = psutil.Process(agent.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        commands = []
+    agent.kill()
+    agent.wait()
+    for command in commands:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            command.kill()
