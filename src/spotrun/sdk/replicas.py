@@ -26,11 +26,13 @@ from typing import Any
 
 import torch
 
-from spotrun.sdk import sharding
+from spotrun.sdk import sharding, snapshot
 from spotrun.sdk.layout import CHECKSUM, CHECKSUMS
 
 SPREAD_MIN_BYTES = 1 << 20  # smaller tensors stay in rank 0's file: an index entry and a hash each cost more
 FALLBACK_FILE = "replicas-00000.pt"
+
+_Members = list[tuple[sharding.Path, torch.Tensor]]
 
 
 def plan(structure: Mapping[str, Any], world_size: int) -> dict[sharding.Path, int]:
@@ -40,11 +42,20 @@ def plan(structure: Mapping[str, Any], world_size: int) -> dict[sharding.Path, i
               if any(_nbytes(tensor) >= SPREAD_MIN_BYTES for _, tensor in members)]
     load = [0] * world_size
     assignment: dict[sharding.Path, int] = {}
-    for group in sorted(groups, key=lambda members: -sum(_nbytes(tensor) for _, tensor in members)):
+    for group in sorted(groups, key=lambda members: -written_bytes(members)):
         rank = min(range(world_size), key=lambda candidate: (load[candidate], candidate))
-        load[rank] += sum(_nbytes(tensor) for _, tensor in group)
+        load[rank] += written_bytes(group)
         assignment.update((path, rank) for path, _ in group)
     return assignment
+
+
+def written_bytes(group: _Members) -> int:
+    """The bytes a file holds for tensors sharing one storage: a lone tensor's own, else the span of the storage they
+    view, written once (``snapshot``). Their sum counted a tied weight twice, and a rank was dealt too little."""
+    if len(group) == 1:
+        return _nbytes(group[0][1])
+    spans = [snapshot.byte_range(tensor) for _, tensor in group]
+    return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
 def _plain_tensors(structure: Mapping[str, Any]) -> Iterator[tuple[sharding.Path, torch.Tensor]]:
@@ -54,8 +65,6 @@ def _plain_tensors(structure: Mapping[str, Any]) -> Iterator[tuple[sharding.Path
         if isinstance(leaf, torch.Tensor) and not sharding.is_dtensor(leaf) and leaf.numel():
             yield path, leaf
 
-
-_Members = list[tuple[sharding.Path, torch.Tensor]]
 
 
 def by_storage(tensors: Iterable[tuple[sharding.Path, torch.Tensor]]) -> dict[Any, _Members]:

@@ -214,14 +214,14 @@ def _shared_spans(value: Any) -> dict[_StorageKey, _Span]:
         key = _storage_key(tensor)
         if key is None:
             continue
-        start, end = _byte_range(tensor)
+        start, end = byte_range(tensor)
         views[key] += 1
         span = spans.get(key)
         spans[key] = _Span(start, end) if span is None else _Span(min(span.start, start), max(span.end, end))
     return {key: span for key, span in spans.items() if views[key] > 1}
 
 
-def _byte_range(tensor: torch.Tensor) -> tuple[int, int]:
+def byte_range(tensor: torch.Tensor) -> tuple[int, int]:
     """The bytes of its storage a (non-empty) tensor spans: from its first element's, rounded down to a multiple of
     ``_WIDEST_ELEMENT``, to the end of its last element."""
     size = tensor.element_size()
