@@ -31,6 +31,7 @@ PREEMPTED_TRAINER = f"""
 import os, signal, sys
 sys.path.insert(0, {str(EXAMPLE)!r})
 import lightning as L
+import torch
 import spotrun, train
 
 class Notice(L.Callback):
@@ -46,7 +47,12 @@ class Notice(L.Callback):
 world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
 L.seed_everything(7 + (rank if os.environ.get("SEED_PER_RANK") else 0), verbose=False)
 model = train.Net()  # DDP starts every rank from rank 0's weights
-loader = spotrun.ResumableLoader(train.digits(), batch_size=32, seed=7, world_size=world, rank=rank)
+def masked(samples):  # a masking collator: each batch drops features drawn at random, from the global torch RNG
+    features, labels = torch.utils.data.default_collate(samples)
+    return features * torch.bernoulli(torch.full_like(features, 0.8)), labels
+
+collate = dict(collate_fn=masked, num_workers=2) if os.environ.get("MASKED") else {{}}
+loader = spotrun.ResumableLoader(train.digits(), batch_size=32, seed=7, world_size=world, rank=rank, **collate)
 spot = spotrun.LightningCheckpoints(every_steps=int(os.environ.get("SAVE_STEPS", "1000")), every_seconds=None)
 options = dict(strategy="ddp", devices=world, num_nodes=1) if world > 1 else dict(devices=1)
 run = L.Trainer(max_steps={STEPS}, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -119,6 +125,19 @@ def test_a_notice_mid_epoch_saves_exits_75_and_the_resume_is_exact(tmp_path, req
     resumed = run_trainer(tmp_path, store, ranks=ranks, **seeds)
     assert f"starting from {store / checkpoint_name(40) / CHECKPOINT_FILE}" in resumed.stdout, resumed.stdout[-2000:]
     assert weights(resumed) == reference, "the resumed run's weights are not the uninterrupted run's"
+
+
+# three runs with workers (~45 s): a soak run; the loader's side of it is test_sdk_resumable_loader.py's
+# test_a_collator_that_draws_masks_resumes_with_the_same_masks
+@pytest.mark.soak
+def test_a_masking_collator_resumes_with_the_masks_of_an_uninterrupted_run(tmp_path):
+    """Collated in the loader's workers, the masks were drawn from the workers' RNGs, which a resumed run starts
+    afresh: the weights differed."""
+    reference = weights(run_trainer(tmp_path, tmp_path / "reference", MASKED="1"))
+    store = tmp_path / "store"
+    preempted = run_trainer(tmp_path, store, NOTICE_AT_STEP="40", MASKED="1")
+    assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.stdout[-2000:] + preempted.stderr[-3000:]
+    assert weights(run_trainer(tmp_path, store, MASKED="1")) == reference
 
 
 def test_every_rank_resumes_its_own_random_streams_from_the_checkpoint_rank_0_writes(tmp_path, monkeypatch):

@@ -36,6 +36,17 @@ def assert_same_batches(actual: list[torch.Tensor], expected: list[torch.Tensor]
         assert torch.equal(got, want), f"batch {index} differs"
 
 
+def interrupted_and_resumed(make, take, stop_after: int, total: int) -> tuple[list, list]:
+    """What a loader from ``make()`` gives in ``total`` batches uninterrupted, and with its state saved after
+    ``stop_after`` and loaded into a new one for the rest; ``take(loader, count)`` reads them."""
+    uninterrupted = take(make(), total)
+    first = make()
+    head = take(first, stop_after)
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    return head + take(resumed, total - stop_after), uninterrupted
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_resumed_from_its_state_continues_with_the_same_batches(workers: int) -> None:
     make = lambda: spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=3, num_workers=workers)  # noqa: E731
@@ -116,12 +127,74 @@ def test_persistent_workers_resume_exactly_too() -> None:
     make = lambda: spotrun.ResumableLoader(  # noqa: E731
         NoisyDataset(), batch_size=6, seed=9, num_workers=2, persistent_workers=True
     )
-    uninterrupted = batches_of(make(), 16)
-    first = make()
-    head = batches_of(first, 9)
-    resumed = make()
-    resumed.load_state_dict(first.state_dict())
-    assert_same_batches(head + batches_of(resumed, 7), uninterrupted)
+    assert_same_batches(*interrupted_and_resumed(make, batches_of, 9, 16))
+
+
+def mask_some(samples: list[torch.Tensor]) -> torch.Tensor:
+    """A masking collator's stand-in: each batch's mask drawn from the global torch RNG, as 🤗's
+    DataCollatorForLanguageModeling draws it (torch.bernoulli) when it has no seed of its own."""
+    batch = torch.stack(samples)
+    return torch.cat([batch, torch.bernoulli(torch.full((len(batch), 1), 0.5)), torch.rand(len(batch), 1)], dim=1)
+
+
+def masked_loader(workers: int) -> spotrun.ResumableLoader:
+    return spotrun.ResumableLoader(NoisyDataset(), batch_size=5, seed=4, num_workers=workers, collate_fn=mask_some)
+
+
+def fetched_ahead(loader: spotrun.ResumableLoader, count: int, torch_seed: int | None = None):
+    """``count`` batches taken as Lightning takes them, the next one fetched before the loop's step on this one
+    (which draws from the global RNG); with the loader's state as it was when the last one was fetched (Lightning
+    keeps it with each batch) and the global RNG's after its step, as a checkpoint there keeps them."""
+    if torch_seed is not None:
+        torch.manual_seed(torch_seed)
+    stream = loader.stream()
+    taken, upcoming, upcoming_state = [], next(stream), loader.state_dict()
+    for _ in range(count):
+        batch, state = upcoming, upcoming_state
+        upcoming, upcoming_state = next(stream), loader.state_dict()
+        taken.append(batch.clone())
+        torch.rand(3)  # the step's dropout
+    return taken, state, torch.random.get_rng_state()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_collator_that_draws_masks_resumes_with_the_same_masks(workers: int) -> None:
+    """Its draws came from the workers' RNGs (after a resume, other batches went to each worker) or, without
+    workers, from the loop's stream, which had already drawn for the batch fetched ahead of the checkpoint."""
+    uninterrupted, _, _ = fetched_ahead(masked_loader(workers), 14, torch_seed=0)
+    head, state, rng = fetched_ahead(masked_loader(workers), 6, torch_seed=0)
+    resumed = masked_loader(workers)
+    resumed.load_state_dict(state)
+    torch.random.set_rng_state(rng)
+    tail, _, _ = fetched_ahead(resumed, 8)
+    assert_same_batches(head + tail, uninterrupted)
+    masks = torch.cat(uninterrupted)[:, 2]
+    assert 0 < masks.sum() < len(masks)
+
+
+def test_a_collation_draws_apart_from_its_fetch_and_leaves_the_global_rngs_where_they_were() -> None:
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    batches = batches_of(masked_loader(0), 9)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    noise, drawn = torch.cat(batches)[:, 1], torch.cat(batches)[:, 3]
+    assert len(torch.unique(drawn)) == len(drawn)
+    assert not set(drawn.tolist()) & set((noise - noise.floor()).tolist())
+
+
+def test_transformers_masking_collator_in_workers_resumes_with_the_same_masks() -> None:
+    pytest.importorskip("transformers")
+    from transformers import DataCollatorForLanguageModeling
+
+    from .test_sdk_hf_trainer import _tokenizer
+
+    examples = [{"input_ids": [3 + (i * 7 + j) % 20 for j in range(12)]} for i in range(24)]
+    collator = DataCollatorForLanguageModeling(_tokenizer(), mlm=True)  # no seed: torch's global RNG
+    make = lambda: spotrun.ResumableLoader(examples, batch_size=4, seed=5, num_workers=2, collate_fn=collator)  # noqa: E731
+    labels = lambda loader, count: [batch["labels"] for batch in islice(loader.stream(), count)]  # noqa: E731
+    resumed, uninterrupted = interrupted_and_resumed(make, labels, 4, 9)
+    assert_same_batches(resumed, uninterrupted)
+    assert any((batch != -100).any() for batch in uninterrupted)  # something was masked
 
 
 def test_its_state_is_a_sampler_state_and_loads_into_a_sampler_of_the_same_configuration() -> None:

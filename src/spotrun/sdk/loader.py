@@ -8,11 +8,17 @@ A plain DataLoader over a ``ResumableSampler`` resumes inexactly in three ways, 
 - Every new DataLoader iterator draws its workers' base seed from the global torch RNG, so a run resumed
   mid-epoch, which starts one more iterator than an uninterrupted run, continues with another RNG stream
   (dropout, noise). Here the draw comes from the loader's own generator.
-- Random transforms in ``dataset[i]`` draw from the worker's RNGs, whose state depends on which batches that
-  worker fetched before; after a resume the batches go to other workers. Here each batch is fetched with the
-  Python, NumPy and torch RNGs seeded from (seed, epoch, rank, the batch's position in the epoch), so a batch
-  gets the same random transforms in every run, whichever process fetches it. In the training process
-  (``num_workers=0``) the global RNG states are put back after the fetch, so the loop's own stream is untouched.
+- Random transforms in ``dataset[i]``, and a ``collate_fn`` that draws (a masking collator such as 🤗's
+  ``DataCollatorForLanguageModeling``), draw from the worker's RNGs, whose state depends on which batches that
+  worker fetched before; after a resume the batches go to other workers. In the training process
+  (``num_workers=0``) they draw from the loop's own stream, and a loop that fetches a batch ahead (accelerate's
+  does; Lightning's not, for a loader with a length) has drawn for the next batch before it saves: resumed, that
+  batch is collated again from another state. Here each batch is fetched, and then collated, with the Python,
+  NumPy and torch RNGs seeded from (seed, epoch, rank, the batch's position in the epoch; the collation from other
+  words than the fetch), so a batch gets the same random transforms and masks in every run, whichever process
+  makes it. In the training process the global RNG states are put back after each, so the loop's own stream is
+  untouched. A collator with a generator of its own (``DataCollatorForLanguageModeling(seed=...)``) draws from
+  that, which this does not reach: leave its seed unset here.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class ResumableLoader:
         self.epoch = 0  # where the training loop is: the epoch, and the samples of it delivered so far
         self.position = 0
         user_init = dataloader_arguments.pop("worker_init_fn", None)
+        if dataloader_arguments.get("collate_fn") is not None and seed_batches:
+            dataloader_arguments["collate_fn"] = _SeededCollation(dataloader_arguments["collate_fn"])
         self.dataloader = DataLoader(
             _SeededBatches(dataset, seed_batches),
             batch_sampler=_TaggedBatches(self.sampler),
@@ -132,9 +140,16 @@ def _check_arguments(dataset: Dataset, arguments: dict[str, Any]) -> None:
 
 
 class _Batch(list):
-    """A batch of indices that carries its seed to whichever process fetches it (pickled with it)."""
+    """A batch of indices that carries its seeds to whichever process fetches it (pickled with it)."""
 
-    seed_words: np.ndarray
+    seed_words: np.ndarray  # the fetch's
+    collation_words: np.ndarray
+
+
+class _Samples(list):
+    """A batch's samples as fetched, carrying the seed of their collation to the collate_fn's wrapper."""
+
+    collation_words: np.ndarray | None = None
 
 
 class _TaggedBatches:
@@ -151,13 +166,19 @@ class _TaggedBatches:
         for indices in self.sampler:
             batch = _Batch(indices)
             batch.seed_words = _words(self.sampler, epoch, position, 4, np.uint32)
+            batch.collation_words = _words(self.sampler, epoch, position, 4, np.uint32, stage=COLLATION)
             position += len(indices)
             yield batch
 
 
-def _words(sampler: ResumableSampler, epoch: int, position: int, count: int, dtype: type) -> np.ndarray:
-    """Random words that depend only on the sampler's seed and rank and on ``(epoch, position)``."""
-    entropy = [sampler.seed % 2**63, epoch, sampler.rank, position + 1]
+COLLATION = 1  # `_words`' stage of a batch's collation; its fetch is stage 0
+
+
+def _words(
+    sampler: ResumableSampler, epoch: int, position: int, count: int, dtype: type, stage: int = 0
+) -> np.ndarray:
+    """Random words that depend only on the sampler's seed and rank, on ``(epoch, position)`` and on the stage."""
+    entropy = [sampler.seed % 2**63, epoch, sampler.rank, position + 1] + ([stage] if stage else [])
     return np.random.SeedSequence(entropy).generate_state(count, dtype)
 
 
@@ -179,7 +200,9 @@ class _SeededBatches(Dataset):
         if not self.seeded or words is None:
             return self._fetch(batch)
         with _seeded_rngs(words):
-            return self._fetch(batch)
+            samples = _Samples(self._fetch(batch))
+        samples.collation_words = getattr(batch, "collation_words", None)
+        return samples
 
     def _fetch(self, batch: Sequence[int]) -> list[Any]:
         own = getattr(self.dataset, "__getitems__", None)
@@ -199,6 +222,20 @@ def _seeded_rngs(words: np.ndarray) -> Iterator[None]:
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.random.set_rng_state(saved[2])
+
+
+class _SeededCollation:
+    """A picklable collate_fn: the user's, run with the RNGs seeded for the batch's collation (`_Samples`)."""
+
+    def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, samples: list[Any]) -> Any:
+        words = getattr(samples, "collation_words", None)
+        if words is None:
+            return self.collate(samples)
+        with _seeded_rngs(words):
+            return self.collate(samples)
 
 
 def _ignoring_signals_then(user_init: Callable[[int], None] | None) -> Callable[[int], None]:
