@@ -130,6 +130,21 @@ def record_late_notice(session: Session, attempt: Attempt, notice: Notice, now: 
         )
 
 
+def stopped_by_its_ending(attempt: Attempt, source: str) -> bool:
+    """A notice that is the controller's own doing: the attempt is ending (its gang succeeded, the job was cancelled)
+    and its instance being terminated gave the agent a SIGTERM. Told as a preemption notice, every node of a gang
+    that had just succeeded read as preempted. A cloud's notice is still the attempt's: it says whether its instance
+    is left to the cloud (`control.reclaims`)."""
+    return attempt.state == "ending" and source not in CLOUD_NOTICE_SOURCES
+
+
+def exit_message(attempt: Attempt, body: Exit) -> str:
+    synced = "checkpoints backed up" if body.checkpoint_synced else "checkpoints NOT backed up"
+    if body.outcome == "preempted" and attempt.state == "ending" and attempt.notice_at is None:
+        return f"attempt {attempt.number}: agent stopped as the attempt ended (exit code {body.exit_code}); {synced}"
+    return f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}); {synced}"
+
+
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
     app = FastAPI(title="spotrun agent API", version="1")
@@ -220,6 +235,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             if attempt.ended_at is not None:
                 record_late_notice(session, attempt, body, clock.now())
                 return {"ok": True}
+            if stopped_by_its_ending(attempt, body.source):
+                return {"ok": True}
             # The first notice, or the cloud's after the agent's own (a SIGTERM) or the controller's stop to move:
             # what the cloud said decides whether its instance is left to it (`control.reclaims`).
             overtaken = attempt.notice_source not in CLOUD_NOTICE_SOURCES and body.source in CLOUD_NOTICE_SOURCES
@@ -289,11 +306,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
             if attempt.reported_outcome is None:
                 attempt.reported_outcome = body.outcome
                 attempt.exit_code = body.exit_code
-                synced = "checkpoints backed up" if body.checkpoint_synced else "checkpoints NOT backed up"
-                add_event(
-                    session, at=clock.now(), kind="agent_exit", job_id=attempt.job_id, attempt_id=attempt_id,
-                    message=f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}); {synced}",
-                )
+                add_event(session, at=clock.now(), kind="agent_exit", job_id=attempt.job_id, attempt_id=attempt_id,
+                          message=exit_message(attempt, body))
         return {"ok": True}
 
     return app

@@ -1,0 +1,46 @@
+"""An attempt the controller is ending (its gang succeeded, its job was cancelled) has its instance terminated, and
+its agent gets a SIGTERM and says so: that is not a preemption. Every node of a multi-node job that had just
+succeeded read "preemption notice from sigterm" and "command preempted" in its events."""
+
+from __future__ import annotations
+
+from spotrun.control.observe import Verdict
+from spotrun.state import Event
+
+
+def events_of(world, attempt_id: int) -> list[str]:
+    with world.store.session() as session:
+        return [e.message for e in session.query(Event).filter_by(attempt_id=attempt_id).order_by(Event.id)]
+
+
+def ending(world) -> tuple[int, str]:
+    """A running job whose attempt the controller has begun to end (its instance about to be terminated); the job's
+    id and the instance."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.controller.begin_end(world.attempts(job_id)[0].id, Verdict("cancelled", "cancelled by the user"))
+    return job_id, instance
+
+
+def test_the_agents_sigterm_as_its_attempt_ends_is_no_preemption_notice(world):
+    job_id, instance = ending(world)
+    agent = world.agent(instance)
+    agent("notice", {"source": "sigterm", "deadline": world.clock.now() + 30})
+    agent("exit", {"outcome": "preempted", "exit_code": None, "checkpoint_synced": True})
+
+    [attempt] = world.attempts(job_id)
+    messages = events_of(world, attempt.id)
+    assert not [m for m in messages if "preemption notice" in m or "command preempted" in m], messages
+    assert any("agent stopped as the attempt ended (exit code None); checkpoints backed up" in m for m in messages)
+    assert (attempt.notice_at, attempt.notice_source) == (None, None)
+
+
+def test_a_clouds_notice_as_its_attempt_ends_is_still_its_notice(world):
+    """The cloud's notice says whether the instance is left to the cloud (`control.reclaims`): kept."""
+    job_id, instance = ending(world)
+    world.agent(instance)("notice", {"source": "local-metadata", "deadline": world.clock.now() + 30})
+    world.agent(instance)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+
+    messages = events_of(world, world.attempts(job_id)[0].id)
+    assert any("preemption notice from local-metadata" in m for m in messages), messages
+    assert any("command preempted (exit code 75)" in m for m in messages), messages
