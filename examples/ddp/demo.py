@@ -19,11 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+import fsspec
 from rich.console import Console
+
+from spotrun.sdk.layout import list_committed
 
 HERE = Path(__file__).resolve().parent
 HOME = HERE.parents[1] / ".spotrun-demo-ddp"
-ENV = {"EPOCHS": "30", "CHECKPOINT_EVERY": "10"}  # as job.yaml (STEP_SECONDS only slows it down)
+ENV = {"EPOCHS": "30", "CHECKPOINT_EVERY": "10"}  # as job.yaml and train.py's default (STEP_SECONDS only slows it)
 console = Console()
 
 
@@ -49,6 +52,11 @@ def reference_run() -> dict:
     if any(rank.wait() != 0 for rank in ranks):
         raise SystemExit("the reference run failed")
     return json.loads((folder / "final.json").read_text())
+
+
+def newest_committed_step() -> int:
+    folder = HOME / "checkpoints" / "1-digits-ddp"
+    return max(committed_step for committed_step, _ in list_committed(fsspec.filesystem("file"), str(folder)))
 
 
 def wait_until(check, what: str, timeout: float = 240) -> dict:
@@ -78,7 +86,10 @@ def main() -> int:
         step = row["checkpoint_step"]
         console.rule(f"3 · preempting node {node} ({who}) at checkpoint step {step}")
         spotrun("preempt", "1", "--node", str(node))
-        wait_until(lambda r, p=preemptions: r["preemptions"] >= p, "the preemption")
+        wait_until(lambda r, p=preemptions: r["preemptions"] >= p and r["state"] == "RUNNING", "the gang again")
+        # the stop committed a newer checkpoint, which the new generation resumed from: the next preemption waits
+        # for one this generation trains to, or it would land while its ranks still start
+        step = newest_committed_step()
     done = wait_until(lambda r: r["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), "the end", timeout=600)
     console.print(spotrun("status", "1"))
 

@@ -63,6 +63,14 @@ def whole_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor for name, tensor in state.items()}
 
 
+def steps_left(sampler: spotrun.ResumableSampler, epochs: int) -> int:
+    """The batches this rank has still to train: the rest of the current epoch, then whole epochs up to ``epochs``.
+    Resumed on another number of ranks than the checkpoint's, that is another number of steps than the checkpoint's
+    run would have taken (the rest of the epoch and the epochs after are shared out anew)."""
+    rest_of_epoch = -(-(sampler.samples_in(sampler.epoch) - sampler.position) // sampler.batch_size)
+    return rest_of_epoch + max(0, epochs - sampler.epoch - 1) * sampler.items_in(sampler.epoch + 1)
+
+
 def main() -> None:
     epochs = int(os.environ.get("EPOCHS", "20"))
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
@@ -88,6 +96,9 @@ def main() -> None:
     ckpt = spotrun.Checkpointer(every_steps=int(os.environ.get("CHECKPOINT_EVERY", "10")), total_steps=total_steps)
     state = spotrun.torch_state(model=model, optimizer=optimizer, scheduler=scheduler, sampler=sampler)
     start = ckpt.restore(state) or 0
+    if start:
+        total_steps = ckpt.total_steps = start + steps_left(sampler, epochs)
+        scheduler.T_max = total_steps  # the schedule ends where the training does (the same, on as many ranks)
     launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "env"
     print(f"rank {rank}/{world_size}: starting at step {start} of {total_steps} (launcher {launcher})", flush=True)
 
