@@ -162,6 +162,26 @@ def test_export_writes_the_newest_intact_state_whole_and_refuses_what_it_cannot_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["all.pt", "model.pt", "pipe", "store"]  # no half-written file
 
 
+def test_export_of_a_frameworks_checkpoints_says_so_and_not_to_move_them_aside(tmp_path: Path) -> None:
+    """A Lightning (or Trainer) store: "no valid checkpoint ... (move these aside to start from scratch)", though
+    every checkpoint was intact, only not the Checkpointer's."""
+    from spotrun.sdk import foreign
+
+    store = foreign.local_store(tmp_path / "store", "Lightning")
+    written = tmp_path / "written"
+    written.mkdir()
+    (written / "lightning.ckpt").write_bytes(b"a Lightning checkpoint")
+    foreign.commit(store, str(written), 40, payload=layout.LIGHTNING_PAYLOAD)
+    store.release()
+    refused = CliRunner().invoke(app, ["checkpoints", "export", str(tmp_path / "out.pt"), str(tmp_path / "store")],
+                                 env={"COLUMNS": "300"})
+    said = refused.output.replace("\n", " ")
+    assert refused.exit_code == 1, refused.output
+    assert "holds another framework's checkpoints, not the Checkpointer's" in said and "move these aside" not in said
+    assert "ckpt-000000000040: a lightning checkpoint" in said
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_a_jobs_own_store_is_found_by_its_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPOTRUN_SERVER", raising=False)

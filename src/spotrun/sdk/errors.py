@@ -21,6 +21,15 @@ def no_valid_checkpoint(root: str, rejected: list[str]) -> NoValidCheckpoint:
     )
 
 
+def only_foreign_checkpoints(root: str, rejected: list[str]) -> NoValidCheckpoint:
+    """The error for a folder that holds a framework's checkpoints alone: not damaged, so not to be moved aside."""
+    listed = "\n  ".join(rejected)
+    return NoValidCheckpoint(
+        f"{root} holds another framework's checkpoints, not the Checkpointer's, which this reads: load them with that "
+        f"framework (nothing was loaded or deleted):\n  {listed}"
+    )
+
+
 class PrunedMeanwhile(CheckpointError):
     """The checkpoint was removed while it was read: its writer pruned it (``keep_last``), having committed a newer
     one. It is not damaged, only gone; nothing of it was loaded."""

@@ -170,6 +170,11 @@ class CorruptCheckpoint(Exception):
     """A committed checkpoint whose files do not match its manifest."""
 
 
+class ForeignCheckpoint(CorruptCheckpoint):
+    """A framework's checkpoint (the Trainer's, Lightning's), which the Checkpointer's reading cannot load: intact,
+    perhaps, but not for it."""
+
+
 def build_manifest(step: int, files: dict[str, bytes | dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """The manifest of a checkpoint: for each payload file its size and checksum.
 

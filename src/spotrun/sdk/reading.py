@@ -21,6 +21,7 @@ import fsspec
 from spotrun.sdk import layout, sharding
 from spotrun.sdk.errors import (
     CheckpointError, CheckpointWarning, MissingComponents, NoValidCheckpoint, PrunedMeanwhile, no_valid_checkpoint,
+    only_foreign_checkpoints,
 )
 from spotrun.sdk.locations import url_to_fs
 from spotrun.sdk.storage import CHECKPOINT_DIR_ENV, CheckpointStore, open_store
@@ -63,7 +64,7 @@ class Reader:
             raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
         foreign = layout.FRAMEWORK_PAYLOADS.get(manifest.get("payload"))  # type: ignore[arg-type]
         if foreign is not None:
-            raise layout.CorruptCheckpoint(
+            raise layout.ForeignCheckpoint(
                 f"{path}: a {manifest['payload']} checkpoint ({foreign}), not the Checkpointer's: load it with that framework"
             )
         own = rank_file(self.rank)
@@ -149,7 +150,7 @@ def load_checkpoint(
         raise CheckpointError(f"{location}: no such checkpoint folder")
     store = open_store(location, storage_options)
     listing = store.candidates if step is None else functools.partial(list, _of_step(store, step, location))
-    reader, rejected, candidates = Reader(store), [], NewestFirst(listing)
+    reader, rejected, candidates, foreign = Reader(store), [], NewestFirst(listing), 0
     for steps, path in candidates:
         try:
             state = reader.payload(path, {}, {}, components)
@@ -165,10 +166,13 @@ def load_checkpoint(
             if step is not None:
                 raise NoValidCheckpoint(reason(path, error)) from error
             rejected.append(reason(path, error))
+            foreign += isinstance(error, layout.ForeignCheckpoint)
             continue
         for why in rejected:
             warnings.warn(f"skipping checkpoint {why}", CheckpointWarning, stacklevel=2)
         return LoadedCheckpoint(steps, store.fs.unstrip_protocol(path), state)
+    if rejected and foreign == len(rejected):
+        raise only_foreign_checkpoints(store.fs.unstrip_protocol(store.root), rejected)
     if rejected:
         raise no_valid_checkpoint(store.fs.unstrip_protocol(store.root), rejected)
     raise CheckpointError(f"{location}: no checkpoint yet (no folder with a manifest)")
