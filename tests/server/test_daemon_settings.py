@@ -55,6 +55,7 @@ def test_controller_settings_in_bounds_are_taken(home, monkeypatch):
     ("SPOTRUN_CONTROLLER_PORT", "8o80", "valid integer"),
     ("SPOTRUN_CONTROLLER_PORT", "70000", "less than or equal to 65535"),
     ("SPOTRUN_CONTROLLER_URL", "10.0.0.5:8080", "URL"),
+    ("SPOTRUN_CONTROLLER_URL", "HTTP://10.0.0.5:8080", "starting with http:// or https://"),  # agents refuse it
     ("SPOTRUN_CONTROLLER_BIND", "203.0.113.7", "address (or name) of this machine"),  # an address of no machine here
     ("SPOTRUN_TICK_INTERVAL", "soon", "not a number of seconds"),
     ("SPOTRUN_IDLE_EXIT", "-1", "at least 0"),
@@ -111,3 +112,29 @@ def test_a_server_without_controller_does_not_read_the_controller_settings(store
     result = CliRunner().invoke(app, ["server", "--port", "0", "--database-url", store.url, "--no-controller"],
                                 env={"SPOTRUN_SWEEP_EVERY_TICKS": "0"})
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(("option", "env", "refusal"), [
+    ([], {"SPOTRUN_PUBLIC_URL": "garbage"}, "SPOTRUN_PUBLIC_URL='garbage' is refused: Value error, must be a URL"),
+    ([], {"SPOTRUN_PUBLIC_URL": "10.0.0.5:8080"}, "SPOTRUN_PUBLIC_URL='10.0.0.5:8080' is refused"),
+    ([], {"SPOTRUN_PUBLIC_URL": "HTTP://10.0.0.5:8080"}, "SPOTRUN_PUBLIC_URL='HTTP://10.0.0.5:8080' is refused"),
+    ([], {"SPOTRUN_PUBLIC_URL": "http://10.0.0.5:port"}, "SPOTRUN_PUBLIC_URL='http://10.0.0.5:port' is refused"),
+    (["--public-url", "garbage"], {}, "--public-url='garbage' is refused"),
+])
+def test_the_server_refuses_a_public_url_agents_cannot_report_to(store, home, monkeypatch, option, env, refusal):
+    """It served, saying `listening on garbage` (not the port it took), and told its agents that URL: each refused
+    its configuration, and its job stayed PROVISIONING, billed."""
+    monkeypatch.delenv("SPOTRUN_PUBLIC_URL", raising=False)
+    monkeypatch.setattr(serve_module.uvicorn.Server, "run", lambda *_, **__: pytest.fail("the server served"))
+    result = CliRunner().invoke(app, ["server", "--port", "0", "--database-url", store.url, *option],
+                                env={**env, "COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert refusal in result.output and "listening" not in result.output
+
+
+def test_the_server_takes_a_public_url_agents_can_report_to(store, home, monkeypatch):
+    monkeypatch.setattr(serve_module.uvicorn.Server, "run", lambda *_, **__: None)
+    result = CliRunner().invoke(app, ["server", "--port", "0", "--database-url", store.url, "--no-controller"],
+                                env={"SPOTRUN_PUBLIC_URL": "https://gateway.example.org/spotrun"})
+    assert result.exit_code == 0, result.output
+    assert "spotrun server listening on https://gateway.example.org/spotrun" in result.output

@@ -21,13 +21,13 @@ from spotrun.state import Attempt, Job
 BODY = json.dumps({"spec": "run: 'true'\n" + "#" * 7_000_000}).encode()
 
 
-def call(app, path: str, authorization: str | None, body: bytes = BODY) -> tuple[int, dict, int]:
-    """The app's status and JSON answer for a POST of `body`, and how many times it asked for the body."""
+def call(app, path: str, authorization: str | None, body: bytes = BODY, method: str = "POST") -> tuple[int, dict, int]:
+    """The app's status and JSON answer for a `method` request of `body`, and how many times it asked for the body."""
     asked, sent = [], []
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if authorization is not None:
         headers.append((b"authorization", authorization.encode()))
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": b"", "headers": headers,
              "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080), "root_path": ""}
 
@@ -116,3 +116,20 @@ def test_a_request_without_a_body_goes_to_the_route_as_before(team: Team):
     response = team.client.get("/api/v1/jobs", headers={"Authorization": "Bearer nope"})
     assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
     assert team.client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/1/cancel", "/api/v1/users/bob/tokens", "/api/v1/tokens/abc/revoke"])
+def test_a_body_to_a_route_that_takes_none_is_refused_for_its_token_first_unread(team: Team, path: str):
+    """Such a route refuses any body (422), but only once it has been read: without a valid token, it is not."""
+    status, answer, reads = call(create_app(team.store), path, None, b'{"dry_run": true}')
+
+    assert (status, answer, reads) == (401, {"detail": "a valid API token is required"}, 0)
+
+
+def test_a_body_to_the_agents_route_that_takes_none_is_refused_for_its_token_first_unread(team: Team):
+    attempt_id, _ = seeded_attempt(team)
+
+    status, answer, reads = call(create_app(team.store), f"/agent/v1/attempts/{attempt_id}/job",
+                                 f"Bearer {team.tokens['alice']}", b'{"dry_run": true}', method="GET")
+
+    assert (status, answer, reads) == (403, {"detail": "this token is not valid for this attempt"}, 0)

@@ -35,6 +35,13 @@ def _absolute(value: str) -> str:
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 
 
+def http_url(value: str) -> str:
+    """The controller's URL as an agent takes it (ValueError when it cannot): the server checks its own by this."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be a URL starting with http:// or https://, got {value!r}")
+    return value.rstrip("/")
+
+
 class GangConfig(BaseModel):
     """This node's place in a multi-node job; the generation's master comes in heartbeat answers."""
 
@@ -82,9 +89,7 @@ class AgentConfig(BaseModel):
     @field_validator("controller_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must start with http:// or https://, got {value!r}")
-        return value.rstrip("/")
+        return http_url(value)
 
     def instance_disk(self, environ: Mapping[str, str] = os.environ) -> Path:
         """The instance's scratch disk: $SPOTRUN_INSTANCE_DISK, else the current directory."""

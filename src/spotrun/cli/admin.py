@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED
 from spotrun.server.users import (
-    InvalidUserName, IssuedToken, UserError, add_user, create_token, revoke_token, token_prefix,
+    InvalidUserName, IssuedToken, NotThatToken, UserError, add_user, create_token, revoke_token, token_prefix,
 )
 from spotrun.state import Store
 
@@ -43,10 +43,13 @@ def token_create(user: Annotated[str, typer.Argument(help="whose token")]) -> No
 
 @tokens_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (as printed at creation), or the token")]) -> None:
-    """Revoke a token: requests carrying it are refused from now on."""
+    """Revoke a token: requests carrying it are refused from now on. A whole token given must be that token."""
     store = Store()
     try:
         revoked = revoke_token(store, token_id, time.time())
+    except NotThatToken as problem:  # its message names the token by its id only
+        errors.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
+        raise typer.Exit(BAD_ARGUMENT) from None
     finally:
         store.dispose()
     shown = token_prefix(token_id)  # a whole token's secret is never echoed back

@@ -195,6 +195,7 @@ MIN_KEEP_LOGS_SECONDS = 3600.0
 
 @app.command()
 def server(
+    ctx: typer.Context,
     host: Annotated[str, typer.Option(envvar="SPOTRUN_SERVER_HOST", help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
         envvar="SPOTRUN_SERVER_PORT", min=0, max=65535, help="port to listen on (0: any free one)")] = 8080,
@@ -213,7 +214,7 @@ def server(
     """Run the team server: the HTTP API, the agents' API, /metrics, and the controller, in one process."""
     import logging
 
-    from spotrun.server.serve import CannotListen, serve
+    from spotrun.server.serve import PUBLIC_URL_VAR, CannotListen, serve
     from spotrun.state import Store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -226,9 +227,12 @@ def server(
         # A bare number is seconds: "--keep-logs 30" meant as days would remove every log half a minute after its job.
         raise bad_argument(
             f"--keep-logs must be at least 1h; got {keep_logs!r} ({keep_seconds:g} s; a bare number is seconds)")
+    # by name: Typer's own copy of click has a ParameterSource of its own
+    given_on_the_command_line = getattr(ctx.get_parameter_source("public_url"), "name", None) == "COMMANDLINE"
     try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
-              run_controller=not no_controller, keep_logs=keep_seconds)
+              run_controller=not no_controller, keep_logs=keep_seconds,
+              url_given_as="--public-url" if given_on_the_command_line else PUBLIC_URL_VAR)
     except InvalidSetting as problem:
         raise bad_argument(str(problem)) from None
     except CannotListen as problem:

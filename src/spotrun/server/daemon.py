@@ -24,9 +24,10 @@ from typing import Annotated, Any, get_type_hints
 
 import psutil
 import uvicorn
-from pydantic import Field, HttpUrl, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, HttpUrl, TypeAdapter, ValidationError
 
 from spotrun import config
+from spotrun.agent.config import http_url
 from spotrun.config import InvalidSetting
 from spotrun.control import reclaims
 from spotrun.control.controller import Controller, ControllerSettings
@@ -44,6 +45,8 @@ DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
 PORT_WAIT_SECONDS = 5.0  # how long a daemon waits for the port SPOTRUN_CONTROLLER_PORT sets to be given back
 AgentPort = Annotated[int, Field(ge=1, le=65535)]
+# A URL agents are told to report to: one an agent takes (its own check, which asks the scheme as written) and a URL.
+AgentUrl = Annotated[HttpUrl, BeforeValidator(http_url)]
 
 log = logging.getLogger("spotrun.daemon")
 
@@ -52,8 +55,11 @@ def from_env(name: str, kind: Any, *, secret: bool = False) -> Any:
     """Environment variable `name` as `kind` (a type with its bounds, which pydantic checks); None when unset or empty.
     A `secret` value is not shown in the refusal (it goes to the terminal and the logs)."""
     text = os.environ.get(name)
-    if not text:
-        return None
+    return checked_setting(name, text, kind, secret=secret) if text else None
+
+
+def checked_setting(name: str, text: str, kind: Any, *, secret: bool = False) -> Any:
+    """`text`, the value setting `name` was given, as `kind` (else InvalidSetting naming both, as `from_env`)."""
     try:
         return TypeAdapter(kind).validate_strings(text)
     except ValidationError as invalid:
@@ -80,7 +86,7 @@ def check_environment() -> None:
     one found later failed every round, or stopped the daemon holding its lease."""
     settings_from_env(url="")
     from_env("SPOTRUN_CONTROLLER_PORT", AgentPort)
-    from_env("SPOTRUN_CONTROLLER_URL", HttpUrl)
+    from_env("SPOTRUN_CONTROLLER_URL", AgentUrl)
     _check_bind_address()
 
 

@@ -10,13 +10,14 @@ import threading
 import uvicorn
 
 from spotrun.server.app import create_app
-from spotrun.server.daemon import Daemon, from_env, settings_from_env
+from spotrun.server.daemon import AgentUrl, Daemon, checked_setting, from_env, settings_from_env
 from spotrun.server.local_cloud import LOCAL_CLOUD_VAR, LocalCloudAccess, live_local_jobs_refused_now
 from spotrun.server.log_pruner import LogPruner
 from spotrun.server.metrics_access import MetricsToken
 from spotrun.state import Store
 
 METRICS_TOKEN_VAR = "SPOTRUN_METRICS_TOKEN"
+PUBLIC_URL_VAR = "SPOTRUN_PUBLIC_URL"
 
 log = logging.getLogger("spotrun.server")
 
@@ -43,6 +44,12 @@ def warn_of_local_jobs_refused_now(store: Store, access: LocalCloudAccess) -> No
                     "(`spotrun cancel ID` stops one)", LOCAL_CLOUD_VAR, access.value, ", ".join(map(str, refused)))
 
 
+def check_public_url(url: str, given_as: str = PUBLIC_URL_VAR) -> None:
+    """InvalidSetting, naming `given_as` and the value, for a URL agents cannot report to (checked as
+    SPOTRUN_CONTROLLER_URL is): an agent told it refused its configuration, and its job stayed PROVISIONING, billed."""
+    checked_setting(given_as, url, AgentUrl)
+
+
 def public_url(host: str, port: int) -> str:
     """The address agents and clients are told to use when none is configured."""
     reachable = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
@@ -51,12 +58,15 @@ def public_url(host: str, port: int) -> str:
 
 def serve(
     store: Store, *, host: str, port: int, url: str | None = None, tick_interval: float = 0.5,
-    run_controller: bool = True, keep_logs: float | None = None,
+    run_controller: bool = True, keep_logs: float | None = None, url_given_as: str = PUBLIC_URL_VAR,
 ) -> None:
     """Serve until SIGINT/SIGTERM; `port` 0 picks a free one (the listening line names it). With `keep_logs`
     (seconds), the logs of jobs that ended longer ago are removed, at start and every hour (`LogPruner`). A controller
     setting the environment gives that the controller cannot use is refused first (`daemon.InvalidSetting`), as is
-    a metrics token that cannot be one (`metrics_token_from_env`) or a local cloud setting (`local_cloud_from_env`)."""
+    a metrics token that cannot be one (`metrics_token_from_env`), a local cloud setting (`local_cloud_from_env`) or
+    a `url` agents cannot report to (`check_public_url`, naming `url_given_as`)."""
+    if url:
+        check_public_url(url, url_given_as)
     metrics_token = metrics_token_from_env()
     local_cloud = local_cloud_from_env()
     if run_controller:

@@ -1,7 +1,11 @@
 """Request bodies whose JSON holds a lone UTF-16 surrogate ("\\ud800": valid JSON, but no text UTF-8 can carry) are
 refused 422 as JSON that cannot be read. They passed validation, then failed where the text was written: a 500 from
 the database, from the log's encoding, or from the 422 reply that echoed them back. So are bodies that are not
-UTF-8 (nor UTF-16 or -32) at all, which FastAPI answered with a 400 the API's schema does not list."""
+UTF-8 (nor UTF-16 or -32) at all, which FastAPI answered with a 400 the API's schema does not list.
+
+A route that takes no body refuses one (422, before anything is done): FastAPI ignores a body no parameter reads, so
+`POST /jobs/3/cancel` with `{"dry_run": true}` cancelled the job. An empty body (none, or Content-Length 0) is no
+body. A request with a body has had its token checked before it is read (`early_auth`)."""
 
 from __future__ import annotations
 
@@ -10,19 +14,52 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+
+from spotrun.server.schemas import InvalidRequest
+
+# Documented on each route that takes no body (a route with parameters also lists FastAPI's own 422 so).
+BODY_REFUSED: dict[str, Any] = {
+    "model": InvalidRequest,
+    "description": "a parameter is invalid, or the request has a body (the route takes none); nothing was done",
+}
 
 
 class StrictJsonRoute(APIRoute):
-    """A route whose handler reads its body through `StrictJsonRequest` (FastAPI's custom request class pattern)."""
+    """A route whose handler reads its body through `StrictJsonRequest` (FastAPI's custom request class pattern), and
+    which refuses a body when it takes none (`refuse_a_body`)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **options: Any) -> None:
+        super().__init__(path, endpoint, **options)
+        if self.body_field is None and 422 not in self.responses:
+            # whether the route takes a body is known once it is built: built again, its 422 documented
+            responses = {**(options.pop("responses", None) or {}), 422: BODY_REFUSED}
+            super().__init__(path, endpoint, responses=responses, **options)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        takes_a_body = self.body_field is not None
 
         async def strict_handler(request: Request) -> Response:
-            return await handler(StrictJsonRequest(request.scope, request.receive))
+            strict = StrictJsonRequest(request.scope, request.receive)
+            if not takes_a_body:
+                await refuse_a_body(strict)
+            return await handler(strict)
 
         return strict_handler
+
+
+async def refuse_a_body(request: Request) -> None:
+    """RequestValidationError (answered 422, as FastAPI answers a body it cannot take) for a request that carries a
+    body, of any content, to a route that takes none. Its content is not echoed: it may hold anything."""
+    body = await request.body()
+    if body:
+        raise RequestValidationError([{
+            "type": "body_not_allowed", "loc": ["body"],
+            "msg": f"{request.method} {request.url.path} takes no body, and this request has one ({len(body)} bytes): "
+                   "nothing was done; send it without one",
+        }])
 
 
 class StrictJsonRequest(Request):

@@ -43,6 +43,10 @@ class UnknownUser(UserError):
     pass
 
 
+class NotThatToken(UserError):
+    """A whole token named a token to revoke, and its secret is not that token's."""
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who a request acts for."""
@@ -148,16 +152,23 @@ def _named(session: Session, name: str) -> User:
 
 
 def revoke_token(
-    store: Store, prefix: str, now: float, *, owner: str | None = None, actor: str | None = None
+    store: Store, token_or_prefix: str, now: float, *, owner: str | None = None, actor: str | None = None
 ) -> bool:
-    """Revoke the token with this prefix (the whole token is accepted too); False when none is live.
+    """Revoke the token with this prefix, or this whole token; False when none is live.
 
-    With `owner`, only that user's token is revoked: another's answers False, exactly like a missing one."""
-    prefix = token_prefix(prefix)
+    A whole token must be the stored one (else NotThatToken, and nothing is revoked): its prefix alone chose the
+    token, so a mangled paste revoked the real one. With `owner`, only that user's token is revoked: another's
+    answers False, exactly like a missing one."""
+    prefix = token_prefix(token_or_prefix)
     with store.session() as session:
         row = session.scalar(select(ApiToken).where(ApiToken.prefix == prefix))
         if row is None or row.revoked_at is not None or (owner is not None and row.user.name != owner):
             return False
+        if token_or_prefix.startswith(TOKEN_MARK) and not _is_token_of(row, token_or_prefix):
+            raise NotThatToken(
+                f"the token given is not token {prefix}: its secret does not match (a mangled copy?); nothing was "
+                f"revoked (to revoke token {prefix}, pass its id alone)"
+            )
         row.revoked_at = now
         _audit(session, now, actor, "token_revoked", f"token {prefix} of {row.user.name} revoked", row.user.name,
                prefix)
@@ -186,9 +197,14 @@ def authenticate(session: Session, token: str) -> Principal | None:
         return None
     prefix, _ = _split(token)
     row = session.scalar(select(ApiToken).where(ApiToken.prefix == prefix))
-    if row is None or row.revoked_at is not None or not hmac.compare_digest(token_hash(token), row.token_hash):
+    if row is None or row.revoked_at is not None or not _is_token_of(row, token):
         return None
     return Principal(name=row.user.name, is_admin=row.user.is_admin)
+
+
+def _is_token_of(row: ApiToken, token: str) -> bool:
+    """Whether `token` is the one stored as `row`, compared in constant time."""
+    return hmac.compare_digest(token_hash(token), row.token_hash)
 
 
 def _issue(session: Session, user: User, now: float) -> IssuedToken:
