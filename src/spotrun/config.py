@@ -21,9 +21,12 @@ def home() -> Path:
     return path
 
 
+DATABASE_URL_VAR = "SPOTRUN_DATABASE_URL"
+
+
 def database_url() -> str:
     """$SPOTRUN_DATABASE_URL (e.g. postgresql+psycopg://host/db), else SQLite at $SPOTRUN_HOME/state.db."""
-    return os.environ.get("SPOTRUN_DATABASE_URL") or f"sqlite:///{home() / 'state.db'}"
+    return os.environ.get(DATABASE_URL_VAR) or f"sqlite:///{home() / 'state.db'}"
 
 
 def default_checkpoint_store(job_id: int, job_name: str) -> str:

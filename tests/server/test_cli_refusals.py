@@ -4,6 +4,9 @@ address the server cannot listen on, numbers out of range, a preemption with a n
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import shutil
 import socket
 import sqlite3
 import time
@@ -164,3 +167,73 @@ def test_launch_refuses_a_bad_controller_setting_at_once(home: Path, tmp_path: P
     assert time.monotonic() - started < 20
     with EmbeddedBackend().store.session() as session:
         assert session.query(Job).count() == 0, "refused before it is stored: launched again, it would run twice"
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("SPOTRUN_IDLE_EXIT", "nan", "of at least 0, got nan"),
+    ("SPOTRUN_TICK_INTERVAL", "nan", "of at least 0.01 and at most 3600, got nan"),
+    ("SPOTRUN_TICK_INTERVAL", "0", "of at least 0.01 and at most 3600, got 0"),
+])
+def test_launch_refuses_the_daemons_own_timing_settings_before_storing_the_job(
+    home: Path, tmp_path: Path, name: str, value: str, allowed: str
+) -> None:
+    """They were not checked before the job was stored: the controller started for it refused them and exited, and
+    launch waited 30 s for it and ended in a RuntimeError traceback, the job left PENDING with nothing to drive it."""
+    job = tmp_path / "ok.yaml"
+    job.write_text("run: 'true'\n")
+    started = time.monotonic()
+    said = refused(["launch", str(job)], code=2, env={name: value})
+    assert f"{name}={value!r} is refused: must be a number of seconds {allowed}" in said, said
+    assert "Traceback" not in said and time.monotonic() - started < 20
+    assert not (home / "state.db").exists(), "refused before the store is opened, so nothing is stored"
+
+
+def test_a_controller_that_does_not_start_is_one_line_naming_its_log(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was a RuntimeError traceback."""
+    from spotrun.server import daemon
+
+    monkeypatch.setattr(daemon, "START_TIMEOUT", 0.5)
+    monkeypatch.setattr(daemon.sys, "executable", shutil.which("false"))  # a controller that exits at its start
+    job = tmp_path / "ok.yaml"
+    job.write_text("run: 'true'\n")
+    said = refused(["launch", str(job)], code=1)
+    log = home / "controller.log"
+    assert f"error: job 1 is stored, but the controller did not start within 0.5 s; see {log}" in said, said
+    said = refused(["cancel", "1"], code=1)
+    assert f"error: the cancel of job 1 is stored, but the controller did not start within 0.5 s; see {log}" in said
+
+
+def test_status_refuses_another_applications_sqlite_database_and_leaves_it_byte_for_byte(
+    home: Path, tmp_path: Path
+) -> None:
+    """`status`, which only reads, added spotrun's tables to it (and switched it to WAL mode), and said there were
+    no jobs yet."""
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as connection:
+        connection.execute("CREATE TABLE notes (body TEXT)")
+        connection.execute("INSERT INTO notes VALUES ('mine')")
+    connection.close()
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    said = refused(["status"], env={"SPOTRUN_DATABASE_URL": f"sqlite:///{other}"})
+    assert f"error: cannot open the store sqlite:///{other}: the database holds tables (notes) but no spotrun " \
+           "schema version" in said, said
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("other")) == ["other.db"]
+
+
+@pytest.mark.parametrize(("url", "driver"), [
+    ("mysql://u:secret@127.0.0.1:1/db", "MySQLdb"),
+    ("postgresql+psycopg2://u@127.0.0.1:1/db", "psycopg2"),
+])
+def test_a_database_url_whose_driver_is_not_installed_is_a_bad_setting(home: Path, url: str, driver: str) -> None:
+    """It was a ModuleNotFoundError traceback, exit code 1."""
+    if importlib.util.find_spec(driver) is not None:
+        pytest.skip(f"{driver} is installed here")
+    shown = url.replace("secret", "***")
+    said = refused(["status"], code=2, env={"SPOTRUN_DATABASE_URL": url})
+    assert f"error: SPOTRUN_DATABASE_URL={shown} is refused: its driver {driver} is not installed" in said, said
+    assert "Traceback" not in said and "secret" not in said
+    said = refused(["server", "--port", "0", "--database-url", url], code=2)
+    assert f"error: the database URL {shown} is refused: its driver {driver} is not installed" in said, said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
@@ -14,13 +15,16 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import JSON, Boolean, Float, Integer, MetaData, inspect, select, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import JSON, Boolean, Float, Integer, MetaData, create_engine, inspect, select, text
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
 
 from spotrun.state import Base, Job, Setting, Store, StoreUnavailable
 from spotrun.state import store as store_module
-from spotrun.state.migrations import SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head
+from spotrun.state.migrations import (
+    NotAStore, SchemaTooNew, alembic_config, current_revision, head_revision, upgrade_to_head,
+)
 from spotrun.state.migrations.lock import migration_connection
 
 WORKER = Path(__file__).with_name("upgrade_worker.py")
@@ -310,3 +314,53 @@ def test_a_downgrade_below_64_bit_log_sizes_refuses_a_log_past_2_gib_naming_it_a
         migrate(store, "0016", down=True)
     assert current_revision(store.engine) == head_revision()
     assert row_counts(store.engine) == before
+
+
+def a_database_of_another_application(url: str, statements: list[str]) -> None:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as connection:
+            for statement in statements:
+                connection.execute(text(statement))
+    finally:
+        engine.dispose()
+
+
+def what_is_stored(url: str) -> object:
+    """A SQLite database's files and their bytes (WAL mode included), or a PostgreSQL database's tables and rows."""
+    if url.startswith("sqlite"):
+        path = Path(make_url(url).database)
+        return {other.name: hashlib.sha256(other.read_bytes()).hexdigest() for other in path.parent.iterdir()}
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            tables = sorted(inspect(connection).get_table_names())
+            return {table: connection.execute(text(f"SELECT * FROM {table}")).all() for table in tables}
+    finally:
+        engine.dispose()
+
+
+OTHER_APPLICATIONS = {
+    "its own tables": ["CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)", "INSERT INTO notes VALUES (1, 'hi')"],
+    "a table named as one of spotrun's": ["CREATE TABLE jobs (id INTEGER PRIMARY KEY, title TEXT)"],
+    "its own Alembic revision": ["CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+                                 "INSERT INTO alembic_version VALUES ('ae1027a6acf')",
+                                 "CREATE TABLE notes (id INTEGER PRIMARY KEY)"],
+}
+
+
+@pytest.mark.parametrize("kind", OTHER_APPLICATIONS)
+def test_a_database_of_another_application_is_refused_naming_it_and_left_as_it_was(
+    database_url: str, kind: str,
+) -> None:
+    """Spotrun's tables were created beside the other application's (or, with a table of the same name, the
+    migration failed but SQLite's WAL mode stayed): any database without spotrun's revision was migrated."""
+    a_database_of_another_application(database_url, OTHER_APPLICATIONS[kind])
+    before = what_is_stored(database_url)
+    url = database_url.replace("postgres@", "postgres:secret@")  # trust auth: the password is not asked for
+    with pytest.raises(NotAStore) as refused:
+        Store(url)
+    said = str(refused.value)
+    assert f"cannot open the store {make_url(url).render_as_string(hide_password=True)}: the database " in said
+    assert "spotrun does not change another application's database" in said and "secret" not in said
+    assert what_is_stored(database_url) == before

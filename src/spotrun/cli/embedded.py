@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from spotrun.cli.backend import BackendError
 from spotrun.control import jobs as jobs_api
 from spotrun.server.logstream import job_log_stream
 from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
@@ -25,7 +26,7 @@ class EmbeddedBackend:
         return self._store
 
     def launch(self, job_file: Path) -> Launched:
-        from spotrun.server.daemon import check_environment, ensure_running
+        from spotrun.server.daemon import check_environment
 
         check_environment()  # before the job is stored: the controller started for it would refuse the same
         spec = load_spec(job_file)
@@ -36,7 +37,7 @@ class EmbeddedBackend:
             )
         except SpecError as error:
             raise located(error, job_file.read_text(encoding="utf-8")) from None
-        ensure_running(self.store)
+        self._ensure_controller(f"job {job_id} is stored, but ")
         return Launched(id=job_id, name=spec.name or "job", owner="local")
 
     def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
@@ -63,10 +64,17 @@ class EmbeddedBackend:
     def cancel(self, job_id: int) -> bool:
         if not jobs_api.request_cancel(self.store, job_id, time.time()):
             return False
-        from spotrun.server.daemon import ensure_running
-
-        ensure_running(self.store)
+        self._ensure_controller(f"the cancel of job {job_id} is stored, but ")
         return True
+
+    def _ensure_controller(self, done: str) -> None:
+        """A controller running for what `done` says was stored (BackendError, naming its log, when none starts)."""
+        from spotrun.server.daemon import ControllerDidNotStart, ensure_running
+
+        try:
+            ensure_running(self.store)
+        except ControllerDidNotStart as error:
+            raise BackendError(f"{done}{error}") from None
 
     def preempt(self, job_id: int, notice_seconds: float | None, node: int | None = None) -> PreemptAccepted:
         target = jobs_api.preempt(self.store, job_id, time.time(), notice_seconds, node)

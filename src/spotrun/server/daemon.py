@@ -44,6 +44,7 @@ LEASE_GIVE_UP = 300.0
 DEAD_CLAIMS_EVERY_TICKS = 20
 PORT_SETTING = "agent_api_port"
 PORT_WAIT_SECONDS = 5.0  # how long a daemon waits for the port SPOTRUN_CONTROLLER_PORT sets to be given back
+START_TIMEOUT = 30.0  # how long `ensure_running` waits for the controller it started to take the lease
 AgentPort = Annotated[int, Field(ge=1, le=65535)]
 # A URL agents are told to report to: one an agent takes (its own check, which asks the scheme as written) and a URL.
 AgentUrl = Annotated[HttpUrl, BeforeValidator(http_url)]
@@ -81,13 +82,20 @@ def settings_from_env(url: str) -> ControllerSettings:
     return ControllerSettings(controller_url=url, **overrides)
 
 
-def check_environment() -> None:
-    """InvalidSetting for the first SPOTRUN_* variable the daemon reads that it cannot use: checked at start, as
-    one found later failed every round, or stopped the daemon holding its lease."""
+def check_environment(*, tick_interval: float | None = None, idle_exit: float | None = None) -> tuple[float, float]:
+    """The daemon's tick interval and idle exit: those given, else $SPOTRUN_TICK_INTERVAL's and $SPOTRUN_IDLE_EXIT's
+    (0.5 s and 120 s when unset). InvalidSetting for the first SPOTRUN_* variable the daemon reads that it cannot
+    use: checked at start, as one found later failed every round, or stopped the daemon holding its lease; and by
+    each command that starts one (`ensure_running`, and `spotrun launch` before it stores the job)."""
+    timing = (
+        _option_or_env(tick_interval, "SPOTRUN_TICK_INTERVAL", "0.5", TICK_SECONDS),
+        _option_or_env(idle_exit, "SPOTRUN_IDLE_EXIT", "120", IDLE_SECONDS),
+    )
     settings_from_env(url="")
     from_env("SPOTRUN_CONTROLLER_PORT", AgentPort)
     from_env("SPOTRUN_CONTROLLER_URL", AgentUrl)
     _check_bind_address()
+    return timing
 
 
 def bind_address() -> str:
@@ -116,7 +124,7 @@ class Daemon:
         self._stop = threading.Event()
 
     def run(self) -> int:
-        check_environment()  # before the lease is taken
+        check_environment(tick_interval=self.tick_interval, idle_exit=self.idle_exit)  # before the lease is taken
         if not self._take_lease(url=None):
             log.info("another controller holds the lease; nothing to do")
             return 0
@@ -330,9 +338,13 @@ def live_controller_url(store: Store) -> str | None:
         return current.url
 
 
-def ensure_running(store: Store, timeout: float = 30.0) -> str:
+class ControllerDidNotStart(RuntimeError):
+    """A controller `ensure_running` started did not take the lease in time; the message names its log."""
+
+
+def ensure_running(store: Store) -> str:
     """The URL of the live controller, starting one in the background when there is none (InvalidSetting, at once,
-    for a setting that one would refuse at its start)."""
+    for a setting that one would refuse at its start; ControllerDidNotStart when it did not come up)."""
     url = live_controller_url(store)
     if url:
         return url
@@ -347,13 +359,13 @@ def ensure_running(store: Store, timeout: float = 30.0) -> str:
             start_new_session=True,
             env={**os.environ, "SPOTRUN_DATABASE_URL": store.url},
         )
-    deadline = time.time() + timeout
+    deadline = time.time() + START_TIMEOUT
     while time.time() < deadline:
         url = live_controller_url(store)
         if url:
             return url
         time.sleep(0.1)
-    raise RuntimeError(f"the controller did not start within {timeout:.0f} s; see {log_path}")
+    raise ControllerDidNotStart(f"the controller did not start within {START_TIMEOUT:g} s; see {log_path}")
 
 
 def _seconds(at_least: float, at_most: float = math.inf) -> Callable[[str], float]:
@@ -372,6 +384,10 @@ def _seconds(at_least: float, at_most: float = math.inf) -> Callable[[str], floa
     return parse
 
 
+TICK_SECONDS = _seconds(at_least=config.MIN_TICK_SECONDS, at_most=config.MAX_TICK_SECONDS)
+IDLE_SECONDS = _seconds(at_least=0.0)
+
+
 def _option_or_env(given: float | None, name: str, default: str, parse: Callable[[str], float]) -> float:
     """The option's value, else environment variable `name`'s (or `default`) as `parse` reads it (InvalidSetting)."""
     if given is not None:
@@ -385,17 +401,14 @@ def _option_or_env(given: float | None, name: str, default: str, parse: Callable
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotrun-controller", description=__doc__)
-    tick_seconds = _seconds(at_least=config.MIN_TICK_SECONDS, at_most=config.MAX_TICK_SECONDS)
-    parser.add_argument("--tick-interval", type=tick_seconds, help="default: $SPOTRUN_TICK_INTERVAL, else 0.5")
+    parser.add_argument("--tick-interval", type=TICK_SECONDS, help="default: $SPOTRUN_TICK_INTERVAL, else 0.5")
     parser.add_argument(
-        "--idle-exit", type=_seconds(at_least=0.0),
+        "--idle-exit", type=IDLE_SECONDS,
         help="exit after this many seconds without live jobs (0: never; default: $SPOTRUN_IDLE_EXIT, else 120)",
     )
     args = parser.parse_args(argv)
     try:
-        tick_interval = _option_or_env(args.tick_interval, "SPOTRUN_TICK_INTERVAL", "0.5", tick_seconds)
-        idle_exit = _option_or_env(args.idle_exit, "SPOTRUN_IDLE_EXIT", "120", _seconds(at_least=0.0))
-        check_environment()
+        tick_interval, idle_exit = check_environment(tick_interval=args.tick_interval, idle_exit=args.idle_exit)
     except InvalidSetting as invalid:
         print(f"{parser.prog}: {invalid}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -9,11 +10,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from spotrun import config
+from spotrun.config import InvalidSetting
 from spotrun.state.models import Event
 
 
@@ -22,12 +25,20 @@ SCHEMA_HEAD = "0023"
 
 
 class StoreUnavailable(RuntimeError):
-    """The store cannot be opened: a URL no driver reads, a database that does not answer or is not one, or a
-    SPOTRUN_HOME that cannot be a folder. The message names the store (its password hidden) and why."""
+    """The store cannot be opened: a URL no driver reads, a database that does not answer, is not one or is another
+    application's, or a SPOTRUN_HOME that cannot be a folder. The message names the store (its password hidden) and why."""
 
 
 class SchemaTooNew(StoreUnavailable):
     """The database was migrated by a newer spotrun than this one."""
+
+
+class NotAStore(StoreUnavailable):
+    """The database holds tables but no spotrun schema version: another application's, which spotrun leaves as it is."""
+
+
+class DriverMissing(StoreUnavailable, InvalidSetting):
+    """The database URL names a driver that is not installed: a setting to change (the CLI's exit code 2)."""
 
 
 class Store:
@@ -42,15 +53,32 @@ class Store:
             if migrate:
                 self.upgrade()
         except (SQLAlchemyError, OSError) as error:
-            raise StoreUnavailable(f"cannot open the store {_shown(self.url)}: {_reason(error)}") from error
+            raise StoreUnavailable(f"cannot open the store {shown_url(self.url)}: {_reason(error)}") from error
 
     def upgrade(self) -> None:
-        """Bring the schema to the newest revision (idempotent, safe to run from several processes)."""
-        if schema_revision(self.engine) == SCHEMA_HEAD:
+        """Bring the schema to the newest revision (idempotent, safe to run from several processes). A database
+        that is not a spotrun store, nor empty, is refused first, with nothing written to it (`NotAStore`)."""
+        with self._connection_writing_nothing() as connection:
+            revision = _checked_revision(connection, self.url)
+        if revision == SCHEMA_HEAD:
             return  # nothing to do, and no need to load Alembic (~0.1 s of every CLI command)
         from spotrun.state.migrations import upgrade_to_head
 
         upgrade_to_head(self.engine)
+
+    @contextmanager
+    def _connection_writing_nothing(self) -> Iterator[Connection]:
+        """A connection that writes nothing as it opens: on SQLite the engine's own do (WAL mode, which stays)."""
+        if self.engine.dialect.name != "sqlite":
+            with self.engine.connect() as connection:
+                yield connection
+            return
+        engine = create_engine(self.url, poolclass=NullPool, **_connect_args(self.url))
+        try:
+            with engine.connect() as connection:
+                yield connection
+        finally:
+            engine.dispose()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -72,9 +100,32 @@ class Store:
 def schema_revision(engine: Engine) -> str | None:
     """The revision Alembic recorded in the database; None for a database never migrated."""
     with engine.connect() as connection:
-        if not inspect(connection).has_table("alembic_version"):
-            return None
-        return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        return _recorded_revision(connection)
+
+
+def _recorded_revision(connection: Connection) -> str | None:
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _checked_revision(connection: Connection, url: str) -> str | None:
+    """The spotrun revision the database at `url` is at; None for an empty one. NotAStore for one holding tables
+    but no revision, SchemaTooNew (or NotAStore) for a revision spotrun does not know."""
+    tables = sorted(set(inspect(connection).get_table_names()) - {"alembic_version"})
+    revision = _recorded_revision(connection)
+    if revision is None and tables:
+        listed = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise NotAStore(
+            f"cannot open the store {shown_url(url)}: the database holds tables ({listed}) but no spotrun schema "
+            "version; spotrun does not change another application's database: name an empty database or a spotrun "
+            "store"
+        )
+    if revision not in (None, SCHEMA_HEAD):
+        from spotrun.state.migrations import refuse_unknown_revision  # loads Alembic: only when it will migrate
+
+        refuse_unknown_revision(revision, url)
+    return revision
 
 
 def add_event(
@@ -95,7 +146,7 @@ def add_event(
 SQLITE_BUSY_SECONDS = 30.0  # how long a SQLite connection waits for another process's lock before failing
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -110,11 +161,25 @@ def _reason(error: Exception) -> str:
 
 
 def _make_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    """The store's engine; DriverMissing, naming $SPOTRUN_DATABASE_URL if the URL is its, when the URL's driver is not
+    installed (SQLAlchemy imports it here)."""
+    try:
+        if url.startswith("sqlite"):
+            engine = create_engine(url, **_connect_args(url))
+            event.listen(engine, "connect", _sqlite_pragmas)
+            return engine
+        return create_engine(url, pool_pre_ping=True)
+    except ImportError as missing:
+        from_variable = url == os.environ.get(config.DATABASE_URL_VAR)  # else given, e.g. `server --database-url`
+        named = f"{config.DATABASE_URL_VAR}={shown_url(url)}" if from_variable else f"the database URL {shown_url(url)}"
+        raise DriverMissing(
+            f"{named} is refused: its driver {missing.name or missing} is not installed (for PostgreSQL, spotrun "
+            "installs psycopg: postgresql+psycopg://...)"
+        ) from None
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    return {"connect_args": {"timeout": SQLITE_BUSY_SECONDS}} if url.startswith("sqlite") else {}
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -19,6 +19,7 @@ schema equals the models on SQLite and PostgreSQL, and that ``SCHEMA_HEAD`` is t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from alembic import command
@@ -28,11 +29,15 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from spotrun.state.migrations.lock import migration_connection
-from spotrun.state.store import SchemaTooNew, schema_revision
+from spotrun.state.store import NotAStore, SchemaTooNew, schema_revision, shown_url
 
-__all__ = ["SchemaTooNew", "alembic_config", "current_revision", "head_revision", "upgrade_to_head"]
+__all__ = [
+    "NotAStore", "SchemaTooNew", "alembic_config", "current_revision", "head_revision", "refuse_unknown_revision",
+    "upgrade_to_head",
+]
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
+SPOTRUN_REVISION = re.compile(r"\d{4}(_\w+)?")  # the form of spotrun's revision ids: 0001, ...; Alembic's own are hex
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -49,7 +54,7 @@ def upgrade_to_head(engine: Engine) -> None:
     """Bring the schema to the newest revision. Idempotent; safe when several processes call it at once."""
     with migration_connection(engine) as connection:
         config = alembic_config(connection)
-        _refuse_unknown_revision(connection, ScriptDirectory.from_config(config))
+        refuse_unknown_revision(MigrationContext.configure(connection).get_current_revision(), str(engine.url))
         command.upgrade(config, "head")
 
 
@@ -63,11 +68,20 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-def _refuse_unknown_revision(connection: Connection, scripts: ScriptDirectory) -> None:
-    current = MigrationContext.configure(connection).get_current_revision()
-    known = {script.revision for script in scripts.walk_revisions()}
-    if current is not None and current not in known:
+def refuse_unknown_revision(current: str | None, url: str) -> None:
+    """SchemaTooNew for a revision past this spotrun's (spotrun's are numbered: 0001, ...), NotAStore for any other
+    it does not know (another application's Alembic)."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    if current is None or current in {script.revision for script in scripts.walk_revisions()}:
+        return
+    head = scripts.get_current_head()
+    if SPOTRUN_REVISION.fullmatch(current):
         raise SchemaTooNew(
-            f"the database {connection.engine.url!r} is at schema revision {current!r}, which this spotrun does not "
-            f"know (its newest is {scripts.get_current_head()!r}); upgrade spotrun to use this database"
+            f"the database {shown_url(url)} is at schema revision {current!r}, which this spotrun does not know (its "
+            f"newest is {head!r}); upgrade spotrun to use this database"
         )
+    raise NotAStore(
+        f"cannot open the store {shown_url(url)}: the database is at schema revision {current!r}, which is not "
+        f"spotrun's (spotrun's are 0001 to {head}); spotrun does not change another application's database: name an "
+        "empty database or a spotrun store"
+    )
