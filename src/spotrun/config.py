@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from spotrun.user_paths import UnknownUser, expand_user
+
 
 MIN_TICK_SECONDS = 0.01  # the controller's tick interval at least: 0 or less would spin it on a core
 MAX_TICK_SECONDS = 3600.0  # and at most: heartbeats time out in seconds, and a wait past threading's limit fails
@@ -16,7 +18,10 @@ class InvalidSetting(ValueError):
 
 def home() -> Path:
     """$SPOTRUN_HOME, or ~/.spotrun; created on first use."""
-    path = Path(os.environ.get("SPOTRUN_HOME") or Path.home() / ".spotrun").expanduser().resolve()
+    try:
+        path = expand_user(os.environ.get("SPOTRUN_HOME") or "~/.spotrun").resolve()
+    except UnknownUser as unknown:
+        raise InvalidSetting(f"SPOTRUN_HOME: {unknown}") from None
     path.mkdir(parents=True, exist_ok=True)
     return path
 

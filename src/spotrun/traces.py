@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from spotrun.user_paths import UnknownUser, expand_user
+
 TRACES_DIR_ENV = "SPOTRUN_TRACES_DIR"
 
 # The bundled traces (src/spotrun/data/traces/) and the local zone each one plays.
@@ -139,7 +141,10 @@ def shared_traces_dir() -> Path:
     """$SPOTRUN_TRACES_DIR, else the nearest ``shared/traces`` beside an ancestor of this checkout."""
     configured = os.environ.get(TRACES_DIR_ENV)
     if configured:
-        path = Path(configured).expanduser()
+        try:
+            path = expand_user(configured)
+        except UnknownUser as unknown:
+            raise FileNotFoundError(f"${TRACES_DIR_ENV}: {unknown}") from None
         if not path.is_dir():
             raise FileNotFoundError(f"${TRACES_DIR_ENV} points to {path}, which is not a folder")
         return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from click.testing import Result
@@ -158,6 +159,20 @@ def test_the_command_refuses_a_bad_age_by_name_and_changes_nothing(store, older_
     result = spotrun(store, "prune-logs", "--older-than", older_than)
 
     assert result.exit_code == 2 and "--older-than" in result.stderr, result.output  # a bad argument
+    assert log_of(store, job_id) == b"kept\n"
+
+
+@pytest.mark.parametrize(("older_than", "seconds"), [("30", "30"), ("0", "0"), ("59m", "3540")])
+def test_the_command_refuses_an_age_under_an_hour_as_the_server_does(store, older_than, seconds):
+    """`--older-than 30`, meant as days, removed the logs of every job that ended more than 30 seconds ago."""
+    a_day_ago = (NOW - time.time()) / DAY + 1  # seed_job counts back from NOW, which is ahead of the clock
+    job_id = seed_job(store, state="SUCCEEDED", finished_days_ago=a_day_ago, logs=[b"kept\n"])
+
+    result = spotrun(store, "prune-logs", "--older-than", older_than)
+
+    assert result.exit_code == 2, result.output
+    assert (f"--older-than must be at least 1h; got {older_than!r} ({seconds} s; a bare number is seconds)"
+            in one_line(result.stderr)), result.stderr
     assert log_of(store, job_id) == b"kept\n"
 
 

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 import spotrun
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.main import app
+from spotrun.cli.views import byte_size
 from spotrun.control import jobs as jobs_api
 from spotrun.sdk import layout
 from spotrun.spec import parse_spec
@@ -267,6 +268,49 @@ def test_a_file_entry_whose_size_is_not_a_number_damages_only_its_checkpoint(sto
 
     rows = json.loads(listed.stdout)
     assert [(row["steps"], row["state"].split(":")[0]) for row in rows][:2] == [(1, "intact"), (2, "damaged")]
+
+
+@pytest.mark.parametrize("verify", [[], ["--verify"]])
+def test_a_file_size_past_any_files_damages_only_its_checkpoint(store_of_three, verify) -> None:
+    """`checkpoints list` ended in a traceback (OverflowError: integer division result too large for a float)."""
+    store, _ = store_of_three
+    manifest_path = store / layout.checkpoint_name(2) / layout.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["shared.pt"]["size"] = 10**400
+    manifest_path.write_text(json.dumps(manifest))
+    runner = CliRunner()
+
+    table = runner.invoke(app, ["checkpoints", "list", str(store), *verify], env={"COLUMNS": "300"})
+    rows = json.loads(runner.invoke(app, ["checkpoints", "list", str(store), "--json", *verify]).stdout)
+
+    assert table.exit_code == 1 and isinstance(table.exception, SystemExit), table.output
+    said = "damaged: shared.pt's size in the manifest (about 10^400 B) is past any file's"
+    assert said in table.output and f"{2 if verify else 1} damaged checkpoint(s)" in table.output  # --verify: 3 too
+    assert [row["state"] for row in rows][:2] == ["intact" if verify else "complete", said]
+
+
+def test_a_manifest_nested_too_deep_to_read_damages_only_its_checkpoint(store_of_three) -> None:
+    """The whole listing failed: "cannot be read: RecursionError: maximum recursion depth exceeded"."""
+    store, _ = store_of_three
+    (store / layout.checkpoint_name(2) / layout.MANIFEST_NAME).write_text("[" * 100_000 + "]" * 100_000)
+
+    listed = CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json"])
+
+    assert listed.exit_code == 1, listed.output
+    rows = json.loads(listed.stdout)
+    assert [row["state"] for row in rows][:3] == [
+        "complete", f"damaged: {layout.MANIFEST_NAME} is not a readable manifest", "complete"]
+
+
+SIZES_SHOWN = [
+    (0, "0 B"), (1023, "1023 B"), (2048, "2.0 KiB"), (3 * 2**30, "3.0 GiB"), (2**63 - 1, "8589934592.0 GiB"),
+    (2**63, "about 10^18 B"), (10**400, "about 10^400 B"), (10**5000, "about 10^5000 B"),
+]
+
+
+@pytest.mark.parametrize(("count", "shown"), SIZES_SHOWN, ids=[shown for _, shown in SIZES_SHOWN])  # no str(10**5000)
+def test_byte_size_writes_any_int(count: int, shown: str) -> None:
+    assert byte_size(count) == shown
 
 
 def test_verify_calls_a_checkpoint_with_nothing_to_load_damaged(store_of_three) -> None:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,6 +146,53 @@ def test_launch_refuses_a_zone_the_local_cloud_does_not_have_and_stores_nothing(
         in said, said
     with EmbeddedBackend().store.session() as session:
         assert session.query(Job).count() == 0
+
+
+def named_pipe(folder: Path, text: str) -> Path:
+    """A named pipe that gives `text` to its first reader (`spotrun launch <(...)`, `mkfifo`)."""
+    pipe = folder / "piped.yaml"
+    os.mkfifo(pipe)
+    threading.Thread(target=pipe.write_text, args=(text,), daemon=True).start()
+    return pipe
+
+
+@pytest.mark.parametrize(("command", "text", "said"), [
+    (["launch"], "run: x\nspot: {zones: [nowhere]}\n", "piped.yaml:2: spot.zones[0]: unknown zone 'nowhere'"),
+    (["simulate", "--job"], "run: x\nestimated_duration: 1h\nspot: {deadline: 2001-01-01T00:00:00Z}\n",
+     "piped.yaml:3: spot.deadline: must be after now"),
+])
+def test_a_job_file_on_a_named_pipe_is_read_once_and_its_problems_located(
+    home: Path, tmp_path: Path, command: list[str], text: str, said: str,
+) -> None:
+    """A problem found after parsing had the file read again for its line: a pipe has nothing more to give, and the
+    command waited for it forever."""
+    pipe = named_pipe(tmp_path, text)
+    result = subprocess.run([sys.executable, "-m", "spotrun.cli.main", *command, str(pipe)], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "SPOTRUN_HOME": str(home), **WIDE})
+    assert result.returncode == 2, result.stderr
+    assert said in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("written", "field"), [
+    ("workdir: '~nosuchuser/x'", "workdir"), ("checkpoint: {store: '~nosuchuser/x'}", "checkpoint.store"),
+    ("resources: {cloud: aws, instance_type: m5.large, prices: {on_demand: 1, spot: 0.5}}\n"
+     "checkpoint: {store: '~nosuchuser/x'}", "checkpoint.store"),
+])
+def test_launch_refuses_the_home_folder_of_a_user_this_machine_lacks(
+    home: Path, tmp_path: Path, written: str, field: str,
+) -> None:
+    """It ended in a traceback (RuntimeError: Could not determine home directory), exit 1."""
+    job = tmp_path / "tilde.yaml"
+    job.write_text(f"run: x\n{written}\n")
+    said = refused(["launch", str(job)], code=2)
+    assert f"{field}: '~nosuchuser/x' starts with ~nosuchuser, but this machine has no user 'nosuchuser'" in said
+    with EmbeddedBackend().store.session() as session:
+        assert session.query(Job).count() == 0
+
+
+def test_a_spotrun_home_of_a_user_this_machine_lacks_is_a_bad_setting(home: Path) -> None:
+    said = refused(["status"], code=2, env={"SPOTRUN_HOME": "~nosuchuser/spotrun"})
+    assert "SPOTRUN_HOME: '~nosuchuser/spotrun' starts with ~nosuchuser, but this machine has no user" in said
 
 
 @pytest.mark.parametrize("age", ["1000000d", "99999999999999999999999d"])

@@ -52,6 +52,34 @@ def test_a_zone_the_local_cloud_does_not_have_is_422_naming_it(team: Team) -> No
     assert stored_rows(team) == (0, 0)
 
 
+def test_a_price_past_any_instances_is_422_naming_it_and_metrics_stay_finite(team: Team) -> None:
+    """Stored, a job priced at 1e308 $/h turned the team's /metrics into +Inf and NaN for good."""
+    spec = TINY_JOB + "spot: {max_price: 2.0e+6}\n"
+    spec = spec.replace("instance_type: local.cpu",
+                        "instance_type: local.cpu, prices: {on_demand: 1.0e+308, spot: 1.0e+308}")
+    response = team.client.post("/api/v1/jobs", json={"spec": spec}, headers=team.as_user("alice"))
+    assert response.status_code == 422, response.text
+    assert [(p["field"], p["message"]) for p in response.json()["problems"]] == [
+        ("resources.prices.on_demand", "must be at most 1,000,000 $/h; got 1e+308"),
+        ("resources.prices.spot", "must be at most 1,000,000 $/h; got 1e+308"),
+        ("spot.max_price", "must be at most 1,000,000 $/h; got 2000000.0"),
+    ]
+    assert stored_rows(team) == (0, 0)
+
+
+@pytest.mark.parametrize(("written", "field", "line"), [
+    ("workdir: '~nosuchuser/x'\n", "workdir", 5), ("checkpoint: {store: '~nosuchuser/x'}\n", "checkpoint.store", 5),
+])
+def test_the_home_folder_of_a_user_the_server_lacks_is_422_naming_it(team: Team, written, field, line) -> None:
+    """It was a 500 Internal Server Error (RuntimeError: Could not determine home directory)."""
+    response = team.client.post("/api/v1/jobs", json={"spec": TINY_JOB + written, "base_dir": "/srv"},
+                                headers=team.as_user("alice"))
+    assert response.status_code == 422, response.text
+    assert [(p["field"], p["line"], p["message"]) for p in response.json()["problems"]] == [
+        (field, line, "'~nosuchuser/x' starts with ~nosuchuser, but this machine has no user 'nosuchuser'")]
+    assert stored_rows(team) == (0, 0)
+
+
 def test_text_that_is_not_a_mapping_is_422(team: Team) -> None:
     for text in ("", "- a list\n", "key: [unclosed\n", "\x00"):
         response = team.client.post("/api/v1/jobs", json={"spec": text}, headers=team.as_user("alice"))
@@ -160,6 +188,29 @@ def test_a_checkpoint_store_of_a_protocol_no_filesystem_knows_is_refused_at_laun
     assert stored_rows(team) == (0, 0)
     chained = text.replace("s4://bucket/run", "simplecache::s3://bucket/run")
     assert team.client.post("/api/v1/jobs", json={"spec": chained}, headers=team.as_user("alice")).status_code == 201
+
+
+def test_a_remote_launch_reads_a_job_file_on_a_named_pipe_once(team: Team, tmp_path) -> None:
+    """It read the file to check it, then again to send it: a pipe had nothing more to give, and it waited forever."""
+    import os
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from spotrun.cli.remote import RemoteBackend
+
+    pipe = tmp_path / "piped.yaml"
+    os.mkfifo(pipe)
+    threading.Thread(target=pipe.write_text, args=(TINY_JOB,), daemon=True).start()
+    remote = RemoteBackend("http://testserver", team.tokens["alice"], client=TestClient(team.client.app))
+    launched: list = []
+    launching = threading.Thread(target=lambda: launched.append(remote.launch(pipe)), daemon=True)
+    launching.start()
+    launching.join(timeout=30)
+    if launching.is_alive():  # waiting for a second writer: give it one that writes nothing, so that it ends
+        os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+        launching.join(timeout=30)
+    assert [job.name for job in launched] == ["tiny"] and stored_rows(team)[0] == 1
 
 
 @pytest.mark.parametrize(

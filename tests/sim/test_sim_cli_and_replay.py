@@ -261,6 +261,23 @@ def test_simulate_refuses_a_job_file_whose_policy_breaks_its_markets(tmp_path):
     assert "policy 'greedy' places the job on spot, but spot.use_spot is false" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # the simulator's own cap was met first, and named --on-demand-price, an option not given
+        ("estimated_duration: 24h\nspot: {deadline: 30h}\nresources: {prices: {on_demand: 1.0e+308, spot: 1}}\n",
+         "job.yaml:4: resources.prices.on_demand: must be at most 1,000,000 $/h; got 1e+308"),
+        ("estimated_duration: 24h\nspot: {deadline: 30h, max_price: 1.0e+308}\n",
+         "job.yaml:3: spot.max_price: must be at most 1,000,000 $/h"),
+        ("estimated_duration: 0\nspot: {deadline: 30h}\n",
+         "job.yaml:2: estimated_duration: must be a positive number, got 0"),
+    ],
+)
+def test_simulate_names_the_job_files_field_where_a_bad_number_came_from_it(tmp_path, text, said):
+    output = simulate_refused(tmp_path, refused_job_file(tmp_path, "run: x\n" + text)).output
+    assert said in output and "--" not in output, output
+
+
 def test_simulate_refuses_spot_above_the_max_price(tmp_path):
     """The job file's spot.max_price, else --max-price, else the on-demand price caps what spot may cost: priced
     above it, spot is refused wherever it has capacity and every policy pays on-demand, which the report says."""

@@ -26,6 +26,12 @@ def problem_of(text: str):
         (TORCHRUN % 1025, "distributed.procs_per_node", "must be at most 1,024"),
         ("checkpoint: {sync_interval: 1ms}\n", "checkpoint.sync_interval", "must be at least 1s"),
         ("checkpoint: {sync_interval: 0.5}\n", "checkpoint.sync_interval", "must be at least 1s"),
+        # 1e308 $/h had the fleet's totals on /metrics overflow to +Inf and NaN
+        ("resources: {prices: {on_demand: 1.0e+308, spot: 1}}\n", "resources.prices.on_demand",
+         "must be at most 1,000,000 $/h; got 1e+308"),
+        ("resources: {prices: {on_demand: 1, spot: 1000001}}\n", "resources.prices.spot",
+         "must be at most 1,000,000 $/h"),
+        ("spot: {max_price: 1.0e+308}\n", "spot.max_price", "must be at most 1,000,000 $/h; got 1e+308"),
     ],
 )
 def test_a_value_past_its_bound_is_refused_naming_the_field(written, field, message):
@@ -43,16 +49,28 @@ def test_the_bounds_themselves_are_accepted():
     assert (spec.distributed.procs_per_node, spec.checkpoint.sync_interval) == (1024, 1.0)
 
 
+def test_a_price_of_the_bound_is_accepted_and_the_simulator_shares_it():
+    from spotrun.cli import simulate
+    from spotrun.spec.fields import MAX_PRICE_PER_HOUR
+
+    spec = parse_spec("run: x\nresources: {prices: {on_demand: 1000000, spot: 1000000}}\nspot: {max_price: 1000000}\n")
+    assert (spec.resources.prices.on_demand, spec.resources.prices.spot, spec.spot.max_price) == (1e6,) * 3
+    assert simulate.MAX_PRICE_PER_HOUR is MAX_PRICE_PER_HOUR
+
+
 def test_a_spec_stored_before_the_bounds_is_read_back_as_stored():
     stored = {
-        "run": "x", "max_restarts_on_error": 10**18, "spot": {"preemptions_before_fallback": 10**18},
+        "run": "x", "max_restarts_on_error": 10**18,
+        "spot": {"preemptions_before_fallback": 10**18, "max_price": 1e308},
+        "resources": {"nodes": 2, "prices": {"on_demand": 1e308, "spot": 1e308}},
         "checkpoint": {"sync_interval": 0.2, "store": "s3://"},
-        "resources": {"nodes": 2}, "distributed": {"launcher": "torchrun", "procs_per_node": 4096},
+        "distributed": {"launcher": "torchrun", "procs_per_node": 4096},
     }
     spec = JobSpec.stored(stored)
     assert (spec.max_restarts_on_error, spec.spot.preemptions_before_fallback) == (10**18, 10**18)
     assert (spec.checkpoint.sync_interval, spec.checkpoint.store) == (0.2, "s3://")
     assert spec.distributed.procs_per_node == 4096
+    assert (spec.resources.prices.on_demand, spec.spot.max_price) == (1e308, 1e308)
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,13 @@
 import json
 import os
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
+import spotrun
 from spotrun.spec import JobSpec, SpecError, parse_spec
+from spotrun.user_paths import UnknownUser
 
 SUBMITTED_AT = 1_700_000_000.0
 
@@ -109,6 +112,22 @@ def test_absolute_workdir_ignores_the_job_files_folder(tmp_path):
 def test_home_relative_workdir_is_expanded(tmp_path):
     spec = parse_spec("run: x\nworkdir: ~/proj\n")
     assert spec.resolved_workdir(tmp_path) == os.path.join(os.path.expanduser("~"), "proj")
+
+
+def test_the_home_folder_of_a_user_this_machine_lacks_is_an_error_naming_the_user(tmp_path):
+    spec = parse_spec("run: x\nworkdir: ~nosuchuser/proj\ncheckpoint: {store: ~nosuchuser/ckpt}\n")
+    with pytest.raises(UnknownUser, match="'~nosuchuser/proj' starts with ~nosuchuser, but this machine has no user"):
+        spec.resolved_workdir(tmp_path)
+    with pytest.raises(UnknownUser, match="'~nosuchuser/ckpt' starts with ~nosuchuser"):
+        spec.resolved_checkpoint_store(tmp_path)
+
+
+def test_every_user_path_is_expanded_by_one_function():
+    """pathlib's expanduser raises a bare RuntimeError for an unknown user; `expand_user` names the user."""
+    source = Path(spotrun.__file__).parent
+    expanding = sorted(str(path.relative_to(source)) for path in source.rglob("*.py")
+                       if "expanduser(" in path.read_text(encoding="utf-8"))
+    assert expanding == ["user_paths.py"]
 
 
 def test_no_workdir_resolves_to_none(tmp_path):

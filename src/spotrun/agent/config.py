@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from spotrun.user_paths import expand_user
+
 CONFIG_ENV_VAR = "SPOTRUN_AGENT_CONFIG"
 INSTANCE_DISK_ENV_VAR = "SPOTRUN_INSTANCE_DISK"
 LOG_FLUSH_SECONDS = 10.0
@@ -96,7 +98,7 @@ class AgentConfig(BaseModel):
         return Path(environ.get(INSTANCE_DISK_ENV_VAR) or os.getcwd()).resolve()
 
     def local_checkpoint_dir(self, environ: Mapping[str, str] = os.environ) -> Path:
-        path = Path(self.checkpoint_dir).expanduser()
+        path = expand_user(self.checkpoint_dir)
         return path if path.is_absolute() else self.instance_disk(environ) / path
 
     def command_cwd(self, environ: Mapping[str, str] = os.environ) -> Path:

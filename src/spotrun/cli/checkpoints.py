@@ -22,7 +22,7 @@ from rich.table import Table
 
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, errors
 from spotrun.cli.failing import fail as _fail
-from spotrun.cli.views import byte_size, print_whole
+from spotrun.cli.views import MAX_FILE_BYTES, byte_size, print_whole
 from spotrun.sdk import layout
 from spotrun.sdk.locations import url_to_fs
 
@@ -77,7 +77,7 @@ def list_checkpoints(
         written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["created"])) if row["created"] else "-"
         table.add_row(
             str(row["steps"]), escape(row["state"]), byte_size(row["bytes"]), str(row["files"]),
-            str(row["world_size"] or "-"), row["kind"],
+            str(row["world_size"] or "-"), escape(row["kind"]),  # its manifest's words
             f"{row['save_seconds']:.1f} s" if row["save_seconds"] is not None else "-", written,
         )
     print_whole(console, table)  # piped: as wide as the table, not cut to 80 columns
@@ -129,6 +129,8 @@ def _describe(fs: fsspec.AbstractFileSystem, path: str, step: int, verify: bool)
             return {**row, "state": f"damaged: {layout.MANIFEST_NAME} is not a readable manifest"}
         return {**row, "state": "incomplete (no manifest: a save cut short)"}
     files = manifest["files"]
+    if (oversized := _oversized_file(files)) is not None:
+        return {**row, "files": len(files), "state": f"damaged: {oversized}"}
     payload = manifest.get("payload")
     row.update(
         bytes=sum(size for entry in files.values() if isinstance(entry, dict) and _is_count(size := entry.get("size"))),
@@ -153,6 +155,15 @@ def _size(entry: dict[str, Any]) -> int:
     """A found file's size as its filesystem says it (0 where it says none)."""
     size = entry.get("size")
     return size if _is_count(size) else 0
+
+
+def _oversized_file(files: dict[str, Any]) -> str | None:
+    """What is wrong with a manifest that lists a file larger than any filesystem holds, else None."""
+    for name, entry in files.items():
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if _is_count(size) and size > MAX_FILE_BYTES:
+            return f"{name}'s size in the manifest ({byte_size(size)}) is past any file's"
+    return None
 
 
 # A manifest's facts as the listing shows them: a value of the wrong type (a manifest written by hand, or damaged)

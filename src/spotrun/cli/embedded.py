@@ -11,7 +11,7 @@ from spotrun.control import jobs as jobs_api
 from spotrun.server.logstream import job_log_stream
 from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
 from spotrun.server.views import EventView, JobDetail, JobRow, event_views, job_detail, job_row
-from spotrun.spec import SpecError, load_spec, located
+from spotrun.spec import SpecError, load_job_file, located
 from spotrun.state import Store
 
 
@@ -29,14 +29,14 @@ class EmbeddedBackend:
         from spotrun.server.daemon import check_environment
 
         check_environment()  # before the job is stored: the controller started for it would refuse the same
-        spec = load_spec(job_file)
+        spec, text = load_job_file(job_file)
         try:
             job_id = jobs_api.submit(
                 self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file),
                 local_zones=jobs_api.LOCAL_ZONES,
             )
         except SpecError as error:
-            raise located(error, job_file.read_text(encoding="utf-8")) from None
+            raise located(error, text) from None
         self._ensure_controller(f"job {job_id} is stored, but ")
         return Launched(id=job_id, name=spec.name or "job", owner="local")
 

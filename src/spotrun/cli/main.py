@@ -25,7 +25,7 @@ from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.failing import bad_argument, errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
-from spotrun.cli.retention import prune_logs_command
+from spotrun.cli.retention import log_age, prune_logs_command
 from spotrun.cli.simulate import simulate
 from spotrun.cli.views import (
     attempts_summary, attempts_table, follow_events, print_whole, provisional_note, status_table,
@@ -33,7 +33,6 @@ from spotrun.cli.views import (
 from spotrun.control import jobs as jobs_api
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
-from spotrun.spec.durations import parse_duration
 from spotrun.spec.models import MAX_NODES
 from spotrun.state import StoreUnavailable
 
@@ -83,7 +82,7 @@ def launch(
         errors.print("[red]invalid job file[/]")
         typer.echo(str(problem), err=True)  # one unwrapped line per problem, for people and for grep
         raise typer.Exit(2) from None
-    console.print(f"launched job [bold]{launched.id}[/] ({launched.name})")
+    console.print(f"launched job [bold]{launched.id}[/] ({escape(launched.name)})")
     if follow:
         _follow(backend, launched.id)
 
@@ -91,9 +90,9 @@ def launch(
 def _follow(backend: Backend, job_id: int) -> None:
     state = follow_events(backend, job_id, console)
     detail = backend.detail(job_id)
-    console.print(f"job {job_id} [bold]{state}[/] after {attempts_summary(detail.job, len(detail.attempts))}")
+    console.print(f"job {job_id} [bold]{escape(state)}[/] after {attempts_summary(detail.job, len(detail.attempts))}")
     if detail.job.failure_reason:
-        console.print(f"reason: {detail.job.failure_reason}")
+        console.print(f"reason: {escape(detail.job.failure_reason)}", soft_wrap=True)
     console.print(format_bill(detail.bill.to_bill()))
     if (note := provisional_note(detail.bill)) is not None:
         console.print(note)
@@ -160,7 +159,7 @@ def preempt(
         target = current_backend().preempt(job_id, notice, node)
     except (jobs_api.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
-    console.print(f"preempting {target.instance_id} (attempt {target.attempt_number} of job {job_id})")
+    console.print(f"preempting {escape(target.instance_id)} (attempt {target.attempt_number} of job {job_id})")
 
 
 @app.command()
@@ -185,12 +184,10 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
     if as_json:
         typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **job_cost.bill.model_dump()}, indent=2))
         return
-    console.print(f"job {job_id} ({job_cost.name}, {job_cost.state}): {format_bill(job_cost.bill.to_bill())}")
+    console.print(f"job {job_id} ({escape(job_cost.name)}, {escape(job_cost.state)}): "
+                  f"{format_bill(job_cost.bill.to_bill())}")
     if (note := provisional_note(job_cost.bill)) is not None:
         console.print(note)
-
-
-MIN_KEEP_LOGS_SECONDS = 3600.0
 
 
 @app.command()
@@ -219,14 +216,7 @@ def server(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    try:
-        keep_seconds = None if keep_logs is None else parse_duration(keep_logs)
-    except ValueError as problem:
-        raise bad_argument(f"--keep-logs {problem}") from None
-    if keep_seconds is not None and keep_seconds < MIN_KEEP_LOGS_SECONDS:
-        # A bare number is seconds: "--keep-logs 30" meant as days would remove every log half a minute after its job.
-        raise bad_argument(
-            f"--keep-logs must be at least 1h; got {keep_logs!r} ({keep_seconds:g} s; a bare number is seconds)")
+    keep_seconds = None if keep_logs is None else log_age("--keep-logs", keep_logs)
     # by name: Typer's own copy of click has a ParameterSource of its own
     given_on_the_command_line = getattr(ctx.get_parameter_source("public_url"), "name", None) == "COMMANDLINE"
     try:

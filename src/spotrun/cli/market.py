@@ -10,6 +10,7 @@ from typing import Annotated, NoReturn, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from spotrun import config
 from spotrun.cli.failing import bad_argument
@@ -69,7 +70,7 @@ def trace(
                                        clock_starts_at_first_launch=at_first_launch))
     start = "at the first launch" if at_first_launch else "now"
     console.print(f"local market: trace replay at {speed:g}x from sample {offset}, starting {start}: "
-                  + ", ".join(market.traces))
+                  + escape(", ".join(market.traces)))
 
 
 def _set(build: Callable[[], Market]) -> Market:

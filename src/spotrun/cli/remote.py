@@ -12,7 +12,7 @@ from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
 from spotrun.control.jobs import JobNotFound
 from spotrun.server.schemas import MAX_SOURCE_CHARS, CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
 from spotrun.server.views import EventView, JobDetail, JobRow
-from spotrun.spec import Problem, SpecError, load_spec
+from spotrun.spec import Problem, SpecError, load_job_file
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -29,9 +29,9 @@ class RemoteBackend:
         self._client.headers["Authorization"] = f"Bearer {token}"
 
     def launch(self, job_file: Path) -> Launched:
-        load_spec(job_file)  # the same file errors as embedded mode, before anything is sent; the server checks again
+        _, text = load_job_file(job_file)  # the file's errors as embedded mode says them, before anything is sent
         source = str(job_file) if len(str(job_file)) <= MAX_SOURCE_CHARS else job_file.name  # what the server takes
-        body = {"spec": job_file.read_text(encoding="utf-8"), "source": source,
+        body = {"spec": text, "source": source,
                 "base_dir": str(job_file.resolve().parent)}
         response = self._send("POST", "/jobs", json=body)
         if response.status_code == 422 and (invalid := _invalid_spec(response)) is not None:

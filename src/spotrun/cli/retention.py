@@ -20,6 +20,20 @@ from spotrun.spec.durations import parse_duration
 from spotrun.state import Store
 
 console = Console()
+# The shortest age a job's logs are kept for (`--older-than`, `server --keep-logs`). A bare number is seconds: "30"
+# meant as days removed every log half a minute after its job ended.
+MIN_LOG_AGE_SECONDS = 3600.0
+
+
+def log_age(option: str, written: str) -> float:
+    """Seconds of the age `written` for `option`, at least an hour; else a bad argument naming the option."""
+    try:
+        seconds = parse_duration(written)
+    except ValueError as problem:
+        raise bad_argument(f"{option} {problem}") from None
+    if seconds < MIN_LOG_AGE_SECONDS:
+        raise bad_argument(f"{option} must be at least 1h; got {written!r} ({seconds:g} s; a bare number is seconds)")
+    return seconds
 
 
 def prune_logs_command(
@@ -29,10 +43,7 @@ def prune_logs_command(
 ) -> None:
     """Remove the logs of jobs that ended long ago; their jobs, attempts, events and bills stay. Acts on the store
     ($SPOTRUN_DATABASE_URL)."""
-    try:
-        age = parse_duration(older_than)
-    except ValueError as problem:
-        raise bad_argument(f"--older-than {problem}") from None
+    age = log_age("--older-than", older_than)
     now = time.time()
     store = Store()
     try:

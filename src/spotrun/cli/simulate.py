@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -29,6 +30,7 @@ from spotrun.sim.sweep import (
 )
 from spotrun.spec import SpecError
 from spotrun.spec.errors import Problem
+from spotrun.spec.fields import MAX_PRICE_PER_HOUR
 from spotrun.spec.loader import located
 from spotrun.traces import TraceError, bundled_traces_dir, list_traces, load_trace
 
@@ -37,7 +39,6 @@ HOUR = 3600.0
 
 console = Console()
 errors = Console(stderr=True)
-MAX_PRICE_PER_HOUR = 1e6  # $/h: no instance costs more; costs of 1e308 $/h overflow to inf, then NaN
 
 
 def simulate(
@@ -265,7 +266,7 @@ def _print_report(
 ) -> None:
     closed = gaps_closed(summaries)
     gang = int(numbers["nodes"])
-    title = ((f"{job_file.name}: " if job_file else "")
+    title = ((f"{escape(job_file.name)}: " if job_file else "")
              + f"C={numbers['compute_hours']:g} h, D={numbers['deadline_hours']:g} h, "
              f"d={numbers['overhead_hours']:g} h" + (f", {gang} nodes" if gang > 1 else "") + "; "
              f"{len(markets)} market(s), {settings.described()}"
@@ -274,7 +275,7 @@ def _print_report(
     if live is not None:
         console.print(live.note())
     if warning := _priced_out_warning(job, numbers, markets):
-        console.print(f"[yellow]{warning}[/]")
+        console.print(f"[yellow]{escape(warning)}[/]")
     console.print(f"{runs} runs in {elapsed:.1f} s; cost normalized to the whole job on on-demand "
                   f"(${job.on_demand_cost:,.2f}" + (f" for {gang} nodes" if gang > 1 else "") + "); "
                   "> on-demand: the share of runs that cost more than on-demand from the start"
@@ -304,11 +305,16 @@ def _json_number(value: float | None) -> float | None:
 PAPER_JOB = {"compute_hours": 48.0, "deadline_hours": 52.0, "overhead_hours": 0.1,
              "on_demand_price": P3_2XLARGE_ON_DEMAND, "spot_price": P3_2XLARGE_SPOT, "max_price": None, "nodes": 1}
 JOB_FIELD_OF = {"compute_hours": "estimated_duration", "deadline_hours": "spot.deadline"}  # those it must give
+# where in a job file each number comes from (a price may come from the catalog instead, which gives none out of bounds)
+FIELD_IN_FILE = {**JOB_FIELD_OF, "overhead_hours": "spot.restart_overhead", "nodes": "resources.nodes",
+                 "on_demand_price": "resources.prices.on_demand", "spot_price": "resources.prices.spot",
+                 "max_price": "spot.max_price"}
 
 
 def _numbers(job_file: Path | None, from_file: JobNumbers | None, **given: float | None) -> dict[str, float | None]:
     """The job's numbers: each option given, else the job file's, else (with no job file) the paper's job; the max
-    price None where neither gives it (the on-demand price)."""
+    price None where neither gives it (the on-demand price). One the job file gives that no run could use is a
+    SpecError naming its field there."""
     if from_file is None:
         return {name: PAPER_JOB[name] if value is None else value for name, value in given.items()}
     in_file = asdict(from_file)
@@ -322,21 +328,35 @@ def _numbers(job_file: Path | None, from_file: JobNumbers | None, **given: float
         before = f"; it is {-past:,.1f} h before it" if past < 0 else ""
         problem = Problem("spot.deadline", f"must be after now (an absolute deadline counts from now, as if launched "
                                            f"now){before}: give a later one or pass --deadline-hours")
-        raise located(SpecError(str(job_file), [problem]), Path(job_file).read_text())  # type: ignore[arg-type]
+        raise located(SpecError(str(job_file), [problem]), from_file.text)
+    taken = {name: value for name, value in numbers.items() if given[name] is None}
+    if problems := [Problem(FIELD_IN_FILE[name], problem) for name, problem in _number_problems(taken)]:
+        raise located(SpecError(str(job_file), problems), from_file.text)
     return numbers
 
 
-def _check_options(*, overhead_hours: float, max_price: float | None, **positive: float) -> None:
+def _check_options(**numbers: float | None) -> None:
     """Refuse numbers no run could use, naming the option as the user typed it."""
-    if max_price is not None:
-        positive = {**positive, "max_price": max_price}
-    for name, value in positive.items():
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value:g}")
-        if name.endswith("price") and value > MAX_PRICE_PER_HOUR:
-            raise ValueError(f"--{name.replace('_', '-')} must be at most {MAX_PRICE_PER_HOUR:,.0f} $/h, got {value:g}")
-    if not (overhead_hours >= 0 and math.isfinite(overhead_hours)):
-        raise ValueError(f"--overhead-hours must be 0 or more, got {overhead_hours:g}")
+    if problems := _number_problems(numbers):
+        name, problem = problems[0]
+        raise ValueError(f"--{name.replace('_', '-')} {problem}")
+
+
+def _number_problems(numbers: dict[str, float | None]) -> list[tuple[str, str]]:
+    """(name, what is wrong) for each of the job's `numbers` no run could use: a price past any instance's, a
+    negative restart overhead, any other not positive (no max price, None, is the on-demand price)."""
+    problems = []
+    for name, value in numbers.items():
+        if value is None and name == "max_price":
+            continue
+        if name == "overhead_hours":
+            if not (value >= 0 and math.isfinite(value)):
+                problems.append((name, f"must be 0 or more, got {value:g}"))
+        elif not (value > 0 and math.isfinite(value)):
+            problems.append((name, f"must be a positive number, got {value:g}"))
+        elif name.endswith("price") and value > MAX_PRICE_PER_HOUR:
+            problems.append((name, f"must be at most {MAX_PRICE_PER_HOUR:,.0f} $/h, got {value:g}"))
+    return problems
 
 
 def _policies(requested: list[str], bound: bool) -> list[str]:
@@ -390,7 +410,7 @@ def by_market_table(per_market: dict[str, list[PolicySummary]]) -> Table:
     table = _table("by market", ("market",) + SUMMARY_COLUMNS + (("gap closed",) if any(gaps.values()) else ()))
     for label, mine in per_market.items():
         for i, s in enumerate(mine):
-            table.add_row(label if i == 0 else "", *_summary_cells(s, gaps[label] or None),
+            table.add_row(escape(label) if i == 0 else "", *_summary_cells(s, gaps[label] or None),
                           end_section=i == len(mine) - 1)
     return table
 

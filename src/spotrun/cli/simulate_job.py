@@ -12,7 +12,7 @@ from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_regardless
 from spotrun.policy.deadline import DEFAULT_RESTART_OVERHEAD
 from spotrun.sim.engine import SpotSettings
-from spotrun.spec import Problem, SpecError, load_spec
+from spotrun.spec import Problem, SpecError, load_job_file, located
 
 HOUR = 3600.0
 
@@ -62,6 +62,7 @@ class JobNumbers:
     max_price: float | None  # None: the on-demand price
     nodes: int
     placement: LivePlacement
+    text: str  # the job file as read, once (a named pipe is read once), to locate the problems found later
 
 
 def job_numbers(path: Path, now: float) -> JobNumbers:
@@ -71,13 +72,16 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
     catalog's for its instance type (spot: in the first of the job's zones, or the catalog's reference price when it
     names none). The restart overhead is `spot.restart_overhead`, else what the live policy assumes until it has
     measured one."""
-    spec = load_spec(path)
-    check_resources(spec, str(path))
-    zone = spec.spot.zones[0] if spec.spot.zones else None
+    spec, text = load_job_file(path)
     try:
-        spot, on_demand = job_prices(spec, "spot", zone)
-    except UnknownPrice as unknown:
-        raise SpecError(str(path), [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
+        check_resources(spec, str(path))
+        zone = spec.spot.zones[0] if spec.spot.zones else None
+        try:
+            spot, on_demand = job_prices(spec, "spot", zone)
+        except UnknownPrice as unknown:
+            raise SpecError(str(path), [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
+    except SpecError as error:
+        raise located(error, text) from None
     deadline = spec.deadline_at(now)
     overhead = spec.spot.restart_overhead
     return JobNumbers(
@@ -91,4 +95,5 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         placement=LivePlacement(spec.spot.policy, SpotSettings(
             spec.spot.use_spot, spec.spot.fallback, spec.spot.preemptions_before_fallback, spec.spot.fallback_window,
         )),
+        text=text,
     )

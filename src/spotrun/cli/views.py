@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
 
+
+MAX_FILE_BYTES = 2**63 - 1  # the largest file a filesystem holds (its sizes are signed 64-bit)
 
 _STATE_STYLE = {
     "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow", "PREEMPTED": "magenta",
@@ -42,11 +46,11 @@ def status_table(rows: list[JobRow]) -> Table:
     table = Table(title="spotrun jobs")
     for column in ("id", "name", "state", "attempts", "preemptions", "market/zone", "elapsed", "cost so far"):
         table.add_column(column, justify="right" if column in ("id", "attempts", "preemptions", "elapsed") else "left")
-    for row in rows:
+    for row in rows:  # a str cell is markup: what the store holds is escaped
         where = f"{row.market} / {row.zone}" if row.market else "—"
         table.add_row(
-            str(row.id), row.name, f"[{_STATE_STYLE.get(row.state, 'white')}]{row.state}[/]", str(row.attempts),
-            str(row.preemptions), where, format_duration(row.elapsed), f"${row.cost:,.4f}",
+            str(row.id), escape(row.name), f"[{_STATE_STYLE.get(row.state, 'white')}]{escape(row.state)}[/]",
+            str(row.attempts), str(row.preemptions), escape(where), format_duration(row.elapsed), f"${row.cost:,.4f}",
         )
     return table
 
@@ -63,14 +67,14 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
         if isinstance(a, RefusedTries):
             last = a.tries[-1]
             node = [a.nodes, "—"] if multi_node else []
-            table.add_row(a.numbers, *node, last.market, a.zones, "—", "—", a.ended, a.end, "0",
-                          f"{last.price_per_hour:.4f}", "$0.0000")
-            continue
-        node = [str(a.node_rank), a.address or "—"] if multi_node else []
-        table.add_row(
-            str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at, now),
-            clock_time(a.ended_at, now), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}", cost_cell(a),
-        )
+            cells = [a.numbers, *node, last.market, a.zones, "—", "—", a.ended, a.end, "0",
+                     f"{last.price_per_hour:.4f}", "$0.0000"]
+        else:
+            node = [str(a.node_rank), a.address or "—"] if multi_node else []
+            cells = [str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at, now),
+                     clock_time(a.ended_at, now), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}",
+                     cost_cell(a)]
+        table.add_row(*map(escape, cells))  # a str cell is markup; these are the store's (and the cloud's) words
     return table
 
 
@@ -124,11 +128,12 @@ def follow_events(backend: Backend, job_id: int, console: Console, poll: float =
 
 
 def _print_events(console: Console, items: list[EventView | str]) -> None:
+    # An event's words may be a cloud's (a notice's detail from its metadata service): never markup
     for item in items:
         if isinstance(item, str):
-            console.print(f"[yellow]{item}[/]", highlight=False)
+            console.print(f"[yellow]{escape(item)}[/]", highlight=False)
         else:
-            console.print(f"[dim]{clock_time(item.at)}[/] {_event_text(item.kind, item.message)}")
+            console.print(f"[dim]{clock_time(item.at)}[/] {_event_text(item.kind, escape(item.message))}")
 
 
 def attempts_summary(row: JobRow, tries: int) -> str:
@@ -144,17 +149,19 @@ def _count(number: int, noun: str) -> str:
 
 
 def progress_line(row: JobRow) -> Text:
-    where = f"{row.market} in {row.zone}" if row.market else "no instance"
+    where = escape(f"{row.market} in {row.zone}") if row.market else "no instance"
     step = f"checkpoint step {row.checkpoint_step}" if row.checkpoint_step is not None else "no checkpoint yet"
     if row.checkpoint_step is not None and row.total_steps:
         step += f" of {row.total_steps} ({row.checkpoint_step / row.total_steps:.0%})"
     return Text.from_markup(
-        f"[bold]job {row.id}[/] [{_STATE_STYLE.get(row.state, 'white')}]{row.state}[/] · attempt {row.attempts} · "
+        f"[bold]job {row.id}[/] [{_STATE_STYLE.get(row.state, 'white')}]{escape(row.state)}[/] · "
+        f"attempt {row.attempts} · "
         f"{where} · {row.preemptions} preemptions · {step} · {format_duration(row.elapsed)} · ${row.cost:,.4f} so far"
     )
 
 
 def _event_text(kind: str, message: str) -> str:
+    """`message` (markup: escaped by the caller) in the style of its kind."""
     styles = {
         "preemption_notice": "bold magenta", "state": "bold", "launch_refused": "yellow", "chaos": "magenta",
         "woken": "green", "stuck": "bold red",
@@ -171,7 +178,10 @@ def format_duration(seconds: float) -> str:
 
 
 def byte_size(count: int) -> str:
-    """A size as the CLI writes it: 512 B, 2.0 KiB, 1.5 GiB."""
+    """A size as the CLI writes it: 512 B, 2.0 KiB, 1.5 GiB; one past any file's (a damaged manifest's, which a float
+    may not hold) as its power of ten: about 10^400 B."""
+    if count > MAX_FILE_BYTES:
+        return f"about 10^{math.floor(math.log10(count))} B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if count < 1024 or unit == "GiB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"

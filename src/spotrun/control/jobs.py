@@ -25,6 +25,7 @@ from spotrun.spec.durations import MAX_DURATION_SECONDS
 from spotrun.state import Attempt, Event, Job, Store, add_event
 from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
+from spotrun.user_paths import UnknownUser, expand_user
 
 # the zones a job on the local cloud may name, as `spotrun launch` and the server check them (`submit`'s `local_zones`)
 LOCAL_ZONES = local_market.ZONES
@@ -119,9 +120,17 @@ def _problems_on_this_machine(spec: JobSpec, base_dir: Path, local_zones: Sequen
         if local_zones and zone not in local_zones:  # else stored, and failed at once: no zone offers it
             problems.append(Problem(f"spot.zones[{index}]", f"unknown zone {zone!r}; the local cloud's zones are "
                                                             f"{', '.join(local_zones)}"))
-    workdir = spec.resolved_workdir(base_dir)
-    if workdir is not None and not os.path.isdir(workdir):
-        problems.append(Problem("workdir", f"{workdir} is not a folder on this machine"))
+    try:
+        workdir = spec.resolved_workdir(base_dir)
+    except UnknownUser as unknown:
+        problems.append(Problem("workdir", str(unknown)))
+    else:
+        if workdir is not None and not os.path.isdir(workdir):
+            problems.append(Problem("workdir", f"{workdir} is not a folder on this machine"))
+    try:
+        spec.resolved_checkpoint_store(base_dir)
+    except UnknownUser as unknown:
+        problems.append(Problem("checkpoint.store", str(unknown)))
     return problems
 
 
@@ -165,7 +174,11 @@ def _checkpoint_store_problems(spec: JobSpec) -> list[Problem]:
     if spec.resources.nodes > 1:
         return [Problem("checkpoint.store", "a multi-node job on a cloud needs storage every node sees "
                         f"(s3://, gs://, ...), got {store!r}")]
-    if store is not None and not os.path.isabs(os.path.expanduser(store)):
+    try:
+        absolute = store is None or expand_user(store).is_absolute()
+    except UnknownUser as unknown:
+        return [Problem("checkpoint.store", str(unknown))]
+    if not absolute:
         return [Problem("checkpoint.store", f"{store!r} is a relative path, on the instance's own disk, which goes "
                         "with it at a preemption: give storage that outlives it (s3://, gs://, ...) or a mounted "
                         "folder's absolute path")]

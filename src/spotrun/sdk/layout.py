@@ -75,7 +75,7 @@ def read_manifest(
     try:
         with fs.open(f"{checkpoint_path.rstrip('/')}/{MANIFEST_NAME}", "rb") as fh:
             manifest = json.loads(fh.read())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError, RecursionError):  # RecursionError: JSON nested too deep to read
         return None
     except OSError:
         if io_errors:

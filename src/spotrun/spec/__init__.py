@@ -2,7 +2,7 @@
 
 from spotrun.spec.durations import parse_duration
 from spotrun.spec.errors import Problem, SpecError
-from spotrun.spec.loader import load_spec, located, parse_spec
+from spotrun.spec.loader import load_job_file, load_spec, located, parse_spec
 from spotrun.spec.models import CheckpointSpec, JobSpec, NotifySpec, Prices, Resources, SpotSpec
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Resources",
     "SpecError",
     "SpotSpec",
+    "load_job_file",
     "load_spec",
     "located",
     "parse_duration",

@@ -16,6 +16,10 @@ from spotrun.spec.values import describe
 # capped (`durations.MAX_DURATION_SECONDS`) is still read, as its job must still be driven, cancelled and billed.
 STORED = "stored"
 
+# $/h: no instance costs more. The cap on every price a user gives (a job file's, `spotrun simulate`'s options): a job
+# priced at 1e308 $/h had the fleet's totals overflow to inf, and their difference to NaN, on /metrics.
+MAX_PRICE_PER_HOUR = 1e6
+
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ACCELERATOR = re.compile(r"(?P<name>[^:\s]+)(?::(?P<count>[^:]*))?")
@@ -131,6 +135,12 @@ def at_most(highest: int) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _price(value: float, info: ValidationInfo) -> float:
+    if value > MAX_PRICE_PER_HOUR and not _stored(info):
+        raise ValueError(f"must be at most {MAX_PRICE_PER_HOUR:,.0f} $/h; got {describe(value)}")
+    return value
+
+
 def at_least_seconds(lowest: float, why: str) -> AfterValidator:
     """A floor on new specs' durations; a spec stored before it was set is read back as it was (`STORED`)."""
 
@@ -176,4 +186,5 @@ PositiveDuration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 AcceleratorCount = Annotated[int, Field(ge=1)]
 Accelerators = Annotated[dict[NonBlankStr, AcceleratorCount], BeforeValidator(_accelerators), Field(min_length=1)]
 Deadline = Annotated[datetime | float, BeforeValidator(_deadline)]
+Price = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_price)]  # $/h
 Zones = Annotated[list[NonBlankStr], Field(min_length=1), AfterValidator(_unique)]

@@ -21,10 +21,22 @@ from spotrun.spec.yaml_source import YamlSource, field_path, read_yaml
 
 def load_spec(path: str | os.PathLike[str]) -> JobSpec:
     """Read and validate the job file at `path`; the job is named after the file's stem unless it says `name:`."""
-    file = Path(path)
+    return load_job_file(path)[0]
+
+
+def load_job_file(path: str | os.PathLike[str]) -> tuple[JobSpec, str]:
+    """`load_spec`'s spec and the text it was read from, for `located` to place the problems checks after parsing find.
+    The file is read once: a named pipe (`spotrun launch <(...)`) gives its text to one reader, and a second read of it
+    waited forever."""
+    text = _read_job_file(path)
+    return parse_spec(text, source=str(path), default_name=Path(path).stem), text
+
+
+def _read_job_file(path: str | os.PathLike[str]) -> str:
+    """The text of the job file at `path`; a SpecError where it cannot be read, or is too long to be a job file."""
     source = str(path)
     try:
-        with file.open(encoding="utf-8") as fh:
+        with Path(path).open(encoding="utf-8") as fh:
             text = fh.read(MAX_SPEC_CHARS + 1)  # no more: `spotrun launch /dev/zero` read until memory ran out
     except FileNotFoundError:
         raise SpecError(source, [Problem("", "no such file")]) from None
@@ -37,7 +49,7 @@ def load_spec(path: str | os.PathLike[str]) -> JobSpec:
     if len(text) > MAX_SPEC_CHARS:
         raise SpecError(source, [Problem("", f"holds more than {MAX_SPEC_CHARS:,} characters; a job file may hold at "
                                              "most that many")])
-    return parse_spec(text, source=source, default_name=file.stem)
+    return text
 
 
 def parse_spec(text: str, source: str = "<string>", default_name: str | None = None) -> JobSpec:

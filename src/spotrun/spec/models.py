@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -20,11 +19,13 @@ from spotrun.spec.fields import (
     NonBlankStr,
     STORED,
     PositiveDuration,
+    Price,
     Zones,
     at_least_seconds,
     at_most,
 )
 from spotrun.spec.notify import DEFAULT_NOTIFY_EVENTS, NotifyEvents, WebhookUrl
+from spotrun.user_paths import expand_user
 
 LOCAL_CLOUD = "local"
 # the clouds `resources.cloud` may name (`spotrun.providers.get_provider` has one provider for each)
@@ -40,8 +41,8 @@ class _SpecModel(BaseModel):
 class Prices(_SpecModel):
     """$/h the user pays for the instance type (e.g. negotiated prices, or a type the catalog lacks)."""
 
-    on_demand: float = Field(gt=0, allow_inf_nan=False)
-    spot: float = Field(gt=0, allow_inf_nan=False)
+    on_demand: Price
+    spot: Price
 
 
 MAX_NODES = 4096  # the largest gang spotrun plans for; each node is an attempt row per launch
@@ -82,7 +83,7 @@ class Resources(_SpecModel):
 class SpotSpec(_SpecModel):
     use_spot: bool = True
     fallback: Literal["on-demand", "wait"] = "on-demand"
-    max_price: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # None: the on-demand price
+    max_price: Price | None = None  # None: the on-demand price
     zones: Zones | None = None  # None: every zone the provider offers
     max_wait: Duration | None = None
     deadline: Deadline | None = None  # datetime: absolute; float: seconds after launch
@@ -169,14 +170,15 @@ class JobSpec(_SpecModel):
         return submitted_at + deadline
 
     def resolved_workdir(self, base_dir: str | os.PathLike[str]) -> str | None:
-        """The absolute folder to run in; a relative workdir is taken from `base_dir` (the job file's folder)."""
+        """The absolute folder to run in; a relative workdir is taken from `base_dir` (the job file's folder).
+        UnknownUser where it starts with ~user for a user this machine does not have."""
         if self.workdir is None:
             return None
         return _absolute(self.workdir, base_dir)
 
     def resolved_checkpoint_store(self, base_dir: str | os.PathLike[str]) -> str | None:
         """`checkpoint.store` with a local path made absolute, a relative one taken from `base_dir` (the job file's
-        folder) as `workdir` is; a URL (s3://, gs://, file://) as written."""
+        folder) as `workdir` is (UnknownUser alike); a URL (s3://, gs://, file://) as written."""
         store = self.checkpoint.store
         if store is None or "://" in store:
             return store
@@ -184,4 +186,5 @@ class JobSpec(_SpecModel):
 
 
 def _absolute(path: str, base_dir: str | os.PathLike[str]) -> str:
-    return os.path.abspath(Path(base_dir).expanduser() / Path(path).expanduser())
+    """`path` made absolute, `~` and `~user` expanded; UnknownUser (a ValueError) for a user this machine lacks."""
+    return os.path.abspath(expand_user(base_dir) / expand_user(path))
