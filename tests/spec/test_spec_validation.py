@@ -356,3 +356,24 @@ def test_an_accelerator_count_that_is_no_plain_whole_number_is_named(count: str)
     """"²" is a digit to Python, and int() refused it with its own words; 5,000 digits were past int()'s limit."""
     with pytest.raises(SpecError, match="the count after ':' must be a whole number of at least 1"):
         parse_spec(f'run: x\nresources: {{cloud: aws, accelerators: "V100:{count}"}}\n')
+
+
+@pytest.mark.parametrize("distributed", [
+    "{launcher: torchrun, procs_per_node: 4}", "{launcher: torchrun}", "{gang_timeout: 5m}",
+])
+def test_a_distributed_block_for_one_node_is_refused_as_it_would_be_ignored(distributed):
+    """`run` ran once, with no rendezvous: its ranks waited for one and every attempt failed (a helper, following
+    the docs, was billed for four)."""
+    with pytest.raises(SpecError) as refused:
+        parse_spec(f"run: python train.py\nresources: {{nodes: 1}}\ndistributed: {distributed}\n", source="job.yaml")
+    [problem] = refused.value.problems
+    assert (problem.field, problem.line) == ("distributed", 3)
+    assert "multi-node jobs only" in problem.message and "torchrun --standalone" in problem.message
+
+
+def test_a_distributed_block_of_its_defaults_or_for_several_nodes_is_taken_and_a_stored_one_read_back():
+    parse_spec("run: x\ndistributed: {launcher: env}\n")  # says nothing new: every stored spec holds the defaults
+    several = parse_spec("run: x\nresources: {nodes: 2}\ndistributed: {launcher: torchrun, procs_per_node: 4}\n")
+    assert JobSpec.model_validate(parse_spec("run: x\n").to_json()) == parse_spec("run: x\n")
+    stored_before = {**several.to_json(), "resources": {**several.to_json()["resources"], "nodes": 1}}
+    assert JobSpec.stored(stored_before).distributed.procs_per_node == 4

@@ -150,6 +150,19 @@ class JobSpec(_SpecModel):
     estimated_duration: Duration | None = None
     notify: NotifySpec | None = None
 
+    @field_validator("distributed")
+    @classmethod
+    def _only_with_several_nodes(cls, value: DistributedSpec, info: ValidationInfo) -> DistributedSpec:
+        """Set for one node, it was ignored: `run` ran once, without the rendezvous its ranks waited for. Its defaults
+        (as `to_json` writes them for every job) say nothing, and a job stored with more is read back as it was."""
+        resources = info.data.get("resources")
+        if resources is None or resources.nodes > 1 or value == DistributedSpec() or (info.context or {}).get(STORED):
+            return value
+        raise ValueError(
+            "applies to multi-node jobs only (resources.nodes > 1), and this one has 1 node: it would be ignored; "
+            "on one machine, start the processes in `run` (e.g. torchrun --standalone --nproc-per-node 4 train.py)"
+        )
+
     @classmethod
     def stored(cls, data: dict[str, Any]) -> JobSpec:
         """The spec of a stored job (`to_json`'s): as validated when it was stored, values past the bounds a later
