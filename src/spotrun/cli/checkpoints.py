@@ -70,7 +70,7 @@ def list_checkpoints(
         typer.echo(json.dumps(rows, indent=2))
         raise typer.Exit(1 if damaged else 0)
     if not rows:
-        console.print(f"{escape(where)}: no checkpoints")
+        console.print(f"{escape(where)}: no checkpoints{_held_below(fs, root)}")
         return
     table = Table("steps", "state", "size", "files", "ranks", "kind", "save", "written", title=escape(where))
     for row in rows:
@@ -99,6 +99,23 @@ def _reach(where: str, *, given: bool) -> tuple[fsspec.AbstractFileSystem, str]:
         what = "is a file, not a checkpoint folder" if a_file else "no such checkpoint folder"
         raise _fail(f"{where}: {what}", BAD_ARGUMENT if given else FAILED)
     return fs, root
+
+
+LOOKED_BELOW = 20  # folders of a folder without checkpoints looked into, at most (a bucket may hold thousands)
+
+
+def _held_below(fs: fsspec.AbstractFileSystem, root: str) -> str:
+    """Where one level down checkpoints are, as a hint (`SPOTRUN_HOME/checkpoints` holds a folder per job), or ""."""
+    try:
+        folders = [entry["name"] for entry in fs.ls(root, detail=True) if entry.get("type") == "directory"]
+        holding = [folder for folder in sorted(folders)[:LOOKED_BELOW] if _folders(fs, folder)]
+    except Exception:  # only a hint: the listing itself answered
+        return ""
+    if not holding:
+        return ""
+    names = ", ".join(escape(folder.rstrip("/").rsplit("/", 1)[-1]) for folder in holding[:5])
+    more = f" and {len(holding) - 5} more" if len(holding) > 5 else ""
+    return f"; folders in it hold some: {names}{more} (list one of them, or give --job ID)"
 
 
 def _why(error: Exception) -> str:
