@@ -377,3 +377,16 @@ def test_a_distributed_block_of_its_defaults_or_for_several_nodes_is_taken_and_a
     assert JobSpec.model_validate(parse_spec("run: x\n").to_json()) == parse_spec("run: x\n")
     stored_before = {**several.to_json(), "resources": {**several.to_json()["resources"], "nodes": 1}}
     assert JobSpec.stored(stored_before).distributed.procs_per_node == 4
+
+
+@pytest.mark.parametrize("text, field, hint", [
+    ("distributed: {nodes: 2}", "distributed.nodes", "did you mean 'resources.nodes'?"),
+    ("nodes: 2", "nodes", "did you mean 'resources.nodes'?"),
+    ("spot: {instance_type: p3.2xlarge}", "spot.instance_type", "did you mean 'resources.instance_type'?"),
+    ("resources: {nodse: 2}", "resources.nodse", "did you mean 'nodes'?"),  # a typo where it stands comes first
+])
+def test_an_unknown_field_named_as_one_elsewhere_in_the_file_says_where_that_one_goes(text, field, hint):
+    with pytest.raises(SpecError) as refused:
+        parse_spec(f"run: x\n{text}\n")
+    [problem] = refused.value.problems
+    assert problem.field == field and problem.message.endswith(f"({hint})"), problem

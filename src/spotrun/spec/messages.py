@@ -22,11 +22,24 @@ def _unknown_field(model: type[BaseModel]) -> _Rewording:
     def reword(error: ErrorDetails) -> str:
         name = str(error["loc"][-1])
         known = _fields_at(model, error["loc"][:-1])
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name, known, n=1) or _paths_named(model, name)[:1]
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown field {name!r}{hint}"
 
     return reword
+
+
+def _paths_named(model: type[BaseModel], name: str, prefix: str = "") -> list[str]:
+    """The dotted paths of the fields called `name` in `model`'s nested models (`distributed.nodes` was meant as
+    `resources.nodes`)."""
+    found = []
+    for field_name, field in model.model_fields.items():
+        path = f"{prefix}{field_name}"
+        if field_name == name and prefix:
+            found.append(path)
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            found += _paths_named(field.annotation, name, f"{path}.")
+    return found
 
 
 _REWORDINGS: dict[str, _Rewording] = {
