@@ -37,15 +37,18 @@ def refused(arguments: list[str], code: int = 1, env: dict[str, str] | None = No
 
 
 @pytest.mark.parametrize(
-    ("env", "message"),
-    [({"SPOTRUN_DATABASE_URL": "foo://bar"}, "cannot open the store foo://bar: Can't load plugin"),
-     ({"SPOTRUN_DATABASE_URL": "garbage"}, "cannot open the store 'garbage': Could not parse"),
+    ("env", "message", "code"),
+    [({"SPOTRUN_DATABASE_URL": "foo://bar"}, "SPOTRUN_DATABASE_URL=foo://bar is refused: Can't load plugin", 2),
+     ({"SPOTRUN_DATABASE_URL": "garbage"}, "SPOTRUN_DATABASE_URL='garbage' is refused: Could not parse", 2),
+     ({"SPOTRUN_DATABASE_URL": "foo://who:secret@host/x"}, "SPOTRUN_DATABASE_URL=foo://who:***@host/x is refused", 2),
      ({"SPOTRUN_DATABASE_URL": "postgresql+psycopg://who:secret@127.0.0.1:1/x"},
-      "cannot open the store postgresql+psycopg://who:***@127.0.0.1:1/x: connection failed"),
-     ({"SPOTRUN_HOME": "/dev/null/x"}, "cannot open the store under $SPOTRUN_HOME: [Errno 20] Not a directory")],
+      "cannot open the store postgresql+psycopg://who:***@127.0.0.1:1/x: connection failed", 1),
+     ({"SPOTRUN_HOME": "/dev/null/x"}, "cannot open the store under $SPOTRUN_HOME: [Errno 20] Not a directory", 1)],
 )
-def test_a_store_that_cannot_be_opened_is_one_line(home: Path, env: dict[str, str], message: str) -> None:
-    said = refused(["status"], env=env)
+def test_a_store_that_cannot_be_opened_is_one_line(home: Path, env: dict[str, str], message: str, code: int) -> None:
+    """A URL that cannot be one is a bad setting (exit 2), as a missing driver is; a database that does not answer
+    is not (exit 1)."""
+    said = refused(["status"], code=code, env=env)
     assert message in said and "secret" not in said
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -37,8 +37,9 @@ class NotAStore(StoreUnavailable):
     """The database holds tables but no spotrun schema version: another application's, which spotrun leaves as it is."""
 
 
-class DriverMissing(StoreUnavailable, InvalidSetting):
-    """The database URL names a driver that is not installed: a setting to change (the CLI's exit code 2)."""
+class BadDatabaseUrl(StoreUnavailable, InvalidSetting):
+    """The database URL cannot be one (no URL, a database kind SQLAlchemy does not know) or names a driver that is not
+    installed: a setting to change (the CLI's exit code 2), where a database that does not answer is not."""
 
 
 class Store:
@@ -161,8 +162,8 @@ def _reason(error: Exception) -> str:
 
 
 def _make_engine(url: str) -> Engine:
-    """The store's engine; DriverMissing, naming $SPOTRUN_DATABASE_URL if the URL is its, when the URL's driver is not
-    installed (SQLAlchemy imports it here)."""
+    """The store's engine; BadDatabaseUrl, naming $SPOTRUN_DATABASE_URL if the URL is its, when the URL cannot be
+    read or its driver is not installed (SQLAlchemy parses the URL and imports the driver here)."""
     try:
         if url.startswith("sqlite"):
             engine = create_engine(url, **_connect_args(url))
@@ -170,12 +171,17 @@ def _make_engine(url: str) -> Engine:
             return engine
         return create_engine(url, pool_pre_ping=True)
     except ImportError as missing:
-        from_variable = url == os.environ.get(config.DATABASE_URL_VAR)  # else given, e.g. `server --database-url`
-        named = f"{config.DATABASE_URL_VAR}={shown_url(url)}" if from_variable else f"the database URL {shown_url(url)}"
-        raise DriverMissing(
-            f"{named} is refused: its driver {missing.name or missing} is not installed (for PostgreSQL, spotrun "
+        raise BadDatabaseUrl(
+            f"{_named(url)} is refused: its driver {missing.name or missing} is not installed (for PostgreSQL, spotrun "
             "installs psycopg: postgresql+psycopg://...)"
         ) from None
+    except (ArgumentError, NoSuchModuleError) as unreadable:
+        raise BadDatabaseUrl(f"{_named(url)} is refused: {_reason(unreadable)}") from None
+
+
+def _named(url: str) -> str:
+    from_variable = url == os.environ.get(config.DATABASE_URL_VAR)  # else given, e.g. `server --database-url`
+    return f"{config.DATABASE_URL_VAR}={shown_url(url)}" if from_variable else f"the database URL {shown_url(url)}"
 
 
 def _connect_args(url: str) -> dict[str, Any]:
