@@ -55,6 +55,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import warnings
@@ -156,6 +157,7 @@ class TrainerCheckpoints(TrainerCallback):
                 'evaluation step would save nothing: use "steps" or "epoch" (keep the best with load_best_model_at_end)'
             )
         self._ranks = distributed.current()  # the Trainer has joined the process group by now
+        check_one_output_dir(self._ranks, args.output_dir)
         self._last_save = time.monotonic()
         self._collator = hf_collator.collator_of(train_dataloader)
         if self._resumed is not None:
@@ -265,6 +267,31 @@ def _step_of(checkpoint: str | None) -> int | None:
         if name.startswith(prefix) and name[len(prefix):].isdigit():
             return int(name[len(prefix):])
     return None
+
+
+def check_one_output_dir(ranks: distributed.SingleProcess | distributed.TorchDistributed, output_dir: str) -> None:
+    """CheckpointError on every rank, before any step, unless every rank sees the file rank 0 writes into its
+    output_dir: each rank writes its RNG states into the checkpoint there, which the main process commits. With
+    several nodes and an output_dir on each node's own disk, the first save failed, after its steps were trained."""
+    if ranks.world_size == 1:
+        return
+    name = None
+    if ranks.rank == 0:
+        os.makedirs(output_dir, exist_ok=True)
+        name = f".spotrun-shared-{secrets.token_hex(8)}"
+        with open(os.path.join(output_dir, name), "w"):
+            pass
+    name = ranks.broadcast_from_first(name)
+    seen = ranks.exchange(os.path.exists(os.path.join(output_dir, name)))
+    if ranks.rank == 0:
+        os.remove(os.path.join(output_dir, name))
+    apart = [rank for rank, sees in enumerate(seen) if not sees]
+    if apart:
+        raise CheckpointError(
+            f"output_dir {output_dir} is not one folder for every rank: rank {', '.join(map(str, apart))} does not see "
+            "what rank 0 writes there, and every rank writes its RNG states into the checkpoints there; with several "
+            "nodes, output_dir and the checkpoint folder must be one shared folder"
+        )
 
 
 def _warn_of_random_batches(loader: Any, step: int) -> None:
