@@ -774,6 +774,17 @@ def test_a_malformed_cloud_setting_fails_the_attempt_saying_why_instead_of_a_sil
     assert "cannot watch for preemption notices" in controller.log_text() and "never" not in controller.log_text()
 
 
+def test_a_checkpoint_dir_of_a_user_the_instance_lacks_fails_the_attempt_saying_why(controller, run_agent):
+    """`~nosuchuser/ckpts`: the agent died building itself, before telling the controller anything."""
+    agent = run_agent(controller.url, run="echo never", checkpoint_dir="~spotrun-no-such-user/ckpts")
+    assert agent.wait() == 0
+    assert [r.endpoint for r in controller.requests][0] == "started"
+    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    said = controller.log_text()
+    assert "checkpoint.dir: '~spotrun-no-such-user/ckpts' starts with ~spotrun-no-such-user" in said, said
+    assert "never" not in said
+
+
 def test_an_agent_older_than_its_controller_fails_the_attempt_saying_why(controller, run_agent):
     """A setting only a newer spotrun knows: the agent exited 2 before telling the controller anything."""
     agent = run_agent(controller.url, run="echo never", a_future_setting=True)

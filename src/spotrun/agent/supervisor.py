@@ -29,6 +29,7 @@ from spotrun.agent.standby import StandbyHold
 from spotrun.agent.stop_times import StopTimes
 from spotrun.sdk import PREEMPTED_EXIT_CODE  # 75: the trainer saved its work after a notice, resume it
 from spotrun.sdk.backup_marks import BackupWriter
+from spotrun.user_paths import UnknownUser
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,11 @@ class Agent:
         self.config = config
         self.environ = environ
         self.startup_problem = startup_problem  # the attempt fails at once, saying this in the job's log
-        self.checkpoint_dir = config.local_checkpoint_dir(environ)
+        try:
+            self.checkpoint_dir = config.local_checkpoint_dir(environ)
+        except UnknownUser as unknown:  # ~user in checkpoint.dir: the agent died here, and its attempt was "lost"
+            self.checkpoint_dir = config.instance_disk(environ) / "checkpoints"  # not used: nothing runs
+            self.startup_problem = startup_problem or f"checkpoint.dir: {unknown}"
         self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options,
                                    writer=BackupWriter(config.job_id, config.attempt_id))
         self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
