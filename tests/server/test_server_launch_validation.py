@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from server_world import TINY_JOB, Team
 from sqlalchemy import func, select
@@ -245,3 +247,19 @@ def test_a_request_without_a_job_file_is_422_in_the_shape_the_api_spec_documents
     shapes = documented["content"]["application/json"]["schema"]["anyOf"]
     assert {"$ref": "#/components/schemas/InvalidRequest"} in shapes  # besides InvalidSpec, the job file's problems
     assert stored_rows(team) == (0, 0)
+
+
+def test_a_job_file_refused_for_its_length_is_echoed_in_part(team: Team) -> None:
+    """The 422 for a 1.1 MB spec held the whole spec again."""
+    from spotrun.server.refusals import MAX_ECHO_CHARS
+    from spotrun.spec.expansion import MAX_SPEC_CHARS
+
+    huge = "run: x\n#" + "y" * (MAX_SPEC_CHARS + 10)
+    answer = team.client.post("/api/v1/jobs", json={"spec": huge}, headers=team.as_user("alice"))
+    assert answer.status_code == 422
+    [problem] = answer.json()["detail"]
+    assert problem["type"] == "string_too_long" and problem["loc"] == ["body", "spec"]
+    assert problem["input"].endswith(f"... ({len(json.dumps(huge)):,} characters in all, not echoed)")
+    assert len(answer.content) < 2 * MAX_ECHO_CHARS
+    small = team.client.post("/api/v1/jobs", json={"spec": 7}, headers=team.as_user("alice")).json()["detail"]
+    assert small[0]["input"] == 7  # a short wrong value is echoed whole, as before

@@ -1,8 +1,10 @@
 """422 replies that can always be written: FastAPI's own echoes each wrong value back as JSON, and a body holding
-NaN, Infinity or 1e400 (which Python's JSON reader accepts) made that reply fail, a 500 instead of the 422."""
+NaN, Infinity or 1e400 (which Python's JSON reader accepts) made that reply fail, a 500 instead of the 422. A long
+wrong value is echoed in part: a job file of 1.1 MB refused for its length came back whole in the 422."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -10,6 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+MAX_ECHO_CHARS = 1_000  # of a wrong value, as JSON, echoed back in a 422
 
 
 def answer_invalid_requests(app: FastAPI) -> None:
@@ -19,8 +23,18 @@ def answer_invalid_requests(app: FastAPI) -> None:
 
 async def _invalid_request(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    detail = _finite(jsonable_encoder(error.errors()))
+    detail = [_echoing_in_part(problem) for problem in _finite(jsonable_encoder(error.errors()))]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _echoing_in_part(problem: Any) -> Any:
+    """The error with its `input` cut to MAX_ECHO_CHARS of its JSON, saying how long it was."""
+    if not isinstance(problem, dict) or "input" not in problem:
+        return problem
+    written = json.dumps(problem["input"], ensure_ascii=False)
+    if len(written) <= MAX_ECHO_CHARS:
+        return problem
+    return {**problem, "input": f"{written[:MAX_ECHO_CHARS]}... ({len(written):,} characters in all, not echoed)"}
 
 
 def _finite(value: Any) -> Any:
