@@ -26,6 +26,7 @@ from spotrun.sdk.layout import list_committed
 
 HERE = Path(__file__).resolve().parent
 HOME = HERE.parents[1] / ".spotrun-demo-ddp"
+STORE = HOME / "checkpoints" / "1-digits-ddp"  # job 1's checkpoints (job.yaml's name)
 ENV = {"EPOCHS": "30", "CHECKPOINT_EVERY": "10"}  # as job.yaml and train.py's default (STEP_SECONDS only slows it)
 console = Console()
 
@@ -55,8 +56,7 @@ def reference_run() -> dict:
 
 
 def newest_committed_step() -> int:
-    folder = HOME / "checkpoints" / "1-digits-ddp"
-    return max(committed_step for committed_step, _ in list_committed(fsspec.filesystem("file"), str(folder)))
+    return max(committed_step for committed_step, _ in list_committed(fsspec.filesystem("file"), str(STORE)))
 
 
 def wait_until(check, what: str, timeout: float = 240) -> dict:
@@ -94,7 +94,7 @@ def main() -> int:
     console.print(spotrun("status", "1"))
 
     console.rule("4 · result")
-    final = json.loads((HOME / "checkpoints" / "1-digits-ddp" / "final.json").read_text())
+    final = json.loads((STORE / "final.json").read_text())
     console.print(f"final weights sha256      {final['sha256']}\nuninterrupted run sha256  {reference['sha256']}")
     equal = done["state"] == "SUCCEEDED" and final["sha256"] == reference["sha256"]
     console.print("[green]equal: every rank resumed exactly[/]" if equal else "[red]NOT equal[/]")

@@ -12,7 +12,7 @@ from spotrun.costs.catalog import UnknownPrice
 from spotrun.policy import markets_regardless
 from spotrun.policy.deadline import DEFAULT_RESTART_OVERHEAD
 from spotrun.sim.engine import SpotSettings
-from spotrun.spec import Problem, SpecError, load_job_file, located
+from spotrun.spec import JobSpec, Problem, SpecError, load_job_file, located
 
 HOUR = 3600.0
 
@@ -74,12 +74,7 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
     measured one."""
     spec, text = load_job_file(path)
     try:
-        check_resources(spec, str(path))
-        zone = spec.spot.zones[0] if spec.spot.zones else None
-        try:
-            spot, on_demand = job_prices(spec, "spot", zone)
-        except UnknownPrice as unknown:
-            raise SpecError(str(path), [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
+        spot, on_demand = _checked_prices(spec, str(path))
     except SpecError as error:
         raise located(error, text) from None
     deadline = spec.deadline_at(now)
@@ -97,3 +92,13 @@ def job_numbers(path: Path, now: float) -> JobNumbers:
         )),
         text=text,
     )
+
+
+def _checked_prices(spec: JobSpec, source: str) -> tuple[float, float]:
+    """(spot, on-demand) $/h of one node; SpecError where the job could not be placed or priced, as at a launch."""
+    check_resources(spec, source)
+    zone = spec.spot.zones[0] if spec.spot.zones else None
+    try:
+        return job_prices(spec, "spot", zone)
+    except UnknownPrice as unknown:
+        raise SpecError(source, [Problem("spot.zones", f"{unknown}; or give resources.prices")]) from None
