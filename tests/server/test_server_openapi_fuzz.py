@@ -4,8 +4,9 @@ many.
 
 Requests generated from the schema alone hardly ever get past the first checks: a random `spec` is no job file, and
 a random attempt id and token are nobody's. So job submissions are drawn from valid job files that hypothesis varies
-(and now and then breaks), and agent requests carry a real attempt's id and token; the test asserts that a real share
-of both reached their handlers. Bodies the schema calls invalid, sent by callers let in, must be refused as it says."""
+(and now and then breaks), agent requests carry a real attempt's id and token (a running attempt, one that has ended,
+a multi-node job's nodes), and token requests name real users and tokens; the test asserts that a real share of them
+reached their handlers. Bodies the schema calls invalid, sent by callers let in, must be refused as it says."""
 
 from __future__ import annotations
 
@@ -34,18 +35,26 @@ from spotrun.control import jobs as jobs_api
 from spotrun.policy import markets_conflict, policy_names
 from spotrun.server.app import create_app
 from spotrun.server.local_cloud import LocalCloudAccess
-from spotrun.server.users import add_user
+from spotrun.server.users import add_user, create_token
 from spotrun.spec import parse_spec
 from spotrun.spec.notify import NOTIFY_EVENTS
-from spotrun.state import Job, Store
+from spotrun.state import Attempt, Generation, Job, Store
 
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 LAUNCH = "POST /api/v1/jobs"
 JOB_LOGS = "GET /api/v1/jobs/{job_id}/logs"
 AGENT_LOGS = "POST /agent/v1/attempts/{attempt_id}/logs"
+CREATE_TOKEN = "POST /api/v1/users/{name}/tokens"
+REVOKE_TOKEN = "POST /api/v1/tokens/{prefix}/revoke"
 # Following a job that has not ended streams until it ends, and no job ends here (no controller runs).
 NOT_FOLLOWED = {"follow": False}
 AGENT_TOKEN = "fuzzed-attempts-agent-token"
+FIXTURE_JOBS = 2  # TINY_JOB and GANG_JOB
+GANG_JOB = """
+name: gang
+run: "true"
+resources: {cloud: local, instance_type: local.cpu, nodes: 2}
+"""
 
 
 @dataclass
@@ -53,21 +62,52 @@ class World:
     app: FastAPI
     store: Store
     admin_token: str
-    attempt_id: int  # a running attempt, whose agent holds AGENT_TOKEN
+    # Attempts whose agents hold AGENT_TOKEN: a running one, one that has ended (its agent still reporting), and the
+    # two nodes of a multi-node job's running generation.
+    attempt_ids: list[int]
+    user_names: list[str]  # users that exist: the admin and one more
+    token_prefixes: list[str]  # the other user's live tokens
     base_dir: Path  # a folder on this machine, for local jobs' `base_dir`
 
 
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     """The app on a fresh store, its local cloud open to every user (`create_app` launches nothing: only the
-    controller does, and none runs here), an admin, and a job with a running attempt."""
+    controller does, and none runs here), an admin, a user with two tokens, and jobs with attempts in the states
+    agents report from."""
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    admin_token = add_user(store, "root", time.time(), admin=True).token
-    job_id = jobs_api.submit(store, parse_spec(TINY_JOB), time.time(), owner="root")
-    attempt_id = place_attempt(store, job_id, AGENT_TOKEN)
-    yield World(create_app(store, local_cloud=LocalCloudAccess.ALL), store, admin_token, attempt_id, tmp_path)
+    now = time.time()
+    admin_token = add_user(store, "root", now, admin=True).token
+    prefixes = [add_user(store, "alice", now).prefix, create_token(store, "alice", now).prefix]
+    job_id = jobs_api.submit(store, parse_spec(TINY_JOB), now, owner="root")
+    attempt_ids = [place_attempt(store, job_id, AGENT_TOKEN), _ended_attempt(store, job_id, now),
+                   *_running_gang(store, now)]
+    yield World(create_app(store, local_cloud=LocalCloudAccess.ALL), store, admin_token, attempt_ids,
+                ["root", "alice"], prefixes, tmp_path)
     store.dispose()
+
+
+def _ended_attempt(store: Store, job_id: int, now: float) -> int:
+    attempt_id = place_attempt(store, job_id, AGENT_TOKEN, number=2, at=now - 60)
+    with store.session() as session:
+        attempt = session.get(Attempt, attempt_id)
+        attempt.state, attempt.ended_at, attempt.end_reason = "ended", now - 30, "preempted"
+    return attempt_id
+
+
+def _running_gang(store: Store, now: float) -> list[int]:
+    """A two-node job's attempts, their agents started, in a running generation."""
+    job_id = jobs_api.submit(store, parse_spec(GANG_JOB), now, owner="root")
+    nodes = [place_attempt(store, job_id, AGENT_TOKEN, number=rank + 1) for rank in range(2)]
+    with store.session() as session:
+        for rank, attempt_id in enumerate(nodes):
+            attempt = session.get(Attempt, attempt_id)
+            attempt.node_rank, attempt.address, attempt.rendezvous_port = rank, f"10.0.0.{rank + 1}", 29500
+            attempt.agent_started_at = attempt.last_heartbeat_at = now
+        session.add(Generation(job_id=job_id, number=1, state="running", members={"0": nodes[0], "1": nodes[1]},
+                               master_addr="10.0.0.1", master_port=29500, started_at=now))
+    return nodes
 
 
 # Job files: valid ones, each field varied by hypothesis, and broken ones: a valid one with one value a user could
@@ -229,17 +269,23 @@ def log_chunks(_context: HookContext, generated: Any) -> st.SearchStrategy[Any]:
 def cases(operation: APIOperation, world: World) -> st.SearchStrategy[Case]:
     if operation.label == LAUNCH:
         return operation.as_strategy(hooks=body_hooks(launch_bodies(world.base_dir)))
-    if operation.path.startswith("/agent/"):  # mostly to the attempt whose token is sent, else to any attempt id
+    if operation.path.startswith("/agent/"):  # mostly to an attempt whose token is sent, else to any attempt id
         hooks = body_hooks(log_chunks) if operation.label == AGENT_LOGS else None
-        return mostly(operation.as_strategy(path_parameters={"attempt_id": world.attempt_id}, hooks=hooks),
-                      operation.as_strategy(hooks=hooks))
+        return mostly(st.sampled_from(world.attempt_ids).flatmap(
+            lambda attempt_id: operation.as_strategy(path_parameters={"attempt_id": attempt_id}, hooks=hooks)),
+            operation.as_strategy(hooks=hooks))
+    if operation.label in (CREATE_TOKEN, REVOKE_TOKEN):  # mostly a user or token that exists, else any
+        parameter, values = ("name", world.user_names) if operation.label == CREATE_TOKEN else (
+            "prefix", world.token_prefixes)
+        return mostly(st.sampled_from(values).flatmap(
+            lambda value: operation.as_strategy(path_parameters={parameter: value})), operation.as_strategy())
     return operation.as_strategy(query=NOT_FOLLOWED if operation.label == JOB_LOGS else None)
 
 
 def invalid_bodies(operation: APIOperation, world: World) -> st.SearchStrategy[Case]:
     """Bodies the schema says are wrong (not JSON, a missing field, a value of the wrong type, ...), from a caller
     the operation lets in: read, then refused."""
-    to_the_attempt = {"attempt_id": world.attempt_id} if operation.path.startswith("/agent/") else None
+    to_the_attempt = {"attempt_id": world.attempt_ids[0]} if operation.path.startswith("/agent/") else None
     return operation.as_strategy(GenerationMode.NEGATIVE, path_parameters=to_the_attempt)
 
 
@@ -281,8 +327,9 @@ def test_no_operation_answers_5xx_or_off_spec(world: World, examples: tuple[int,
 
     launched = sum(count for status, count in statuses[LAUNCH].items() if 200 <= status < 300)
     assert launched >= statuses[LAUNCH].total() / 4, statuses[LAUNCH]
-    with world.store.session() as session:  # the fixture's job, and one per launch accepted: none refused was stored
-        assert session.scalar(select(func.count(Job.id))) == 1 + launched
+    with world.store.session() as session:  # the fixture's jobs, and one per launch accepted: none refused was stored
+        assert session.scalar(select(func.count(Job.id))) == FIXTURE_JOBS + launched
+    assert statuses[CREATE_TOKEN][201] and statuses[REVOKE_TOKEN][200], (statuses[CREATE_TOKEN], statuses[REVOKE_TOKEN])
     agent_answers = sum((statuses[operation.label] for operation in agent_api), Counter())
     past_auth = sum(count for status, count in agent_answers.items() if status not in (401, 403))
     assert past_auth >= agent_answers.total() / 4, agent_answers
@@ -294,7 +341,7 @@ def test_invalid_bodies_are_refused_as_the_spec_says(world: World, examples: int
                                 which=lambda operation: bool(operation.body))
     assert len(operations) >= 10  # launch, preempt, add a user, and the agent's reports
     with world.store.session() as session:
-        assert session.scalar(select(func.count(Job.id))) == 1 + statuses[LAUNCH][201]
+        assert session.scalar(select(func.count(Job.id))) == FIXTURE_JOBS + statuses[LAUNCH][201]
 
 
 def test_agent_api_refuses_an_attempt_id_past_the_database_integers(world: World) -> None:
