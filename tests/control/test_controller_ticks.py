@@ -596,6 +596,40 @@ def test_a_heartbeat_with_impossible_steps_is_refused_and_changes_nothing(world,
     assert (attempt.checkpoint_step, attempt.total_steps) == (5, 50)
 
 
+def test_a_heartbeat_with_a_field_the_agent_never_sends_is_refused_naming_it(world):
+    """It was taken, the field ignored: the agent sends checkpoint_step and total_steps alone."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("heartbeat", {"checkpoint_step": 5, "total_steps": 50})
+    config = json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])
+    response = world.api.post(
+        f"/agent/v1/attempts/{config['attempt_id']}/heartbeat", json={"checkpoint_step": 6, "checkpoint_stpe": 7},
+        headers={"Authorization": f"Bearer {config['token']}"},
+    )
+    assert response.status_code == 422
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["body", "checkpoint_stpe"] and problem["type"] == "extra_forbidden"
+    [attempt] = world.attempts(job_id)
+    assert (attempt.checkpoint_step, attempt.total_steps) == (5, 50)
+
+
+def test_a_total_below_the_checkpoints_step_keeps_the_training_and_shows_no_progress_past_100(world):
+    """A wrong `Checkpointer(total_steps=...)` showed "step 500 of 100 (500%)". Refusing the heartbeat instead would
+    have the controller take the agent for lost and end the training: the heartbeat is kept, the total not."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    for _ in range(3):  # past the heartbeat timeout (30 s)
+        world.agent(instance)("heartbeat", {"checkpoint_step": 500, "total_steps": 100})
+        world.tick(20)
+    [attempt] = world.attempts(job_id)
+    assert attempt.state == "running" and attempt.end_reason is None
+    assert (attempt.checkpoint_step, attempt.total_steps) == (500, None)
+    row = job_row(world.job(job_id), world.clock.now())
+    assert "checkpoint step 500 ·" in progress_line(row).plain and "%" not in progress_line(row).plain
+    world.agent(instance)("heartbeat", {"checkpoint_step": 100, "total_steps": 100})  # done: 100%, not dropped
+    assert "checkpoint step 100 of 100 (100%)" in progress_line(job_row(world.job(job_id), world.clock.now())).plain
+
+
 def test_a_job_learns_from_the_spot_other_jobs_of_its_instance_type_saw(world):
     """Job A's spot run that lasted 100 s reaches job B's policy; a job of another instance type, B's own tries and
     tries older than the window do not."""

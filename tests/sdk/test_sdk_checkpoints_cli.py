@@ -338,3 +338,32 @@ def test_verify_calls_a_checkpoint_with_nothing_to_load_damaged(store_of_three) 
     rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(store), "--json", "--verify"]).stdout)
 
     assert rows[1]["state"] == "damaged: shared.pt is not listed in the manifest"
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/hostname", "sub/../../x"])
+def test_export_refuses_a_checkpoint_listing_a_file_outside_its_folder_as_verify_does(
+    store_of_three, tmp_path: Path, name: str
+) -> None:
+    """Export read such a checkpoint and exited 0, without a word, though `list --verify` called it damaged."""
+    store, weights = store_of_three
+    (tmp_path / "x").write_bytes(b"not the checkpoint's")
+    manifest_path = store / layout.checkpoint_name(2) / layout.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"][name] = layout.describe_bytes(b"not the checkpoint's")
+    manifest_path.write_text(json.dumps(manifest))
+    runner = CliRunner()
+    said = f"ckpt-000000000002: {name} is outside the checkpoint"
+
+    rows = json.loads(runner.invoke(app, ["checkpoints", "list", str(store), "--json", "--verify"]).stdout)
+    chosen = runner.invoke(app, ["checkpoints", "export", str(tmp_path / "two.pt"), str(store), "--step", "2"],
+                           env={"COLUMNS": "300"})
+    newest = runner.invoke(app, ["checkpoints", "export", str(tmp_path / "newest.pt"), str(store)],
+                           env={"COLUMNS": "300"})
+
+    assert rows[1]["state"].startswith("damaged:") and said in rows[1]["state"]
+    assert chosen.exit_code == 1 and said in chosen.output, chosen.output
+    assert not (tmp_path / "two.pt").exists()
+    told = newest.output.replace("\n", "")  # the newest intact one, the others skipped as any damaged checkpoint is
+    assert newest.exit_code == 0 and f"warning: skipping checkpoint {store / said}" in told, told
+    assert "ckpt-000000000001 (1 steps)" in told
+    assert torch.equal(torch.load(tmp_path / "newest.pt", weights_only=False)["model"]["weight"], weights[0]["weight"])

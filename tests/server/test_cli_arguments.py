@@ -40,6 +40,17 @@ def run(arguments: list[str]):
     (["simulate", "--policy", "psychic"], "--policy", "--policy: unknown policy 'psychic'"),
     (["simulate", "--every-hours", "0"], "--every-hours", "--every-hours must be a positive number, got 0"),
     (["user", "add", "no spaces"], "user name", "user name 'no spaces' must be 1-200 letters"),
+    (["launch", ""], "job_file", "the job file path is empty"),  # was ".: is a folder, not a job file"
+    (["simulate", "--job", ""], "--job", "the job file path is empty"),
+    # a negative one was "No such option: -1"; 0 was "no job with id 0", exit 1
+    *[(arguments, "job_id", f"a job id is a positive whole number, as `spotrun status` shows it; got {given}")
+      for given, arguments in [
+          ("-1", ["status", "-1"]), ("0", ["status", "0"]), ("-1", ["status", "--json", "-1"]), ("-1", ["logs", "-1"]),
+          ("-2", ["logs", "-f", "-2"]), ("-1", ["preempt", "-1"]), ("-3", ["preempt", "--notice", "5", "-3"]),
+          ("0", ["cancel", "0"]), ("-1", ["cancel", "-1"]), ("-1.5", ["cost", "-1.5"]), ("-1", ["cost", "--", "-1"]),
+      ]],
+    (["checkpoints", "list", "--job", "-1"], "--job", "a job id is a positive whole number"),
+    (["checkpoints", "export", "out.pt", "--job", "0"], "--job", "a job id is a positive whole number"),
 ])
 def test_a_bad_argument_is_exit_2_naming_it_and_changes_nothing(
     home: Path, arguments: list[str], option: str, message: str

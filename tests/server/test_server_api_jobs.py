@@ -414,3 +414,22 @@ def test_a_gap_is_held_only_for_writers_open_when_it_was_seen_and_not_for_ever(t
     finally:
         stuck.rollback()
         stuck.close()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"notice_seconds": "5"}, "notice_seconds"), ({"node": "0"}, "node"), ({"node": 0.0}, "node"),
+    ({"notice_seconds": True}, "notice_seconds"),
+])
+def test_a_preempt_value_of_another_json_type_is_refused_not_converted(team: Team, body: dict, field: str) -> None:
+    """`"notice_seconds": "5"` was taken for 5 seconds, and the instance preempted: the user API's bodies are strict,
+    as `is_admin` is (only true makes an admin). Numbers as the CLI sends them pass."""
+    job_id = team.launch("alice")
+    place_attempt(team.store, job_id, "agent-token", at=1000.0)
+    response = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json=body, headers=team.as_user("alice"))
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", field], error
+    assert _chaos_events(team, job_id) == []
+    sent_as_the_cli_does = team.client.post(f"/api/v1/jobs/{job_id}/preempt", json={"notice_seconds": 5, "node": 0},
+                                            headers=team.as_user("alice"))
+    assert sent_as_the_cli_does.status_code == 409 and "no local instance" in sent_as_the_cli_does.text  # i-1-1: none

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_world import TINY_JOB, Team
+from server_world import TINY_JOB, Team, place_attempt
 from sqlalchemy import func, select
 
 from spotrun.server.body_limit import MAX_BODY_BYTES
 from spotrun.server.schemas import InvalidRequest
-from spotrun.state import Event, Job
+from spotrun.state import Attempt, Event, Job
 
 BAD_JOB = """\
 name: bad
@@ -263,3 +263,35 @@ def test_a_job_file_refused_for_its_length_is_echoed_in_part(team: Team) -> None
     assert len(answer.content) < 2 * MAX_ECHO_CHARS
     small = team.client.post("/api/v1/jobs", json={"spec": 7}, headers=team.as_user("alice")).json()["detail"]
     assert small[0]["input"] == 7  # a short wrong value is echoed whole, as before
+
+
+AGENT_TOKEN = "launch-validation-agent-token"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+@pytest.mark.parametrize("api", ["user", "agent"])
+def test_a_json_body_not_sent_as_json_is_422_naming_its_content_type(team: Team, api: str, content_type) -> None:
+    """A valid job sent as text/plain was refused with FastAPI's "Input should be a valid dictionary or object to
+    extract fields from", which did not say that only its Content-Type was wrong."""
+    attempt_id = place_attempt(team.store, team.launch("alice"), AGENT_TOKEN)
+    path, body, token = {
+        "user": ("/api/v1/jobs", {"spec": TINY_JOB}, team.tokens["alice"]),
+        "agent": (f"/agent/v1/attempts/{attempt_id}/heartbeat", {"checkpoint_step": 5}, AGENT_TOKEN),
+    }[api]
+    headers = {"Authorization": f"Bearer {token}", **({"Content-Type": content_type} if content_type else {})}
+    before = stored_rows(team)
+    with team.store.session() as session:
+        heard = session.get(Attempt, attempt_id).last_heartbeat_at
+
+    response = team.client.post(path, content=json.dumps(body).encode(), headers=headers)
+
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["detail"]
+    assert problem["loc"] == ["header", "content-type"]
+    said = f"this request's is {content_type!r}" if content_type else "this request has none"
+    assert "the body must be sent as JSON, with Content-Type: application/json" in problem["msg"] and said in problem["msg"]
+    assert stored_rows(team) == before
+    with team.store.session() as session:
+        assert session.get(Attempt, attempt_id).last_heartbeat_at == heard
+    as_json = team.client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
+    assert as_json.status_code in (200, 201), as_json.text

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, errors
 from spotrun.cli.failing import fail as _fail
+from spotrun.cli.job_ids import positive_job_id
 from spotrun.cli.views import MAX_FILE_BYTES, byte_size, print_whole
 from spotrun.sdk import layout
 from spotrun.sdk.locations import url_to_fs
@@ -30,7 +31,8 @@ app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, w
 console = Console()
 
 Location = Annotated[Optional[str], typer.Argument(help="checkpoint folder or URL (or give --job)", show_default=False)]
-JobOption = Annotated[Optional[int], typer.Option("--job", help="the checkpoint store of this job")]
+JobOption = Annotated[Optional[int], typer.Option(
+    "--job", help="the checkpoint store of this job", callback=positive_job_id)]
 
 
 def _location(location: str | None, job: int | None) -> str:

@@ -24,6 +24,8 @@ from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.failing import bad_argument, errors
 from spotrun.cli.failing import fail as _fail
+from spotrun.cli.job_files import job_file_path
+from spotrun.cli.job_ids import JobId, JobIdCommand, OptionalJobId
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.retention import log_age, prune_logs_command
 from spotrun.cli.simulate import simulate
@@ -65,13 +67,12 @@ app.add_typer(tokens_app, name="token")
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
 app.command(name="prune-logs")(prune_logs_command)
 
-JobId = Annotated[int, typer.Argument(help="job id, as `spotrun status` shows it")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
 @app.command()
 def launch(
-    job_file: Annotated[Path, typer.Argument(help="the job's YAML file")],
+    job_file: Annotated[Path, typer.Argument(help="the job's YAML file", parser=job_file_path)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show the job's life until it ends")] = False,
 ) -> None:
     """Submit a job; starts the controller when none is running."""
@@ -100,9 +101,9 @@ def _follow(backend: Backend, job_id: int) -> None:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=JobIdCommand)
 def status(
-    job_id: Annotated[Optional[int], typer.Argument()] = None,
+    job_id: OptionalJobId = None,
     every: Annotated[bool, typer.Option("--all", help=f"every job, not only those not ended and the newest "
                                                       f"{RECENT_ENDED} ended")] = False,
     as_json: AsJson = False,
@@ -134,7 +135,7 @@ def status(
             console.print(f"notifies: {escape(detail.notify.webhook)} of {told}", soft_wrap=True)
 
 
-@app.command()
+@app.command(cls=JobIdCommand)
 def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
     """One stream across all the job's attempts, each attempt's start marked."""
     try:
@@ -143,7 +144,7 @@ def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] 
         raise _fail(str(missing)) from None
 
 
-@app.command()
+@app.command(cls=JobIdCommand)
 def preempt(
     job_id: JobId,
     notice: Annotated[Optional[float], typer.Option(help="seconds of notice (default: the market's)")] = None,
@@ -162,7 +163,7 @@ def preempt(
     console.print(f"preempting {escape(target.instance_id)} (attempt {target.attempt_number} of job {job_id})")
 
 
-@app.command()
+@app.command(cls=JobIdCommand)
 def cancel(job_id: JobId) -> None:
     """Stop a job and give back its instance."""
     try:
@@ -174,7 +175,7 @@ def cancel(job_id: JobId) -> None:
     console.print(f"cancelling job {job_id}")
 
 
-@app.command()
+@app.command(cls=JobIdCommand)
 def cost(job_id: JobId, as_json: AsJson = False) -> None:
     """What the job cost, what it would have cost on-demand, and the saving."""
     try:

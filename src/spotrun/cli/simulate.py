@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from spotrun.cli.failing import BAD_ARGUMENT, bad_argument, fail
+from spotrun.cli.job_files import job_file_path
 from spotrun.cli.simulate_job import JobNumbers, LivePlacement, job_numbers
 from spotrun.cli.views import print_whole
 from spotrun.costs.billing import CLOUD_RULES, BillingRule
@@ -51,7 +52,7 @@ def simulate(
         "--job", help="a job file: C, D, d and the prices are its estimated_duration, spot.deadline (an absolute one "
                       "counted from now), spot.restart_overhead and resources' prices; an option given overrides. "
                       "Where its spot.use_spot / spot.fallback make its policy place it otherwise than the rows "
-                      "assume (spot, on-demand as fallback), a row runs it as set"),
+                      "assume (spot, on-demand as fallback), a row runs it as set", parser=job_file_path),
     ] = None,
     compute_hours: Annotated[Optional[float], typer.Option(
         help="C: hours of compute the job needs \\[default: 48]")] = None,

@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, Protocol
 
 import fsspec
@@ -237,9 +237,9 @@ def verify_files(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> None:
     """CorruptCheckpoint naming the first file the manifest lists that is missing, outside the folder, or differs
     in size or checksum; the files are streamed, not held in memory (`read_verified` keeps their bytes)."""
     root = checkpoint_path.rstrip("/")
-    for name, entry in manifest_entries(fs, root):
-        if ".." in name.split("/"):
-            raise CorruptCheckpoint(f"{root}: {name} is outside the checkpoint")
+    entries = manifest_entries(fs, root)
+    check_inside(root, [name for name, _ in entries])
+    for name, entry in entries:
         try:
             with fs.open(f"{root}/{name}", "rb") as fh:
                 described = describe_file(fh, checksum_algorithm(root, name, entry))
@@ -248,6 +248,14 @@ def verify_files(fs: fsspec.AbstractFileSystem, checkpoint_path: str) -> None:
         except OSError as error:
             raise unreadable(root, name, error) from error
         check_entry(root, name, described, entry)
+
+
+def check_inside(checkpoint_path: str, names: Iterable[str]) -> None:
+    """CorruptCheckpoint naming the first of a manifest's file ``names`` that is outside the checkpoint's folder (an
+    absolute path, or one going up with ".."): whoever reads the checkpoint would read another folder's file."""
+    for name in names:
+        if name.startswith("/") or ".." in name.split("/"):
+            raise CorruptCheckpoint(f"{checkpoint_path.rstrip('/')}: {name} is outside the checkpoint")
 
 
 def manifest_entries(

@@ -62,6 +62,7 @@ class Reader:
             raise layout.unreadable(path, layout.MANIFEST_NAME, error) from error
         if manifest is None:
             raise layout.CorruptCheckpoint(f"{path}: no readable {layout.MANIFEST_NAME}")
+        layout.check_inside(path, manifest["files"])  # every file listed, not only those read here, as `verify_files`
         foreign = layout.FRAMEWORK_PAYLOADS.get(manifest.get("payload"))  # type: ignore[arg-type]
         if foreign is not None:
             raise layout.ForeignCheckpoint(

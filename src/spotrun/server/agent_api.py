@@ -6,7 +6,7 @@ from typing import Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi import Path as PathParam
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -19,6 +19,7 @@ from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
 from spotrun.control.rebalance import AT_RISK_WARNINGS
 from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody, attempt_holds
 from spotrun.server.refusals import answer_invalid_requests
+from spotrun.server.schemas import REQUEST_BODY
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.spec import JobSpec
@@ -31,8 +32,22 @@ class Started(BaseModel):
 
 
 class Heartbeat(BaseModel):
+    model_config = REQUEST_BODY  # the agent sends these two fields alone, as whole numbers
     checkpoint_step: int | None = Field(default=None, ge=0, le=2**31 - 1, description="steps done by the newest checkpoint")
-    total_steps: int | None = Field(default=None, ge=1, le=2**31 - 1, description="steps of the whole run, if the SDK knows")
+    total_steps: int | None = Field(
+        default=None, ge=1, le=2**31 - 1,
+        description="steps of the whole run, if the SDK knows; one below checkpoint_step is not kept",
+    )
+
+    @model_validator(mode="after")
+    def _no_total_below_the_step(self) -> Heartbeat:
+        """A total below the checkpoint's step is a wrong `Checkpointer(total_steps=...)`: it is dropped (progress is
+        then unknown, not past 100%), as the agent itself drops it, and the heartbeat kept. Refused, each heartbeat
+        would go unheard, and the controller would take the agent for lost and end the training over a progress
+        figure."""
+        if self.total_steps is not None and self.total_steps < (self.checkpoint_step or 0):
+            self.total_steps = None
+        return self
 
 
 class Notice(BaseModel):

@@ -18,8 +18,9 @@ MAX_SOURCE_CHARS = 1000
 
 
 # A field a request body does not know is refused (422 naming it), not ignored: a misspelt `base_dir`, `is_admin` or
-# `notice_seconds` did something else than asked, silently.
-REQUEST_BODY = ConfigDict(extra="forbid")
+# `notice_seconds` did something else than asked, silently. Strict: a value of another JSON type is refused, not
+# converted (`"notice_seconds": "5"` was taken for 5, `"node": 1.0` for node 1), as `is_admin` refuses "yes".
+REQUEST_BODY = ConfigDict(extra="forbid", strict=True)
 
 
 class LaunchRequest(BaseModel):

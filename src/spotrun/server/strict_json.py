@@ -5,10 +5,15 @@ UTF-8 (nor UTF-16 or -32) at all, which FastAPI answered with a 400 the API's sc
 
 A route that takes no body refuses one (422, before anything is done): FastAPI ignores a body no parameter reads, so
 `POST /jobs/3/cancel` with `{"dry_run": true}` cancelled the job. An empty body (none, or Content-Length 0) is no
-body. A request with a body has had its token checked before it is read (`early_auth`)."""
+body. A request with a body has had its token checked before it is read (`early_auth`).
+
+A route that takes a body refuses one not sent as JSON (no Content-Type, or another than application/json or
+*+json), with a 422 naming the Content-Type: FastAPI does not read such a body as JSON, and its 422 said only that the
+body is no object, which a valid job sent as text/plain seemed not to be."""
 
 from __future__ import annotations
 
+import email.message
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -17,6 +22,7 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
+from spotrun.server.refusals import MAX_ECHO_CHARS
 from spotrun.server.schemas import InvalidRequest
 
 # Documented on each route that takes no body (a route with parameters also lists FastAPI's own 422 so).
@@ -43,7 +49,9 @@ class StrictJsonRoute(APIRoute):
 
         async def strict_handler(request: Request) -> Response:
             strict = StrictJsonRequest(request.scope, request.receive)
-            if not takes_a_body:
+            if takes_a_body:
+                await refuse_a_body_not_json(strict)
+            else:
                 await refuse_a_body(strict)
             return await handler(strict)
 
@@ -60,6 +68,28 @@ async def refuse_a_body(request: Request) -> None:
             "msg": f"{request.method} {request.url.path} takes no body, and this request has one ({len(body)} bytes): "
                    "nothing was done; send it without one",
         }])
+
+
+async def refuse_a_body_not_json(request: Request) -> None:
+    """RequestValidationError (422) for a request whose body is not sent as JSON, naming the Content-Type it has."""
+    content_type = request.headers.get("content-type")
+    if _is_json(content_type) or not await request.body():
+        return
+    sent_as = f"this request's is {content_type[:MAX_ECHO_CHARS]!r}" if content_type else "this request has none"
+    raise RequestValidationError([{
+        "type": "content_type_not_json", "loc": ["header", "content-type"],
+        "msg": f"the body must be sent as JSON, with Content-Type: application/json; {sent_as}: nothing was done",
+    }])
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI reads a body of this Content-Type as JSON (its own test, in `fastapi.routing`)."""
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 class StrictJsonRequest(Request):
