@@ -28,11 +28,13 @@ HERE = Path(__file__).resolve().parent
 HOME = HERE.parents[1] / ".spotrun-demo-ddp"
 STORE = HOME / "checkpoints" / "1-digits-ddp"  # job 1's checkpoints (job.yaml's name)
 ENV = {"EPOCHS": "30", "CHECKPOINT_EVERY": "10"}  # as job.yaml and train.py's default (STEP_SECONDS only slows it)
-console = Console()
+WIDTH = 150  # room for the per-node status table where the output is no terminal (rich takes 80 there: it wrapped)
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else WIDTH)
 
 
 def spotrun(*args: str) -> str:
-    wide = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")}  # room for the per-node table
+    """The CLI's output, its tables as wide as this demo's console (the CLI's own output is a pipe here)."""
+    wide = {**os.environ, "COLUMNS": str(console.width)}
     return subprocess.run([sys.executable, "-m", "spotrun.cli.main", *args], check=True, capture_output=True,
                           text=True, env=wide).stdout
 
@@ -78,7 +80,7 @@ def main() -> int:
     console.print(f"reference sha256 {reference['sha256'][:16]}…")
 
     console.rule("2 · spotrun launch examples/ddp/job.yaml")
-    console.print(spotrun("launch", str(HERE / "job.yaml")).strip())
+    console.out(spotrun("launch", str(HERE / "job.yaml")).strip(), highlight=False)
     step = -1
     for preemptions, node, who in ((1, 0, "the master"), (2, 2, "a worker")):
         row = wait_until(lambda r, s=step: r["state"] == "RUNNING" and (r["checkpoint_step"] or -1) > s,
@@ -91,7 +93,7 @@ def main() -> int:
         # for one this generation trains to, or it would land while its ranks still start
         step = newest_committed_step()
     done = wait_until(lambda r: r["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), "the end", timeout=600)
-    console.print(spotrun("status", "1"))
+    console.out(spotrun("status", "1").rstrip(), highlight=False)  # as the CLI wrote it: no markup, no new wraps
 
     console.rule("4 · result")
     final = json.loads((STORE / "final.json").read_text())

@@ -6,7 +6,8 @@
 
 On a preemption notice (SIGTERM) the run saves at the end of the step and exits 75; run it again and it resumes
 from that checkpoint, with the weights an uninterrupted run would have had. At the end it prints the weights' hash
-and writes it to final.json in the checkpoint folder, which the agent backs up with the checkpoints.
+and writes it to final.json in the checkpoint folder (under torchrun, the world's main process alone), which the
+agent backs up with the checkpoints.
 """
 
 from __future__ import annotations
@@ -68,13 +69,24 @@ def trainer(extra_callbacks: list | None = None) -> tuple[Trainer, spotrun.Train
     return Trainer(Net(), args, train_dataset=Digits(), callbacks=[*pause, spot, *(extra_callbacks or [])]), spot
 
 
+def write_final(run: Trainer, spot: spotrun.TrainerCheckpoints) -> str:
+    """The final weights' hash, written to final.json by the world's main process alone (under torchrun every rank
+    runs this script, and all of them wrote the one file at once); written aside and renamed into place, so that a
+    reader (the agent's backup, a demo) finds all of it or none."""
+    weights = spotrun.weights_sha256(run.model.state_dict())
+    if run.is_world_process_zero():
+        path = os.path.join(spot.store.root, "final.json")
+        with open(f"{path}.partial", "w") as fh:
+            json.dump({"sha256": weights, "steps": run.state.global_step}, fh)
+        os.replace(f"{path}.partial", path)
+    return weights
+
+
 if __name__ == "__main__":
     run, spot = trainer()
     start = spot.resume_from()
     print(f"starting from {start or 'scratch'}", flush=True)
     run.train(resume_from_checkpoint=start)
     spot.exit_if_stopped()
-    weights = spotrun.weights_sha256(run.model.state_dict())
-    with open(os.path.join(spot.store.root, "final.json"), "w") as fh:
-        json.dump({"sha256": weights, "steps": run.state.global_step}, fh)
+    weights = write_final(run, spot)
     print(f"weights sha256: {weights}", flush=True)

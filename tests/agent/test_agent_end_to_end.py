@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -309,6 +310,17 @@ def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
     assert sent_at + 5.0 <= notice.body["deadline"] <= sent_at + 5.0 + 1.0
     assert_checkpoint_backed_up(agent.store)
     assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+
+
+def test_the_jobs_log_says_in_a_line_that_the_command_is_asked_to_stop_for_a_notice(controller, run_agent, tmp_path):
+    """The job's log showed only what the command wrote as it stopped (under torchrun, a traceback): not why."""
+    agent = run_agent(controller.url, run=write_trainer(tmp_path, SAVING_TRAINER), notice_grace=5.0)
+    wait_for_output(controller, agent, "ready")
+    agent.process.send_signal(signal.SIGTERM)
+    assert agent.wait() == 0
+    said = "spotrun agent: notice from sigterm (SIGTERM received by the agent): asking the command to checkpoint and stop"
+    assert re.fullmatch(rf"ready\n{re.escape(said)} \(SIGTERM; killed if still running in [45] s\)\ngot SIGTERM\n",
+                        controller.log_text()), controller.log_text()
 
 
 def test_sigint_to_the_agent_is_a_notice_too(controller, run_agent, tmp_path):

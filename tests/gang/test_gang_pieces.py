@@ -36,9 +36,10 @@ def test_torchrun_launcher_wraps_the_command_and_leaves_ranks_to_torchrun() -> N
     env = rendezvous_environment(gang, ORDER)
     assert "RANK" not in env and "WORLD_SIZE" not in env and env["NODE_RANK"] == "1"
     argv = shlex.split(node_command("python train.py --lr 0.1", gang, ORDER))
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[:3] == [sys.executable, "-m", "spotrun.agent.torchrun_launch"]  # torchrun's own main, wrapped
     assert {"--nnodes=3", "--node-rank=1", "--nproc-per-node=4", "--master-addr=127.0.0.7", "--master-port=29511"} <= set(argv)
-    assert argv[-4:] == ["--no-python", "bash", "-c", "python train.py --lr 0.1"]
+    assert argv[-7:] == ["--no-python", sys.executable, "-m", "spotrun.agent.rank_output", "bash", "-c",
+                         "python train.py --lr 0.1"]
 
 
 def test_orders_from_heartbeats_wake_the_agent_only_for_a_new_running_generation() -> None:

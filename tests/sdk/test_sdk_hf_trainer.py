@@ -144,6 +144,20 @@ def test_under_torchrun_every_rank_stops_at_one_ranks_notice_and_resumes_exactly
     assert _weights(resumed.stdout) == _weights(uninterrupted.stdout)
 
 
+def test_final_json_is_written_by_the_worlds_main_process_alone_and_whole(spot_run, monkeypatch):
+    """Under torchrun every rank ran the example's end, and all of them wrote the one final.json at once."""
+    run, spot = spot_run(steps=2, save_steps=10)
+    run.train()
+    final = Path(spot.store.root) / "final.json"
+    monkeypatch.setattr(run, "is_world_process_zero", lambda: False)  # any other rank
+    weights = example.write_final(run, spot)
+    assert not final.exists()
+    monkeypatch.setattr(run, "is_world_process_zero", lambda: True)
+    assert example.write_final(run, spot) == weights == weights_sha256(run.model.state_dict())
+    assert json.loads(final.read_text()) == {"sha256": weights, "steps": 2}  # what the demos and e2e tests read
+    assert [path.name for path in final.parent.glob("final*")] == ["final.json"]
+
+
 @pytest.fixture
 def spot_run(tmp_path, monkeypatch):
     """The example's Trainer in this process, saving into tmp_path, with a flag of its own (no signal handlers). The

@@ -185,10 +185,11 @@ def node_command(run: str, gang: GangConfig, order: GenerationOrder) -> str:
     if gang.launcher == "env":
         return run
     torchrun = [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "spotrun.agent.torchrun_launch",  # torchrun, without its traceback when stopped
         f"--nnodes={order.nnodes}", f"--node-rank={order.node_rank}", f"--nproc-per-node={gang.procs_per_node}",
         f"--master-addr={order.master_addr}", f"--master-port={order.master_port}", "--max-restarts=0",
-        "--no-python", "bash", "-c", run,
+        "--no-python", sys.executable, "-m", "spotrun.agent.rank_output",  # each rank's lines whole
+        "bash", "-c", run,
     ]
     return shlex.join(torchrun)
 
@@ -332,6 +333,8 @@ class GangAgent(Agent):
         if current is not None and current.stop_by is not None:
             stop_by = max(stop_by, current.stop_by - self.config.sync_margin)
         log.info("generation is stopping: asking the command to checkpoint and stop within %.0f s", stop_by - time.time())
+        ending = f"generation {current.number} is stopping" if current else "the generation has ended"
+        self._say_stopping(ending, stop_by)
         process.signal_group(signal.SIGTERM)
         times: StopTimes | None = None
         exit_code = None

@@ -1,13 +1,12 @@
 """The user's command: `bash -c` in a new session (its own process group), stdout and stderr merged.
 
-Output is read as it comes (not only at newlines, so progress bars with carriage returns flow too),
-decoded as UTF-8 with replacement characters, and handed to a callback.
+Output is handed to a callback in whole lines as they come (`spotrun.agent.lines`: a carriage return ends a line
+too, so progress bars flow), decoded as UTF-8 with replacement characters.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 import logging
 import os
 import signal
@@ -16,9 +15,9 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from spotrun.agent.lines import copy_whole_lines
 
-READ_SIZE = 64 * 1024
+log = logging.getLogger(__name__)
 
 
 class CommandProcess:
@@ -101,9 +100,8 @@ class CommandProcess:
 
     def _forward_output(self) -> None:
         stream = self._running().stdout
-        assert isinstance(stream, io.BufferedReader)  # Popen's default buffering
+        assert stream is not None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        with stream:
-            while chunk := stream.read1(READ_SIZE):
-                self._on_output(decoder.decode(chunk))
+        with stream:  # read through its descriptor: whole lines wait for their end (`copy_whole_lines`)
+            copy_whole_lines(stream.fileno(), lambda data: self._on_output(decoder.decode(data)))
         self._on_output(decoder.decode(b"", final=True))

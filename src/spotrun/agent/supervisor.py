@@ -311,8 +311,9 @@ class Agent:
         """Stop the command noticed; ``ends_the_job``: it is the run (not a setup, after which the run is still to
         come), so its 0 is the job done."""
         self._tell_notice(notice)
-        process.signal_group(signal.SIGTERM)
         times = self._stop_times(notice)
+        self._say_stopping(f"notice from {notice.source} ({notice.detail})", times.stop_by())
+        process.signal_group(signal.SIGTERM)
         exit_code = None
         while exit_code is None and time.time() < times.stop_by():
             exit_code = process.wait(min(WAIT_STEP_SECONDS, max(0.0, times.stop_by() - time.time())))
@@ -327,6 +328,12 @@ class Agent:
         # 0: its loop was done (the final save and evaluation end at 0), and a run that finished is not run again
         outcome = "succeeded" if exit_code == 0 and ends_the_job else "preempted"
         return ExitReport(outcome, exit_code, self._final_backup(times))
+
+    def _say_stopping(self, why: str, stop_by: float) -> None:
+        """One line in the job's log as the command is asked to stop, so that what follows (the trainer's save,
+        torchrun's warnings, an exit code other than 0) reads as the stop it is, not as a crash."""
+        self._output(f"spotrun agent: {why}: asking the command to checkpoint and stop (SIGTERM; killed if still "
+                     f"running in {max(0.0, stop_by - time.time()):.0f} s)\n")
 
     def _stop_times(self, answered: Notice) -> StopTimes:
         return StopTimes(self.notices, answered, time.time(), self.config.notice_grace, self.config.sync_margin)
