@@ -15,6 +15,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import JSON, Boolean, Float, Integer, MetaData, create_engine, inspect, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
@@ -327,15 +328,21 @@ def a_database_of_another_application(url: str, statements: list[str]) -> None:
 
 
 def what_is_stored(url: str) -> object:
-    """A SQLite database's files and their bytes (WAL mode included), or a PostgreSQL database's tables and rows."""
+    """A SQLite database's files and their bytes (WAL mode included), or a PostgreSQL database's tables and rows in
+    every schema."""
     if url.startswith("sqlite"):
         path = Path(make_url(url).database)
         return {other.name: hashlib.sha256(other.read_bytes()).hexdigest() for other in path.parent.iterdir()}
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            tables = sorted(inspect(connection).get_table_names())
-            return {table: connection.execute(text(f"SELECT * FROM {table}")).all() for table in tables}
+            return {
+                f"{schema}.{table}": connection.execute(text(f'SELECT * FROM "{schema}"."{table}"')).all()
+                for schema, table in connection.execute(text(
+                    "SELECT table_schema, table_name FROM information_schema.tables "
+                    "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+                ))
+            }
     finally:
         engine.dispose()
 
@@ -346,6 +353,16 @@ OTHER_APPLICATIONS = {
     "its own Alembic revision": ["CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
                                  "INSERT INTO alembic_version VALUES ('ae1027a6acf')",
                                  "CREATE TABLE notes (id INTEGER PRIMARY KEY)"],
+    "a table spotrun could write to": ["CREATE TABLE settings (key VARCHAR(80) PRIMARY KEY, value TEXT)"],
+    # Another Alembic numbering its revisions as spotrun does: at one spotrun would migrate from, or at its newest.
+    "an Alembic revision of spotrun's first": ["CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+                                               "INSERT INTO alembic_version VALUES ('0001')",
+                                               "CREATE TABLE notes (id INTEGER PRIMARY KEY)"],
+    "spotrun's newest revision and a table of spotrun's": [
+        "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+        f"INSERT INTO alembic_version VALUES ('{store_module.SCHEMA_HEAD}')",
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY, title TEXT)",
+    ],
 }
 
 
@@ -364,3 +381,91 @@ def test_a_database_of_another_application_is_refused_naming_it_and_left_as_it_w
     assert f"cannot open the store {make_url(url).render_as_string(hide_password=True)}: the database " in said
     assert "spotrun does not change another application's database" in said and "secret" not in said
     assert what_is_stored(database_url) == before
+
+
+@pytest.mark.parametrize("kind", OTHER_APPLICATIONS)
+def test_a_store_opened_without_migrating_refuses_another_applications_database_before_writing_to_it(
+    database_url: str, kind: str,
+) -> None:
+    """Opened without migrating, a store was never checked: its first connection switched SQLite to WAL mode, and its
+    sessions wrote to the other application's table of the same name."""
+    a_database_of_another_application(database_url, OTHER_APPLICATIONS[kind])
+    before = what_is_stored(database_url)
+    store = Store(database_url, migrate=False)  # connects to nothing yet
+    try:
+        with pytest.raises(NotAStore, match="spotrun does not change another application's database"):
+            with store.session() as session:
+                session.add(Setting(key="written", value="by spotrun"))
+        with pytest.raises(NotAStore):
+            store.engine.connect()
+    finally:
+        store.dispose()
+    assert what_is_stored(database_url) == before
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # which tables each revision has: the same on both
+def test_a_spotrun_database_at_every_revision_is_recognised_as_one(database_url: str) -> None:
+    store = Store(database_url, migrate=False)
+    try:
+        for script in reversed(list(ScriptDirectory.from_config(alembic_config()).walk_revisions())):
+            migrate(store, script.revision)
+            with store.engine.connect() as connection:
+                assert store_module._checked_revision(connection, database_url) == script.revision
+    finally:
+        store.dispose()
+
+
+def with_search_path(url: str, search_path: str) -> str:
+    """`url` with PostgreSQL's search_path set, as a user would set it, in its `options`."""
+    parsed = make_url(url)
+    options = f"{parsed.query.get('options', '')} -csearch_path={search_path}".strip()
+    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_store_is_made_in_the_search_paths_first_schema_beside_another_application(
+    postgresql_url: str,
+) -> None:
+    """Its check and Alembic read any schema on the search_path: another application's tables or revision in a
+    later schema (public) refused a store its first schema was meant to hold."""
+    a_database_of_another_application(postgresql_url, [
+        *OTHER_APPLICATIONS["its own Alembic revision"], "INSERT INTO notes VALUES (7)", "CREATE SCHEMA tenant",
+    ])
+    before = what_is_stored(postgresql_url)
+    url = with_search_path(postgresql_url, "tenant,public")
+    Store(url).dispose()
+    Store(url).dispose()  # at the newest revision: opened without migrating again
+    after = what_is_stored(postgresql_url)
+    assert {name: rows for name, rows in after.items() if not name.startswith("tenant.")} == before
+    assert {name for name in after if name.startswith("tenant.")} == {
+        f"tenant.{table}" for table in [*Base.metadata.tables, "alembic_version"]
+    }
+    assert after["tenant.alembic_version"] == [(head_revision(),)]
+
+
+@pytest.mark.postgres
+def test_on_postgresql_another_applications_schema_first_on_the_search_path_is_refused_and_left_as_it_was(
+    postgresql_url: str,
+) -> None:
+    """A spotrun store in public, the search_path's second schema, passed the check for another application's
+    schema, its first: the upgrade made its new tables there and moved public's revision past public's tables."""
+    store = Store(postgresql_url, migrate=False)
+    try:
+        migrate(store, "0009")
+    finally:
+        store.dispose()
+    a_database_of_another_application(postgresql_url, [
+        "CREATE SCHEMA app", "CREATE TABLE app.notes (id INTEGER PRIMARY KEY)", "INSERT INTO app.notes VALUES (1)",
+    ])
+    before = what_is_stored(postgresql_url)
+    with pytest.raises(NotAStore, match=r"the database \(its schema 'app', where spotrun makes its tables\) holds "
+                                        r"tables \(notes\) but no spotrun schema version"):
+        Store(with_search_path(postgresql_url, "app,public"))
+    assert what_is_stored(postgresql_url) == before
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_search_path_naming_no_schema_that_exists_is_refused_naming_it(postgresql_url: str) -> None:
+    with pytest.raises(StoreUnavailable, match=r"no schema its search_path names \(nowhere,elsewhere\) exists"):
+        Store(with_search_path(postgresql_url, "nowhere,elsewhere"))
+    assert what_is_stored(postgresql_url) == {}

@@ -23,6 +23,10 @@ from spotrun.state.models import Event
 # The newest migration's revision (tests/state checks it is Alembic's head): a store already there is not migrated.
 SCHEMA_HEAD = "0023"
 
+# The tables of spotrun's first revision, which every later one keeps: a database at a revision numbered as spotrun
+# numbers its own but without them is another application's (whose Alembic may number its revisions 0001, ... too).
+TABLES_OF_EVERY_REVISION = frozenset({"jobs", "attempts", "instances", "events", "controller_lease", "settings"})
+
 
 class StoreUnavailable(RuntimeError):
     """The store cannot be opened: a URL no driver reads, a database that does not answer, is not one or is another
@@ -34,7 +38,8 @@ class SchemaTooNew(StoreUnavailable):
 
 
 class NotAStore(StoreUnavailable):
-    """The database holds tables but no spotrun schema version: another application's, which spotrun leaves as it is."""
+    """The database is another application's, which spotrun leaves as it is: it holds tables but no spotrun schema
+    version, or a revision not spotrun's, or one of spotrun's without spotrun's tables."""
 
 
 class BadDatabaseUrl(StoreUnavailable, InvalidSetting):
@@ -43,6 +48,10 @@ class BadDatabaseUrl(StoreUnavailable, InvalidSetting):
 
 
 class Store:
+    """The store at `url`. Its database is recognised, as a spotrun store or an empty one, before anything is written
+    to it: by `upgrade` when opened with `migrate` (the default), else before its engine's first connection is used;
+    another application's is refused (`NotAStore`, `SchemaTooNew`) with nothing written to it."""
+
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         try:
             self.url = url or config.database_url()
@@ -50,6 +59,9 @@ class Store:
             raise StoreUnavailable(f"cannot open the store under $SPOTRUN_HOME: {error}") from error
         try:
             self.engine = _make_engine(self.url)
+            self._recognised = False
+            # First of the engine's connect listeners: SQLite's switch to WAL mode, which comes next, writes the file.
+            event.listen(self.engine, "connect", self._recognise_before_first_use, insert=True)
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
             if migrate:
                 self.upgrade()
@@ -59,27 +71,26 @@ class Store:
     def upgrade(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe to run from several processes). A database
         that is not a spotrun store, nor empty, is refused first, with nothing written to it (`NotAStore`)."""
-        with self._connection_writing_nothing() as connection:
-            revision = _checked_revision(connection, self.url)
+        revision = self._recognised_revision()
         if revision == SCHEMA_HEAD:
             return  # nothing to do, and no need to load Alembic (~0.1 s of every CLI command)
         from spotrun.state.migrations import upgrade_to_head
 
         upgrade_to_head(self.engine)
 
-    @contextmanager
-    def _connection_writing_nothing(self) -> Iterator[Connection]:
-        """A connection that writes nothing as it opens: on SQLite the engine's own do (WAL mode, which stays)."""
-        if self.engine.dialect.name != "sqlite":
-            with self.engine.connect() as connection:
-                yield connection
-            return
-        engine = create_engine(self.url, poolclass=NullPool, **_connect_args(self.url))
-        try:
-            with engine.connect() as connection:
-                yield connection
-        finally:
-            engine.dispose()
+    def _recognised_revision(self) -> str | None:
+        """The database's spotrun revision (None: empty), or NotAStore / SchemaTooNew; read over a connection of its
+        own, which writes nothing as it opens (the engine's would switch SQLite to WAL mode, which stays)."""
+        with _connection_writing_nothing(self.url) as connection:
+            revision = _checked_revision(connection, self.url)
+        self._recognised = True
+        return revision
+
+    def _recognise_before_first_use(self, _dbapi_connection: Any, _record: Any) -> None:
+        """A store opened without migrating refuses another application's database when its engine first connects,
+        before that connection runs anything; raising here closes it and reaches whoever asked for it."""
+        if not self._recognised:
+            self._recognised_revision()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -101,32 +112,68 @@ class Store:
 def schema_revision(engine: Engine) -> str | None:
     """The revision Alembic recorded in the database; None for a database never migrated."""
     with engine.connect() as connection:
-        return _recorded_revision(connection)
+        schema = _creation_schema(connection, str(engine.url))
+        return _recorded_revision(connection, schema, set(inspect(connection).get_table_names(schema=schema)))
 
 
-def _recorded_revision(connection: Connection) -> str | None:
-    if not inspect(connection).has_table("alembic_version"):
+def _creation_schema(connection: Connection, url: str) -> str | None:
+    """The schema where spotrun's tables and Alembic's are made and read (the migrations run with the search_path
+    pinned to it): on PostgreSQL the current schema, the first of the search_path that exists, not every schema it
+    names; elsewhere None, the database's own."""
+    if connection.dialect.name != "postgresql":
         return None
-    return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
+    if schema is None:
+        search_path = connection.exec_driver_sql("SHOW search_path").scalar()
+        raise StoreUnavailable(
+            f"cannot open the store {shown_url(url)}: no schema its search_path names ({search_path}) exists, so "
+            "spotrun has nowhere to make its tables: create the schema, or name one that exists"
+        )
+    return schema
+
+
+def _recorded_revision(connection: Connection, schema: str | None, tables: set[str]) -> str | None:
+    if "alembic_version" not in tables:
+        return None
+    place = "" if schema is None else f"{connection.dialect.identifier_preparer.quote_schema(schema)}."
+    return connection.execute(text(f"SELECT version_num FROM {place}alembic_version")).scalar()
 
 
 def _checked_revision(connection: Connection, url: str) -> str | None:
     """The spotrun revision the database at `url` is at; None for an empty one. NotAStore for one holding tables
-    but no revision, SchemaTooNew (or NotAStore) for a revision spotrun does not know."""
-    tables = sorted(set(inspect(connection).get_table_names()) - {"alembic_version"})
-    revision = _recorded_revision(connection)
+    but no revision, or a revision without spotrun's tables; SchemaTooNew (or NotAStore) for a revision spotrun does
+    not know. On PostgreSQL only the schema spotrun would make its tables in counts (`_creation_schema`)."""
+    schema = _creation_schema(connection, url)
+    tables = set(inspect(connection).get_table_names(schema=schema))
+    revision = _recorded_revision(connection, schema, tables)
+    tables.discard("alembic_version")
     if revision is None and tables:
-        listed = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise NotAStore(
-            f"cannot open the store {shown_url(url)}: the database holds tables ({listed}) but no spotrun schema "
-            "version; spotrun does not change another application's database: name an empty database or a spotrun "
-            "store"
+            f"cannot open the store {shown_url(url)}: {_place(schema)} holds tables ({_listed(tables)}) but no spotrun "
+            f"schema version; {_LEFT_AS_IT_IS}"
+        )
+    if revision is not None and (missing := TABLES_OF_EVERY_REVISION - tables):
+        raise NotAStore(
+            f"cannot open the store {shown_url(url)}: {_place(schema)} is at schema revision {revision!r} but lacks "
+            f"spotrun's tables ({_listed(missing)}), so another application's migrations wrote it; {_LEFT_AS_IT_IS}"
         )
     if revision not in (None, SCHEMA_HEAD):
         from spotrun.state.migrations import refuse_unknown_revision  # loads Alembic: only when it will migrate
 
         refuse_unknown_revision(revision, url)
     return revision
+
+
+_LEFT_AS_IT_IS = "spotrun does not change another application's database: name an empty database or a spotrun store"
+
+
+def _place(schema: str | None) -> str:
+    return "the database" if schema is None else f"the database (its schema {schema!r}, where spotrun makes its tables)"
+
+
+def _listed(tables: set[str] | frozenset[str]) -> str:
+    names = sorted(tables)
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def add_event(
@@ -159,6 +206,17 @@ def _reason(error: Exception) -> str:
     original = getattr(error, "orig", None)
     text_of = str(original or error).strip().splitlines()
     return text_of[0] if text_of else type(error).__name__
+
+
+@contextmanager
+def _connection_writing_nothing(url: str) -> Iterator[Connection]:
+    """A connection of an engine of its own, which sets nothing up as it connects, closed with its engine."""
+    engine = create_engine(url, poolclass=NullPool, **_connect_args(url))
+    try:
+        with engine.connect() as connection:
+            yield connection
+    finally:
+        engine.dispose()
 
 
 def _make_engine(url: str) -> Engine:

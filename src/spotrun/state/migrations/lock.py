@@ -13,6 +13,10 @@ run the DDL; the others wait for it and then find nothing left to do.
   dropping the old one, and with them on that drop cascades to every row that
   refers to it (an upgrade through 0010 emptied attempts, instances and events).
 - Any other database: one transaction, no extra lock.
+
+On PostgreSQL the transaction's search_path is also pinned to its current schema (the first of the search_path that
+exists), where the migrations make their tables: Alembic, which otherwise reads the first ``alembic_version`` of any
+schema on the path, then reads and writes the version of the schema it migrates, the one the store checked.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
             connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # a no-op inside a transaction: set it first
         try:
             _take_lock(connection)
+            if connection.dialect.name == "postgresql":
+                _pin_search_path_to_current_schema(connection)
             broken_before = _broken_references(connection) if sqlite else set()
             try:
                 yield connection
@@ -52,6 +58,13 @@ def migration_connection(engine: Engine) -> Iterator[Connection]:
 
 def _broken_references(connection: Connection) -> set[tuple[object, ...]]:
     return {tuple(row) for row in connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()}
+
+
+def _pin_search_path_to_current_schema(connection: Connection) -> None:
+    """Until the transaction ends; left as it is when no schema of the path exists (nowhere to migrate)."""
+    connection.exec_driver_sql(
+        "SELECT set_config('search_path', quote_ident(current_schema()), true) WHERE current_schema() IS NOT NULL"
+    )
 
 
 def _take_lock(connection: Connection) -> None:
