@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from crash_points import CLOUD_EFFECTS, CountingCloud, CountingStore, CrashPoints
 from gang_world import GANG
-from memory_cloud import Crash, MemoryCloud
+from memory_cloud import ZONES, Crash, MemoryCloud
 from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
@@ -145,7 +145,7 @@ def run_story(bench: Bench, story: Story, crash_at: Collection[int] = (),
 
     controller = fresh_controller()
     submitted_at = bench.clock.now()
-    run.job_id = jobs.submit(bench.store, parse_spec(story.spec), submitted_at)
+    run.job_id = jobs.submit(bench.store, parse_spec(story.spec), submitted_at, local_zones=ZONES)
     outside = Outside(run)
     for _ in range(MAX_STEPS):
         bench.clock.advance(STEP)

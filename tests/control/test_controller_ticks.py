@@ -466,6 +466,21 @@ def test_a_policy_that_would_break_the_jobs_own_market_settings_is_refused_at_su
         assert session.query(Job).count() == 0  # nothing stored
 
 
+def test_a_zone_the_local_cloud_does_not_offer_is_refused_by_submit_itself(world):
+    """Checked unless the caller names other zones: a caller of `submit` that named none (only `spotrun launch` and the
+    server passed the local cloud's) stored a job in a zone nothing offers, which failed at its first tick."""
+    from spotrun.spec import SpecError
+
+    with pytest.raises(SpecError) as error:
+        jobs.submit(world.store, parse_spec("run: 'true'\nspot: {zones: [local-a, mars-1]}\n"), 0.0, source="job.yaml")
+    [problem] = error.value.problems
+    assert problem.field == "spot.zones[1]"
+    assert problem.message == "unknown zone 'mars-1'; the local cloud's zones are local-a, local-b, local-c"
+    with world.store.session() as session:
+        assert session.query(Job).count() == 0  # nothing stored
+    assert jobs.submit(world.store, parse_spec("run: 'true'\nspot: {zones: [local-a, local-c]}\n"), 0.0) > 0
+
+
 def test_the_sdks_reported_steps_become_the_policys_progress(world):
     job_id = world.submit(SPEC + "estimated_duration: 10h\n")
     instance = world.run_to_running(job_id)

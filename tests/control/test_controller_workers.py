@@ -18,7 +18,7 @@ from spotrun.spec import parse_spec
 from spotrun.server.agent_api import create_agent_app
 from spotrun.state import Event, Job
 
-from memory_cloud import MemoryCloud
+from memory_cloud import ZONES, MemoryCloud
 from world import agent_poster
 
 SPEC = "run: 'true'\nresources: {cloud: local, instance_type: local.cpu}\nspot: {zones: [m-a, m-b, m-c]}\n"
@@ -72,7 +72,7 @@ def drives_by_job(log):
 def test_two_workers_never_drive_the_same_job_and_take_over_a_dead_ones_jobs(store, tmp_path, monkeypatch):
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     cloud = MemoryCloud(WallClock())
-    ids = [jobs.submit(store, parse_spec(SPEC), time.time()) for _ in range(40)]
+    ids = [jobs.submit(store, parse_spec(SPEC), time.time(), local_zones=ZONES) for _ in range(40)]
     log: list = []
     errors: list = []
     first, second = worker(store, cloud, "w1", log, 1.0), worker(store, cloud, "w2", log, 1.0)
@@ -142,7 +142,7 @@ def test_a_long_tick_renews_its_claims_and_drives_every_job(store, tmp_path, mon
     clock = ManualClock()
     cloud = SlowCloud(clock)
     for _ in range(5):
-        jobs.submit(store, parse_spec(SPEC), clock.now(), prices=lambda *a, **k: (1.0, 3.0))
+        jobs.submit(store, parse_spec(SPEC), clock.now(), local_zones=ZONES, prices=lambda *a, **k: (1.0, 3.0))
     settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
     controller = Controller(
         store, settings, clock=clock, provider_factory=lambda _: cloud, prices=lambda *a, **k: (1.0, 3.0), worker_id="w1"
@@ -168,7 +168,7 @@ def test_a_drive_that_outlasts_its_claim_keeps_it_and_no_other_worker_takes_the_
         return launch(request)
 
     monkeypatch.setattr(cloud, "launch", slow_launch)
-    job_id = jobs.submit(store, parse_spec(SPEC), time.time())
+    job_id = jobs.submit(store, parse_spec(SPEC), time.time(), local_zones=ZONES)
     log: list = []
     first, second = worker(store, cloud, "w1", log, 0.5), worker(store, cloud, "w2", log, 0.5)
     ticked = threading.Event()
@@ -190,7 +190,7 @@ def stalled_while_another_places(store, monkeypatch, spec: str, then=None):
     cloud = MemoryCloud(clock)
     make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
-    job_id = jobs.submit(store, parse_spec(spec), clock.now())
+    job_id = jobs.submit(store, parse_spec(spec), clock.now(), local_zones=ZONES)
     real_zones, stalls = cloud.zones, []
 
     def zones_while_the_other_takes_over(instance_type, accelerators=None):
@@ -226,7 +226,8 @@ def stalling_and_other_worker(store, tmp_path, monkeypatch, max_restarts: int):
     cloud = MemoryCloud(clock)
     make = workers_on(store, clock, cloud)
     stalled, other = make("w1"), make("w2")
-    job_id = jobs.submit(store, parse_spec(SPEC + f"max_restarts_on_error: {max_restarts}\n"), clock.now())
+    job_id = jobs.submit(store, parse_spec(SPEC + f"max_restarts_on_error: {max_restarts}\n"), clock.now(),
+                         local_zones=ZONES)
     stalled.tick()
     [first] = cloud.instances
     agent = agent_poster(TestClient(create_agent_app(store, clock)), cloud.user_data[first])
@@ -279,7 +280,7 @@ def test_on_sqlite_too_a_fenced_launch_keeps_the_claim_until_it_commits(store, t
         return real_number(session, job_id)
 
     monkeypatch.setattr(records, "next_attempt_number", number_after_a_stall)
-    job_id = jobs.submit(store, parse_spec(SPEC), clock.now())
+    job_id = jobs.submit(store, parse_spec(SPEC), clock.now(), local_zones=ZONES)
     first = threading.Thread(target=make("w1").tick, name="w1")
     first.start()
     assert fenced.wait(30)
@@ -387,11 +388,11 @@ def test_no_lock_is_held_while_the_price_function_asks_the_cloud(store, tmp_path
     settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
     controller = Controller(store, settings, clock=clock, provider_factory=lambda _: cloud, prices=prices,
                             worker_id="w1")
-    waiting = jobs.submit(store, parse_spec(SPEC), clock.now(), prices=prices)
+    waiting = jobs.submit(store, parse_spec(SPEC), clock.now(), local_zones=ZONES, prices=prices)
     with store.session() as session:
         session.execute(update(Job).where(Job.id == waiting).values(
             state="WAITING", waits_for_spot=True, not_before=clock.now() + 3600))
-    running = jobs.submit(store, parse_spec(SPEC), clock.now(), prices=prices)
+    running = jobs.submit(store, parse_spec(SPEC), clock.now(), local_zones=ZONES, prices=prices)
     placed.append(running)
     controller.tick()
     with store.session() as session:
@@ -424,7 +425,7 @@ def test_workers_whose_clocks_disagree_keep_their_claims_on_postgresql(store, tm
                           worker_id=name)
 
     behind, ahead = worker("w-behind", -45.0), worker("w-ahead", 45.0)
-    job_id = jobs.submit(store, parse_spec(SPEC), time.time())
+    job_id = jobs.submit(store, parse_spec(SPEC), time.time(), local_zones=ZONES)
     assert behind._live_job_ids() == [job_id]
     assert ahead._live_job_ids() == []
     with store.session() as session:

@@ -20,6 +20,7 @@ from spotrun.spec import parse_spec
 from spotrun.state import Job
 from gang_world import DEADLINE_GANG, open_by_rank, ranks_saved_and_stopped, report_in, standing_by
 from gang_world import alive_for as gang_alive_for
+from memory_cloud import ZONES
 from webhook_server import WebhookServer
 from world import DEADLINE_SPEC, SPEC, alive_for
 
@@ -95,7 +96,7 @@ def test_spotrun_status_shows_the_webhook_as_its_scheme_and_host_only(tmp_path, 
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPOTRUN_SERVER", raising=False)
     spec = parse_spec(SPEC + f"notify: {{webhook: 'https://hooks.slack.com/services/{SECRET}', events: [failed]}}\n")
-    job_id = jobs.submit(EmbeddedBackend().store, spec, 1.0)
+    job_id = jobs.submit(EmbeddedBackend().store, spec, 1.0, local_zones=ZONES)  # SPEC's, of the in-memory cloud
     shown = CliRunner().invoke(app, ["status", str(job_id)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "notifies: https://hooks.slack.com of failed" in shown.output and SECRET not in shown.output

@@ -6,7 +6,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from memory_cloud import MemoryCloud
+from memory_cloud import ZONES, MemoryCloud
 from spotrun.control import jobs
 from spotrun.control.clock import ManualClock
 from spotrun.control.controller import Controller, ControllerSettings
@@ -44,7 +44,7 @@ class World:
                           worker_id=worker_id)
 
     def submit(self, text: str = SPEC) -> int:
-        return jobs.submit(self.store, parse_spec(text), self.clock.now())
+        return jobs.submit(self.store, parse_spec(text), self.clock.now(), local_zones=ZONES)
 
     def tick(self, seconds: float = 1.0) -> None:
         self.clock.advance(seconds)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -49,6 +50,32 @@ def test_the_seconds_of_the_bill_line_add_up():
     line = format_bill(bill([Held(ended_at=13.6, billed_seconds=13.6, charged_seconds=13.6),
                              Held(market="on-demand", ended_at=26.6, billed_seconds=26.6, charged_seconds=26.6)], 50.0))
     assert line.startswith("ran 40 s (14 s spot, 26 s on-demand)")
+
+
+def test_a_job_that_ended_without_a_result_is_not_said_to_have_saved():
+    """A failed or cancelled job spent its dollars for nothing: its line says so and what the same hours would have
+    cost on-demand, not "saved 67%"; a succeeded job's line is as it was."""
+    report = bill([Held(ended_at=3_600.0, billed_seconds=3_600.0, charged_seconds=3_600.0)], now=4_000.0)
+    assert format_bill(report) == "ran 3,600 s (3,600 s spot, 0 s on-demand): $1.00; on-demand only: $3.00; saved 67%"
+    assert format_bill(report, ended_without_result=True) == (
+        "ran 3,600 s (3,600 s spot, 0 s on-demand): $1.00 spent without a result; on-demand for the same hours: $3.00"
+    )
+
+
+@pytest.mark.parametrize("stored", [
+    {"price_per_hour": 1e308},
+    {"on_demand_price_per_hour": 1e308},
+    {"price_per_hour": math.inf, "on_demand_price_per_hour": math.inf},
+    {"earlier_price_seconds": 1_800.0, "earlier_price_dollars": 1e308},  # 1e308 $/h before the spot price moved
+])
+def test_an_attempt_stored_at_a_price_no_instance_has_is_left_out_of_the_bill_and_counted(stored):
+    """A job stored before prices were capped: 1e308 $/h for 2 h billed inf, and its saving NaN."""
+    absurd = Held(ended_at=7_200.0, billed_seconds=7_200.0, charged_seconds=7_200.0, **stored)
+    report = bill([absurd, Held()], now=10_000.0)
+    assert report == replace(bill([Held()], now=10_000.0), unpriced_attempts=1)
+    assert all(math.isfinite(value) for value in report.to_json().values())
+    assert format_bill(report).endswith(
+        "saved 67%; 1 attempt left out: stored at over 1,000,000 $/h, a price no instance has")
 
 
 @pytest.mark.parametrize(("amount", "shown"), [

@@ -145,3 +145,31 @@ def test_each_node_of_a_gang_recovers_from_its_own_preemption(store: Store) -> N
         recoveries = fleet_totals.recoveries(session, BOUNDS)
     assert (recoveries.count, recoveries.seconds) == (2, 110.0)
     assert recoveries.at_most == {5.0: 0, 30.0: 0, 120.0: 2}
+
+
+def test_an_attempt_stored_at_a_price_no_instance_has_is_left_out_of_the_totals_and_counted(store: Store) -> None:
+    """Jobs stored before prices were capped: 1e308 $/h summed to inf on SQLite (its saving NaN), and PostgreSQL
+    refused the product ("value out of range"), failing the whole scrape. The other attempts are summed as before."""
+    def attempt(job_id: int, number: int, **stored: float) -> dict:
+        return dict(job_id=job_id, number=number, state="ended", provider="local", zone="a", market="spot",
+                    instance_type="x", price_per_hour=1.0, on_demand_price_per_hour=3.0, client_token=f"t{job_id}-{number}",
+                    token_hash="-", created_at=0.0, started_at=0.0, ended_at=7_200.0, end_reason="failed",
+                    billed_seconds=7_200.0, log_bytes=0, node_rank=0) | stored
+
+    with store.session() as session:
+        session.execute(insert(Job), [dict(id=j, name=f"j{j}", owner="a", spec={}, state="FAILED", created_at=0.0,
+                                           updated_at=0.0) for j in (1, 2)])
+        session.execute(insert(Attempt), [
+            attempt(1, 1, price_per_hour=1e308, on_demand_price_per_hour=1e308),
+            attempt(1, 2, on_demand_price_per_hour=1e308),
+            attempt(1, 3, earlier_price_seconds=3_600.0, earlier_price_dollars=1e308),  # before its price moved
+            attempt(2, 1), attempt(2, 2, earlier_price_seconds=3_600.0, earlier_price_dollars=0.5),
+        ])
+    with store.session() as session:
+        totals = fleet_totals.fleet_bill(session, NOW)
+        ledger = bill(session.scalars(select(Attempt)).all(), NOW)
+
+    assert totals.unpriced_attempts == ledger.unpriced_attempts == 3
+    assert totals.cost == pytest.approx(2.0 + 0.5 + 1.0) and totals.on_demand_cost == pytest.approx(12.0)
+    for field in ("spot_seconds", "on_demand_seconds", "cost", "on_demand_cost"):
+        assert getattr(totals, field) == pytest.approx(getattr(ledger, field)), field

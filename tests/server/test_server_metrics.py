@@ -51,6 +51,23 @@ def test_metrics_follow_the_store(team: Team) -> None:
     assert seen[("spotrun_dollars_saved", ())] == pytest.approx(190 / 3600 * 0.3)
 
 
+def test_metrics_stay_finite_and_count_an_attempt_stored_at_a_price_no_instance_has(team: Team) -> None:
+    """A job stored before prices were capped, at 1e308 $/h: /metrics read +Inf spent and NaN saved on SQLite, and
+    answered 500 on PostgreSQL (the sum's product out of range). Its attempt is left out, and counted."""
+    absurd, other = team.launch("alice"), team.launch("bob")
+    stored_before_the_cap = place_attempt(team.store, absurd, "t1", at=1000.0)
+    end(team, place_attempt(team.store, other, "t2", at=1000.0), "failed", ended_at=1190.0)
+    with team.store.session() as session:
+        session.get(Attempt, stored_before_the_cap).price_per_hour = 1e308
+        session.get(Attempt, stored_before_the_cap).on_demand_price_per_hour = 1e308
+    end(team, stored_before_the_cap, "failed", ended_at=8200.0)
+    seen = samples(team)
+
+    assert seen[("spotrun_unpriced_attempts", ())] == 1
+    assert seen[("spotrun_dollars_spent", ())] == pytest.approx(190 / 3600 * 0.1)  # the other job's, as before
+    assert seen[("spotrun_dollars_saved", ())] == pytest.approx(190 / 3600 * 0.3)
+
+
 def test_early_warnings_are_counted_by_warning_and_how_the_attempt_ended(team: Team) -> None:
     job_id = team.launch("alice")
     warned = {"aws-imds/rebalance": ("preempted", "migrated", None), "gcp-metadata/maintenance MIGRATE": (None,)}

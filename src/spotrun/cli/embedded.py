@@ -32,9 +32,7 @@ class EmbeddedBackend:
         spec, text = load_job_file(job_file)
         try:
             job_id = jobs_api.submit(
-                self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file),
-                local_zones=jobs_api.LOCAL_ZONES,
-            )
+                self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file))
         except SpecError as error:
             raise located(error, text) from None
         self._ensure_controller(f"job {job_id} is stored, but ")

@@ -33,6 +33,7 @@ from spotrun.cli.views import (
     attempts_summary, attempts_table, follow_events, print_whole, provisional_note, status_table,
 )
 from spotrun.control import jobs as jobs_api
+from spotrun.control.states import ended_without_result
 from spotrun.costs.ledger import format_bill
 from spotrun.spec import SpecError
 from spotrun.spec.models import MAX_NODES
@@ -94,7 +95,7 @@ def _follow(backend: Backend, job_id: int) -> None:
     console.print(f"job {job_id} [bold]{escape(state)}[/] after {attempts_summary(detail.job, len(detail.attempts))}")
     if detail.job.failure_reason:
         console.print(f"reason: {escape(detail.job.failure_reason)}", soft_wrap=True)
-    console.print(format_bill(detail.bill.to_bill()))
+    console.print(format_bill(detail.bill.to_bill(), ended_without_result=ended_without_result(state)))
     if (note := provisional_note(detail.bill)) is not None:
         console.print(note)
     if state != "SUCCEEDED":
@@ -177,7 +178,8 @@ def cancel(job_id: JobId) -> None:
 
 @app.command(cls=JobIdCommand)
 def cost(job_id: JobId, as_json: AsJson = False) -> None:
-    """What the job cost, what it would have cost on-demand, and the saving."""
+    """What the job cost, what it would have cost on-demand, and the saving (none for a job that failed or was
+    cancelled: its dollars bought no result)."""
     try:
         job_cost = current_backend().cost(job_id)
     except jobs_api.JobNotFound as missing:
@@ -185,8 +187,8 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
     if as_json:
         typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **job_cost.bill.model_dump()}, indent=2))
         return
-    console.print(f"job {job_id} ({escape(job_cost.name)}, {escape(job_cost.state)}): "
-                  f"{format_bill(job_cost.bill.to_bill())}")
+    line = format_bill(job_cost.bill.to_bill(), ended_without_result=ended_without_result(job_cost.state))
+    console.print(f"job {job_id} ({escape(job_cost.name)}, {escape(job_cost.state)}): {line}")
     if (note := provisional_note(job_cost.bill)) is not None:
         console.print(note)
 

@@ -50,9 +50,16 @@ def status_table(rows: list[JobRow]) -> Table:
         where = f"{row.market} / {row.zone}" if row.market else "—"
         table.add_row(
             str(row.id), escape(row.name), f"[{_STATE_STYLE.get(row.state, 'white')}]{escape(row.state)}[/]",
-            str(row.attempts), str(row.preemptions), escape(where), format_duration(row.elapsed), f"${row.cost:,.4f}",
+            str(row.attempts), str(row.preemptions), escape(where), format_duration(row.elapsed), job_cost_cell(row),
         )
     return table
+
+
+def job_cost_cell(row: JobRow) -> str:
+    """The job's cost so far, and how many attempts it leaves out (`ledger.priced`)."""
+    if not row.unpriced_attempts:
+        return f"${row.cost:,.4f}"
+    return f"${row.cost:,.4f} + {row.unpriced_attempts:,} unpriced"
 
 
 def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Table:
@@ -68,11 +75,11 @@ def attempts_table(attempts: list[AttemptView], job_id: int, now: float) -> Tabl
             last = a.tries[-1]
             node = [a.nodes, "—"] if multi_node else []
             cells = [a.numbers, *node, last.market, a.zones, "—", "—", a.ended, a.end, "0",
-                     f"{last.price_per_hour:.4f}", "$0.0000"]
+                     price_cell(last.price_per_hour), "$0.0000"]
         else:
             node = [str(a.node_rank), a.address or "—"] if multi_node else []
             cells = [str(a.number), *node, a.market, a.zone, a.instance_id or "—", clock_time(a.started_at, now),
-                     clock_time(a.ended_at, now), end_cell(a), billed_cell(a, now), f"{a.price_per_hour:.4f}",
+                     clock_time(a.ended_at, now), end_cell(a), billed_cell(a, now), price_cell(a.price_per_hour),
                      cost_cell(a)]
         table.add_row(*map(escape, cells))  # a str cell is markup; these are the store's (and the cloud's) words
     return table
@@ -85,8 +92,15 @@ def end_cell(attempt: AttemptView) -> str:
     return f"{end}, warned: {attempt.warning.split('/', 1)[-1]}" if attempt.warning else end
 
 
+def price_cell(price_per_hour: float) -> str:
+    """A price as stored; one over the cap (`ledger.priced`) in few digits: 1e308 printed 309 of them."""
+    return f"{price_per_hour:.4f}" if price_per_hour <= ledger.MAX_PRICE_PER_HOUR else f"{price_per_hour:.4g}"
+
+
 def cost_cell(attempt: AttemptView) -> str:
     """The attempt's cost, and when it is provisional, what settles it (`control.reclaims`)."""
+    if attempt.cost is None:
+        return f"unpriced: over {ledger.MAX_PRICE_PER_HOUR:,.0f} $/h"
     if attempt.left_to_cloud_until is None:
         return f"${attempt.cost:,.4f}"
     return f"${attempt.cost:,.4f} (free if the cloud takes it back by {clock_time(attempt.left_to_cloud_until)})"

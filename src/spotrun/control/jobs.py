@@ -27,7 +27,7 @@ from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
 from spotrun.user_paths import UnknownUser, expand_user
 
-# the zones a job on the local cloud may name, as `spotrun launch` and the server check them (`submit`'s `local_zones`)
+# the zones a job on the local cloud may name (`submit`'s `local_zones`)
 LOCAL_ZONES = local_market.ZONES
 
 
@@ -45,14 +45,14 @@ def submit(
     owner: str = "local",
     source: str = "<job>",
     prices: Callable[..., tuple[float, float]] = price_for,
-    local_zones: Sequence[str] = (),
+    local_zones: Sequence[str] = LOCAL_ZONES,
 ) -> int:
     """Write a validated job into the store as PENDING; paths and defaults are resolved here, once.
 
     `prices` is the price function the controller bills with (the catalog's by default); a job it cannot price
-    is refused. `local_zones`: the zones a job on the local cloud may name (`LOCAL_ZONES`, as `spotrun launch` and
-    the server pass; empty: not checked, as for the controller's tests, which place local jobs in a cloud of their
-    own). A SpecError lists every problem found, and nothing is stored."""
+    is refused. `local_zones`: the zones a job on the local cloud may name, the local cloud's own unless the caller
+    places local jobs in a cloud of its own (the controller's tests' in-memory one) and names that cloud's. A
+    SpecError lists every problem found, and nothing is stored."""
     problems = resource_problems(spec, prices) + _deadline_problems(spec, now)
     if spec.resources.cloud == "local":
         problems += _problems_on_this_machine(spec, spec_dir or Path.cwd(), local_zones)
@@ -117,7 +117,7 @@ def _problems_on_this_machine(spec: JobSpec, base_dir: Path, local_zones: Sequen
         problems.append(Problem("resources.nodes", f"{spec.resources.nodes} nodes: the local cloud runs at most "
                                                    f"{LOCAL_QUOTA} instances at once"))
     for index, zone in enumerate(spec.spot.zones or ()):
-        if local_zones and zone not in local_zones:  # else stored, and failed at once: no zone offers it
+        if zone not in local_zones:  # else stored, and failed at once: no zone offers it
             problems.append(Problem(f"spot.zones[{index}]", f"unknown zone {zone!r}; the local cloud's zones are "
                                                             f"{', '.join(local_zones)}"))
     try:

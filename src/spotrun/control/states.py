@@ -22,6 +22,11 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 LIVE = frozenset(JobState) - TERMINAL
 
 
+def ended_without_result(state: str) -> bool:
+    """Whether the job ended without the result it ran for (failed, cancelled): what it spent saved nothing."""
+    return state in (JobState.FAILED, JobState.CANCELLED)
+
+
 def state_names(states: frozenset[JobState]) -> list[str]:
     """The states' names, sorted: the same SQL (and statement cache entry) at every call."""
     return sorted(state.value for state in states)

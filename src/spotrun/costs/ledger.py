@@ -7,6 +7,14 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
+from spotrun.spec.fields import MAX_PRICE_PER_HOUR
+
+# A job stored before prices were capped may hold one no instance has (1e308 $/h): its attempts' bills overflow to inf,
+# and their savings to NaN, which no report can show and no JSON can carry. Such an attempt is left out of every bill
+# and counted (`JobBill.unpriced_attempts`); `priced` tells which. The cap per second tests the dollars of the seconds
+# held before a spot price moved.
+MAX_PRICE_PER_SECOND = MAX_PRICE_PER_HOUR / 3600
+
 
 class BillableAttempt(Protocol):
     market: str
@@ -26,6 +34,7 @@ class JobBill:
     on_demand_seconds: float
     cost: float  # what the clouds charge: a spot instance they took back in its first hour can be free (AWS)
     on_demand_cost: float  # the same instance-seconds held, all on-demand (`on_demand_seconds`)
+    unpriced_attempts: int = 0  # left out of all the above: their stored prices are over the cap (`priced`)
 
     @property
     def seconds(self) -> float:
@@ -41,6 +50,15 @@ class JobBill:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "seconds": self.seconds, "saved": self.saved, "saved_fraction": self.saved_fraction}
+
+
+def priced(attempt: BillableAttempt) -> bool:
+    """Whether the attempt's stored prices are ones an instance can have (at most `MAX_PRICE_PER_HOUR`, those of its
+    seconds before a spot price move included), so that its bill is a finite number of dollars."""
+    return (
+        attempt.price_per_hour <= MAX_PRICE_PER_HOUR and attempt.on_demand_price_per_hour <= MAX_PRICE_PER_HOUR
+        and attempt.earlier_price_dollars <= attempt.earlier_price_seconds * MAX_PRICE_PER_SECOND
+    )
 
 
 def held_seconds(attempt: BillableAttempt, now: float) -> float:
@@ -86,8 +104,13 @@ def on_demand_seconds(attempt: BillableAttempt, now: float) -> float:
 
 
 def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
+    """The attempts' bills summed; those not `priced` left out, and counted."""
     spot = on_demand = cost = baseline = 0.0
+    unpriced = 0
     for attempt in attempts:
+        if not priced(attempt):
+            unpriced += 1
+            continue
         seconds = held_seconds(attempt, now)
         if attempt.market == "spot":
             spot += seconds
@@ -95,18 +118,34 @@ def bill(attempts: Iterable[BillableAttempt], now: float) -> JobBill:
             on_demand += seconds
         cost += attempt_cost(attempt, now)
         baseline += on_demand_seconds(attempt, now) / 3600 * attempt.on_demand_price_per_hour
-    return JobBill(spot_seconds=spot, on_demand_seconds=on_demand, cost=cost, on_demand_cost=baseline)
+    return JobBill(spot_seconds=spot, on_demand_seconds=on_demand, cost=cost, on_demand_cost=baseline,
+                   unpriced_attempts=unpriced)
 
 
-def format_bill(bill: JobBill) -> str:
+def format_bill(bill: JobBill, *, ended_without_result: bool = False) -> str:
     """e.g. "ran 2,423 s (1,900 s spot, 523 s on-demand): $0.96; on-demand only: $2.06; saved 53%". The parts are
-    rounded so that they add up to the whole (13.6 s and 26.6 s read "40 s (14 s spot, 26 s on-demand)")."""
+    rounded so that they add up to the whole (13.6 s and 26.6 s read "40 s (14 s spot, 26 s on-demand)").
+
+    A job that ended without a result (failed, cancelled) saved nothing, whatever spot's discount: its line says what
+    it spent and what the same hours would have cost on-demand ("...: $0.96 spent without a result; on-demand for the
+    same hours: $2.06")."""
     whole, spot = round(bill.seconds), round(bill.spot_seconds)
-    return (
-        f"ran {whole:,} s ({spot:,} s spot, {whole - spot:,} s on-demand): "
-        f"{format_dollars(bill.cost)}; on-demand only: {format_dollars(bill.on_demand_cost)}; "
-        f"saved {bill.saved_fraction:.0%}"
-    )
+    ran = f"ran {whole:,} s ({spot:,} s spot, {whole - spot:,} s on-demand): "
+    if ended_without_result:
+        line = (f"{ran}{format_dollars(bill.cost)} spent without a result; "
+                f"on-demand for the same hours: {format_dollars(bill.on_demand_cost)}")
+    else:
+        line = (f"{ran}{format_dollars(bill.cost)}; on-demand only: {format_dollars(bill.on_demand_cost)}; "
+                f"saved {bill.saved_fraction:.0%}")
+    return line + unpriced_note(bill.unpriced_attempts)
+
+
+def unpriced_note(unpriced_attempts: int) -> str:
+    """What a bill leaves out (`priced`), or nothing."""
+    if not unpriced_attempts:
+        return ""
+    attempts = "1 attempt" if unpriced_attempts == 1 else f"{unpriced_attempts:,} attempts"
+    return f"; {attempts} left out: stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has"
 
 
 CENTS, TENTHS_OF_A_CENT = Decimal("0.01"), Decimal("0.0001")

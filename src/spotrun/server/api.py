@@ -77,8 +77,7 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
             if (refused := local_cloud_problem(spec, user, local_cloud)) is not None:
                 raise SpecError(source, [refused])
             base_dir = Path(request.base_dir) if request.base_dir else None
-            job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source,
-                                     local_zones=jobs_api.LOCAL_ZONES)
+            job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source)
         except SpecError as error:
             return _invalid_spec(located(error, request.spec))
         except yaml.YAMLError as error:  # parse_spec lets the YAML reader's refusals (e.g. a NUL byte) through

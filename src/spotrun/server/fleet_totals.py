@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, Select, case, func, literal, select
 from sqlalchemy.orm import Session
 
-from spotrun.costs.ledger import JobBill
+from spotrun.costs.ledger import MAX_PRICE_PER_HOUR, MAX_PRICE_PER_SECOND, JobBill
 from spotrun.state import Attempt, Job
 
 # Refused tries (no instance) count for none of these: they cost nothing, and a long wait for spot makes thousands.
 PLACED = Attempt.started_at.is_not(None)
+
+# `ledger.priced` in SQL, tested before any arithmetic (`_if_priced`): PostgreSQL refuses a product past a double's
+# range (the whole scrape failed on "value out of range"), and SQLite summed it to inf.
+PRICED = (
+    (Attempt.price_per_hour <= MAX_PRICE_PER_HOUR) & (Attempt.on_demand_price_per_hour <= MAX_PRICE_PER_HOUR)
+    & (Attempt.earlier_price_dollars <= Attempt.earlier_price_seconds * MAX_PRICE_PER_SECOND)
+)
 
 
 @dataclass(frozen=True)
@@ -79,21 +86,30 @@ def _recovery_seconds() -> Select:
 
 
 def fleet_bill(session: Session, now: float) -> JobBill:
-    """Every placed attempt's bill summed (`ledger.bill`'s arithmetic): billed seconds once ended, so far if not."""
+    """Every placed attempt's bill summed (`ledger.bill`'s arithmetic): billed seconds once ended, so far if not;
+    those not priced left out, and counted (in the same scan: a store keeps every attempt)."""
     held = _held_seconds(now)
     on_spot = Attempt.market == "spot"
-    spot, on_demand, cost, baseline = session.execute(
+    spot, on_demand, cost, baseline, unpriced = session.execute(
         select(
-            func.sum(case((on_spot, held), else_=0.0)),
-            func.sum(case((on_spot, 0.0), else_=held)),
-            func.sum(_cost_times_3600(held)),
-            func.sum(_on_demand_seconds(held) * Attempt.on_demand_price_per_hour),
+            func.sum(_if_priced(case((on_spot, held), else_=0.0))),
+            func.sum(_if_priced(case((on_spot, 0.0), else_=held))),
+            func.sum(_if_priced(_cost_times_3600(held))),
+            func.sum(_if_priced(_on_demand_seconds(held) * Attempt.on_demand_price_per_hour)),
+            func.sum(case((PRICED, 0), else_=1)),
         ).where(PLACED)
     ).one()
     return JobBill(
         spot_seconds=float(spot or 0.0), on_demand_seconds=float(on_demand or 0.0),
         cost=float(cost or 0.0) / 3600, on_demand_cost=float(baseline or 0.0) / 3600,
+        unpriced_attempts=int(unpriced or 0),
     )
+
+
+def _if_priced(amount: ColumnElement[float]) -> ColumnElement[float]:
+    """The amount of a priced attempt, 0 for another: a CASE computes only the branch taken, so an overflow in the
+    other is never computed."""
+    return case((PRICED, amount), else_=0.0)
 
 
 def _cost_times_3600(held: ColumnElement[float]) -> ColumnElement[float]:

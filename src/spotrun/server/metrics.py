@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from spotrun.control.states import JobState
+from spotrun.costs.ledger import MAX_PRICE_PER_HOUR
 from spotrun.server import fleet_totals
 from spotrun.state import Store
 
@@ -43,6 +44,11 @@ class StoreCollector(Collector):
         yield GaugeMetricFamily(
             "spotrun_dollars_saved", "Dollars saved against running the same instance-seconds on-demand.",
             value=total.saved,
+        )
+        yield GaugeMetricFamily(
+            "spotrun_unpriced_attempts", "Attempts left out of spotrun_dollars_spent and spotrun_dollars_saved: "
+            f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (jobs stored before prices were "
+            "capped), whose dollars would make both sums infinite.", value=total.unpriced_attempts,
         )
 
 

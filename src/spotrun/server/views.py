@@ -18,9 +18,15 @@ from sqlalchemy.orm import Session
 from spotrun.control import reclaims, records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
-from spotrun.costs.ledger import JobBill, attempt_cost, bill
+from spotrun.costs.ledger import MAX_PRICE_PER_HOUR, JobBill, attempt_cost, bill, priced
 from spotrun.spec.notify import webhook_origin
 from spotrun.state import Attempt, Event, Job
+
+
+# an attempt's stored prices that no instance has (`ledger.priced`)
+OVER_THE_CAP = (f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (a job stored before prices "
+                "were capped)")
+UNPRICED = f"attempts left out of `cost`: {OVER_THE_CAP}, whose dollars would be infinite"
 
 
 class JobRow(BaseModel):
@@ -38,6 +44,7 @@ class JobRow(BaseModel):
     checkpoint_step: int | None
     failure_reason: str | None
     total_steps: int | None = None  # of the whole run, when the SDK was told (progress: checkpoint_step / total)
+    unpriced_attempts: int = Field(default=0, description=UNPRICED)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()
@@ -89,10 +96,10 @@ class AttemptView(BaseModel):
         "for a spot instance it reclaims in its first hour); null: as billed, or not ended yet")
     price_per_hour: float
     on_demand_price_per_hour: float
-    cost: float = Field(
+    cost: float | None = Field(
         default=0.0, description="dollars, as the ledger bills the attempt at the time of the response: the seconds "
         "charged once it ended (held so far while it runs), each at the price of its time (a spot price that moved "
-        "while it ran is followed)")
+        "while it ran is followed); null: " + OVER_THE_CAP + ", left out of the job's bill")
     left_to_cloud_until: float | None = Field(
         default=None, description="the instance, interrupted, is left for the cloud to take back, which makes it "
         "free (AWS, in its first hour); spotrun terminates it at this time if the cloud has not, and it is then "
@@ -143,8 +150,11 @@ class BillView(BaseModel):
     cost: float
     on_demand_cost: float
     seconds: float
-    saved: float
-    saved_fraction: float
+    saved: float = Field(description="`on_demand_cost` less `cost`: what spot's prices spared against the same "
+                         "instance-seconds on-demand. A job that ended without a result (FAILED, CANCELLED) saved "
+                         "nothing: its whole `cost` bought no result")
+    saved_fraction: float = Field(description="`saved` over `on_demand_cost` (0 when that is 0)")
+    unpriced_attempts: int = Field(default=0, description=UNPRICED.replace("`cost`", "every amount here"))
     provisional: float = Field(
         default=0.0, description="dollars of `cost` charged for instances left for the cloud to take back: free if "
         "it does by `provisional_until`, charged to that time if not")
@@ -155,7 +165,8 @@ class BillView(BaseModel):
         return cls(**job_bill.to_json())
 
     def to_bill(self) -> JobBill:
-        return JobBill(self.spot_seconds, self.on_demand_seconds, self.cost, self.on_demand_cost)
+        return JobBill(
+            self.spot_seconds, self.on_demand_seconds, self.cost, self.on_demand_cost, self.unpriced_attempts)
 
 
 class NotifyView(BaseModel):
@@ -184,6 +195,7 @@ def job_row(job: Job, now: float) -> JobRow:
     running = [a for a in placed if a.ended_at is None]  # the oldest: a standby launched to replace it waits
     current = running[0] if running and not is_terminal(job.state) else None
     newest = newest_checkpoint(placed) or (None, None)
+    job_bill = bill(placed, now)
     return JobRow(
         id=job.id,
         name=job.name,
@@ -193,10 +205,11 @@ def job_row(job: Job, now: float) -> JobRow:
         market=current.market if current else None,
         zone=current.zone if current else None,
         elapsed=(job.finished_at or now) - job.created_at,
-        cost=bill(placed, now).cost,
+        cost=job_bill.cost,
         checkpoint_step=newest[0],
         failure_reason=job.failure_reason,
         total_steps=newest[1],
+        unpriced_attempts=job_bill.unpriced_attempts,
     )
 
 
@@ -215,7 +228,7 @@ def _attempt_view(
     attempt: Attempt, by_id: dict[int, Attempt], held: bool, left_until: float | None, now: float
 ) -> AttemptView:
     view = AttemptView.model_validate(attempt).model_copy(
-        update={"cost": attempt_cost(attempt, now), "left_to_cloud_until": left_until})
+        update={"cost": attempt_cost(attempt, now) if priced(attempt) else None, "left_to_cloud_until": left_until})
     predecessor = by_id.get(attempt.standby_for) if attempt.standby_for is not None else None
     if predecessor is None:
         return view
@@ -277,7 +290,8 @@ def job_bill_view(job: Job, now: float, pending: Mapping[int, float | None]) -> 
         return view
     until = [pending[attempt.id] for attempt in left if pending[attempt.id] is not None]
     return view.model_copy(update={
-        "provisional": sum(attempt_cost(attempt, now) for attempt in left), "provisional_until": max(until, default=None),
+        "provisional": sum(attempt_cost(attempt, now) for attempt in left if priced(attempt)),
+        "provisional_until": max(until, default=None),
     })
 
 

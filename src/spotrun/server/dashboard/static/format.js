@@ -32,6 +32,15 @@ export function integer(value) {
 }
 
 export const TERMINAL_STATES = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+// Ended without the result they ran for (`control.states.ended_without_result`): what they spent saved nothing.
+export const ENDED_WITHOUT_RESULT = new Set(["FAILED", "CANCELLED"]);
+
+// What the API leaves out of a job's dollars (`unpriced_attempts`): attempts stored at a price no instance has.
+export function unpricedNote(count) {
+  if (!count) return "";
+  return `${count === 1 ? "1 attempt" : `${integer(count)} attempts`} left out: stored at over 1,000,000 $/h, ` +
+    "a price no instance has";
+}
 
 // A small element builder: el("td", {className: "state"}, "RUNNING"). Text always goes in as text, never as HTML.
 export function el(tag, props = {}, ...children) {

@@ -1,5 +1,7 @@
 import { NotFound, apiJson, poll, setUpPage } from "./api.js";
-import { TERMINAL_STATES, clockTime, dollars, duration, el, integer, percent, stateBadge } from "./format.js";
+import {
+  ENDED_WITHOUT_RESULT, TERMINAL_STATES, clockTime, dollars, duration, el, integer, percent, stateBadge, unpricedNote,
+} from "./format.js";
 import { EventList } from "./event-list.js";
 import { JobActions } from "./job-actions.js";
 import { LogView } from "./log-view.js";
@@ -35,11 +37,23 @@ function renderHeader(detail) {
   setAmount("checkpoint-step", integer(job.checkpoint_step) + ofTotal, job.checkpoint_step ?? "");
 }
 
-function renderBill(bill) {
+function showBoth(ids, shown) {
+  for (const id of ids) document.getElementById(id).hidden = !shown;
+}
+
+// A job that failed or was cancelled saved nothing, whatever spot's discount: what it spent bought no result, and
+// the on-demand amount is only what the same hours would have cost (as `spotrun cost` says it).
+function renderBill(bill, state) {
+  const noResult = ENDED_WITHOUT_RESULT.has(state);
   setAmount("cost", dollars(bill.cost), bill.cost);
+  setText("on-demand-term", noResult ? "on-demand, same hours" : "on-demand only");
   setAmount("on-demand-cost", dollars(bill.on_demand_cost), bill.on_demand_cost);
+  showBoth(["saved-term", "saved-line"], !noResult);
+  showBoth(["no-result-term", "no-result-line"], noResult);
+  setText("no-result-state", state);
   setAmount("saved", dollars(bill.saved), bill.saved);
   setAmount("saved-percent", percent(bill.saved_fraction), bill.saved_fraction);
+  setText("unpriced", unpricedNote(bill.unpriced_attempts));
   setText("spot-seconds", duration(bill.spot_seconds));
   setText("on-demand-seconds", duration(bill.on_demand_seconds));
   const until = bill.provisional_until === null ? "" : ` by ${clockTime(bill.provisional_until)}`;
@@ -102,8 +116,12 @@ function refusedRow({ tries }) {
 
 // The API prices each attempt as the ledger bills it (`cost`). Once ended, the cloud's rule may have charged
 // other seconds than those held (its minimum; EC2 charges nothing for spot it reclaims in the first hour): say so.
-// An instance left for the cloud to take back has a provisional cost: free if the cloud does, in time.
+// An instance left for the cloud to take back has a provisional cost: free if the cloud does, in time. An attempt
+// stored at a price no instance has is not priced (`cost` null).
 function costCell(a) {
+  if (a.cost === null) {  // stored at a price no instance has: left out of the bill
+    return el("td", { className: "num cost unpriced", dataset: { value: "" } }, "unpriced: over 1,000,000 $/h");
+  }
   const charged = a.ended_at !== null && a.charged_seconds !== null ? a.charged_seconds : null;
   const differs = charged !== null && Math.round(charged) !== Math.round(a.billed_seconds);
   let text = differs ? `${dollars(a.cost)} (${integer(Math.round(charged))} s charged)` : dollars(a.cost);
@@ -166,7 +184,7 @@ async function refresh() {
     : Date.now() / 1000;
   renderHeader(detail);
   actions.setEnded(ended);
-  renderBill(detail.bill);
+  renderBill(detail.bill, detail.job.state);
   renderTimeline(document.getElementById("timeline"), document.getElementById("timeline-axis"), attempts, end);
   document.querySelector("#attempts tbody").replaceChildren(...foldRefusedTries(attempts).map(attemptRow));
   await logView.update(attempts, ended);

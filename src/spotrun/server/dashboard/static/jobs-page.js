@@ -1,5 +1,12 @@
 import { DASHBOARD, apiJson, poll, setUpPage } from "./api.js";
-import { clockTime, dollars, duration, el, integer, stateBadge } from "./format.js";
+import { clockTime, dollars, duration, el, integer, stateBadge, unpricedNote } from "./format.js";
+
+// The job's cost so far, and how many attempts it leaves out (`unpriced_attempts`), as `spotrun status` shows them.
+function costCell(job) {
+  const unpriced = job.unpriced_attempts ? ` + ${integer(job.unpriced_attempts)} unpriced` : "";
+  const text = dollars(job.cost) + unpriced;
+  return el("td", { className: "cost num", title: unpricedNote(job.unpriced_attempts) }, text);
+}
 
 function jobRow(job) {
   const link = el("a", { href: `${DASHBOARD}jobs/${job.id}` }, job.name);
@@ -13,7 +20,7 @@ function jobRow(job) {
     el("td", { className: "attempts num" }, job.attempts),
     el("td", { className: "preemptions num" }, job.preemptions),
     el("td", { className: "checkpoint num" }, integer(job.checkpoint_step)),
-    el("td", { className: "cost num" }, dollars(job.cost)),
+    costCell(job),
     el("td", { className: "elapsed num" }, duration(job.elapsed)),
   );
 }
