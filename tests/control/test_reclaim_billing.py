@@ -262,9 +262,9 @@ def test_a_charge_the_cloud_may_still_waive_is_marked_provisional_until_settled(
 
     from rich.console import Console
 
+    from spotrun.cli.formats import clock_time
     from spotrun.cli.views import attempts_table, provisional_note
-    from spotrun.server.schemas import JobCost
-    from spotrun.server.views import clock_time, job_detail
+    from spotrun.server.views import job_cost, job_detail
 
     world = aws_world
     job_id, first = interrupted_after(world, 1200)
@@ -274,7 +274,7 @@ def test_a_charge_the_cloud_may_still_waive_is_marked_provisional_until_settled(
         now = world.clock.now()
         with world.store.session() as session:
             job = session.get(Job, job_id)
-            return job_detail(session, job, now), JobCost.of(session, job, now)
+            return job_detail(session, job, now), job_cost(session, job, now)
 
     detail, cost = read()
     [left, *_] = detail.attempts

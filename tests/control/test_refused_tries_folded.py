@@ -7,10 +7,11 @@ from io import StringIO
 
 from rich.console import Console
 
+from spotrun.api_models import AttemptView, EventView
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.cli.views import attempts_table, follow_events
 from spotrun.control import jobs as jobs_api
-from spotrun.server.views import AttemptView, EventView, attempt_views, event_views, job_row
+from spotrun.server.views import attempt_views, event_views, job_row
 
 # tests/control is on sys.path via conftest
 from world import SPEC  # noqa: E402

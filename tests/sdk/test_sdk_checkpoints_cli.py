@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import spotrun
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.main import app
-from spotrun.cli.views import byte_size
+from spotrun.cli.formats import byte_size
 from spotrun.control import jobs as jobs_api
 from spotrun.sdk import layout
 from spotrun.spec import parse_spec

@@ -19,7 +19,7 @@ import torch
 from typer.testing import CliRunner
 
 import spotrun
-from spotrun.cli import checkpoints
+from spotrun.cli import checkpoint_folders
 from spotrun.cli.main import app
 from spotrun.sdk import foreign, layout, storage
 from spotrun.sdk.hf_trainer import TrainerCheckpoints
@@ -140,23 +140,23 @@ def test_list_verify_does_not_call_a_checkpoint_pruned_while_it_is_verified_dama
     after_manifest_read(monkeypatch, "ckpt-000000000001", lambda: save(tmp_path, 2, keep_last=1))
     listed = CliRunner().invoke(app, ["checkpoints", "list", str(tmp_path), "--verify", "--json"])
     assert listed.exit_code == 0, listed.output
-    assert [row["state"] for row in json.loads(listed.stdout)] == [checkpoints.PRUNED]
+    assert [row["state"] for row in json.loads(listed.stdout)] == [checkpoint_folders.PRUNED]
 
 
 def test_list_does_not_call_a_checkpoint_pruned_after_the_listing_a_save_cut_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     save(tmp_path, 1, keep_last=None)
-    listed = checkpoints._folders
+    listed = checkpoint_folders.folders
 
     def listing_then_pruned(fs: Any, root: str) -> list[tuple[int, str]]:
         found = listed(fs, root)
         save(tmp_path, 2, keep_last=1)
         return found
 
-    monkeypatch.setattr(checkpoints, "_folders", listing_then_pruned)
+    monkeypatch.setattr(checkpoint_folders, "folders", listing_then_pruned)
     rows = json.loads(CliRunner().invoke(app, ["checkpoints", "list", str(tmp_path), "--json"]).stdout)
-    assert [row["state"] for row in rows] == [checkpoints.PRUNED]
+    assert [row["state"] for row in rows] == [checkpoint_folders.PRUNED]
 
 
 FRAMEWORK_CALLBACKS = {  # the callback, and what its resume_from gives for a checkpoint's folder

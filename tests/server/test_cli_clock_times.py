@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 
 from rich.console import Console
 
+from spotrun.api_models import AttemptView
+from spotrun.cli.formats import clock_time
 from spotrun.cli.refusals import RefusedTries
 from spotrun.cli.views import attempts_table
-from spotrun.server.views import AttemptView, clock_time
 
 NOW = datetime(2026, 11, 29, 9, 30, 0).timestamp()  # local time, as the CLI writes it
 

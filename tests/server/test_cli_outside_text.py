@@ -11,11 +11,11 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
+from spotrun.api_models import AttemptView, EventView, JobRow
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.main import app
 from spotrun.cli.views import attempts_table, follow_events, progress_line, status_table
 from spotrun.control import jobs as jobs_api
-from spotrun.server.views import AttemptView, EventView, JobRow
 from spotrun.spec import parse_spec
 from spotrun.state import Job
 

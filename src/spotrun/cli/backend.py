@@ -1,7 +1,7 @@
 """What the CLI's commands need from spotrun, behind one interface with two implementations: embedded (the store
 on this machine, a controller started on demand) and remote (a team server over HTTP, when SPOTRUN_SERVER is set).
 
-Both answer with the same read models (`spotrun.server.views`, `spotrun.server.schemas`) and raise the same errors:
+Both answer with the same read models (`spotrun.api_models`) and raise the same errors:
 `JobNotFound`, `LookupError` (nothing to preempt), `SpecError` (invalid job file), `BackendError` (anything else
 the user must fix, e.g. an unreachable server).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
-from spotrun.server.views import EventView, JobDetail, JobRow
+if TYPE_CHECKING:
+    from spotrun.api_models import EventView, JobCost, JobDetail, JobRow, Launched, PreemptAccepted
 
 SERVER_ENV = "SPOTRUN_SERVER"
 TOKEN_ENV = "SPOTRUN_TOKEN"

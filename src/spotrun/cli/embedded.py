@@ -6,11 +6,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from spotrun.api_models import EventView, JobCost, JobDetail, JobRow, Launched, PreemptAccepted
 from spotrun.cli.backend import BackendError
 from spotrun.control import jobs as jobs_api
 from spotrun.server.logstream import job_log_stream
-from spotrun.server.schemas import JobCost, Launched, PreemptAccepted
-from spotrun.server.views import EventView, JobDetail, JobRow, event_views, job_detail, job_row
+from spotrun.server.views import event_views, job_cost, job_detail, job_row
 from spotrun.spec import SpecError, load_job_file, located
 from spotrun.state import Store
 
@@ -80,4 +80,4 @@ class EmbeddedBackend:
 
     def cost(self, job_id: int) -> JobCost:
         with self.store.session() as session:
-            return JobCost.of(session, jobs_api.get_job(session, job_id), time.time())
+            return job_cost(session, jobs_api.get_job(session, job_id), time.time())

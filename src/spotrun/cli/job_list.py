@@ -4,10 +4,13 @@ A store keeps every job it ran, and a list of thousands of ended jobs hides the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from spotrun.cli.backend import Backend
 from spotrun.control.states import is_terminal
-from spotrun.server.views import JobRow
+
+if TYPE_CHECKING:
+    from spotrun.api_models import JobRow
+    from spotrun.cli.backend import Backend
 
 RECENT_ENDED = 20
 

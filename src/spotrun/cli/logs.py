@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from spotrun.cli.backend import Backend
+if TYPE_CHECKING:
+    from spotrun.cli.backend import Backend
 
 
 def print_logs(backend: Backend, job_id: int, out: TextIO, *, follow: bool) -> None:

@@ -1,4 +1,9 @@
-"""The `spotrun` command."""
+"""The `spotrun` command.
+
+Every command imports this module and the modules of every command's options: those stay light (no SQLAlchemy, no
+server, no simulator, no fsspec), and each command imports what it works with, so that `spotrun --help`, shell
+completion, `simulate` and the commands sent to a team server start without loading the store.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
-from sqlalchemy.exc import OperationalError
 from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
@@ -28,33 +31,53 @@ from spotrun.cli.job_files import job_file_path
 from spotrun.cli.job_ids import JobId, JobIdCommand, OptionalJobId
 from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.retention import log_age, prune_logs_command
-from spotrun.cli.simulate import simulate
+from spotrun.cli.simulate_command import simulate
 from spotrun.cli.views import (
     attempts_summary, attempts_table, follow_events, print_whole, provisional_note, status_table,
 )
-from spotrun.control import jobs as jobs_api
+from spotrun.control import job_errors
 from spotrun.control.states import ended_without_result
 from spotrun.costs.ledger import format_bill
-from spotrun.spec import SpecError
-from spotrun.spec.models import MAX_NODES
-from spotrun.state import StoreUnavailable
+from spotrun.limits import MAX_NODES
 
 console = Console()
+
+
+# How a command ends itself, or Typer ends it (a usage error): passed on as they are, without a look at the store.
+_ENDINGS = (typer.Exit, typer.Abort, typer.TyperException)
 
 
 class _Commands(TyperGroup):
     """Reports a BackendError (e.g. an unreachable server) or a store that cannot be opened or did not answer as one
     error line, whichever command raised it."""
 
-    def invoke(self, ctx: click.Context) -> object:
+    def invoke(self, ctx: typer.Context) -> object:
         try:
             return super().invoke(ctx)
         except InvalidSetting as problem:  # a SPOTRUN_* variable: the environment's argument, as `controller` says
             raise bad_argument(str(problem)) from None
-        except (BackendError, StoreUnavailable) as problem:
+        except BackendError as problem:
             raise _fail(str(problem)) from None
-        except OperationalError as problem:  # e.g. SQLite's "database is locked" past its busy timeout
-            raise _fail(f"the store did not answer: {str(problem.orig).strip() or type(problem.orig).__name__}") from None
+        except _ENDINGS:
+            raise
+        except Exception as problem:
+            if (failure := _store_failure(problem)) is None:
+                raise
+            raise failure from None
+
+
+def _store_failure(problem: Exception) -> typer.Exit | None:
+    """The error line for a store that cannot be opened or did not answer; None for a problem that is not the store's.
+    Its errors are imported here, not with the CLI: only a command that has loaded the store can raise them."""
+    from sqlalchemy.exc import OperationalError
+
+    from spotrun.state import StoreUnavailable
+
+    if isinstance(problem, StoreUnavailable):
+        return _fail(str(problem))
+    if isinstance(problem, OperationalError):  # e.g. SQLite's "database is locked" past its busy timeout
+        return _fail(f"the store did not answer: {str(problem.orig).strip() or type(problem.orig).__name__}")
+    return None
 
 
 app = typer.Typer(
@@ -77,6 +100,8 @@ def launch(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="show the job's life until it ends")] = False,
 ) -> None:
     """Submit a job; starts the controller when none is running."""
+    from spotrun.spec import SpecError  # the job file's models: loaded by the backend's launch anyway
+
     backend = current_backend()
     try:
         launched = backend.launch(job_file)
@@ -114,7 +139,7 @@ def status(
     try:
         detail = backend.detail(job_id) if job_id is not None else None
         listed = JobList([detail.job], False) if detail is not None else listed_jobs(backend, every)
-    except jobs_api.JobNotFound as missing:
+    except job_errors.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if as_json:
         typer.echo(json.dumps([row.to_json() for row in listed.rows], indent=2))
@@ -141,7 +166,7 @@ def logs(job_id: JobId, follow: Annotated[bool, typer.Option("--follow", "-f")] 
     """One stream across all the job's attempts, each attempt's start marked."""
     try:
         logs_view.print_logs(current_backend(), job_id, sys.stdout, follow=follow)
-    except jobs_api.JobNotFound as missing:
+    except job_errors.JobNotFound as missing:
         raise _fail(str(missing)) from None
 
 
@@ -154,12 +179,12 @@ def preempt(
 ) -> None:
     """Chaos: have the cloud reclaim the instance the job runs on, with the notice window."""
     try:
-        jobs_api.check_notice(notice, "--notice")
-    except jobs_api.PreemptRefused as problem:
+        job_errors.check_notice(notice, "--notice")
+    except job_errors.PreemptRefused as problem:
         raise bad_argument(str(problem)) from None
     try:
         target = current_backend().preempt(job_id, notice, node)
-    except (jobs_api.JobNotFound, LookupError) as problem:
+    except (job_errors.JobNotFound, LookupError) as problem:
         raise _fail(str(problem)) from None
     console.print(f"preempting {escape(target.instance_id)} (attempt {target.attempt_number} of job {job_id})")
 
@@ -169,7 +194,7 @@ def cancel(job_id: JobId) -> None:
     """Stop a job and give back its instance."""
     try:
         requested = current_backend().cancel(job_id)
-    except jobs_api.JobNotFound as missing:
+    except job_errors.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if not requested:
         raise _fail(f"job {job_id} has already ended")
@@ -182,7 +207,7 @@ def cost(job_id: JobId, as_json: AsJson = False) -> None:
     cancelled: its dollars bought no result)."""
     try:
         job_cost = current_backend().cost(job_id)
-    except jobs_api.JobNotFound as missing:
+    except job_errors.JobNotFound as missing:
         raise _fail(str(missing)) from None
     if as_json:
         typer.echo(json.dumps({"job_id": job_id, "state": job_cost.state, **job_cost.bill.model_dump()}, indent=2))

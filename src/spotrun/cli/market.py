@@ -1,22 +1,24 @@
-"""`spotrun market`: how the local cloud hands out and takes back spot capacity."""
+"""`spotrun market`: how the local cloud hands out and takes back spot capacity.
+
+The commands import the local cloud themselves (numpy, psutil, its markets' models): this module is loaded at every
+start of `spotrun`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from spotrun import config
 from spotrun.cli.failing import bad_argument
-from spotrun.providers.local import (
-    ManualMarket, Market, MarketError, RandomMarket, load_market, set_market, trace_market,
-)
+
+if TYPE_CHECKING:
+    from spotrun.providers.local import Market
 
 app = typer.Typer(help="The local cloud's spot market (manual, random or a replayed real trace).", no_args_is_help=True)
 console = Console()
@@ -33,12 +35,16 @@ def _root() -> Path:
 @app.command()
 def show() -> None:
     """The market the local cloud replays now."""
+    from spotrun.providers.local import load_market
+
     typer.echo(json.dumps(load_market(_root()).model_dump(mode="json"), indent=2))
 
 
 @app.command()
 def manual(notice: Notice = 5.0) -> None:
     """Spot always available; preemptions only through `spotrun preempt`."""
+    from spotrun.providers.local import ManualMarket
+
     _set(lambda: ManualMarket(notice_seconds=notice))
     console.print("local market: manual")
 
@@ -50,6 +56,8 @@ def random(
     notice: Notice = 5.0,
 ) -> None:
     """Spot always available; each spot instance is reclaimed after an exponential lifetime."""
+    from spotrun.providers.local import RandomMarket
+
     _set(lambda: RandomMarket(mean_lifetime_seconds=mean_lifetime, seed=seed, notice_seconds=notice))
     console.print(f"local market: random, mean spot lifetime {mean_lifetime:.0f} s")
 
@@ -65,6 +73,8 @@ def trace(
     ] = False,
 ) -> None:
     """Replay real spot availability traces, one per zone, with time scaled."""
+    from spotrun.providers.local import trace_market
+
     traces = dict(_zone_pair(z) for z in zone) if zone else None
     market = _set(lambda: trace_market(traces, speed=speed, offset=offset, notice_seconds=notice,
                                        clock_starts_at_first_launch=at_first_launch))
@@ -76,6 +86,10 @@ def trace(
 def _set(build: Callable[[], Market]) -> Market:
     """Build the market and make it the local cloud's; a bad option is an error naming it, and the market in place
     is kept."""
+    from pydantic import ValidationError
+
+    from spotrun.providers.local import MarketError, set_market
+
     try:
         market = build()
     except ValidationError as invalid:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from spotrun.server.views import AttemptView, EventView, clock_time
+from spotrun.cli.formats import clock_time
+
+if TYPE_CHECKING:
+    from spotrun.api_models import AttemptView, EventView
 
 __all__ = ["RefusalStreak", "RefusedTries", "fold_refused_tries"]
 

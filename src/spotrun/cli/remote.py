@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 
+from spotrun.api_models import (
+    MAX_SOURCE_CHARS, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, JobRow, Launched, PreemptAccepted,
+)
 from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
-from spotrun.control.jobs import JobNotFound
-from spotrun.server.schemas import MAX_SOURCE_CHARS, CancelAccepted, InvalidSpec, JobCost, Launched, PreemptAccepted
-from spotrun.server.views import EventView, JobDetail, JobRow
-from spotrun.spec import Problem, SpecError, load_job_file
+from spotrun.control.job_errors import JobNotFound
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -29,6 +29,8 @@ class RemoteBackend:
         self._client.headers["Authorization"] = f"Bearer {token}"
 
     def launch(self, job_file: Path) -> Launched:
+        from spotrun.spec import Problem, SpecError, load_job_file  # the job file's models: only a launch reads one
+
         _, text = load_job_file(job_file)  # the file's errors as embedded mode says them, before anything is sent
         source = str(job_file) if len(str(job_file)) <= MAX_SOURCE_CHARS else job_file.name  # what the server takes
         body = {"spec": text, "source": source,

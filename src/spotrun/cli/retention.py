@@ -1,7 +1,8 @@
 """`spotrun prune-logs`: remove the logs of jobs that ended long ago (`spotrun.control.log_retention`).
 
 Like `spotrun user` and `spotrun token`, it acts on the store directly ($SPOTRUN_DATABASE_URL), never over HTTP:
-whoever can reach the database is the server's administrator.
+whoever can reach the database is the server's administrator. The command imports the store itself: this module is
+loaded at every start of `spotrun`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from spotrun.cli.views import byte_size
 from spotrun.cli.failing import bad_argument
-from spotrun.control.log_retention import prune_logs, stored_log_bytes
-from spotrun.spec.durations import parse_duration
-from spotrun.state import Store
+from spotrun.cli.formats import byte_size
 
 console = Console()
 # The shortest age a job's logs are kept for (`--older-than`, `server --keep-logs`). A bare number is seconds: "30"
@@ -27,6 +25,8 @@ MIN_LOG_AGE_SECONDS = 3600.0
 
 def log_age(option: str, written: str) -> float:
     """Seconds of the age `written` for `option`, at least an hour; else a bad argument naming the option."""
+    from spotrun.spec.durations import parse_duration  # the spec package's models come with it
+
     try:
         seconds = parse_duration(written)
     except ValueError as problem:
@@ -43,6 +43,9 @@ def prune_logs_command(
 ) -> None:
     """Remove the logs of jobs that ended long ago; their jobs, attempts, events and bills stay. Acts on the store
     ($SPOTRUN_DATABASE_URL)."""
+    from spotrun.control.log_retention import prune_logs, stored_log_bytes
+    from spotrun.state import Store
+
     age = log_age("--older-than", older_than)
     now = time.time()
     store = Store()

@@ -1,8 +1,7 @@
-"""How the CLI shows jobs: the `status` tables and the follow display (the rows themselves: spotrun.server.views)."""
+"""How the CLI shows jobs: the `status` tables and the follow display (the rows themselves: `spotrun.api_models`)."""
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING
 
@@ -13,18 +12,16 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from spotrun.cli.formats import clock_time, format_duration
 from spotrun.cli.refusals import RefusalStreak, RefusedTries, fold_refused_tries
 from spotrun.costs import ledger
 from spotrun.control.states import is_terminal
-from spotrun.server.views import AttemptView, BillView, EventView, JobRow, clock_time, job_row
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the rows come from the backend: the models are not needed to show them
+    from spotrun.api_models import AttemptView, BillView, EventView, JobRow
     from spotrun.cli.backend import Backend
 
-__all__ = ["JobRow", "attempts_table", "follow_events", "job_row", "print_whole", "progress_line", "status_table"]
-
-
-MAX_FILE_BYTES = 2**63 - 1  # the largest file a filesystem holds (its sizes are signed 64-bit)
+__all__ = ["attempts_table", "follow_events", "print_whole", "progress_line", "status_table"]
 
 _STATE_STYLE = {
     "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow", "PREEMPTED": "magenta",
@@ -182,22 +179,3 @@ def _event_text(kind: str, message: str) -> str:
     }
     style = styles.get(kind)
     return f"[{style}]{message}[/]" if style else message
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def byte_size(count: int) -> str:
-    """A size as the CLI writes it: 512 B, 2.0 KiB, 1.5 GiB; one past any file's (a damaged manifest's, which a float
-    may not hold) as its power of ten: about 10^400 B."""
-    if count > MAX_FILE_BYTES:
-        return f"about 10^{math.floor(math.log10(count))} B"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)

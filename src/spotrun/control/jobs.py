@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
 
 from spotrun import config
+from spotrun.control.job_errors import JobNotFound, PreemptRefused, check_notice
 from spotrun.control.placement import job_prices, market_gpus, price_for
 from spotrun.control.states import LIVE, TERMINAL, JobState, is_terminal, state_names
 from spotrun.costs.catalog import UnknownPrice
@@ -29,11 +29,6 @@ from spotrun.user_paths import UnknownUser, expand_user
 
 # the zones a job on the local cloud may name (`submit`'s `local_zones`)
 LOCAL_ZONES = local_market.ZONES
-
-
-class JobNotFound(LookupError):
-    def __init__(self, job_id: int) -> None:
-        super().__init__(f"no job with id {job_id}")
 
 
 def submit(
@@ -229,14 +224,6 @@ class PreemptTarget:
     attempt_number: int
 
 
-class PreemptRefused(LookupError):
-    """A preemption that cannot be done: nothing running to preempt, an on-demand instance, a notice out of range,
-    or a cloud that cannot take an instance back on request."""
-
-
-MAX_NOTICE_SECONDS = 3600.0
-
-
 def preempt(
     store: Store, job_id: int, now: float, notice_seconds: float | None = None, node: int | None = None
 ) -> PreemptTarget:
@@ -274,17 +261,6 @@ def preempt(
                       message=f"preemption of {target.instance_id} not done: {why}")
         raise PreemptRefused(why) from refused
     return target
-
-
-def check_notice(notice_seconds: float | None, name: str = "the notice") -> None:
-    """PreemptRefused for a notice that is not a number of seconds from 0 to MAX_NOTICE_SECONDS; the message calls
-    it `name` (the CLI: its option)."""
-    if notice_seconds is None:
-        return
-    if not (math.isfinite(notice_seconds) and 0 <= notice_seconds <= MAX_NOTICE_SECONDS):
-        raise PreemptRefused(
-            f"{name} must be between 0 and {MAX_NOTICE_SECONDS:g} seconds, got {notice_seconds}"
-        )
 
 
 def _open_attempt_of_node(session: Session, job_id: int, node: int) -> Attempt | None:

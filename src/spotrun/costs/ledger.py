@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
-from spotrun.spec.fields import MAX_PRICE_PER_HOUR
+from spotrun.limits import MAX_PRICE_PER_HOUR
 
 # A job stored before prices were capped may hold one no instance has (1e308 $/h): its attempts' bills overflow to inf,
 # and their savings to NaN, which no report can show and no JSON can carry. Such an attempt is left out of every bill

@@ -11,6 +11,9 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from spotrun.api_models import (
+    CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, Launched, PreemptAccepted, SpecProblem,
+)
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import log_size, read_log
 from spotrun.providers import ProviderError
@@ -21,13 +24,13 @@ from spotrun.server.auth import (
 from spotrun.server.local_cloud import LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
-    CancelAccepted, InvalidRequest, InvalidSpec, IssuedTokenView, JobCost, LaunchRequest, Launched, Me, Message, NewUser,
-    OwnedJobRow, PreemptAccepted, PreemptRequest, SpecProblem, TokenRevoked, UserCreated, UserView,
+    InvalidRequest, IssuedTokenView, LaunchRequest, Me, Message, NewUser, OwnedJobRow, PreemptRequest, TokenRevoked,
+    UserCreated, UserView,
 )
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.server.users import Principal
-from spotrun.server.views import EventView, JobDetail, event_views, job_detail, job_row
+from spotrun.server.views import event_views, job_cost, job_detail, job_row
 from spotrun.spec import Problem, SpecError, located, parse_spec
 from spotrun.state import Store
 from spotrun.state.models import MAX_ID
@@ -187,7 +190,7 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
     def cost(job_id: JobId, user: User) -> JobCost:
         """What the job cost, what it would have cost on-demand, and the saving."""
         with store.session() as session:
-            return JobCost.of(session, visible_job(session, job_id, user), time.time())
+            return job_cost(session, visible_job(session, job_id, user), time.time())
 
     return router
 

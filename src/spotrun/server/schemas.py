@@ -1,20 +1,15 @@
-"""The bodies the team server's API takes and answers (besides the job read models in `spotrun.server.views`);
-the CLI's remote mode reads its answers into these same classes."""
+"""The bodies the team server's API takes and answers besides those the CLI reads too (`spotrun.api_models`): the
+requests, the users and tokens, and the errors."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
-from sqlalchemy.orm import Session
 
-from spotrun.control.jobs import MAX_NOTICE_SECONDS
+from spotrun.api_models import MAX_SOURCE_CHARS, JobRow
+from spotrun.control.job_errors import MAX_NOTICE_SECONDS
 from spotrun.spec.expansion import MAX_SPEC_CHARS
 from spotrun.spec.models import MAX_NODES
 from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
-from spotrun.server.views import BillView, JobRow, job_bill_view, pending_reclaims
-from spotrun.state import Job
-
-
-MAX_SOURCE_CHARS = 1000
 
 
 # A field a request body does not know is refused (422 naming it), not ignored: a misspelt `base_dir`, `is_admin` or
@@ -34,24 +29,6 @@ class LaunchRequest(BaseModel):
         default=None, max_length=4096,
         description="absolute folder a relative `workdir` is taken from (local cloud only; the server's own disk)",
     )
-
-
-class Launched(BaseModel):
-    id: int
-    name: str
-    owner: str
-
-
-class SpecProblem(BaseModel):
-    field: str
-    message: str
-    line: int | None
-
-
-class InvalidSpec(BaseModel):
-    detail: str
-    source: str
-    problems: list[SpecProblem]
 
 
 class RequestProblem(BaseModel):
@@ -75,35 +52,12 @@ class OwnedJobRow(JobRow):
     owner: str
 
 
-class CancelAccepted(BaseModel):
-    job_id: int
-    cancel_requested: bool
-
-
 class PreemptRequest(BaseModel):
     model_config = REQUEST_BODY
     notice_seconds: float | None = Field(
         default=None, ge=0, le=MAX_NOTICE_SECONDS, allow_inf_nan=False, description="seconds of notice (default: the market's)"
     )
     node: int | None = Field(default=None, ge=0, lt=MAX_NODES, description="which node of a multi-node job (default 0)")
-
-
-class PreemptAccepted(BaseModel):
-    job_id: int
-    instance_id: str
-    attempt_number: int
-
-
-class JobCost(BaseModel):
-    job_id: int
-    name: str
-    state: str
-    bill: BillView
-
-    @classmethod
-    def of(cls, session: Session, job: Job, now: float) -> JobCost:
-        return cls(job_id=job.id, name=job.name, state=job.state,
-                   bill=job_bill_view(job, now, pending_reclaims(session, job)))
 
 
 class Me(BaseModel):

@@ -1,191 +1,31 @@
-"""Read models of jobs, shared by the HTTP API (its response bodies) and the CLI (what it prints).
+"""Read models of jobs (`spotrun.api_models`) built from the store's rows: the HTTP API's response bodies, and what
+the CLI prints in embedded mode.
 
-They are built from the store's rows here, once, so `spotrun status --json` prints the same thing whether it read
-the store itself or asked a team server.
+They are built here, once, so `spotrun status --json` prints the same thing whether it read the store itself or asked
+a team server.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
 from sqlalchemy import and_, not_, select
 from sqlalchemy.orm import Session
 
+from spotrun.api_models import UNPLACED_ENDS, AttemptView, BillView, EventView, JobCost, JobDetail, JobRow, NotifyView
 from spotrun.control import reclaims, records
 from spotrun.control.progress import newest_checkpoint
 from spotrun.control.states import is_terminal
-from spotrun.costs.ledger import MAX_PRICE_PER_HOUR, JobBill, attempt_cost, bill, priced
+from spotrun.costs.ledger import attempt_cost, bill, priced
 from spotrun.spec.notify import webhook_origin
 from spotrun.state import Attempt, Event, Job
 
-
-# an attempt's stored prices that no instance has (`ledger.priced`)
-OVER_THE_CAP = (f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (a job stored before prices "
-                "were capped)")
-UNPRICED = f"attempts left out of `cost`: {OVER_THE_CAP}, whose dollars would be infinite"
-
-
-class JobRow(BaseModel):
-    """One line of `spotrun status`."""
-
-    id: int
-    name: str
-    state: str
-    attempts: int
-    preemptions: int
-    market: str | None
-    zone: str | None
-    elapsed: float
-    cost: float
-    checkpoint_step: int | None
-    failure_reason: str | None
-    total_steps: int | None = None  # of the whole run, when the SDK was told (progress: checkpoint_step / total)
-    unpriced_attempts: int = Field(default=0, description=UNPRICED)
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump()
-
-
-# how an attempt that never got an instance ends: refused, launching failed, or a gang's node given back
-UNPLACED_ENDS = frozenset({"no_capacity", "price_too_low", "quota_exceeded", "launch_invalid", "launch_error", "released"})
-
-
-def ended_without_instance(placed: bool, end_reason: str | None, billed_seconds: float | None) -> bool:
-    """A try that ended without an instance (refused, launching failed, or a gang's node given back) and cost
-    nothing: what `no_instance` says of an attempt and of its end's event."""
-    return not placed and end_reason in UNPLACED_ENDS and not billed_seconds
-
-
-# `ended_without_instance` of an ended attempt, as SQL
+# `api_models.ended_without_instance` of an ended attempt, as SQL
 _TRY_WITHOUT_INSTANCE = and_(
     Attempt.started_at.is_(None), Attempt.ended_at.is_not(None), Attempt.end_reason.in_(sorted(UNPLACED_ENDS)),
     Attempt.billed_seconds == 0,
 )
-
-
-class AttemptView(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    number: int
-    state: str
-    provider: str
-    market: str
-    zone: str
-    instance_type: str
-    instance_id: str | None
-    created_at: float
-    started_at: float | None
-    agent_started_at: float | None
-    notice_at: float | None
-    reclaim_at: float | None = Field(
-        default=None, description="when the cloud's preemption notice said it would take the instance; null: the "
-        "notice named no time, or there was none")
-    warned_at: float | None = Field(default=None, description="when the agent reported the first early warning")
-    warning: str | None = Field(
-        default=None, description='that warning, "<source>/<kind>": e.g. "aws-imds/rebalance" (EC2 recommends '
-        "moving off this spot instance: it is at higher risk of interruption)")
-    ended_at: float | None
-    end_reason: str | None
-    billed_seconds: float
-    charged_seconds: float | None = Field(
-        default=None, description="what the cloud charges for the seconds held (its minimum; AWS charges nothing "
-        "for a spot instance it reclaims in its first hour); null: as billed, or not ended yet")
-    price_per_hour: float
-    on_demand_price_per_hour: float
-    cost: float | None = Field(
-        default=0.0, description="dollars, as the ledger bills the attempt at the time of the response: the seconds "
-        "charged once it ended (held so far while it runs), each at the price of its time (a spot price that moved "
-        "while it ran is followed); null: " + OVER_THE_CAP + ", left out of the job's bill")
-    left_to_cloud_until: float | None = Field(
-        default=None, description="the instance, interrupted, is left for the cloud to take back, which makes it "
-        "free (AWS, in its first hour); spotrun terminates it at this time if the cloud has not, and it is then "
-        "charged to this time. Until one or the other, `cost` is provisional. null: nothing pending")
-    checkpoint_step: int | None
-    log_bytes: int
-    log_pruned_at: float | None = Field(
-        default=None, description="when `spotrun prune-logs` removed the attempt's log (its size stays in "
-        "log_bytes); null: the log is whole")
-    total_steps: int | None = None
-    node_rank: int = 0
-    address: str | None = None
-    takes_over_from: int | None = Field(default=None, description="a make-before-break move: the attempt number it replaces")
-
-    @computed_field(description="a try that ended without an instance (refused, launching failed, or a gang's node "
-                    "given back) and cost nothing: runs of them are shown as one row")  # type: ignore[prop-decorator]
-    @property
-    def no_instance(self) -> bool:
-        return self.ended_at is not None and ended_without_instance(
-            self.started_at is not None, self.end_reason, self.billed_seconds)
-
-
-class EventView(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: int
-    at: float
-    kind: str
-    message: str
-    attempt_id: int | None
-    data: dict[str, Any] | None = Field(
-        default=None, description='what the message says, as fields: e.g. a state move\'s "from" and "to", an ended '
-        'attempt\'s "reason", "market", "zone" and whether it was "placed" (got an instance)')
-
-    @computed_field(description="the end of a try that got no instance and cost nothing (an attempt_ended event whose "
-                    "attempt is `no_instance`; its data says whether it was `placed`): a run of them is folded for "
-                    "reading")  # type: ignore[prop-decorator]
-    @property
-    def no_instance(self) -> bool:
-        data = self.data or {}
-        return self.kind == "attempt_ended" and ended_without_instance(
-            data.get("placed", False), data.get("reason"), data.get("billed_seconds"))
-
-
-class BillView(BaseModel):
-    spot_seconds: float
-    on_demand_seconds: float
-    cost: float
-    on_demand_cost: float
-    seconds: float
-    saved: float = Field(description="`on_demand_cost` less `cost`: what spot's prices spared against the same "
-                         "instance-seconds on-demand. A job that ended without a result (FAILED, CANCELLED) saved "
-                         "nothing: its whole `cost` bought no result")
-    saved_fraction: float = Field(description="`saved` over `on_demand_cost` (0 when that is 0)")
-    unpriced_attempts: int = Field(default=0, description=UNPRICED.replace("`cost`", "every amount here"))
-    provisional: float = Field(
-        default=0.0, description="dollars of `cost` charged for instances left for the cloud to take back: free if "
-        "it does by `provisional_until`, charged to that time if not")
-    provisional_until: float | None = Field(default=None, description="when the last of those is settled")
-
-    @classmethod
-    def of(cls, job_bill: JobBill) -> BillView:
-        return cls(**job_bill.to_json())
-
-    def to_bill(self) -> JobBill:
-        return JobBill(
-            self.spot_seconds, self.on_demand_seconds, self.cost, self.on_demand_cost, self.unpriced_attempts)
-
-
-class NotifyView(BaseModel):
-    """Where and of what the job's owner is told (spec `notify`)."""
-
-    webhook: str  # its scheme and host only: the rest of a webhook URL (a Slack one's path) is its secret
-    events: list[str]
-
-
-class JobDetail(BaseModel):
-    """A job with its attempts and its bill so far."""
-
-    job: JobRow
-    owner: str
-    attempts: list[AttemptView]
-    bill: BillView
-    checkpoint_store: str | None = None  # where the job's checkpoints are kept (resolved when it was submitted)
-    stuck: str | None = None  # why the controller cannot go on with the job, while that is its newest event
-    notify: NotifyView | None = None
 
 
 def job_row(job: Job, now: float) -> JobRow:
@@ -237,16 +77,6 @@ def _attempt_view(
     return view.model_copy(update={"takes_over_from": predecessor.number, "state": state})
 
 
-def clock_time(at: float | None, now: float | None = None) -> str:
-    """A moment as the CLI writes it: the local wall-clock time, with its date unless it is of the day of `now`
-    (default: the clock's), so that what is read a day later still says which day it was."""
-    if not at:
-        return "—"
-    moment = datetime.fromtimestamp(at)
-    today = datetime.fromtimestamp(time.time() if now is None else now).date()
-    return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M:%S")
-
-
 def event_views(events: list[Event]) -> list[EventView]:
     return [EventView.model_validate(event) for event in events]
 
@@ -293,6 +123,11 @@ def job_bill_view(job: Job, now: float, pending: Mapping[int, float | None]) -> 
         "provisional": sum(attempt_cost(attempt, now) for attempt in left if priced(attempt)),
         "provisional_until": max(until, default=None),
     })
+
+
+def job_cost(session: Session, job: Job, now: float) -> JobCost:
+    return JobCost(job_id=job.id, name=job.name, state=job.state,
+                   bill=job_bill_view(job, now, pending_reclaims(session, job)))
 
 
 def _stuck(session: Session, job_id: int) -> str | None:

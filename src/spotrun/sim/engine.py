@@ -32,11 +32,10 @@ from spotrun.policy import (
     GiveUp, Keep, Launch, PastAttempt, Placement, PlacementContext, SpotLog, StepPolicy, Wait, max_spot_price,
 )
 from spotrun.policy.placement import within_cap
+from spotrun.sim.prices import P3_2XLARGE_ON_DEMAND, P3_2XLARGE_SPOT
 
 Observe = Literal["tick", "launches", "drain-first"]
 OBSERVE_MODES: tuple[Observe, ...] = get_args(Observe)
-P3_2XLARGE_ON_DEMAND = 3.06
-P3_2XLARGE_SPOT = 0.9731
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo
 
+from spotrun.limits import MAX_PRICE_PER_HOUR
 from spotrun.spec.durations import MAX_DURATION_SECONDS, DurationTooLong, parse_duration
 from spotrun.spec.values import describe
 
@@ -16,9 +17,6 @@ from spotrun.spec.values import describe
 # capped (`durations.MAX_DURATION_SECONDS`) is still read, as its job must still be driven, cancelled and billed.
 STORED = "stored"
 
-# $/h: no instance costs more. The cap on every price a user gives (a job file's, `spotrun simulate`'s options): a job
-# priced at 1e308 $/h had the fleet's totals overflow to inf, and their difference to NaN, on /metrics.
-MAX_PRICE_PER_HOUR = 1e6
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -24,6 +24,7 @@ from spotrun.spec.fields import (
     at_least_seconds,
     at_most,
 )
+from spotrun.limits import MAX_NODES
 from spotrun.spec.notify import DEFAULT_NOTIFY_EVENTS, NotifyEvents, WebhookUrl
 from spotrun.user_paths import expand_user
 
@@ -45,7 +46,6 @@ class Prices(_SpecModel):
     spot: Price
 
 
-MAX_NODES = 4096  # the largest gang spotrun plans for; each node is an attempt row per launch
 # Far past any real job, and bounded so that a typo (10**18) is refused rather than met: it would restart a crash loop,
 # or keep to spot through preemptions, without end, each attempt a launch billed.
 MAX_RESTARTS_ON_ERROR = 10_000
