@@ -3,9 +3,11 @@ taken over once its claims expire."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,7 +17,7 @@ from spotrun.control import jobs, records
 from spotrun.control.clock import ManualClock, WallClock
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.spec import parse_spec
-from spotrun.server.agent_api import create_agent_app
+from spotrun.server.agent_api import WORKERS_KEPT_SECONDS, create_agent_app
 from spotrun.state import Event, Job
 
 from memory_cloud import ZONES, MemoryCloud
@@ -430,3 +432,34 @@ def test_workers_whose_clocks_disagree_keep_their_claims_on_postgresql(store, tm
     assert ahead._live_job_ids() == []
     with store.session() as session:
         assert session.get(Job, job_id).claimed_by == "w-behind"
+
+
+def test_a_worker_announces_its_agents_api_and_its_instances_learn_the_others(store, tmp_path, monkeypatch):
+    """Where an agent whose worker is gone goes on reporting (`state.workers`): its boot configuration names the
+    other live workers, every heartbeat's answer the live ones, and a worker that stops is named no more."""
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    clock = ManualClock(1000.0)
+    cloud = MemoryCloud(clock)
+    settings = ControllerSettings(controller_url="http://unused", boot_timeout=3600, claim_ttl=30.0)
+
+    def at(url: str, name: str) -> Controller:
+        return Controller(store, replace(settings, controller_url=url), clock=clock, provider_factory=lambda _: cloud,
+                          prices=lambda *a, **k: (1.0, 3.0), worker_id=name)
+
+    first, second = at("http://first:1", "w1"), at("http://second:2", "w2")
+    second.tick()  # announced, no job yet
+    jobs.submit(store, parse_spec(SPEC), clock.now(), local_zones=ZONES)
+    clock.advance(1.0)
+    first.tick()  # claims the job and launches its instance
+    [user_data] = cloud.user_data.values()
+    config = json.loads(user_data["env"]["SPOTRUN_AGENT_CONFIG"])
+    assert (config["controller_url"], config["controller_urls"]) == ("http://first:1", ["http://second:2"])
+
+    post = agent_poster(TestClient(create_agent_app(store, clock=clock)), user_data)
+    post("started", {})
+    assert post("heartbeat")["controllers"] == ["http://first:1", "http://second:2"]  # the newest announcement first
+    first.release_claims()  # stopped
+    clock.advance(WORKERS_KEPT_SECONDS)
+    assert post("heartbeat")["controllers"] == ["http://second:2"]
+    clock.advance(30.0)  # the second's announcement expires unless renewed
+    assert post("heartbeat")["controllers"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select as fd_select
 import signal
 import subprocess
 import sys
@@ -144,6 +145,33 @@ class Spotrun:
                 self.cloud.terminate(instance.instance_id)
         if self._reads is not None:
             self._reads.dispose()
+
+
+class TeamServer:
+    def __init__(self, spotrun: Spotrun) -> None:
+        self.output = spotrun.home / "server.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--tick-interval", "0.2"],
+            env={**spotrun.env, "SPOTRUN_SERVER_LOCAL_CLOUD": "all"},  # its jobs run on the local cloud: allow them
+            stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True, start_new_session=True,
+        )
+        self.url = self._announced_url(timeout=30)
+
+    def _announced_url(self, timeout: float) -> str:
+        ready, _, _ = fd_select.select([self.process.stdout], [], [], timeout)
+        assert ready, f"the server did not start within {timeout} s:\n{self.output.read_text()}"
+        line = self.process.stdout.readline()
+        assert line.startswith("spotrun server listening on "), line + self.output.read_text()
+        return line.split()[-1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
 
 
 def digits_job(tmp_path: Path, *, epochs: int = 6, step_seconds: float = 0.05, extra: str = "") -> Path:

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from harness import Spotrun
+from harness import Spotrun, TeamServer
 from click.testing import Result
 from sqlalchemy import select as sql_select
 from typer.testing import CliRunner
@@ -32,33 +28,6 @@ name: tiny
 run: "sleep 1"
 resources: {cloud: local, instance_type: local.cpu}
 """
-
-
-class TeamServer:
-    def __init__(self, spotrun: Spotrun) -> None:
-        self.output = spotrun.home / "server.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "spotrun.cli.main", "server", "--port", "0", "--tick-interval", "0.2"],
-            env={**spotrun.env, "SPOTRUN_SERVER_LOCAL_CLOUD": "all"},  # its jobs run on the local cloud: allow them
-            stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True, start_new_session=True,
-        )
-        self.url = self._announced_url(timeout=30)
-
-    def _announced_url(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        assert ready, f"the server did not start within {timeout} s:\n{self.output.read_text()}"
-        line = self.process.stdout.readline()
-        assert line.startswith("spotrun server listening on "), line + self.output.read_text()
-        return line.split()[-1]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(5)
 
 
 @pytest.fixture

@@ -4,6 +4,10 @@ Connection errors, timeouts and 5xx answers are retried with exponential backoff
 may be restarting, and the agents of every attempt must not all come back to it at the same moments). 409 is a
 final answer (the controller already holds a conflicting or identical record).
 Any other 4xx is logged and not retried. The token goes only into the Authorization header, never a log.
+
+Where several controller workers share the store, each retry after such a failure goes to the next worker the agent
+knows of (from its boot configuration, then from the answers to its heartbeats: `state.workers`): the worker that
+launched the instance may be gone for good, and another takes its jobs over.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -58,12 +62,14 @@ class ControllerClient:
         token: str,
         attempt_id: int,
         *,
+        alternates: Iterable[str] = (),
         request_timeout: float = 10.0,
         backoff_initial: float = 0.2,
         backoff_max: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._base = f"{controller_url.rstrip('/')}/agent/v1/attempts/{attempt_id}"
+        self._path = f"/agent/v1/attempts/{attempt_id}"
+        self._controllers = Controllers(controller_url, alternates)
         self._http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=request_timeout)
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
@@ -71,6 +77,10 @@ class ControllerClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def learn_controllers(self, urls: object) -> None:
+        """The controller workers an answer names (a heartbeat's `controllers`): where to go should this one fail."""
+        self._controllers.learn(urls)
 
     def post(
         self,
@@ -133,10 +143,12 @@ class ControllerClient:
         on_reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> Delivery | None:
         """The final Delivery, or None when the failure is transient."""
+        controller = self._controllers.current()
         try:
-            response = self._http.request(method, f"{self._base}/{endpoint}", json=body)
+            response = self._http.request(method, f"{controller}{self._path}/{endpoint}", json=body)
         except httpx.HTTPError as exc:
             log.debug("%s %s failed: %s", method, endpoint, type(exc).__name__)
+            self._controllers.failed(controller)
             return None
         status = response.status_code
         if status < 300:
@@ -145,12 +157,48 @@ class ControllerClient:
             return Delivery.DELIVERED
         if status >= 500:
             log.debug("%s %s answered %d; will retry", method, endpoint, status)
+            self._controllers.failed(controller)
             return None
         if status == 409:
             log.info("%s %s answered 409 (conflict): %s", method, endpoint, response.text[:200])
             return Delivery.CONFLICT
         log.error("%s %s rejected with %d: %s", method, endpoint, status, response.text[:200])
         return Delivery.REJECTED
+
+
+class Controllers:
+    """The controller workers' URLs an agent knows, the one it reports to first. Shared by the agent's threads: a
+    failure moves them all on to the next URL, once (two threads failing on the same one move it once)."""
+
+    MAX_KNOWN = 16
+
+    def __init__(self, first: str, others: Iterable[str] = ()) -> None:
+        self._urls = list(dict.fromkeys(url.rstrip("/") for url in [first, *others]))
+        self._lock = threading.Lock()
+
+    def current(self) -> str:
+        with self._lock:
+            return self._urls[0]
+
+    def failed(self, url: str) -> None:
+        """`url` did not answer: the next one known is tried from now on (it goes last)."""
+        with self._lock:
+            if len(self._urls) > 1 and self._urls[0] == url:
+                self._urls.append(self._urls.pop(0))
+                log.warning("controller at %s unreachable; reporting to %s from now on", url, self._urls[0])
+
+    def learn(self, urls: object) -> None:
+        """The live workers as a controller answered them; the current one stays first. Anything but a list of
+        http(s) URLs is ignored (a controller's bug must not cost the agent the URLs it knows)."""
+        if not isinstance(urls, list) or not all(isinstance(url, str) and _is_http(url) for url in urls):
+            return
+        with self._lock:
+            current = self._urls[0]
+            self._urls = list(dict.fromkeys([current, *(url.rstrip("/") for url in urls)]))[: self.MAX_KNOWN]
+
+
+def _is_http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
 
 
 def _hand_reply(response: httpx.Response, on_reply: Callable[[dict[str, Any]], None]) -> None:

@@ -59,6 +59,8 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     controller_url: str = Field(min_length=1)
+    # other controller workers' agents' APIs, reported to should the one at controller_url be gone (`state.workers`)
+    controller_urls: list[str] = Field(default_factory=list, max_length=16)
     token: SecretStr
     job_id: int
     attempt_id: int
@@ -92,6 +94,11 @@ class AgentConfig(BaseModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         return http_url(value)
+
+    @field_validator("controller_urls")
+    @classmethod
+    def _http_urls(cls, values: list[str]) -> list[str]:
+        return [http_url(value) for value in values]
 
     def instance_disk(self, environ: Mapping[str, str] = os.environ) -> Path:
         """The instance's scratch disk: $SPOTRUN_INSTANCE_DISK, else the current directory."""

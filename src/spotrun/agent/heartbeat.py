@@ -64,6 +64,7 @@ class Heartbeat:
     def _take_reply(self, reply: dict[str, Any]) -> None:
         """An answer that cannot be handled (a malformed field, a bug) is logged and skipped: a heartbeat thread that
         ended would leave the controller taking the agent for lost."""
+        self._client.learn_controllers(reply.get("controllers"))  # where to report should this worker go
         if self._on_reply is None:
             return
         try:

@@ -70,7 +70,8 @@ def forget_copy(config: AgentConfig, environ: Mapping[str, str] = os.environ) ->
 
 
 def _client(config: AgentConfig) -> ControllerClient:
-    return ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
+    return ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id,
+                            alternates=config.controller_urls)
 
 
 def _fetch(config: AgentConfig, client_for: Callable[[AgentConfig], ControllerClient]) -> JobPart:

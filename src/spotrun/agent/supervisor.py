@@ -104,7 +104,8 @@ class Agent:
             self.startup_problem = startup_problem or f"checkpoint.dir: {unknown}"
         self.sync = CheckpointSync(self.checkpoint_dir, config.checkpoint_store, config.storage_options,
                                    writer=BackupWriter(config.job_id, config.attempt_id))
-        self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id)
+        self.client = ControllerClient(config.controller_url, config.token.get_secret_value(), config.attempt_id,
+                                       alternates=config.controller_urls)
         self.reporter = Reporter(self.client)
         self.logs = LogShipper(self.client)
         self.controller_stop = ControllerStopNotice(config.notice_grace)

@@ -12,14 +12,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Job
 
 
-def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float) -> dict[str, Any]:
-    """The agent's boot configuration: everything but the job's part, which the agent fetches (`job_part`)."""
+def agent_config(
+    job: Job, attempt: Attempt, token: str, controller_url: str, heartbeat_interval: float, *,
+    alternates: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The agent's boot configuration: everything but the job's part, which the agent fetches (`job_part`).
+    `alternates`: other workers' agents' APIs, where the agent reports should the controller at `controller_url` be
+    gone (`state.workers`)."""
     spec = JobSpec.stored(job.spec)
     config = {
         "controller_url": controller_url,
@@ -35,6 +41,8 @@ def agent_config(job: Job, attempt: Attempt, token: str, controller_url: str, he
         "gang": _gang_config(spec, attempt),
         "hold": attempt.standby_for is not None,
     }
+    if others := [url for url in alternates if url != controller_url]:  # left out when none: an older agent still boots
+        config["controller_urls"] = others
     if spec.checkpoint.final_backup_timeout is not None:  # left out, the agent's default: an older agent still boots
         config["final_backup_timeout"] = spec.checkpoint.final_backup_timeout
     return config

@@ -41,7 +41,7 @@ from spotrun.providers import InstanceInfo, LaunchInvalid, LaunchRequest, NoCapa
 from spotrun.providers import ProviderError, QuotaExceeded, get_provider
 from spotrun.sdk.backup_marks import BackupWriter
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Instance, Job, Store, add_event, claims
+from spotrun.state import Attempt, Instance, Job, Store, add_event, claims, workers
 from spotrun.state.db_clock import database_now
 
 log = logging.getLogger("spotrun.controller")
@@ -341,7 +341,8 @@ class Controller:
             attempt = session.get(Attempt, attempt_id)
             job = attempt.job
             token = attempt_token(controller_secret(session), attempt.client_token)
-            config = agent_config(job, attempt, token, self.settings.controller_url, self.settings.agent_heartbeat_interval)
+            config = agent_config(job, attempt, token, self.settings.controller_url, self.settings.agent_heartbeat_interval,
+                                  alternates=workers.agent_urls(session, self._claim_now(session)))
             request = LaunchRequest(
                 zone=attempt.zone,
                 market=attempt.market,  # type: ignore[arg-type]
@@ -798,13 +799,21 @@ class Controller:
         with self.store.session() as session:
             if self.worker_id:
                 now = self._claim_now(session)
+                self._announce(session, now)
                 return claims.claim_jobs(session, self.worker_id, now, self.settings.claim_ttl, live_states=live)
             return list(session.scalars(select(Job.id).where(Job.state.in_(live)).order_by(Job.id)))
 
     def _renew_claims(self) -> None:
         with self.store.session() as session:
             now = self._claim_now(session)
+            self._announce(session, now)
             claims.renew(session, self.worker_id, now, self.settings.claim_ttl, live_states=state_names(LIVE))
+
+    def _announce(self, session, now: float) -> None:
+        """This worker's agents' API, for as long as its claims (`state.workers`): its jobs' agents go on reporting
+        to whichever worker takes them over once it is gone."""
+        if self.settings.controller_url:
+            workers.announce(session, self.worker_id, self.settings.controller_url, now, self.settings.claim_ttl)
 
     def _claim_now(self, session) -> float:
         """The time claims are written and judged in: the database's on wall time (workers on several machines, whose
@@ -816,6 +825,7 @@ class Controller:
         if self.worker_id:
             with self.store.session() as session:
                 claims.release_all(session, self.worker_id)
+                workers.withdraw(session, self.worker_id)
 
     def billing_rule(self, cloud: str) -> BillingRule:
         return rule_for(cloud, self.settings.billing_rules)

@@ -23,7 +23,9 @@ from spotrun.server.schemas import REQUEST_BODY
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.spec import JobSpec
-from spotrun.state import Attempt, Event, Store, add_event
+from spotrun.state import Attempt, Event, Store, add_event, workers
+from spotrun.state.db_clock import database_now
+from spotrun.ttl_cache import TtlCache
 
 
 class Started(BaseModel):
@@ -160,8 +162,18 @@ def exit_message(attempt: Attempt, body: Exit) -> str:
     return f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}); {synced}"
 
 
+# how long a heartbeat's answer may name workers as they were: each attempt beats every few seconds
+WORKERS_KEPT_SECONDS = 2.0
+
+
 def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     clock = clock or WallClock()
+    live_workers: TtlCache[list[str]] = TtlCache(WORKERS_KEPT_SECONDS, clock.now)
+
+    def agent_urls(session: Session) -> list[str]:
+        """The live workers' agents' APIs (`state.workers`), in the time their announcements are written in."""
+        now = database_now(session) if isinstance(clock, WallClock) else clock.now()
+        return live_workers.get("urls", lambda: workers.agent_urls(session, now))
     app = FastAPI(title="spotrun agent API", version="1")
     app.router.route_class = StrictJsonRoute
     answer_invalid_requests(app)
@@ -224,7 +236,8 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
                 record_checkpoint(attempt, body.checkpoint_step, body.total_steps, attempt.last_heartbeat_at, restored)
             stop = attempt.notice_source if attempt.state == "draining" else None
             # a standby's agent holds until the attempt it takes over from has ended (spotrun.control.moves)
-            reply = {"ok": True, "stop": stop, "hold": records.is_held(session, attempt)}
+            reply = {"ok": True, "stop": stop, "hold": records.is_held(session, attempt),
+                     "controllers": agent_urls(session)}
             if (attempt.job.spec.get("resources") or {}).get("nodes", 1) > 1:
                 reply["gang"] = gang.assignment(session, attempt)
             return reply

@@ -257,6 +257,17 @@ class ControllerLease(Base):
     acquired_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class ControllerWorker(Base):
+    """A controller worker's agents' API, where any agent may report (`state.workers`): every worker serves the same
+    store, so an agent whose worker is gone goes on reporting to another."""
+
+    __tablename__ = "controller_workers"
+
+    worker: Mapped[str] = mapped_column(String(200), primary_key=True)  # its claims' holder (`state.claims`)
+    agent_url: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float] = mapped_column(Float, index=True)  # the database's time, as its claims'
+
+
 class Setting(Base):
     __tablename__ = "settings"
 
