@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from spotrun.control.tokens import hash_token
-from spotrun.state import Attempt, Store
+from spotrun.state import Attempt, Event, Store
+from spotrun.state.models import ApiToken, User
 
 TINY_JOB = """
 name: tiny
@@ -30,6 +32,15 @@ class Team:
         response = self.client.post("/api/v1/jobs", json={"spec": text}, headers=self.as_user(name))
         assert response.status_code == 201, response.text
         return response.json()["id"]
+
+
+def stored(team: Team) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Users, tokens (with their hashes and revocation) and events, as rows to compare before and after."""
+    with team.store.session() as session:
+        users = [(u.id, u.name, u.is_admin) for u in session.scalars(select(User).order_by(User.id))]
+        tokens = [(t.prefix, t.token_hash, t.revoked_at) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
+        events = [(e.id, e.kind, e.message) for e in session.scalars(select(Event).order_by(Event.id))]
+    return users, tokens, events
 
 
 def place_attempt(store: Store, job_id: int, agent_token: str, *, number: int = 1, at: float | None = None) -> int:

@@ -98,3 +98,28 @@ def assert_no_credential_leaked(spotrun: Spotrun, token: str) -> None:
     leaks = [text[max(0, text.find(secret_prefix) - 300) : text.find(secret_prefix) + 100] for text in texts
              if token in text or secret_prefix in text]
     assert not leaks, f"the token's secret {secret_prefix!r} is stored: {leaks}"
+
+
+def test_users_are_made_through_the_server_and_its_access_log_writes_no_tokens_secret(
+    spotrun: Spotrun, server: TeamServer
+) -> None:
+    """The first admin is made on the server's machine (no SPOTRUN_SERVER), the others through the server; a token
+    pasted into the revoke URL is revoked, and the access log writes it cut to its prefix."""
+    root = cli(spotrun.env, "user", "add", "root", "--admin")
+    assert root.exit_code == 0 and "made in the store sqlite:///" in root.stderr, root.stderr
+    remote = {**spotrun.env, "SPOTRUN_SERVER": server.url, "SPOTRUN_TOKEN": root.stdout.strip()}
+    zed = cli(remote, "user", "add", "zed")
+    assert zed.exit_code == 0 and f"made on the server at {server.url}" in zed.stderr, zed.stderr
+    token = zed.stdout.strip()
+    as_zed = {**remote, "SPOTRUN_TOKEN": token}
+    assert cli(as_zed, "status").exit_code == 0
+
+    revoked = httpx.post(f"{server.url}/api/v1/tokens/{token}/revoke", headers={"Authorization": f"Bearer {token}"})
+    assert revoked.status_code == 200, revoked.text
+    assert cli(as_zed, "status").exit_code == 1
+
+    server.stop()
+    access_log = server.process.stdout.read()
+    _, prefix, secret = token.split("_", 2)
+    assert f"/api/v1/tokens/spr_{prefix}_.../revoke" in access_log, access_log
+    assert secret not in access_log and secret[:8] not in access_log

@@ -7,22 +7,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from server_world import Team
+from server_world import Team, stored
 from sqlalchemy import select
 
 from spotrun.state import Event
-from spotrun.state.models import ApiToken, User
+from spotrun.state.models import User
 
 MISSING_PREFIX = "0000000000aa"
-
-
-def stored(team: Team) -> tuple[list[tuple], list[tuple], list[tuple]]:
-    """Users, tokens (with their hashes and revocation) and events, as rows to compare before and after."""
-    with team.store.session() as session:
-        users = [(u.id, u.name, u.is_admin) for u in session.scalars(select(User).order_by(User.id))]
-        tokens = [(t.prefix, t.token_hash, t.revoked_at) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
-        events = [(e.id, e.kind, e.message) for e in session.scalars(select(Event).order_by(Event.id))]
-    return users, tokens, events
 
 
 def prefix_of(token: str) -> str:
@@ -34,8 +25,23 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def test_me_names_the_caller(team: Team) -> None:
-    assert team.client.get("/api/v1/me", headers=team.as_user("alice")).json() == {"name": "alice", "is_admin": False}
-    assert team.client.get("/api/v1/me", headers=team.as_user("root")).json() == {"name": "root", "is_admin": True}
+    for name, is_admin in (("alice", False), ("root", True)):
+        me = team.client.get("/api/v1/me", headers=team.as_user(name)).json()
+        assert (me["name"], me["is_admin"]) == (name, is_admin)
+
+
+def test_me_lists_the_callers_own_tokens_and_never_a_secret(team: Team) -> None:
+    """So that anyone finds the prefix of a token of theirs to revoke: GET /users, which lists them, is admins'."""
+    second = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice")).json()
+    team.client.post(f"/api/v1/tokens/{second['prefix']}/revoke", headers=team.as_user("alice"))
+
+    me = team.client.get("/api/v1/me", headers=team.as_user("alice")).json()
+    assert [(token["prefix"], token["revoked"]) for token in me["tokens"]] == [
+        (prefix_of(team.tokens["alice"]), False), (second["prefix"], True)]
+    assert all(set(token) == {"prefix", "created_at", "revoked", "revoked_at"} for token in me["tokens"])
+    _, tokens, _ = stored(team)
+    secrets = [second["token"], *team.tokens.values(), *(token_hash for _, token_hash, _ in tokens)]
+    assert not [secret for secret in secrets if secret in str(me)]
 
 
 @pytest.mark.parametrize(("method", "path"), [
@@ -75,7 +81,8 @@ def test_an_admin_creates_a_user_whose_token_is_shown_once_and_works(team: Team)
     created = response.json()
     assert (created["user"], created["is_admin"], created["prefix"]) == ("carol", False, prefix_of(created["token"]))
     assert response.headers["Cache-Control"] == "no-store"
-    assert team.client.get("/api/v1/me", headers=bearer(created["token"])).json() == {"name": "carol", "is_admin": False}
+    me = team.client.get("/api/v1/me", headers=bearer(created["token"])).json()
+    assert (me["name"], me["is_admin"]) == ("carol", False)
     listed = team.client.get("/api/v1/users", headers=team.as_user("root")).json()
     assert [token["prefix"] for user in listed if user["name"] == "carol" for token in user["tokens"]] == [
         created["prefix"]
@@ -169,12 +176,7 @@ def test_a_user_revokes_their_own_token_but_anothers_is_404_like_a_missing_one(t
     assert team.client.get("/api/v1/me", headers=team.as_user("bob")).status_code == 200
 
 
-def test_an_admin_revokes_anyones_token_and_a_whole_token_is_refused_in_the_path(team: Team) -> None:
-    before = stored(team)
-    whole = team.client.post(f"/api/v1/tokens/{team.tokens['bob']}/revoke", headers=team.as_user("root"))
-    assert whole.status_code == 422
-    assert stored(team) == before
-
+def test_an_admin_revokes_anyones_token(team: Team) -> None:
     response = team.client.post(f"/api/v1/tokens/{prefix_of(team.tokens['bob'])}/revoke", headers=team.as_user("root"))
     assert response.status_code == 200
     assert team.client.get("/api/v1/me", headers=team.as_user("bob")).status_code == 401
@@ -223,4 +225,36 @@ def test_users_stored_before_the_case_rule_keep_their_exact_names_and_no_guess_i
     ambiguous = team.client.post("/api/v1/users/erin/tokens", headers=team.as_user("root"))
     assert ambiguous.status_code == 404
     assert ambiguous.json() == {"detail": "no user named 'erin'; users differing only in case: Erin, ERIN"}
+    assert stored(team) == before
+
+
+def test_a_whole_token_in_the_path_revokes_it_when_its_secret_matches(team: Team) -> None:
+    """Pasted into the URL, the token is exposed (a 422 echoed it whole): revoking it is what its owner wants."""
+    prefix = prefix_of(team.tokens["bob"])
+    before = stored(team)
+    for mangled in (team.tokens["bob"][:-1], f"spr_{prefix}_wrong", f"spr_{prefix}"):
+        refused = team.client.post(f"/api/v1/tokens/{mangled}/revoke", headers=team.as_user("root"))
+        assert refused.status_code == 422, mangled
+        assert refused.json() == {"detail": f"the token given is not token {prefix}: its secret does not match (a "
+                                            f"mangled copy?); nothing was revoked (to revoke token {prefix}, pass "
+                                            f"its id alone)"}
+    anothers = team.client.post(f"/api/v1/tokens/{team.tokens['bob']}/revoke", headers=team.as_user("alice"))
+    assert anothers.status_code == 404 and anothers.json() == {"detail": f"no live token with id {prefix}"}
+    assert stored(team) == before
+
+    revoked = team.client.post(f"/api/v1/tokens/{team.tokens['bob']}/revoke", headers=team.as_user("bob"))
+    assert revoked.status_code == 200 and revoked.json() == {"prefix": prefix, "revoked": True}
+    assert team.client.get("/api/v1/me", headers=team.as_user("bob")).status_code == 401
+
+
+@pytest.mark.parametrize("shape", [
+    lambda token: token + "!", lambda token: token.replace("spr_", "spr_x!"), lambda token: token + "x" * 300,
+], ids=["bad-character", "bad-prefix", "too-long"])
+def test_a_422_never_echoes_a_tokens_secret(team: Team, shape) -> None:
+    token = team.tokens["bob"]
+    before = stored(team)
+    refused = team.client.post(f"/api/v1/tokens/{shape(token)}/revoke", headers=team.as_user("root"))
+    assert refused.status_code == 422
+    secret = token.split("_", 2)[2]
+    assert secret not in refused.text and secret[:8] not in refused.text, refused.text
     assert stored(team) == before

@@ -1,26 +1,33 @@
-"""`spotrun user` and `spotrun token`: the team server's users and API tokens, managed on the server's store.
+"""`spotrun user` and `spotrun token`: the team server's users and API tokens.
 
-These act on the store directly ($SPOTRUN_DATABASE_URL, as `spotrun server` uses), never over HTTP: whoever can
-reach the database is the server's administrator. The commands import the store and `spotrun.server.users`
-themselves: this module is loaded at every start of `spotrun`.
+With SPOTRUN_SERVER set they act on that server through its API, with SPOTRUN_TOKEN (an admin's, for other users);
+without it, on the store this machine reaches, as the server's administrator: how the first admin is made on the
+server's machine. Each says which store or server it acted on (`accounts`). The commands import the store, the
+server's users and the HTTP client themselves: this module is loaded at every start of `spotrun`.
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
-from spotrun.cli.failing import BAD_ARGUMENT, FAILED
+from spotrun.cli.failing import BAD_ARGUMENT, FAILED, fail
+from spotrun.cli.views import print_whole
 
 if TYPE_CHECKING:
-    from spotrun.server.users import IssuedToken
+    from spotrun.cli.accounts import Accounts
+    from spotrun.server.users import IssuedToken, TokenRecord, UserRecord
 
-users_app = typer.Typer(help="Users of the team server (acts on the server's store).", no_args_is_help=True)
-tokens_app = typer.Typer(help="API tokens of the team server's users (acts on the server's store).",
+users_app = typer.Typer(help="Users of the team server ($SPOTRUN_SERVER's, else those of this machine's store).",
+                        no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens of the team server's users ($SPOTRUN_SERVER's, else this machine's store).",
                          no_args_is_help=True)
 console = Console()
 errors = Console(stderr=True)
@@ -32,54 +39,101 @@ def user_add(
     admin: Annotated[bool, typer.Option("--admin", help="may see and act on every user's jobs")] = False,
 ) -> None:
     """Create a user and print their first API token (shown once)."""
-    from spotrun.server.users import add_user
+    with _acting() as accounts:
+        _print_token(accounts.add_user(name, admin=admin), accounts.where)
 
-    _print_token(_issue(lambda store: add_user(store, name, time.time(), admin=admin)))
+
+@users_app.command("list")
+def user_list() -> None:
+    """Every user, whether an admin, and their tokens' ids (revoked ones marked). Over a server: admins only."""
+    with _acting() as accounts:
+        users = accounts.users()
+        if not users:
+            console.print(f"no users {escape(accounts.where)}: `spotrun user add NAME --admin` makes the first",
+                          soft_wrap=True)
+            return
+        _print_table(f"users {accounts.where}", _users_table(users))
 
 
 @tokens_app.command("create")
 def token_create(user: Annotated[str, typer.Argument(help="whose token")]) -> None:
     """Print a new API token for a user (shown once)."""
-    from spotrun.server.users import create_token
+    with _acting() as accounts:
+        _print_token(accounts.create_token(user), accounts.where)
 
-    _print_token(_issue(lambda store: create_token(store, user, time.time())))
+
+@tokens_app.command("list")
+def token_list(
+    user: Annotated[Optional[str], typer.Argument(help="whose tokens; over a server, yours (the default)")] = None,
+) -> None:
+    """A user's tokens: their ids (to revoke one), when each was made, and whether it is revoked."""
+    with _acting() as accounts:
+        owner, tokens = accounts.tokens(user)
+        _print_table(f"tokens of {owner} {accounts.where}", _tokens_table(tokens))
 
 
 @tokens_app.command("revoke")
 def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (as printed at creation), or the token")]) -> None:
     """Revoke a token: requests carrying it are refused from now on. A whole token given must be that token."""
-    from spotrun.server.users import NotThatToken, revoke_token, token_prefix
-    from spotrun.state import Store
+    from spotrun.server.users import token_prefix
 
-    store = Store()
-    try:
-        revoked = revoke_token(store, token_id, time.time())
-    except NotThatToken as problem:  # its message names the token by its id only
-        errors.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
-        raise typer.Exit(BAD_ARGUMENT) from None
-    finally:
-        store.dispose()
     shown = token_prefix(token_id)  # a whole token's secret is never echoed back
-    if not revoked:
-        errors.print(f"[red]error:[/] no live token with id {escape(shown)}", soft_wrap=True)
-        raise typer.Exit(FAILED)
-    console.print(f"revoked token {escape(shown)}")
+    with _acting() as accounts:
+        if not accounts.revoke_token(token_id):
+            raise fail(f"no live token with id {shown} {accounts.where}")
+        console.print(f"revoked token {escape(shown)} {escape(accounts.where)}", soft_wrap=True)
 
 
-def _issue(make) -> IssuedToken:
-    from spotrun.server.users import InvalidUserName, UserError
-    from spotrun.state import Store
+@contextmanager
+def _acting() -> Iterator[Accounts]:
+    """Where the command acts; a UserError raised there is its error line (it names a token by its id only): a bad
+    name, a token that is not the one named, or no user given where one is needed is a bad argument; the others (a
+    name taken, no such user) a failure."""
+    from spotrun.cli.accounts import WhoseTokens, current_accounts
+    from spotrun.server.users import InvalidUserName, NotThatToken, UserError
 
-    store = Store()
+    accounts = current_accounts()
     try:
-        return make(store)
-    except UserError as problem:  # a name no user may have is a bad argument; a name taken, or no such user, not
-        errors.print(f"[red]error:[/] {escape(str(problem))}", soft_wrap=True)
-        raise typer.Exit(BAD_ARGUMENT if isinstance(problem, InvalidUserName) else FAILED) from None
+        yield accounts
+    except UserError as problem:
+        bad_argument = isinstance(problem, (InvalidUserName, NotThatToken, WhoseTokens))
+        raise fail(str(problem), BAD_ARGUMENT if bad_argument else FAILED) from None
     finally:
-        store.dispose()
+        accounts.close()
 
 
-def _print_token(issued: IssuedToken) -> None:
-    errors.print(f"token {issued.prefix} for {escape(issued.user)}; it is shown only this once:")
+def _print_token(issued: IssuedToken, where: str) -> None:
+    errors.print(f"token {issued.prefix} for {escape(issued.user)}, made {escape(where)}; it is shown only this once:",
+                 soft_wrap=True)
     typer.echo(issued.token)  # alone on stdout, for `export SPOTRUN_TOKEN=$(spotrun user add ...)`
+
+
+def _print_table(heading: str, table: Table) -> None:
+    """The heading on a line of its own (a table's title is wrapped to the table's width, a long URL with it)."""
+    console.print(escape(heading) + ":", soft_wrap=True)
+    print_whole(console, table)
+
+
+def _users_table(users: list[UserRecord]) -> Table:
+    table = Table()
+    for column in ("user", "admin", "created", "tokens"):
+        table.add_column(column)
+    for user in users:
+        tokens = ", ".join(f"{t.prefix} (revoked)" if t.revoked_at is not None else t.prefix for t in user.tokens)
+        table.add_row(escape(user.name), "yes" if user.is_admin else "no", _utc(user.created_at), escape(tokens) or "—")
+    return table
+
+
+def _tokens_table(tokens: tuple[TokenRecord, ...]) -> Table:
+    table = Table()
+    for column in ("id", "created", "revoked"):
+        table.add_column(column)
+    for token in tokens:
+        revoked = _utc(token.revoked_at) if token.revoked_at is not None else "no"
+        table.add_row(escape(token.prefix), _utc(token.created_at), revoked)
+    return table
+
+
+def _utc(at: float) -> str:
+    """The server's reader may be in another zone, so dates are UTC (as `spotrun logs` writes them)."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -25,11 +25,11 @@ from spotrun.server.local_cloud import LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
     InvalidRequest, IssuedTokenView, LaunchRequest, Me, Message, NewUser, OwnedJobRow, PreemptRequest, TokenRevoked,
-    UserCreated, UserView,
+    TokenView, UserCreated, UserView,
 )
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
-from spotrun.server.users import Principal
+from spotrun.server.users import PREFIX_PATTERN, TOKEN_MARK, Principal
 from spotrun.server.views import event_views, job_cost, job_detail, job_row
 from spotrun.spec import Problem, SpecError, located, parse_spec
 from spotrun.state import Store
@@ -38,8 +38,12 @@ from spotrun.state.models import MAX_ID
 MAX_LISTED = 1000  # jobs a list asks for at most, with `limit`; older ones are paged with `before`
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
 UserName = Annotated[StoredText, PathParam(min_length=1, max_length=200, description="the user's name")]
-# Letters and digits only: a whole token (`spr_<prefix>_<secret>`) is refused, so none is put in a URL and its log.
-TokenPrefix = Annotated[str, PathParam(pattern=r"^[A-Za-z0-9]{1,32}$", description="the token's public prefix")]
+# A whole token is taken too: one pasted into the URL is exposed already, so revoking it is what its owner wants. The
+# access log and a 422 show it cut to its prefix (`users.without_secrets`).
+TokenId = Annotated[str, PathParam(
+    pattern=rf"^(?:{PREFIX_PATTERN}|{TOKEN_MARK}{PREFIX_PATTERN}(?:_[A-Za-z0-9_-]{{0,256}})?)$",
+    description="the token's public prefix, or the whole token (`spr_<prefix>_<secret>`, which must be that token)",
+)]
 
 NOT_FOUND = {404: {"model": Message, "description": "no such job, or another user's"}}
 UNAUTHORIZED = {401: {"model": Message, "description": "missing, unknown or revoked token"}}
@@ -203,8 +207,9 @@ def _user_routes(store: Store) -> APIRouter:
 
     @router.get("/me", response_model=Me)
     def me(user: User) -> Me:
-        """Who the token belongs to."""
-        return Me(name=user.name, is_admin=user.is_admin)
+        """Who the token belongs to, and their tokens (public prefixes and dates, never a token or its hash)."""
+        tokens = users_api.find_user(store, user.name).tokens
+        return Me(name=user.name, is_admin=user.is_admin, tokens=[TokenView.of(token) for token in tokens])
 
     @router.get("/users", response_model=list[UserView], responses=ADMIN_ONLY)
     def list_users(admin: Admin) -> list[UserView]:
@@ -240,15 +245,24 @@ def _user_routes(store: Store) -> APIRouter:
 
     @router.post(
         "/tokens/{prefix}/revoke", response_model=TokenRevoked,
-        responses={404: {"model": Message, "description": "no live token with that prefix, or another user's"}},
+        responses={
+            404: {"model": Message, "description": "no live token with that prefix, or another user's"},
+            422: {"model": Message | InvalidRequest,
+                  "description": "not a prefix nor a token, or a whole token whose secret is not that token's"},
+        },
     )
-    def revoke_token(prefix: TokenPrefix, user: User) -> TokenRevoked:
+    def revoke_token(prefix: TokenId, user: User) -> TokenRevoked:
         """Revoke a token: requests carrying it are refused from now on. A user may revoke only their own tokens;
         another's answers 404, exactly like a missing one, and is left as it was."""
         owner = None if user.is_admin else user.name
-        if not users_api.revoke_token(store, prefix, time.time(), owner=owner, actor=user.name):
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no live token with id {prefix}")
-        return TokenRevoked(prefix=prefix, revoked=True)
+        public = users_api.token_prefix(prefix)
+        try:
+            revoked = users_api.revoke_token(store, prefix, time.time(), owner=owner, actor=user.name)
+        except users_api.NotThatToken as problem:  # its message names the token by its prefix only
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(problem)) from None
+        if not revoked:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no live token with id {public}")
+        return TokenRevoked(prefix=public, revoked=True)
 
     return router
 

@@ -1,6 +1,7 @@
 """422 replies that can always be written: FastAPI's own echoes each wrong value back as JSON, and a body holding
 NaN, Infinity or 1e400 (which Python's JSON reader accepts) made that reply fail, a 500 instead of the 422. A long
-wrong value is echoed in part: a job file of 1.1 MB refused for its length came back whole in the 422."""
+wrong value is echoed in part: a job file of 1.1 MB refused for its length came back whole in the 422. No token's
+secret is echoed (a token pasted into a URL came back whole): it is cut to the token's prefix."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from spotrun.server.users import without_secrets
+
 MAX_ECHO_CHARS = 1_000  # of a wrong value, as JSON, echoed back in a 422
 
 
@@ -23,7 +26,7 @@ def answer_invalid_requests(app: FastAPI) -> None:
 
 async def _invalid_request(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    detail = [_echoing_in_part(problem) for problem in _finite(jsonable_encoder(error.errors()))]
+    detail = [_echoing_in_part(problem) for problem in _without_secrets(_finite(jsonable_encoder(error.errors())))]
     return JSONResponse({"detail": detail}, status_code=422)
 
 
@@ -44,4 +47,14 @@ def _finite(value: Any) -> Any:
         return {key: _finite(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_finite(item) for item in value]
+    return value
+
+
+def _without_secrets(value: Any) -> Any:
+    if isinstance(value, str):
+        return without_secrets(value)
+    if isinstance(value, dict):
+        return {key: _without_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_secrets(item) for item in value]
     return value

@@ -9,7 +9,9 @@ from spotrun.api_models import MAX_SOURCE_CHARS, JobRow
 from spotrun.control.job_errors import MAX_NOTICE_SECONDS
 from spotrun.spec.expansion import MAX_SPEC_CHARS
 from spotrun.spec.models import MAX_NODES
-from spotrun.server.users import NAME_PATTERN, InvalidUserName, IssuedToken, UserRecord, check_user_name
+from spotrun.server.users import (
+    NAME_PATTERN, InvalidUserName, IssuedToken, TokenRecord, UserRecord, check_user_name,
+)
 
 
 # A field a request body does not know is refused (422 naming it), not ignored: a misspelt `base_dir`, `is_admin` or
@@ -60,9 +62,6 @@ class PreemptRequest(BaseModel):
     node: int | None = Field(default=None, ge=0, lt=MAX_NODES, description="which node of a multi-node job (default 0)")
 
 
-class Me(BaseModel):
-    name: str
-    is_admin: bool
 
 
 class TokenView(BaseModel):
@@ -72,6 +71,21 @@ class TokenView(BaseModel):
     created_at: float
     revoked: bool
     revoked_at: float | None
+
+    @classmethod
+    def of(cls, token: TokenRecord) -> TokenView:
+        return cls(prefix=token.prefix, created_at=token.created_at, revoked=token.revoked_at is not None,
+                   revoked_at=token.revoked_at)
+
+    def record(self) -> TokenRecord:
+        return TokenRecord(prefix=self.prefix, created_at=self.created_at, revoked_at=self.revoked_at)
+
+
+class Me(BaseModel):
+    name: str
+    is_admin: bool
+    # so that anyone finds the prefix of a token of theirs to revoke (GET /users, which lists them all, is admins')
+    tokens: list[TokenView]
 
 
 class UserView(BaseModel):
@@ -83,12 +97,12 @@ class UserView(BaseModel):
 
     @classmethod
     def of(cls, user: UserRecord) -> UserView:
-        tokens = [
-            TokenView(prefix=t.prefix, created_at=t.created_at, revoked=t.revoked_at is not None,
-                      revoked_at=t.revoked_at)
-            for t in user.tokens
-        ]
-        return cls(id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at, tokens=tokens)
+        return cls(id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
+                   tokens=[TokenView.of(token) for token in user.tokens])
+
+    def record(self) -> UserRecord:
+        return UserRecord(id=self.id, name=self.name, is_admin=self.is_admin, created_at=self.created_at,
+                          tokens=tuple(token.record() for token in self.tokens))
 
 
 class NewUser(BaseModel):

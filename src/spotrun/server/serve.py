@@ -9,6 +9,7 @@ import threading
 
 import uvicorn
 
+from spotrun.server.access_log import logging_config
 from spotrun.server.app import create_app
 from spotrun.server.daemon import AgentUrl, Daemon, checked_setting, from_env, settings_from_env
 from spotrun.server.local_cloud import LOCAL_CLOUD_VAR, LocalCloudAccess, live_local_jobs_refused_now
@@ -75,7 +76,8 @@ def serve(
     url = url or public_url(host, sock.getsockname()[1])
     warn_of_local_jobs_refused_now(store, local_cloud)
     app = create_app(store, metrics_token=metrics_token, local_cloud=local_cloud)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=3))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=logging_config(), log_level="info",
+                                           timeout_graceful_shutdown=3))
     daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
     controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
     if run_controller:

@@ -23,6 +23,7 @@ from spotrun.state import Store, add_event
 from spotrun.state.models import ApiToken, User
 
 TOKEN_MARK = "spr_"
+PREFIX_PATTERN = r"[A-Za-z0-9]{1,32}"  # what a token's prefix may be, unanchored (those made are 12 hex digits)
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,199}$"
 _NAME = re.compile(NAME_PATTERN)
 
@@ -45,6 +46,12 @@ class UnknownUser(UserError):
 
 class NotThatToken(UserError):
     """A whole token named a token to revoke, and its secret is not that token's."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(
+            f"the token given is not token {prefix}: its secret does not match (a mangled copy?); nothing was "
+            f"revoked (to revoke token {prefix}, pass its id alone)"
+        )
 
 
 @dataclass(frozen=True)
@@ -165,10 +172,7 @@ def revoke_token(
         if row is None or row.revoked_at is not None or (owner is not None and row.user.name != owner):
             return False
         if token_or_prefix.startswith(TOKEN_MARK) and not _is_token_of(row, token_or_prefix):
-            raise NotThatToken(
-                f"the token given is not token {prefix}: its secret does not match (a mangled copy?); nothing was "
-                f"revoked (to revoke token {prefix}, pass its id alone)"
-            )
+            raise NotThatToken(prefix)
         row.revoked_at = now
         _audit(session, now, actor, "token_revoked", f"token {prefix} of {row.user.name} revoked", row.user.name,
                prefix)
@@ -179,16 +183,23 @@ def list_users(store: Store) -> list[UserRecord]:
     """Every user with their tokens, oldest first."""
     with store.session() as session:
         users = session.scalars(select(User).options(selectinload(User.tokens)).order_by(User.id))
-        return [
-            UserRecord(
-                id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
-                tokens=tuple(
-                    TokenRecord(prefix=t.prefix, created_at=t.created_at, revoked_at=t.revoked_at)
-                    for t in sorted(user.tokens, key=lambda t: t.id)
-                ),
-            )
-            for user in users
-        ]
+        return [_record(user) for user in users]
+
+
+def find_user(store: Store, name: str) -> UserRecord:
+    """The user of this name (found as `create_token` finds one) with their tokens; UnknownUser when none."""
+    with store.session() as session:
+        return _record(_named(session, name))
+
+
+def _record(user: User) -> UserRecord:
+    return UserRecord(
+        id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
+        tokens=tuple(
+            TokenRecord(prefix=t.prefix, created_at=t.created_at, revoked_at=t.revoked_at)
+            for t in sorted(user.tokens, key=lambda t: t.id)
+        ),
+    )
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
@@ -227,6 +238,16 @@ def _audit(session: Session, now: float, actor: str | None, kind: str, what: str
 def token_prefix(token_or_prefix: str) -> str:
     """A token's public id: its prefix, from the whole token or the prefix itself (what may be printed or logged)."""
     return _split(token_or_prefix)[0] if token_or_prefix.startswith(TOKEN_MARK) else token_or_prefix
+
+
+# A token within a text (a URL, a value echoed back), a mangled one too: what follows its mark up to the first `_` (or
+# `%5F`, as a query string may escape it) names it; the rest, up to what ends a URL's part or a word, is its secret.
+_TOKEN_IN_TEXT = re.compile(r"""(spr_[^\s/?#&"']*?)(?:_|%5F)[^\s/?#&"']*""", re.IGNORECASE)
+
+
+def without_secrets(text: str) -> str:
+    """`text` with every token's secret cut off: `spr_<prefix>_...`, which still names the token by its prefix."""
+    return _TOKEN_IN_TEXT.sub(r"\1_...", text)
 
 
 def _split(token: str) -> tuple[str, str]:
