@@ -26,7 +26,7 @@ def answer_invalid_requests(app: FastAPI) -> None:
 
 async def _invalid_request(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    detail = [_echoing_in_part(problem) for problem in _without_secrets(_finite(jsonable_encoder(error.errors())))]
+    detail = [_echoing_in_part(problem) for problem in _writable(jsonable_encoder(error.errors()))]
     return JSONResponse({"detail": detail}, status_code=422)
 
 
@@ -40,21 +40,14 @@ def _echoing_in_part(problem: Any) -> Any:
     return {**problem, "input": f"{written[:MAX_ECHO_CHARS]}... ({len(written):,} characters in all, not echoed)"}
 
 
-def _finite(value: Any) -> Any:
+def _writable(value: Any) -> Any:
+    """The errors as JSON can carry them and a reply may show them: non-finite numbers as text, tokens' secrets cut."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite(item) for item in value]
-    return value
-
-
-def _without_secrets(value: Any) -> Any:
     if isinstance(value, str):
         return without_secrets(value)
     if isinstance(value, dict):
-        return {key: _without_secrets(item) for key, item in value.items()}
+        return {key: _writable(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_without_secrets(item) for item in value]
+        return [_writable(item) for item in value]
     return value
