@@ -89,7 +89,9 @@ def test_successful_command_reports_started_heartbeats_logs_and_success(controll
     assert len(controller.of("heartbeat")) >= 2
     assert all(r.body == {"checkpoint_step": None} for r in controller.of("heartbeat"))
     assert all(r.authorization == f"Bearer {TOKEN}" for r in controller.requests)
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
 
     checkpoint_dir = agent.disk / "ckpts"
     expected_log = f"job=7 attempt=2 resume=0 dir={checkpoint_dir}\nconfig=absent mine=42\ndéjà vu\n"
@@ -103,7 +105,9 @@ def test_successful_command_reports_started_heartbeats_logs_and_success(controll
 def test_failing_command_reports_failed_with_its_exit_code(controller, run_agent):
     agent = run_agent(controller.url, run="echo boom; exit 3")
     assert agent.wait() == 0
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": 3, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": 3, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
     assert controller.log_text() == "boom\n"
 
 
@@ -128,7 +132,9 @@ def test_setup_then_run_in_the_workdir(controller, run_agent, tmp_path):
 def test_exit_code_75_is_preempted(controller, run_agent):
     agent = run_agent(controller.url, run="exit 75")
     assert agent.wait() == 0
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
 
 
 def assert_checkpoint_backed_up(store: Path) -> None:
@@ -157,7 +163,9 @@ def test_local_metadata_notice_stops_trainer_backs_up_and_reports_preempted(cont
     assert_checkpoint_backed_up(agent.store)
     # marked as this attempt's backup: the controller's evidence that the instance was alive then
     assert (agent.store / MARKS_FOLDER / f"job-7-attempt-{ATTEMPT_ID}.json").is_file()
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
     endpoints = [r.endpoint for r in controller.requests]
     assert endpoints.index("notice") < endpoints.index("exit")
 
@@ -177,7 +185,9 @@ def test_a_notice_whose_deadline_has_passed_still_lets_the_trainer_save_and_back
     assert notice.body["deadline"] == reclaim_at.timestamp()  # reported as the cloud stated it
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def test_a_command_that_exits_0_after_the_notice_finished_and_is_not_run_again(controller, run_agent, tmp_path):
@@ -188,7 +198,9 @@ def test_a_command_that_exits_0_after_the_notice_finished_and_is_not_run_again(c
     agent.process.send_signal(signal.SIGTERM)
     assert agent.wait() == 0
     assert [n.body["source"] for n in controller.of("notice")] == ["sigterm"]
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
 
 
 def test_a_setup_that_exits_0_after_the_notice_is_preempted_not_succeeded(controller, run_agent, tmp_path):
@@ -257,7 +269,9 @@ def test_after_a_normal_exit_the_groups_helpers_finish_before_the_backup_and_a_n
     assert agent.wait() == 0
     assert_checkpoint_backed_up(agent.store)
     assert [n.body["source"] for n in controller.of("notice")] == ["sigterm"]
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def test_a_notice_while_the_groups_helpers_linger_after_a_normal_exit_is_told_at_once_and_kept_to(
@@ -273,7 +287,9 @@ def test_a_notice_while_the_groups_helpers_linger_after_a_normal_exit_is_told_at
     controller.wait_for(lambda: controller.of("notice"), timeout=2.5)
     controller.wait_for(lambda: controller.of("exit"), timeout=20)
     assert time.time() < reclaim_at.timestamp()
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
     assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
     assert agent.wait() == 0
 
@@ -309,7 +325,9 @@ def test_sigterm_to_the_agent_is_a_notice(controller, run_agent, tmp_path):
     assert notice.body["source"] == "sigterm"
     assert sent_at + 5.0 <= notice.body["deadline"] <= sent_at + 5.0 + 1.0
     assert_checkpoint_backed_up(agent.store)
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def test_the_jobs_log_says_in_a_line_that_the_command_is_asked_to_stop_for_a_notice(controller, run_agent, tmp_path):
@@ -334,7 +352,9 @@ def test_sigint_to_the_agent_is_a_notice_too(controller, run_agent, tmp_path):
     (notice,) = controller.of("notice")
     assert notice.body["source"] == "sigterm" and "SIGINT" in notice.body["detail"]
     assert_checkpoint_backed_up(agent.store)
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def test_trainer_ignoring_sigterm_is_killed_when_the_grace_runs_out(controller, run_agent, tmp_path):
@@ -345,7 +365,9 @@ def test_trainer_ignoring_sigterm_is_killed_when_the_grace_runs_out(controller, 
     started = time.monotonic()
     assert agent.wait() == 0
     assert time.monotonic() - started < 5
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": -signal.SIGKILL, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": -signal.SIGKILL, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
 
 
 def test_restore_brings_only_committed_checkpoints_and_user_files(controller, run_agent, tmp_path):
@@ -421,13 +443,17 @@ while not Path({str(go_on)!r}).exists():
     go_on.touch()
     assert agent.wait() == 0
     assert_checkpoint_backed_up(agent.store)
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def test_a_missing_workdir_fails_the_attempt_with_the_reason_in_its_log(controller, run_agent, tmp_path):
     agent = run_agent(controller.url, run="true", workdir=str(tmp_path / "nowhere"))
     assert agent.wait() == 0
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
     assert "cannot start the run command" in controller.log_text()
     assert "nowhere" in controller.log_text()
 
@@ -436,7 +462,9 @@ def test_an_unusable_store_fails_the_attempt_before_the_command_runs(controller,
     marker = tmp_path / "ran"
     agent = run_agent(controller.url, run=f"touch {marker}", checkpoint_store="nosuchprotocol://bucket/job")
     assert agent.wait() == 0
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert "cannot restore checkpoints from nosuchprotocol://bucket/job" in controller.log_text()
     assert not marker.exists()
 
@@ -453,7 +481,9 @@ def test_a_stop_asked_in_a_heartbeat_answer_checkpoints_and_ends_the_attempt(con
     assert notice.body["source"] == "controller" and "spot is back" in notice.body["detail"]
     assert "got SIGTERM" in controller.log_text()
     assert_checkpoint_backed_up(agent.store)
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 # Still saving when the cloud's notice comes, and a moment after.
@@ -481,7 +511,9 @@ def test_the_clouds_notice_during_a_stop_to_move_is_told_to_the_controller(contr
     assert controller.of("notice")[1].body["deadline"] == reclaim_at.timestamp()
     endpoints = [r.endpoint for r in controller.requests]
     assert len(endpoints) - endpoints[::-1].index("notice") - 1 < endpoints.index("exit")
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
 
 
 def write_committed_checkpoint(store: Path, step: int) -> None:
@@ -515,7 +547,9 @@ def test_a_standby_taken_back_while_holding_reports_preempted_without_running(co
     assert agent.wait() == 0
     (notice,) = controller.of("notice")
     assert notice.body["source"] == "sigterm"
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert not marker.exists() and not list((tmp_path / "store").glob("*"))
 
 
@@ -594,7 +628,9 @@ def test_at_a_notice_the_rest_of_the_group_is_waited_for_then_killed(controller,
     wait_for_output(controller, agent, "ready")
     agent.process.send_signal(signal.SIGTERM)
     assert agent.wait() == 0
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": False,
+    }
     assert [step for step, _ in list_committed(fsspec.filesystem("file"), str(agent.store))] == [9]
     assert "helper" not in _processes_with(str(tmp_path))
 
@@ -683,7 +719,9 @@ def test_a_store_that_stops_answering_does_not_hold_the_exit_report_past_the_dea
     started = time.monotonic()
     assert agent.wait() == 0
     assert time.monotonic() - started < 8
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": False, "nothing_to_back_up": False,
+    }
 
 
 SLOW_STORE = """
@@ -713,7 +751,9 @@ def test_a_notice_during_the_restore_is_reported_and_the_command_never_starts(co
     agent = run_agent(controller.url, extra_env=env, run="echo started", checkpoint_store=f"slow://{tmp_path / 's'}")
     assert agent.wait() == 0
     assert [r.body["source"] for r in controller.of("notice")] == ["local-metadata"]
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert "started" not in controller.log_text()
 
 
@@ -754,7 +794,9 @@ def test_a_notice_during_a_restore_longer_than_the_notice_is_told_at_once_and_en
     announce_reclaim(metadata, in_seconds=30)
     controller.wait_for(lambda: controller.of("notice"), timeout=3)
     controller.wait_for(lambda: controller.of("exit"), timeout=5)
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert agent.wait(timeout=10) == 0
     assert "started" not in controller.log_text()
 
@@ -782,7 +824,9 @@ def test_a_malformed_cloud_setting_fails_the_attempt_saying_why_instead_of_a_sil
                       extra_env={"SPOTRUN_CLOUD": "azure", "SPOTRUN_AZURE_ACKNOWLEDGE_PREEMPT": "maybe"})
     assert agent.wait() == 0
     assert [r.endpoint for r in controller.requests][0] == "started"
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert "cannot watch for preemption notices" in controller.log_text() and "never" not in controller.log_text()
 
 
@@ -791,7 +835,9 @@ def test_a_checkpoint_dir_of_a_user_the_instance_lacks_fails_the_attempt_saying_
     agent = run_agent(controller.url, run="echo never", checkpoint_dir="~spotrun-no-such-user/ckpts")
     assert agent.wait() == 0
     assert [r.endpoint for r in controller.requests][0] == "started"
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     said = controller.log_text()
     assert "checkpoint.dir: '~spotrun-no-such-user/ckpts' starts with ~spotrun-no-such-user" in said, said
     assert "never" not in said
@@ -802,7 +848,9 @@ def test_an_agent_older_than_its_controller_fails_the_attempt_saying_why(control
     agent = run_agent(controller.url, run="echo never", a_future_setting=True)
     assert agent.wait() == 0
     assert [r.endpoint for r in controller.requests][0] == "started"
-    assert exit_body(controller) == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }
     assert "does not know the settings a_future_setting" in controller.log_text()
     assert "never" not in controller.log_text()
 
@@ -957,7 +1005,9 @@ def test_a_sigterm_during_the_final_backup_brings_its_deadline_forward(controlle
     started = time.monotonic()
     controller.wait_for(lambda: controller.of("exit"), timeout=20)
     assert time.monotonic() - started < 8
-    assert exit_body(controller) == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": False, "nothing_to_back_up": False,
+    }
     assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
     assert agent.wait() == 0
 
@@ -972,7 +1022,9 @@ def test_a_clouds_notice_during_the_final_backup_of_a_finished_run_is_told_and_b
     reclaim_at = announce_reclaim(metadata, in_seconds=3)
     controller.wait_for(lambda: controller.of("exit"), timeout=20)
     assert time.time() < reclaim_at.timestamp()
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False, "nothing_to_back_up": False,
+    }
     assert [n.body["source"] for n in controller.of("notice")] == ["local-metadata"]
     assert agent.wait() == 0
 
@@ -988,7 +1040,9 @@ def test_a_store_that_hangs_after_a_normal_exit_holds_the_exit_report_no_longer_
     started = time.monotonic()
     controller.wait_for(lambda: controller.of("exit"), timeout=15)
     assert time.monotonic() - started < 6
-    assert exit_body(controller) == {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False}
+    assert exit_body(controller) == {
+        "outcome": "succeeded", "exit_code": 0, "checkpoint_synced": False, "nothing_to_back_up": False,
+    }
     assert agent.wait() == 0
 
 

@@ -115,4 +115,6 @@ def test_an_agent_refused_its_job_part_fails_the_attempt_saying_why_in_its_log(c
     assert agent.wait() == 0
     assert [r.endpoint for r in controller.requests][:2] == ["job", "started"]
     assert "did not hand out the job's part of attempt 41" in controller.log_text()
-    assert controller.of("exit")[-1].body == {"outcome": "failed", "exit_code": None, "checkpoint_synced": False}
+    assert controller.of("exit")[-1].body == {
+        "outcome": "failed", "exit_code": None, "checkpoint_synced": False, "nothing_to_back_up": True,
+    }

@@ -31,7 +31,9 @@ def assert_preempted_by(controller, source: str) -> dict:  # type: ignore[no-unt
     assert notice.body["source"] == source
     assert "got SIGTERM" in controller.log_text()
     (exit_request,) = controller.of("exit")
-    assert exit_request.body == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_request.body == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
     endpoints = [r.endpoint for r in controller.requests]
     assert endpoints.index("notice") < endpoints.index("exit")
     return notice.body
@@ -136,5 +138,7 @@ def test_an_acknowledged_azure_preempt_is_approved_only_once_the_attempt_is_save
     assert agent.wait() == 0
     assert "saving; Preempt event Scheduled" in controller.log_text()
     (exit_request,) = controller.of("exit")
-    assert exit_request.body == {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True}
+    assert exit_request.body == {
+        "outcome": "preempted", "exit_code": 75, "checkpoint_synced": True, "nothing_to_back_up": True,
+    }
     assert azure.acknowledged == [event.event_id]

@@ -73,6 +73,28 @@ def test_the_new_instance_runs_before_the_old_one_is_asked_to_stop(world, script
     assert any("takes over from attempt 1" in m for m in events(world, job_id, "move_taken_over"))
 
 
+def test_a_standby_that_took_over_and_ended_between_two_ticks_ran_from_its_take_over(world, scripted):
+    """Its agent reported in long before it took over: the job's move to RUNNING on it is dated at the take-over
+    (not at its report, when the job still ran on the old attempt), and read before its end."""
+    job_id, old = start_move(world, scripted)
+    new = world.agent(standby_instance(world, job_id))
+    new("started", {})
+    world.tick(5)  # the old attempt is asked to stop
+    world.agent(old)("exit", {"outcome": "preempted", "exit_code": 75, "checkpoint_synced": True})
+    world.tick(5)  # it ends (migrated), and the standby takes over
+    taken_over = world.clock.now()
+    assert world.job(job_id).state == "PROVISIONING"
+    new("exit", {"outcome": "failed", "exit_code": 3, "checkpoint_synced": True})
+    world.tick(5)
+
+    with world.store.session() as session:
+        read = session.scalars(select(Event).where(Event.job_id == job_id).order_by(Event.id)).all()
+        standby_ended = next(i for i, e in enumerate(read) if e.kind == "attempt_ended" and "attempt 2 " in e.message)
+        running = [(i, e.at) for i, e in enumerate(read) if e.kind == "state" and (e.data or {}).get("to") == "RUNNING"]
+    assert running[-1][0] < standby_ended
+    assert running[-1][1] == taken_over
+
+
 def test_a_refused_launch_keeps_the_job_running_where_it_is(world, scripted):
     world.cloud.capacity["m-b"] = False
     job_id, old = start_move(world, scripted)

@@ -369,6 +369,31 @@ def test_a_command_that_starts_and_ends_between_two_ticks_succeeds(world):
     assert job.state == "SUCCEEDED" and job.attempts[0].end_reason == "succeeded"
 
 
+def job_events(world, job_id: int) -> list[Event]:
+    with world.store.session() as session:
+        return session.scalars(select(Event).where(Event.job_id == job_id).order_by(Event.id)).all()
+
+
+def test_a_command_that_starts_and_ends_between_two_ticks_reads_as_running_before_its_end(world):
+    """Readers list a job's events by id (`--follow`, `spotrun status`, the dashboard): the job ran on the attempt,
+    then the attempt ended; its move to RUNNING is dated when the agent started, not when the controller saw it."""
+    job_id = world.submit()
+    world.tick()
+    post = world.agent(world.attempts(job_id)[0].instance_id)
+    post("started", {})
+    started_at = world.clock.now()
+    world.clock.advance(5)
+    post("exit", {"outcome": "failed", "exit_code": 3, "checkpoint_synced": True})
+    world.tick()
+
+    events = job_events(world, job_id)
+    read = [(e.kind, (e.data or {}).get("to")) for e in events]
+    running = read.index(("state", "RUNNING"))
+    assert running < read.index(("attempt_ending", None)) < read.index(("attempt_ended", None)), read
+    assert events[running].at == started_at
+    assert "agent started on" in events[running].message
+
+
 
 def test_a_running_job_with_a_deadline_is_put_to_its_policy_and_moved_when_it_says_so(world, scripted):
     from spotrun.policy import Keep, Launch

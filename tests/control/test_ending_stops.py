@@ -44,3 +44,27 @@ def test_a_clouds_notice_as_its_attempt_ends_is_still_its_notice(world):
     messages = events_of(world, world.attempts(job_id)[0].id)
     assert any("preemption notice from local-metadata" in m for m in messages), messages
     assert any("command preempted (exit code 75)" in m for m in messages), messages
+
+
+def test_an_exit_with_nothing_to_back_up_says_nothing_of_checkpoints(world):
+    """A job that saves no checkpoints (a gang's node, whose ranks write to the store themselves, alike) was told its
+    checkpoints were backed up at each exit."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("exit", {"outcome": "failed", "exit_code": 3, "checkpoint_synced": True,
+                                   "nothing_to_back_up": True})
+
+    messages = events_of(world, world.attempts(job_id)[0].id)
+    assert "attempt 1: command failed (exit code 3)" in messages, messages
+    assert not [m for m in messages if "backed up" in m], messages
+
+
+def test_an_exit_with_checkpoints_says_whether_they_were_backed_up(world):
+    for synced, words in ((True, "checkpoints backed up"), (False, "checkpoints NOT backed up")):
+        job_id = world.submit()
+        instance = world.run_to_running(job_id)
+        world.agent(instance)("exit", {"outcome": "succeeded", "exit_code": 0, "checkpoint_synced": synced,
+                                       "nothing_to_back_up": False})
+
+        messages = events_of(world, world.attempts(job_id)[0].id)
+        assert f"attempt 1: command succeeded (exit code 0); {words}" in messages, messages

@@ -146,3 +146,20 @@ def test_bad_job_file_is_refused_and_the_store_is_unchanged(spotrun, tmp_path):
     assert [(r["id"], r["name"]) for r in after] == [(1, "waiting-e2e")]
     spotrun.run("cancel", "1")
     spotrun.wait_for(1, lambda r: r["state"] == "CANCELLED", what="the cancel")
+
+
+def test_a_command_that_fails_at_once_reads_in_order_and_says_nothing_of_checkpoints(spotrun, tmp_path):
+    """A user's report: in `launch --follow`, each attempt ended before the job was RUNNING on it, and each failure
+    said checkpoints were backed up, in a job that saves none."""
+    job = tmp_path / "fails.yaml"
+    job.write_text("name: fails-at-once\nrun: exit 3\nresources: {cloud: local}\nmax_restarts_on_error: 1\n")
+    followed = spotrun.run("launch", str(job), "--follow", check=False, timeout=120)
+    assert "job 1 FAILED after 2 attempts" in followed.stdout, followed.stdout + followed.stderr
+
+    lines = followed.stdout.splitlines()
+    running = [i for i, line in enumerate(lines) if "→ RUNNING: agent started on" in line]
+    ended = [i for i, line in enumerate(lines) if "ended: failed" in line]
+    assert len(running) == len(ended) == 2, followed.stdout
+    assert running[0] < ended[0] < running[1] < ended[1], followed.stdout
+    assert "backed up" not in followed.stdout
+    assert_nothing_lost(spotrun)

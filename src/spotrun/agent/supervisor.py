@@ -465,10 +465,19 @@ class Agent:
         # Logs first, so the controller holds the whole log when it sees the exit; bounded, as the exit matters more.
         self.logs.close(timeout=self._log_flush_seconds())
         self.heartbeat.stop()  # nothing about the attempt's life follows its exit
-        self.reporter.send("exit", asdict(report))
+        self.reporter.send("exit", {**asdict(report), "nothing_to_back_up": self._nothing_to_back_up()})
         log.info("reporting exit: %s (exit code %s)", report.outcome, report.exit_code)
         self.reporter.wait_delivered()
         self.logs.close(timeout=self.config.log_flush_timeout)
+
+    def _nothing_to_back_up(self) -> bool:
+        """Whether the checkpoint folder held nothing to back up (no checkpoint, no user file), so that the exit of a
+        job that saves none does not say its checkpoints were backed up; False where the folder cannot be read."""
+        try:
+            return not (self.sync.local.committed() or self.sync.local.user_files())
+        except Exception:
+            log.warning("cannot list the checkpoint folder %s", self.checkpoint_dir, exc_info=True)
+            return False
 
     def _let_the_instance_go(self) -> None:
         """Once the exit is reported, the cloud need not wait for its notice's deadline (Azure, told so, evicts at

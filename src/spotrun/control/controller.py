@@ -475,6 +475,7 @@ class Controller:
         if verdict.end_reason is None:
             self._mark_running(attempt.id, verdict)
         else:
+            self._mark_ran_unseen(attempt.id)  # before the end's events: the command ran before it ended
             self.begin_end(attempt.id, verdict)
             self._finish_attempt(attempt.id)
 
@@ -588,8 +589,20 @@ class Controller:
             self.fence(session, attempt.job_id)  # judged before a describe that may have stalled past the claim
             session.refresh(attempt)
             if attempt.ended_at is None and attempt.state != "ending" and attempt.job.state != JobState.RUNNING:
-                records.transition(session, attempt.job, JobState.RUNNING, now,
-                                   f"{verdict.message} ({attempt.market} in {attempt.zone})", running_on=[attempt])
+                _record_running(session, attempt, now, verdict.message)
+
+    def _mark_ran_unseen(self, attempt_id: int) -> None:
+        """The job's move to RUNNING for an attempt about to end whose command started and ended between two ticks:
+        recorded before the end's events (readers list them by id) and dated when the job began to run on it: its
+        agent's start, or the job's previous move if later (a standby that took over had reported in before it)."""
+        with self.store.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            self.fence(session, attempt.job_id)
+            session.refresh(attempt)
+            job = attempt.job
+            if attempt.agent_started_at is not None and attempt.ended_at is None and job.state == JobState.PROVISIONING:
+                _record_running(session, attempt, max(attempt.agent_started_at, job.updated_at),
+                                f"agent started on {attempt.instance_id}")
 
     def fence(self, session, job_id: int) -> None:
         """In a transaction that decides for the job (a launch, an end): ClaimLost unless this worker still holds
@@ -618,6 +631,7 @@ class Controller:
             )
 
     def _finish_attempt(self, attempt_id: int) -> None:
+        self._mark_ran_unseen(attempt_id)  # an end marked without it (by an older spotrun): the job ran, then ended
         self.finish_attempt(attempt_id, self._after_single_attempt)
 
     def finish_attempt(self, attempt_id: int, after: Callable[..., None], *, fenced: bool = True) -> None:
@@ -679,11 +693,6 @@ class Controller:
             store_url, BackupWriter(attempt.job_id, attempt.id), self.settings.store_lookup_timeout)
 
     def _after_single_attempt(self, session, attempt: Attempt, now: float) -> None:
-        if attempt.agent_started_at is not None and attempt.job.state == JobState.PROVISIONING:
-            # the command started and ended between two ticks: it did run
-            records.transition(session, attempt.job, JobState.RUNNING, now,
-                               f"agent started on {attempt.instance_id} ({attempt.market} in {attempt.zone})",
-                               running_on=[attempt])
         self._after_attempt(session, attempt, now)
         self.moves.after_predecessor_end(session, attempt, now)
 
@@ -840,6 +849,12 @@ class Controller:
         if spec.spot.policy == "default":
             options = {"backoff_base": self.settings.backoff_base, "backoff_max": self.settings.backoff_max}
         return get_policy(spec.spot.policy, **options)
+
+
+def _record_running(session, attempt: Attempt, at: float, message: str) -> None:
+    """The job's move to RUNNING on its single attempt."""
+    records.transition(session, attempt.job, JobState.RUNNING, at, f"{message} ({attempt.market} in {attempt.zone})",
+                       running_on=[attempt])
 
 
 def _as_recorded(attempt: Attempt) -> InstanceInfo:

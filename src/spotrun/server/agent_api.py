@@ -88,6 +88,9 @@ class Exit(BaseModel):
     outcome: Literal["succeeded", "failed", "preempted"]
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # the column is 32-bit
     checkpoint_synced: bool = False
+    nothing_to_back_up: bool = Field(
+        default=False, description="the instance held no checkpoint (nor user file): the exit says nothing of a backup",
+    )
 
 
 JOB_PART_SERVED = "job_part_served"
@@ -156,10 +159,18 @@ def stopped_by_its_ending(attempt: Attempt, source: str) -> bool:
 
 
 def exit_message(attempt: Attempt, body: Exit) -> str:
-    synced = "checkpoints backed up" if body.checkpoint_synced else "checkpoints NOT backed up"
+    backup = backup_words(body)
     if body.outcome == "preempted" and attempt.state == "ending" and attempt.notice_at is None:
-        return f"attempt {attempt.number}: agent stopped as the attempt ended (exit code {body.exit_code}); {synced}"
-    return f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}); {synced}"
+        return f"attempt {attempt.number}: agent stopped as the attempt ended (exit code {body.exit_code}){backup}"
+    return f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}){backup}"
+
+
+def backup_words(body: Exit) -> str:
+    """What the exit says of the final backup: nothing where there was nothing to back up (a job that saves no
+    checkpoints, a gang's node, whose ranks write to the store themselves)."""
+    if body.nothing_to_back_up:
+        return ""
+    return "; checkpoints backed up" if body.checkpoint_synced else "; checkpoints NOT backed up"
 
 
 # how long a heartbeat's answer may name workers as they were: each attempt beats every few seconds
