@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
+
 import spotrun
 from spotrun.agent.config import GangConfig
 from spotrun.agent.gang import GenerationOrder, free_port, node_command
@@ -81,3 +84,61 @@ def test_a_stopped_torchrun_says_so_in_a_line_and_a_crashed_one_keeps_its_traceb
     code, text = _finished(*_torchrun(tmp_path, CRASHING_RANK))
     assert code == 1
     assert "RuntimeError: rank crashed" in text and "Traceback" in text and "ChildFailedError" in text
+
+
+HANGING_RANK = """
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank stuck in its save
+print(f"pid {os.getpid()}", flush=True)
+time.sleep(300)
+"""
+
+SLOW_SAVING_RANK = """
+import signal, sys, time
+def save(*_):
+    time.sleep(35)  # a large checkpoint: longer than torchrun's own 30 s, well within EC2's 2-minute notice
+    print("saved", flush=True)
+    sys.exit(75)
+signal.signal(signal.SIGTERM, save)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_kill_at_the_stop_time_ends_torchruns_workers_too(tmp_path):
+    """torchrun starts each worker in a session of its own: the SIGKILL of its group at the agent's stop time left
+    the workers running, writing checkpoints and holding their GPUs into the next generation."""
+    process, output = _torchrun(tmp_path, HANGING_RANK)
+    while len(pids := re.findall(r"pid (\d+)", "".join(output))) < 2:
+        time.sleep(0.05)
+        assert process.is_running(), "".join(output)
+    process.signal_group(signal.SIGKILL)
+    assert process.wait(10) is not None
+    deadline = time.time() + 10
+    while (alive := [pid for pid in map(int, pids) if _running(pid)]) and time.time() < deadline:
+        time.sleep(0.1)
+    for pid in alive:  # not left behind by a failing run
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.soak
+def test_torchrun_lets_its_workers_save_for_longer_than_its_own_30_seconds(tmp_path):
+    """torchrun SIGKILLed its workers 30 s after its SIGTERM, whatever the notice left: the agent's stop time
+    governs now (`TORCHRUN_SHUTDOWN_SECONDS`)."""
+    process, output = _torchrun(tmp_path, SLOW_SAVING_RANK)
+    while "".join(output).count("ready") < 2:
+        time.sleep(0.05)
+        assert process.is_running(), "".join(output)
+    process.signal_group(signal.SIGTERM)
+    code = process.wait(90)
+    assert process.drain_output(5)
+    text = "".join(output)
+    assert code == 1 and text.count("saved") == 2, text[-3000:]

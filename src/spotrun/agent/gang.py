@@ -180,6 +180,12 @@ def rendezvous_environment(gang: GangConfig, order: GenerationOrder) -> dict[str
     return env
 
 
+# How long torchrun, stopped, lets its workers save before it kills them: longer than any stop time the agent gives
+# (a notice's, notice_grace), which governs. torchrun's own 30 s killed ranks still saving within EC2's 2 minutes;
+# at the agent's stop time it kills them itself (`CommandProcess.signal_group`).
+TORCHRUN_SHUTDOWN_SECONDS = 86400
+
+
 def node_command(run: str, gang: GangConfig, order: GenerationOrder) -> str:
     """The bash command this node runs for one generation."""
     if gang.launcher == "env":
@@ -188,6 +194,7 @@ def node_command(run: str, gang: GangConfig, order: GenerationOrder) -> str:
         sys.executable, "-m", "spotrun.agent.torchrun_launch",  # torchrun, without its traceback when stopped
         f"--nnodes={order.nnodes}", f"--node-rank={order.node_rank}", f"--nproc-per-node={gang.procs_per_node}",
         f"--master-addr={order.master_addr}", f"--master-port={order.master_port}", "--max-restarts=0",
+        f"--shutdown-timeout={TORCHRUN_SHUTDOWN_SECONDS}",
         "--no-python", sys.executable, "-m", "spotrun.agent.rank_output",  # each rank's lines whole
         "bash", "-c", run,
     ]

@@ -7,6 +7,7 @@ too, so progress bars flow), decoded as UTF-8 with replacement characters.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
 import os
 import signal
@@ -14,6 +15,8 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import psutil
 
 from spotrun.agent.lines import copy_whole_lines
 
@@ -66,13 +69,19 @@ class CommandProcess:
             return None
 
     def signal_group(self, signum: signal.Signals) -> None:
-        """Send signum to the command's whole process group (children included)."""
+        """Send signum to the command's whole process group (children included). A SIGKILL also reaches every
+        process the group started outside it (`_strays`): torchrun starts each worker in a session of its own, and
+        a worker left running once torchrun is killed would go on writing checkpoints and holding its GPU."""
+        strays = _strays(self._running().pid) if signum == signal.SIGKILL else []
         try:
             os.killpg(self._running().pid, signum)
         except ProcessLookupError:
             pass  # the group is already gone
         except PermissionError:
             log.warning("not allowed to signal process group %d", self._running().pid)
+        for stray in strays:
+            with contextlib.suppress(psutil.Error):
+                stray.kill()
 
     def group_alive(self) -> bool:
         """Whether any process of the command's group is left (a child it started, once it exited itself)."""
@@ -105,3 +114,20 @@ class CommandProcess:
         with stream:  # read through its descriptor: whole lines wait for their end (`copy_whole_lines`)
             copy_whole_lines(stream.fileno(), lambda data: self._on_output(decoder.decode(data)))
         self._on_output(decoder.decode(b"", final=True))
+
+
+def _strays(group: int) -> list[psutil.Process]:
+    """The processes the members of process group `group` started, at any depth, that are in another group."""
+    members = [process for process in psutil.process_iter() if _group_of(process) == group]
+    found: dict[int, psutil.Process] = {}
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in member.children(recursive=True) if _group_of(child) != group)
+    return list(found.values())
+
+
+def _group_of(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
