@@ -19,6 +19,10 @@ OVER_THE_CAP = (f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no insta
                 "were capped)")
 UNPRICED = f"attempts left out of `cost`: {OVER_THE_CAP}, whose dollars would be infinite"
 
+# The last line of a followed log stream (`GET /jobs/{id}/logs?follow=true`) that the server ended because the token
+# that opened it was revoked: the CLI tells it from a stream that ended with its job
+STREAM_REVOKED = "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
+
 MAX_SOURCE_CHARS = 1000  # a launch's `source` (the job file's name), at most: the CLI sends the name alone past it
 
 
@@ -38,6 +42,8 @@ class JobRow(BaseModel):
     failure_reason: str | None
     total_steps: int | None = None  # of the whole run, when the SDK was told (progress: checkpoint_step / total)
     unpriced_attempts: int = Field(default=0, description=UNPRICED)
+    owner: str | None = Field(default=None, description="the user whose job it is (`local`: launched without a "
+                              "server); null from a server older than this field")
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump()
@@ -93,8 +99,8 @@ class AttemptView(BaseModel):
     checkpoint_step: int | None
     log_bytes: int
     log_pruned_at: float | None = Field(
-        default=None, description="when `spotrun prune-logs` removed the attempt's log (its size stays in "
-        "log_bytes); null: the log is whole")
+        default=None, description="when log retention (`spotrun prune-logs`, or a server's --keep-logs) removed the "
+        "attempt's log (its size stays in log_bytes); null: the log is whole")
     total_steps: int | None = None
     node_rank: int = 0
     address: str | None = None
@@ -187,7 +193,9 @@ class SpecProblem(BaseModel):
 
 
 class InvalidSpec(BaseModel):
-    detail: str
+    detail: str = Field(description='what kind of refusal: "invalid job file" (its problems), or "job refused by this '
+                        "server's settings\" (a job on the local cloud that SPOTRUN_SERVER_LOCAL_CLOUD does not allow "
+                        'the caller)')
     source: str
     problems: list[SpecProblem]
 

@@ -90,3 +90,11 @@ def test_settings_only_a_newer_controller_knows_leave_a_config_to_report_the_fai
     with pytest.raises(AgentConfigError, match="attempt_id") as err:  # wrong besides: nothing to go on
         load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps({**newer, "attempt_id": "two"})})
     assert err.value.usable is None
+
+
+def test_a_refusal_is_in_the_validators_words_without_pydantics_prefix():
+    """It read "controller_url: Value error, must be a URL starting with http://", pydantic's prefix leaking."""
+    with pytest.raises(AgentConfigError) as refused:
+        load_config(None, {"SPOTRUN_AGENT_CONFIG": json.dumps({**VALID, "controller_url": "ftp://x"})})
+    assert "controller_url: must be a URL starting with http:// or https://, got 'ftp://x'" in str(refused.value)
+    assert "Value error" not in str(refused.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from click.testing import Result
@@ -135,7 +136,10 @@ def test_the_log_stream_says_the_log_was_removed(store):
 
     text = "".join(job_log_stream(store, job_id, follow=False))
 
-    assert "attempt 1" in text and "its log of 6 bytes was removed on" in text and "hello" not in text
+    assert "attempt 1" in text and "hello" not in text
+    # the store keeps no word of which removed it: a server's --keep-logs was named `spotrun prune-logs`
+    assert ("[its log of 6 bytes was removed on 2027-01-15 08:00 UTC by log retention (`spotrun prune-logs` or the "
+            "server's --keep-logs)]") in text, text
 
 
 def test_a_log_kept_as_a_file_before_the_store_held_logs_goes_too(store, tmp_path, monkeypatch):
@@ -182,6 +186,9 @@ def test_the_command_prunes_and_says_how_much(store):
     dry = spotrun(store, "prune-logs", "--older-than", "30d", "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "would remove the logs of 1 attempt(s) of 1 job(s)" in one_line(dry.stdout), dry.stdout
+    cutoff = datetime.fromtimestamp(time.time() - 30 * DAY, timezone.utc)  # the command's own clock, give a minute
+    assert any(f"that ended before {(cutoff - timedelta(minutes=late)).strftime('%Y-%m-%d %H:%M')} UTC (" in dry.stdout
+               for late in (0, 1)), dry.stdout  # UTC, as the log headers say: it named no zone
     assert log_of(store, job_id) == b"y" * 2048
 
     done = spotrun(store, "prune-logs", "--older-than", "30d")

@@ -72,14 +72,19 @@ def test_a_round_against_a_store_that_is_away_logs_and_returns(caplog):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("30", "--keep-logs must be at least 1h; got '30' (30 s; a bare number is seconds)"),
-    ("soon", "--keep-logs must be a duration like"),
-    ("-1d", "--keep-logs must not be negative"),
+    ("30", "{given} must be at least 1h; got '30' (30 s; a bare number is seconds)"),
+    ("soon", "{given} must be a duration like"),
+    ("-1d", "{given} must not be negative"),
 ])
-def test_the_server_refuses_a_retention_it_cannot_mean(tmp_path, monkeypatch, value, message):
+@pytest.mark.parametrize("given", ["--keep-logs", "SPOTRUN_KEEP_LOGS"])
+def test_the_server_refuses_a_retention_it_cannot_mean(tmp_path, monkeypatch, value, message, given):
+    """Set in the environment, the refusal named the option the user had not given, not the variable."""
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
-    result = CliRunner().invoke(app, ["server", "--port", "0", "--keep-logs", value], env={"COLUMNS": "300"})
-    assert result.exit_code == 2 and message in result.output.replace("\n", "")  # a bad argument
+    monkeypatch.delenv("SPOTRUN_KEEP_LOGS", raising=False)
+    option, env = (["--keep-logs", value], {}) if given.startswith("--") else ([], {given: value})
+    result = CliRunner().invoke(app, ["server", "--port", "0", *option], env={**env, "COLUMNS": "300"})
+    said = result.output.replace("\n", "")
+    assert result.exit_code == 2 and message.format(given=given) in said, said  # a bad argument
     assert not (tmp_path / "home").exists()  # refused before any store was opened
 
 

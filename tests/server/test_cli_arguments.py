@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from server_world import TINY_JOB, Team
 from typer.testing import CliRunner
 
+from spotrun.api_models import Launched
 from spotrun.cli import main as cli_main
 from spotrun.cli.embedded import EmbeddedBackend
 from spotrun.cli.main import app
@@ -139,3 +140,39 @@ def test_preempting_a_node_the_job_has_but_not_running_says_that(team: Team, mod
     job_id = team.launch("alice", GANG_OF_3)
     result, said = run(["preempt", str(job_id), "--node", "2"])
     assert result.exit_code == 1 and "holds no running instance as node 2 to preempt" in said, said
+
+
+class InterruptedWhileFollowed:
+    """A backend that launches job 7, and whose first read while following it is cut short by Ctrl-C."""
+
+    def launch(self, job_file: Path) -> Launched:
+        return Launched(id=7, name="tiny", owner="local")
+
+    def rows(self, job_id=None, **selection):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_on_launch_follow_says_the_job_keeps_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It exited 130 without a word, and the job ran on."""
+    job_file = tmp_path / "tiny.yaml"
+    job_file.write_text(TINY_JOB)
+    monkeypatch.setattr(cli_main, "current_backend", InterruptedWhileFollowed)
+    result = CliRunner().invoke(app, ["launch", str(job_file), "--follow"], env=WIDE)
+    assert result.exit_code == 130, result.output
+    assert result.stdout == "launched job 7 (tiny)\n"
+    assert result.stderr == "stopped following; job 7 keeps running: `spotrun logs -f 7`, `spotrun cancel 7`\n"
+
+
+@pytest.mark.parametrize("base", ["http://testserver/spotrun", "http://testserver/api"])
+@pytest.mark.parametrize("arguments", [["status"], ["status", "1"], ["logs", "1"], ["cost", "1"]])
+def test_a_server_url_with_a_wrong_path_is_told_to_be_the_servers_base_url(
+    team: Team, monkeypatch: pytest.MonkeyPatch, base: str, arguments: list[str]
+) -> None:
+    """It answered "404: Not Found" (`status`), or "no job with id 1" for a job that is there."""
+    team.launch("alice")
+    monkeypatch.setattr(cli_main, "current_backend", lambda: RemoteBackend(
+        base, team.tokens["alice"], client=TestClient(team.client.app)))
+    result, said = run(arguments)
+    assert result.exit_code == 1 and "no job" not in said, said
+    assert (f"error: the server at {base} answered 404: Not Found (SPOTRUN_SERVER is the server's base URL, as "
+            "`spotrun server` prints it, without /api/v1)") == said, said

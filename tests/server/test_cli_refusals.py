@@ -206,8 +206,31 @@ def test_prune_logs_refuses_an_age_past_the_longest_duration(home: Path, age: st
 
 @pytest.mark.parametrize("server", ["http://[::1", "http://host:port", "http://host\x01"])
 def test_a_server_url_that_is_no_url_is_one_line(home: Path, server: str) -> None:
-    said = refused(["status"], env={"SPOTRUN_SERVER": server, "SPOTRUN_TOKEN": "t"})
+    """A setting no command can use: exit 2 (README's Commands), not 1."""
+    said = refused(["status"], code=2, env={"SPOTRUN_SERVER": server, "SPOTRUN_TOKEN": "t"})
     assert f"SPOTRUN_SERVER is not a URL ({server!r}):" in said and "Traceback" not in said
+
+
+@pytest.mark.parametrize(("server", "message"), [
+    ("127.0.0.1:41011", "SPOTRUN_SERVER='127.0.0.1:41011' is refused: it must start with http:// or https:// "
+                        "(http://127.0.0.1:41011?)"),
+    ("trainbox", "SPOTRUN_SERVER='trainbox' is refused: it must start with http:// or https://"),
+    ("localhost:8080", "SPOTRUN_SERVER='localhost:8080' is refused: it must start with http:// or https:// "
+                       "(http://localhost:8080?)"),
+    ("ftp://trainbox", "SPOTRUN_SERVER='ftp://trainbox' is refused: it must be an http:// or https:// URL with a host"),
+    ("http:///spotrun", "SPOTRUN_SERVER='http:///spotrun' is refused: it must be an http:// or https:// URL with a host"),
+    ("http://trainbox:8080/api/v1", "SPOTRUN_SERVER='http://trainbox:8080/api/v1' is refused: SPOTRUN_SERVER is the "
+                                    "server's base URL, as `spotrun server` prints it, without /api/v1 "
+                                    "(http://trainbox:8080)"),
+    ("https://gw/spotrun/api/v1/", "without /api/v1 (https://gw/spotrun)"),
+])
+def test_a_server_url_no_server_has_is_a_bad_setting_naming_it(home: Path, server: str, message: str) -> None:
+    """`127.0.0.1:41011` was exit 1 with httpx's "Request URL is missing an 'http://' or 'https://' protocol", and
+    the API's own path answered "404: Not Found"."""
+    for command in (["status"], ["cancel", "1"], ["logs", "1"]):
+        said = refused(command, code=2, env={"SPOTRUN_SERVER": server, "SPOTRUN_TOKEN": "t"})
+        assert said.startswith("error: ") and message in said, said
+    assert not home.exists()  # no store was opened for it
 
 
 def test_launch_refuses_a_bad_controller_setting_at_once(home: Path, tmp_path: Path) -> None:

@@ -127,3 +127,41 @@ def test_an_id_no_job_has_is_the_same_refusal_embedded_and_remote(team: Team, ba
     for ask in (backend.detail, backend.cost, backend.cancel, lambda n: list(backend.log_stream(n, follow=False))):
         with pytest.raises(JobNotFound, match=f"no job with id {job_id}"):
             ask(job_id)
+
+
+def status_output(monkeypatch: pytest.MonkeyPatch, backend, *arguments: str) -> str:
+    monkeypatch.setattr("spotrun.cli.main.current_backend", lambda: backend)
+    result = CliRunner().invoke(app, ["status", *arguments], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def header_cells(table: str) -> list[str]:
+    header = next(line for line in table.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in header.split("┃") if cell.strip()]
+
+
+def test_an_admins_status_names_whose_jobs_they_are_in_both_modes(
+    team: Team, backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin's remote `status` had no owner column, and `status --json` dropped the `owner` the API lists."""
+    add_jobs(team.store, [("alice", "RUNNING"), ("bob", "SUCCEEDED")])
+
+    rows = json.loads(status_output(monkeypatch, backend, "--json"))
+    assert [(row["id"], row["owner"]) for row in rows] == [(1, "alice"), (2, "bob")]
+    assert json.loads(status_output(monkeypatch, backend, "2", "--json"))[0]["owner"] == "bob"
+
+    table = status_output(monkeypatch, backend)
+    assert header_cells(table)[:3] == ["id", "name", "owner"], table
+    assert [line.split("│")[3].strip() for line in table.splitlines() if "job-" in line] == ["alice", "bob"], table
+
+
+def test_one_users_jobs_get_no_owner_column(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Embedded mode's jobs are all `local`'s, and a user's list holds their own: the table is as it was."""
+    add_jobs(team.store, [("local", "RUNNING"), ("local", "SUCCEEDED")])
+
+    table = status_output(monkeypatch, EmbeddedBackend(team.store))
+    assert header_cells(table) == [
+        "id", "name", "state", "attempts", "preemptions", "market/zone", "elapsed", "cost so far"], table
+    assert [row["owner"] for row in json.loads(status_output(monkeypatch, EmbeddedBackend(team.store), "--json"))] == [
+        "local", "local"]

@@ -7,14 +7,19 @@ from __future__ import annotations
 import time
 
 import anyio
+import pytest
 from fastapi.testclient import TestClient
 from server_world import Team, place_attempt
+from typer.testing import CliRunner
 
+from spotrun.cli.main import app as cli
+from spotrun.cli.remote import RemoteBackend
+from spotrun.control.log_retention import prune_logs
 from spotrun.control.logs import legacy_log_path
 from spotrun.server.app import create_app
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.users import revoke_token
-from spotrun.state import Attempt
+from spotrun.state import Attempt, Job
 
 AGENT = {"Authorization": "Bearer agent-token"}
 
@@ -110,3 +115,43 @@ def test_a_log_written_as_a_file_before_the_store_kept_logs_is_read_and_goes_on(
     post_log(team, attempt_id, file.stat().st_size, "after it\n")
     log = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", params={"offset": 7}, headers=team.as_user("alice"))
     assert log.text == "the upgrade\nafter it\n"
+
+
+def test_an_attempts_pruned_log_is_answered_with_when_it_was_removed(team: Team) -> None:
+    """It answered 200, no bytes and `X-Log-Size: 0`: nothing said the log had been removed."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    post_log(team, attempt_id, 0, "hello\n")
+    whole = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", headers=team.as_user("alice"))
+    assert whole.text == "hello\n" and "X-Log-Pruned-At" not in whole.headers
+    with team.store.session() as session:
+        session.get(Job, job_id).state, session.get(Job, job_id).finished_at = "SUCCEEDED", 1_000.0
+    prune_logs(team.store, ended_before=2_000.0, now=1_800_000_000.5)
+
+    pruned = team.client.get(f"/api/v1/jobs/{job_id}/attempts/1/log", headers=team.as_user("alice"))
+
+    assert pruned.status_code == 200 and pruned.text == "" and pruned.headers["X-Log-Size"] == "0"
+    assert float(pruned.headers["X-Log-Pruned-At"]) == 1_800_000_000.5
+
+
+def test_spotrun_logs_f_cut_off_by_a_revoke_exits_non_zero(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It printed the server's last line and exited 0, as for a job that ended."""
+    job_id = team.launch("alice")
+    attempt_id = place_attempt(team.store, job_id, "agent-token")
+    post_log(team, attempt_id, 0, "before\n")
+
+    class RevokedWhileFollowed(RemoteBackend):
+        def log_stream(self, job_id: int, *, follow: bool):
+            for text in super().log_stream(job_id, follow=follow):
+                yield text
+                if text == "before\n":  # read: the stream is open
+                    revoke_token(team.store, team.tokens["alice"], time.time())
+
+    client = TestClient(team.client.app)
+    monkeypatch.setattr("spotrun.cli.main.current_backend",
+                        lambda: RevokedWhileFollowed("http://testserver", team.tokens["alice"], client=client))
+    result = CliRunner().invoke(cli, ["logs", "-f", str(job_id)], env={"COLUMNS": "300"})
+
+    assert result.stdout.endswith("before\n\n[spotrun: the token that opened this stream was revoked; it ends here]\n")
+    assert result.exit_code == 1, result.output
+    assert "the token in SPOTRUN_TOKEN was revoked" in result.stderr, result.stderr

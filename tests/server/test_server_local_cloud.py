@@ -11,7 +11,9 @@ from fastapi.testclient import TestClient
 from server_world import TINY_JOB, Team
 from typer.testing import CliRunner
 
+from spotrun.cli import main as cli_main
 from spotrun.cli.main import app as cli
+from spotrun.cli.remote import RemoteBackend
 from spotrun.config import InvalidSetting
 from spotrun.control import jobs as jobs_api
 from spotrun.server import serve as serve_module
@@ -44,6 +46,7 @@ def test_a_users_local_job_is_refused_by_a_server_that_does_not_allow_it(team: T
     for user in ("alice", "root"):  # by default nobody's, an admin's neither
         answer = launch(team, None, user)
         assert answer["status"] == 422, answer
+        assert answer["detail"] == "job refused by this server's settings"  # the file may be valid
         [problem] = answer["problems"]
         assert problem["field"] == "resources.cloud" and problem["line"] == 4
         assert "'local'" in problem["message"] and "SPOTRUN_SERVER_LOCAL_CLOUD=off" in problem["message"]
@@ -60,6 +63,24 @@ def test_the_setting_says_whose_local_jobs_are_accepted(team: Team, access, user
     assert answer["status"] == (201 if allowed else 422), answer
     if not allowed:
         assert f"SPOTRUN_SERVER_LOCAL_CLOUD={access.value}" in answer["problems"][0]["message"]
+
+
+@on_sqlite
+def test_launch_says_the_servers_setting_refused_a_job_file_not_that_it_is_invalid(team: Team, tmp_path, monkeypatch):
+    """A user's `spotrun launch` of a file an admin's launch runs printed "invalid job file"."""
+    job_file = tmp_path / "small.yaml"
+    job_file.write_text(TINY_JOB)
+    with TestClient(create_app(team.store, local_cloud=LocalCloudAccess.ADMINS)) as client:
+        monkeypatch.setattr(cli_main, "current_backend",
+                            lambda: RemoteBackend("http://testserver", team.tokens["alice"], client=client))
+        result = CliRunner().invoke(cli, ["launch", str(job_file)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output  # a job file this server refuses, as README's Commands say
+    heading, problem = result.stderr.splitlines()
+    assert heading == "job refused by this server's settings", result.stderr
+    assert problem.startswith(f"{job_file}:4: resources.cloud: cloud 'local' runs the job's command on the team "
+                              "server's own machine, which this server allows its admins only (its operator's "
+                              "setting SPOTRUN_SERVER_LOCAL_CLOUD=admins)"), problem
+    assert stored_jobs(team) == 0
 
 
 @on_sqlite

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from spotrun.pydantic_messages import error_message
 from spotrun.user_paths import expand_user
 
 CONFIG_ENV_VAR = "SPOTRUN_AGENT_CONFIG"
@@ -124,7 +125,8 @@ def parse_config(text: str, origin: str) -> AgentConfig:
         if unknown and len(unknown) == len(exc.errors()):
             raise _settings_of_a_newer_controller(data, unknown, origin) from exc
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
+            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error_message(error)}"
+            for error in exc.errors()
         )
         raise AgentConfigError(f"invalid agent config in {origin}: {problems}") from exc
 

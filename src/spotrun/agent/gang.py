@@ -36,6 +36,7 @@ from spotrun.agent.supervisor import (
     instance_address,
     trainer_environment,
 )
+from spotrun.pydantic_messages import error_message
 from spotrun.sdk import PREEMPTED_EXIT_CODE
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class GenerationOrder(BaseModel):
 
 def _problem(error: Any) -> str:
     field = ".".join(str(part) for part in error["loc"])
-    return f"{field}: {error['msg']}" if field else error["msg"]
+    return f"{field}: {error_message(error)}" if field else error_message(error)
 
 
 class GangOrders:

@@ -14,12 +14,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, fail
-from spotrun.cli.views import print_whole
 
 if TYPE_CHECKING:
     from spotrun.cli.accounts import Accounts
@@ -29,8 +28,8 @@ users_app = typer.Typer(help="Users of the team server ($SPOTRUN_SERVER's, else 
                         no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens of the team server's users ($SPOTRUN_SERVER's, else this machine's store).",
                          no_args_is_help=True)
-console = Console()
-errors = Console(stderr=True)
+console = CliConsole()
+errors = CliConsole(stderr=True)
 
 
 @users_app.command("add")

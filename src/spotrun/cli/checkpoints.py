@@ -15,20 +15,19 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from spotrun.cli.backend import current_backend
+from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_ids import positive_job_id
 from spotrun.cli.formats import byte_size
-from spotrun.cli.views import print_whole
 from spotrun.control.job_errors import JobNotFound
 
 app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
-console = Console()
+console = CliConsole()
 
 Location = Annotated[Optional[str], typer.Argument(help="checkpoint folder or URL (or give --job)", show_default=False)]
 JobOption = Annotated[Optional[int], typer.Option(

@@ -7,10 +7,11 @@ with problems: Click's code for its own usage errors), named in the message, and
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-errors = Console(stderr=True)
+from spotrun.cli.consoles import CliConsole
+
+errors = CliConsole(stderr=True)
 
 FAILED = 1
 BAD_ARGUMENT = 2

@@ -16,7 +16,6 @@ from typing import Annotated, Optional
 
 import typer
 from typer.core import TyperGroup
-from rich.console import Console
 from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
@@ -25,6 +24,7 @@ from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import bad_argument, errors
 from spotrun.cli.failing import fail as _fail
 from spotrun.cli.job_files import job_file_path
@@ -33,14 +33,14 @@ from spotrun.cli.job_list import RECENT_ENDED, JobList, listed_jobs
 from spotrun.cli.retention import log_age, prune_logs_command
 from spotrun.cli.simulate_command import simulate
 from spotrun.cli.views import (
-    attempts_summary, attempts_table, follow_events, print_whole, provisional_note, status_table,
+    attempts_summary, attempts_table, follow_events, provisional_note, status_table,
 )
 from spotrun.control import job_errors
 from spotrun.control.states import ended_without_result
 from spotrun.costs.ledger import format_bill
 from spotrun.limits import MAX_NODES
 
-console = Console()
+console = CliConsole()
 
 
 # How a command ends itself, or Typer ends it (a usage error): passed on as they are, without a look at the store.
@@ -92,6 +92,7 @@ app.command(name="simulate", help="Compare placement policies on spot availabili
 app.command(name="prune-logs")(prune_logs_command)
 
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+KEEP_LOGS_VAR = "SPOTRUN_KEEP_LOGS"
 
 
 @app.command()
@@ -106,12 +107,22 @@ def launch(
     try:
         launched = backend.launch(job_file)
     except SpecError as problem:
-        errors.print("[red]invalid job file[/]")
+        errors.print(f"[red]{escape(problem.heading)}[/]")
         typer.echo(str(problem), err=True)  # one unwrapped line per problem, for people and for grep
         raise typer.Exit(2) from None
     console.print(f"launched job [bold]{launched.id}[/] ({escape(launched.name)})")
     if follow:
-        _follow(backend, launched.id)
+        _follow_until_interrupted(backend, launched.id)
+
+
+def _follow_until_interrupted(backend: Backend, job_id: int) -> None:
+    """`_follow`; Ctrl-C stops the following only, and says so: the job goes on (exit 130, as the shell's)."""
+    try:
+        _follow(backend, job_id)
+    except KeyboardInterrupt:
+        errors.print(f"stopped following; job {job_id} keeps running: `spotrun logs -f {job_id}`, "
+                     f"`spotrun cancel {job_id}`", soft_wrap=True, highlight=False)
+        raise typer.Exit(130) from None
 
 
 def _follow(backend: Backend, job_id: int) -> None:
@@ -232,7 +243,7 @@ def server(
         envvar="SPOTRUN_TICK_INTERVAL", min=MIN_TICK_SECONDS, max=MAX_TICK_SECONDS, help="seconds between ticks")] = 0.5,
     no_controller: Annotated[bool, typer.Option("--no-controller", help="serve the API only; never drive jobs")] = False,
     keep_logs: Annotated[Optional[str], typer.Option(
-        envvar="SPOTRUN_KEEP_LOGS",
+        envvar=KEEP_LOGS_VAR,
         help="remove the logs of jobs that ended longer ago than this (30d, 12h), at start and every hour "
         "(default: keep them; see `spotrun prune-logs`)")] = None,
 ) -> None:
@@ -244,17 +255,24 @@ def server(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    keep_seconds = None if keep_logs is None else log_age("--keep-logs", keep_logs)
-    # by name: Typer's own copy of click has a ParameterSource of its own
-    given_on_the_command_line = getattr(ctx.get_parameter_source("public_url"), "name", None) == "COMMANDLINE"
+    keep_logs_given_as = _given_as(ctx, "keep_logs", "--keep-logs", KEEP_LOGS_VAR)
+    keep_seconds = None if keep_logs is None else log_age(keep_logs_given_as, keep_logs)
     try:
         serve(Store(database_url), host=host, port=port, url=public_url, tick_interval=tick_interval,
               run_controller=not no_controller, keep_logs=keep_seconds,
-              url_given_as="--public-url" if given_on_the_command_line else PUBLIC_URL_VAR)
+              url_given_as=_given_as(ctx, "public_url", "--public-url", PUBLIC_URL_VAR))
     except InvalidSetting as problem:
         raise bad_argument(str(problem)) from None
     except CannotListen as problem:
         raise _fail(str(problem)) from None
+
+
+def _given_as(ctx: typer.Context, parameter: str, option: str, variable: str) -> str:
+    """What the user set `parameter` with, to name in a refusal: its `option` when given on the command line, else
+    its environment `variable`."""
+    # by name: Typer's own copy of click has a ParameterSource of its own
+    on_the_command_line = getattr(ctx.get_parameter_source(parameter), "name", None) == "COMMANDLINE"
+    return option if on_the_command_line else variable
 
 
 @app.command()

@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from spotrun import config
+from spotrun.cli.consoles import CliConsole
 from spotrun.cli.failing import bad_argument
+from spotrun.pydantic_messages import error_message
 
 if TYPE_CHECKING:
     from spotrun.providers.local import Market
 
 app = typer.Typer(help="The local cloud's spot market (manual, random or a replayed real trace).", no_args_is_help=True)
-console = Console()
+console = CliConsole()
 Notice = Annotated[float, typer.Option(help="real seconds between a notice and the reclaim")]
 # the market's fields as the options that set them, for error messages
 OPTION_OF_FIELD = {"notice_seconds": "--notice", "mean_lifetime_seconds": "--mean-lifetime", "speed": "--speed",
@@ -102,7 +103,7 @@ def _set(build: Callable[[], Market]) -> Market:
 
 def _option_problem(error) -> str:
     field = str(error["loc"][0]) if error["loc"] else ""
-    return f"{OPTION_OF_FIELD.get(field, field)}: {error['msg'].lower()}, got {error['input']!r}"
+    return f"{OPTION_OF_FIELD.get(field, field)}: {error_message(error).lower()}, got {error['input']!r}"
 
 
 def _fail(message: str) -> NoReturn:

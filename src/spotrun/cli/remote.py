@@ -9,23 +9,44 @@ from typing import Any
 import httpx
 
 from spotrun.api_models import (
-    MAX_SOURCE_CHARS, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, JobRow, Launched, PreemptAccepted,
+    MAX_SOURCE_CHARS, STREAM_REVOKED, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, JobRow, Launched,
+    PreemptAccepted,
 )
 from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
+from spotrun.config import InvalidSetting
 from spotrun.control.job_errors import JobNotFound
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+API_PATH = "/api/v1"
+BASE_URL_HINT = f"{SERVER_ENV} is the server's base URL, as `spotrun server` prints it, without {API_PATH}"
+
+
+def checked_server_url(server: str) -> str:
+    """`server` ($SPOTRUN_SERVER) without its trailing slash; InvalidSetting, naming the variable and what is wrong,
+    for one that is no http(s) URL of a server or names its API's path."""
+    try:
+        url = httpx.URL(server)
+    except httpx.InvalidURL as problem:  # a bad port or a control character, as typed
+        raise InvalidSetting(f"{SERVER_ENV} is not a URL ({server!r}): {problem}") from None
+    if "://" not in server:  # `host:port`, read as a scheme and a path
+        raise InvalidSetting(f"{SERVER_ENV}={server!r} is refused: it must start with http:// or https:// "
+                             f"(http://{server}?); {BASE_URL_HINT}")
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidSetting(f"{SERVER_ENV}={server!r} is refused: it must be an http:// or https:// URL with a host; "
+                             f"{BASE_URL_HINT}")
+    base = server.rstrip("/")
+    if url.path.rstrip("/").endswith(API_PATH):
+        raise InvalidSetting(f"{SERVER_ENV}={server!r} is refused: {BASE_URL_HINT} "
+                             f"({base.removesuffix(API_PATH)})")
+    return base
 
 
 class RemoteBackend:
     def __init__(self, server: str, token: str, *, client: httpx.Client | None = None) -> None:
         """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
-        self.server = server.rstrip("/")
+        self.server = checked_server_url(server)
         self._client = client if client is not None else httpx.Client(timeout=TIMEOUT)
-        try:
-            self._client.base_url = f"{self.server}/api/v1"
-        except httpx.InvalidURL as problem:  # not an HTTPError: a bad port or a control character, as typed
-            raise BackendError(f"{SERVER_ENV} is not a URL ({server!r}): {problem}") from None
+        self._client.base_url = f"{self.server}{API_PATH}"
         self._client.headers["Authorization"] = f"Bearer {token}"
 
     def launch(self, job_file: Path) -> Launched:
@@ -37,7 +58,8 @@ class RemoteBackend:
                 "base_dir": str(job_file.resolve().parent)}
         response = self._send("POST", "/jobs", json=body)
         if response.status_code == 422 and (invalid := _invalid_spec(response)) is not None:
-            raise SpecError(invalid.source, [Problem(p.field, p.message, p.line) for p in invalid.problems])
+            raise SpecError(invalid.source, [Problem(p.field, p.message, p.line) for p in invalid.problems],
+                            heading=invalid.detail)  # the server's: its settings' refusal is no invalid file
         return Launched.model_validate(self._ok(response).json())  # another 422 (the request's shape): its detail
 
     def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
@@ -66,7 +88,13 @@ class RemoteBackend:
             if _no_such_job(response):
                 raise JobNotFound(job_id)
             self._ok(response)
-            yield from response.iter_text()
+            tail = ""
+            for text in response.iter_text():
+                yield text
+                tail = (tail + text)[-len(STREAM_REVOKED):]
+            if follow and tail == STREAM_REVOKED:
+                raise BackendError(f"the server at {self.server} ended the log stream: the token in {TOKEN_ENV} was "
+                                   "revoked")
         finally:
             response.close()
 
@@ -104,7 +132,9 @@ class RemoteBackend:
             raise BackendError(f"the server at {self.server} refused the token in {TOKEN_ENV} (unknown or revoked)")
         if response.is_error:
             response.read()
-            raise BackendError(f"the server at {self.server} answered {response.status_code}: {_detail(response)}")
+            hint = f" ({BASE_URL_HINT})" if _no_route(response) else ""
+            raise BackendError(
+                f"the server at {self.server} answered {response.status_code}: {_detail(response)}{hint}")
         return response
 
     def _unreachable(self, error: httpx.HTTPError) -> BackendError:
@@ -123,7 +153,7 @@ def _no_such_job(response: httpx.Response) -> bool:
     """404, or the server's 422 for a job id no job can have (0, -1, past 32 bits): what embedded mode says of
     both is "no job with id N"."""
     if response.status_code == 404:
-        return True
+        return not _no_route(response)
     if response.status_code != 422:
         return False
     try:
@@ -133,6 +163,18 @@ def _no_such_job(response: httpx.Response) -> bool:
     return isinstance(problems, list) and any(
         isinstance(problem, dict) and problem.get("loc") == ["path", "job_id"] for problem in problems
     )
+
+
+def _no_route(response: httpx.Response) -> bool:
+    """A 404 for the path itself, not for a job: FastAPI's answer to a route it does not have (a SPOTRUN_SERVER with
+    a path too many, or too few under a proxy), or a page that is not the API's JSON (a proxy's, another server's)."""
+    if response.status_code != 404:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return True
+    return not isinstance(body, dict) or body.get("detail") == "Not Found"
 
 
 def _detail(response: httpx.Response) -> str:

@@ -8,16 +8,16 @@ loaded at every start of `spotrun`.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from spotrun.cli.consoles import CliConsole
 from spotrun.cli.failing import bad_argument
 from spotrun.cli.formats import byte_size
 
-console = Console()
+console = CliConsole()
 # The shortest age a job's logs are kept for (`--older-than`, `server --keep-logs`). A bare number is seconds: "30"
 # meant as days removed every log half a minute after its job ended.
 MIN_LOG_AGE_SECONDS = 3600.0
@@ -56,7 +56,8 @@ def prune_logs_command(
         sqlite = store.engine.dialect.name == "sqlite"
     finally:
         store.dispose()
-    cutoff = datetime.fromtimestamp(now - age).strftime("%Y-%m-%d %H:%M")
+    # in UTC, as the log stream's times: the store (and a server's logs) may be read in another zone
+    cutoff = datetime.fromtimestamp(now - age, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     verb = "would remove" if dry_run else "removed"
     console.print(
         f"{verb} the logs of {pruned.attempts} attempt(s) of {pruned.jobs} job(s) that ended before {cutoff} "

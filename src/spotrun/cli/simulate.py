@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, bad_argument, fail
-from spotrun.cli.views import print_whole
 from spotrun.costs.billing import CLOUD_RULES, BillingRule
 from spotrun.policy import max_spot_price, policy_names
 from spotrun.sim.engine import OBSERVE_MODES, SimJob
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 ALL_POLICIES = ("on_demand", "greedy", "uniform_progress", "default", OMNISCIENT)
 HOUR = 3600.0
 
-console = Console()
-errors = Console(stderr=True)
+console = CliConsole()
+errors = CliConsole(stderr=True)
 
 
 def run(

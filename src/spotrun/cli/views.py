@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # the rows come from the backend: the models are not needed t
     from spotrun.api_models import AttemptView, BillView, EventView, JobRow
     from spotrun.cli.backend import Backend
 
-__all__ = ["attempts_table", "follow_events", "print_whole", "progress_line", "status_table"]
+__all__ = ["attempts_table", "follow_events", "progress_line", "status_table"]
 
 _STATE_STYLE = {
     "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "yellow", "PREEMPTED": "magenta",
@@ -29,24 +28,20 @@ _STATE_STYLE = {
 }
 
 
-def print_whole(console: Console, table: Table) -> None:
-    """Print a table on a terminal as wide as the terminal, and elsewhere (a pipe, a file) as wide as the table needs:
-    rich would otherwise cut its cells to 80 columns, and a script reading the output would get "0.7…" for 0.762."""
-    if console.is_terminal:
-        console.print(table)
-        return
-    natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
-    Console(file=console.file, width=max(natural, console.width), no_color=console.no_color).print(table)
-
-
 def status_table(rows: list[JobRow]) -> Table:
+    """The jobs, one a row; with an owner column where they are more than one user's (an admin's list on a team
+    server): one user's own jobs, or embedded mode's, need none."""
+    owned = len({row.owner for row in rows}) > 1
     table = Table(title="spotrun jobs")
-    for column in ("id", "name", "state", "attempts", "preemptions", "market/zone", "elapsed", "cost so far"):
+    columns = ["id", "name", *(["owner"] if owned else []), "state", "attempts", "preemptions", "market/zone",
+               "elapsed", "cost so far"]
+    for column in columns:
         table.add_column(column, justify="right" if column in ("id", "attempts", "preemptions", "elapsed") else "left")
     for row in rows:  # a str cell is markup: what the store holds is escaped
         where = f"{row.market} / {row.zone}" if row.market else "—"
+        owner = [escape(row.owner or "—")] if owned else []
         table.add_row(
-            str(row.id), escape(row.name), f"[{_STATE_STYLE.get(row.state, 'white')}]{escape(row.state)}[/]",
+            str(row.id), escape(row.name), *owner, f"[{_STATE_STYLE.get(row.state, 'white')}]{escape(row.state)}[/]",
             str(row.attempts), str(row.preemptions), escape(where), format_duration(row.elapsed), job_cost_cell(row),
         )
     return table

@@ -21,7 +21,7 @@ from spotrun.server import users as users_api
 from spotrun.server.auth import (
     admin_dependency, owner_seen, principal_dependency, require_self_or_admin, still_signed_in, visible_job,
 )
-from spotrun.server.local_cloud import LocalCloudAccess, local_cloud_problem
+from spotrun.server.local_cloud import REFUSED_BY_SETTING, LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
     InvalidRequest, IssuedTokenView, LaunchRequest, Me, Message, NewUser, OwnedJobRow, PreemptRequest, TokenRevoked,
@@ -35,6 +35,7 @@ from spotrun.spec import Problem, SpecError, located, parse_spec
 from spotrun.state import Store
 from spotrun.state.models import MAX_ID
 
+LOG_PRUNED_AT_HEADER = "X-Log-Pruned-At"  # when log retention removed an attempt's log: seconds since the epoch
 MAX_LISTED = 1000  # jobs a list asks for at most, with `limit`; older ones are paged with `before`
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="the job's id")]
 UserName = Annotated[StoredText, PathParam(min_length=1, max_length=200, description="the user's name")]
@@ -82,7 +83,7 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
                                                              "characters")])
             spec = parse_spec(request.spec, source=source, default_name=default_name or None)
             if (refused := local_cloud_problem(spec, user, local_cloud)) is not None:
-                raise SpecError(source, [refused])
+                raise SpecError(source, [refused], heading=REFUSED_BY_SETTING)
             base_dir = Path(request.base_dir) if request.base_dir else None
             job_id = jobs_api.submit(store, spec, time.time(), spec_dir=base_dir, owner=user.name, source=source)
         except SpecError as error:
@@ -103,7 +104,7 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
         now = time.time()
         with store.session() as session:
             return [
-                OwnedJobRow(**job_row(job, now).to_json(), owner=job.owner)
+                OwnedJobRow(**job_row(job, now).to_json())
                 for job in jobs_api.list_jobs(session, owner=owner_seen(user), ended=ended, before=before, limit=limit)
             ]
 
@@ -143,13 +144,20 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
 
     @router.get(
         "/jobs/{job_id}/attempts/{number}/log", response_class=PlainTextResponse,
-        responses={**NOT_FOUND, 200: {"content": {"text/plain": {}}, "description": "the log's bytes from `offset`"}},
+        responses={**NOT_FOUND, 200: {
+            "content": {"text/plain": {}}, "description": "the log's bytes from `offset`",
+            "headers": {
+                "X-Log-Size": {"description": "where the next read starts", "schema": {"type": "integer"}},
+                LOG_PRUNED_AT_HEADER: {"description": "only for a log that log retention removed (then no bytes "
+                                       "are sent): when, in seconds since the epoch", "schema": {"type": "number"}},
+            }}},
     )
     def attempt_log(
         job_id: JobId, number: Annotated[int, PathParam(ge=1, le=MAX_ID)], user: User,
         offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     ) -> PlainTextResponse:
-        """One attempt's log from a byte offset; the `X-Log-Size` header says where the next read starts."""
+        """One attempt's log from a byte offset; the `X-Log-Size` header says where the next read starts. A log that
+        log retention removed answers no bytes, and `X-Log-Pruned-At` says when it was removed."""
         with store.session() as session:
             visible_job(session, job_id, user)
             attempt = next((a for a in jobs_api.job_attempts(session, job_id) if a.number == number), None)
@@ -158,7 +166,10 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
             data = read_log(session, attempt, offset)
             # asked past the end: where the log ends, not the offset asked (a client going on from there skipped)
             size = offset + len(data) if data else min(offset, log_size(attempt))
-        return PlainTextResponse(data, headers={"X-Log-Size": str(size)})
+            headers = {"X-Log-Size": str(size)}
+            if attempt.log_pruned_at is not None:
+                headers[LOG_PRUNED_AT_HEADER] = repr(attempt.log_pruned_at)
+        return PlainTextResponse(data, headers=headers)
 
     @router.post(
         "/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=CancelAccepted,
@@ -274,7 +285,7 @@ def _never_cache(response: Response) -> None:
 
 def _invalid_spec(error: SpecError) -> JSONResponse:
     body = InvalidSpec(
-        detail="invalid job file", source=error.source,
+        detail=error.heading, source=error.source,
         problems=[SpecProblem(field=p.field, message=p.message, line=p.line) for p in error.problems],
     )
     return JSONResponse(body.model_dump(), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)

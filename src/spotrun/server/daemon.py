@@ -32,6 +32,7 @@ from spotrun.config import InvalidSetting
 from spotrun.control import reclaims
 from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import LIVE, state_names
+from spotrun.pydantic_messages import error_message
 from spotrun.server.agent_api import create_agent_app
 from spotrun.state import Job, Setting, Store, claims, lease
 from spotrun.state.db_clock import database_now
@@ -65,7 +66,7 @@ def checked_setting(name: str, text: str, kind: Any, *, secret: bool = False) ->
         return TypeAdapter(kind).validate_strings(text)
     except ValidationError as invalid:
         shown = "<not shown>" if secret else repr(text)
-        raise InvalidSetting(f"{name}={shown} is refused: {invalid.errors()[0]['msg']}") from None
+        raise InvalidSetting(f"{name}={shown} is refused: {error_message(invalid.errors()[0])}") from None
 
 
 def settings_from_env(url: str) -> ControllerSettings:

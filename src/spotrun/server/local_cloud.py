@@ -19,6 +19,8 @@ from spotrun.state import Job
 from spotrun.state.models import User
 
 LOCAL_CLOUD_VAR = "SPOTRUN_SERVER_LOCAL_CLOUD"
+# The refusal's heading (the API's `detail`): the file may be valid, the server's operator does not allow it
+REFUSED_BY_SETTING = "job refused by this server's settings"
 
 
 class LocalCloudAccess(StrEnum):

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import anyio
 from sqlalchemy.orm import Session
 
+from spotrun.api_models import STREAM_REVOKED
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import read_log
 from spotrun.control.states import is_terminal
@@ -98,14 +99,16 @@ async def job_log_stream_async(
             return
         await anyio.sleep(poll)
         if not await anyio.to_thread.run_sync(still_allowed):
-            yield "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
+            yield STREAM_REVOKED
             return
 
 
 def pruned_line(attempt: Attempt) -> str:
-    """What stands for a log `spotrun prune-logs` removed (the dashboard's log view writes the same)."""
+    """What stands for a log that log retention removed (the dashboard's log view writes the same). The store does
+    not keep which of the two removed it, `spotrun prune-logs` or a server's --keep-logs: the line names both."""
     day = datetime.fromtimestamp(attempt.log_pruned_at or 0, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return f"[its log of {attempt.log_bytes} bytes was removed on {day} by `spotrun prune-logs`]\n"
+    return (f"[its log of {attempt.log_bytes} bytes was removed on {day} by log retention "
+            "(`spotrun prune-logs` or the server's --keep-logs)]\n")
 
 
 def utc_time(at: float | None) -> str:

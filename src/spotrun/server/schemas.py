@@ -51,6 +51,8 @@ class Message(BaseModel):
 
 
 class OwnedJobRow(JobRow):
+    """A row of the job list: its owner always named (an admin's list holds everyone's jobs)."""
+
     owner: str
 
 

@@ -50,6 +50,7 @@ def job_row(job: Job, now: float) -> JobRow:
         failure_reason=job.failure_reason,
         total_steps=newest[1],
         unpriced_attempts=job_bill.unpriced_attempts,
+        owner=job.owner,
     )
 
 

@@ -17,12 +17,17 @@ class Problem:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
-class SpecError(Exception):
-    """A job file that cannot be used; `problems` lists everything wrong with it, in file order."""
+INVALID_JOB_FILE = "invalid job file"
 
-    def __init__(self, source: str, problems: Iterable[Problem]) -> None:
+
+class SpecError(Exception):
+    """A job file that cannot be used; `problems` lists everything wrong with it, in file order. `heading` says what
+    kind of refusal it is: the file's problems, or (a team server's) a valid file its settings do not allow."""
+
+    def __init__(self, source: str, problems: Iterable[Problem], *, heading: str = INVALID_JOB_FILE) -> None:
         self.source = source
         self.problems = list(problems)
+        self.heading = heading
         super().__init__(source, self.problems)
 
     def __str__(self) -> str:

@@ -88,7 +88,7 @@ def located(error: SpecError, text: str) -> SpecError:
         if problem.line is None and problem.field else problem
         for problem in error.problems
     ]
-    return SpecError(error.source, _in_file_order(problems))
+    return SpecError(error.source, _in_file_order(problems), heading=error.heading)
 
 
 def _parts(field: str) -> list[str | int]:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
+from spotrun.pydantic_messages import error_message
 from spotrun.spec.values import describe
 
 _Rewording = Callable[[ErrorDetails], str]
@@ -58,7 +59,7 @@ _REWORDINGS: dict[str, _Rewording] = {
     "greater_than_equal": lambda e: f"must be at least {e['ctx']['ge']:g}; {_got(e)}",
     "literal_error": lambda e: f"must be {e['ctx']['expected']}; {_got(e)}",
     "invalid_key": lambda e: f"field names must be strings; got {describe(e['loc'][-1])}",
-    "value_error": lambda e: str(e["ctx"]["error"]),
+    "value_error": error_message,
 }
 
 
@@ -68,7 +69,7 @@ def reword(error: ErrorDetails, model: type[BaseModel]) -> str:
         return _unknown_field(model)(error)
     rewording = _REWORDINGS.get(error["type"])
     if rewording is None:
-        message = error["msg"]
+        message = error_message(error)
         return message[:1].lower() + message[1:]
     return rewording(error)
 

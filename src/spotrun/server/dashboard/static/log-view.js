@@ -44,5 +44,6 @@ export class LogView {
 // As `spotrun logs` says it (spotrun.server.logstream.pruned_line).
 function prunedLine(attempt) {
   const day = new Date(attempt.log_pruned_at * 1000).toISOString().slice(0, 16).replace("T", " ");
-  return `[its log of ${attempt.log_bytes} bytes was removed on ${day} UTC by \`spotrun prune-logs\`]\n`;
+  return `[its log of ${attempt.log_bytes} bytes was removed on ${day} UTC by log retention ` +
+    "(`spotrun prune-logs` or the server's --keep-logs)]\n";
 }
