@@ -155,7 +155,11 @@ class TeamServer:
             env={**spotrun.env, "SPOTRUN_SERVER_LOCAL_CLOUD": "all"},  # its jobs run on the local cloud: allow them
             stdout=subprocess.PIPE, stderr=open(self.output, "ab"), text=True, start_new_session=True,
         )
-        self.url = self._announced_url(timeout=30)
+        try:
+            self.url = self._announced_url(timeout=30)
+        except BaseException:  # not left running by a test that never gets a server to stop
+            self.stop()
+            raise
 
     def _announced_url(self, timeout: float) -> str:
         ready, _, _ = fd_select.select([self.process.stdout], [], [], timeout)
