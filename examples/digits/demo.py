@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 import fsspec
-from rich.console import Console
-
 from spotrun import config
+from spotrun.cli.consoles import CliConsole
 from spotrun.control.placement import policy_prices
 from spotrun.policy import DefaultPolicy
 from spotrun.providers.local import ZONES, set_market, trace_market
@@ -34,7 +33,7 @@ HOME = ROOT / ".spotrun-demo"
 SPEED = 150.0  # trace seconds per real second: one 10-minute sample every 4 s
 NOTICE_SECONDS = 5.0
 WANTED_PREEMPTIONS = 3
-console = Console()
+console = CliConsole()  # lines whole where the output is no terminal (a log, `make demo > file`)
 
 
 def main() -> int:
