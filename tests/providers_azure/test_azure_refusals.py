@@ -121,16 +121,25 @@ def test_a_create_operation_failing_for_a_missing_image_is_launch_invalid_and_th
     assert arm.count("DELETE", "/virtualMachines/spotrun-sr-1-0a1b2c3d4e5f6a7b") == 1
 
 
-def test_a_failed_create_found_on_a_repeated_launch_is_launch_invalid(make_provider, make_request, arm) -> None:
+@pytest.mark.parametrize(("code", "message", "refusal", "refused_as"), [
+    ("InvalidParameter", "The value of parameter osDisk.diskSizeGB is invalid.", "launch_invalid", LaunchInvalid),
+    ("ZonalAllocationFailed", "Allocation failed. We do not have sufficient capacity.", "no_capacity", NoCapacity),
+])
+def test_a_failed_create_is_its_refusal_on_a_repeated_launch_and_not_found_by_its_token(
+    make_provider, make_request, arm, code, message, refusal, refused_as,
+) -> None:
+    """The controller looks a launch up by its token when the launch's answer was lost: a VM refused for capacity
+    was taken as the attempt's instance, which then ended lost (a preemption's count) rather than refused."""
     provider = make_provider(launch_wait=0.05)
-    arm.fail_next_allocation("InvalidParameter", "The value of parameter osDisk.diskSizeGB is invalid.")
+    arm.fail_next_allocation(code, message)
     with arm.hold_allocations():
         pending = provider.launch(make_request())
     arm.settle_all()
 
-    assert provider.describe(pending.instance_id).detail["refusal"] == "launch_invalid"
-    with pytest.raises(LaunchInvalid, match="InvalidParameter"):
-        provider.launch(make_request())
+    assert provider.describe(pending.instance_id).detail["refusal"] == refusal
+    assert provider.find_by_token(pending.client_token) is None
+    with pytest.raises(refused_as, match=code):
+        provider.launch(make_request())  # the launch tried again with its token: the refusal it stands for
 
 
 def test_an_invalid_parameter_outside_a_create_is_an_api_error(provider, make_request, arm) -> None:
@@ -159,3 +168,4 @@ def test_a_refused_read_before_launch_is_an_api_error_not_a_second_vm(provider, 
     with pytest.raises(AzureApiError, match="AuthorizationFailed"):
         provider.launch(make_request())
     assert arm.created_bodies() == []
+

@@ -170,10 +170,9 @@ class AzureProvider:
         )
 
     def _raise_if_refused(self, info: InstanceInfo) -> None:
-        refusal = _REFUSALS.get(info.detail.get("refusal", ""))
-        if refusal is not None and info.state == "terminated":
+        if _refused(info):
             self._discard_failed(info.instance_id)
-            raise refusal(str(info.detail.get("reason", info.detail["refusal"])))
+            raise _REFUSALS[info.detail["refusal"]](str(info.detail.get("reason", info.detail["refusal"])))
 
     def _discard_failed(self, name: str) -> None:
         """Delete a VM whose allocation failed (it holds its NIC and disk); a failure here only delays that."""
@@ -199,9 +198,11 @@ class AzureProvider:
     def find_by_token(self, client_token: str) -> InstanceInfo | None:
         """The launch's VM; none while Azure is deleting it: as for a relaunch (`_relaunch`), a VM being deleted is no
         longer the launch's instance (the controller, having given up the launch after launch_timeout, would run
-        the attempt on it and read its going as an eviction, billed)."""
+        the attempt on it and read its going as an eviction, billed). None either for a VM whose allocation failed
+        (no capacity, quota, ...): nothing ever ran on it, and taken as the launch's instance its attempt ended lost,
+        not refused; the launch tried again with its token raises the refusal it stands for (`_raise_if_refused`)."""
         found = self._get(vm_name(client_token))
-        if found is None or found.client_token != client_token or _being_deleted(found):
+        if found is None or found.client_token != client_token or _being_deleted(found) or _refused(found):
             return None
         return found
 
@@ -333,6 +334,11 @@ def _validate(request: LaunchRequest, location: str) -> None:
     if request.max_price is not None and request.max_price <= 0:
         raise ValueError(f"max_price must be > 0, got {request.max_price}")
     zones_field(location, request.zone)  # raises for a zone of another location
+
+
+def _refused(info: InstanceInfo) -> bool:
+    """A VM whose allocation failed with one of the refusals a launch answers (`_REFUSALS`)."""
+    return info.state == "terminated" and info.detail.get("refusal", "") in _REFUSALS
 
 
 def _being_deleted(info: InstanceInfo) -> bool:
