@@ -37,7 +37,7 @@ class Team:
 def stored(team: Team) -> tuple[list[tuple], list[tuple], list[tuple]]:
     """Users, tokens (with their hashes and revocation) and events, as rows to compare before and after."""
     with team.store.session() as session:
-        users = [(u.id, u.name, u.is_admin) for u in session.scalars(select(User).order_by(User.id))]
+        users = [(u.id, u.name, u.is_admin, u.disabled_at) for u in session.scalars(select(User).order_by(User.id))]
         tokens = [(t.prefix, t.token_hash, t.revoked_at) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
         events = [(e.id, e.kind, e.message) for e in session.scalars(select(Event).order_by(Event.id))]
     return users, tokens, events

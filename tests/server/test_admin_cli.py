@@ -255,3 +255,107 @@ def table_rows(text: str) -> list[list[str]]:
     """The cells of a rich table's body rows."""
     return [[cell.strip() for cell in line.strip("│").split("│")] for line in text.splitlines()
             if line.startswith("│")]
+
+
+# ---- offboarding: `user disable` / `user enable` / `user set-admin` ---------------------------------------------------
+
+def test_the_store_disables_a_user_revoking_their_tokens_and_enables_them_without_one(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    runner.invoke(app, ["user", "add", "root", "--admin"], env=env)
+    alice = runner.invoke(app, ["user", "add", "alice"], env=env).stdout.strip()
+    second = runner.invoke(app, ["token", "create", "alice"], env=env).stdout.strip()
+
+    disabled = runner.invoke(app, ["user", "disable", "alice"], env=env)
+
+    assert disabled.exit_code == 0, disabled.output
+    said = " ".join(disabled.stdout.split())
+    assert "alice disabled in the store sqlite:///" in said, said
+    assert f"revoked 2 live token(s) ({prefix_of(alice)}, {prefix_of(second)})" in said and "no live jobs" in said
+    assert not [token for token in (alice, second) if signs_in_store(token)]
+    refused = runner.invoke(app, ["token", "create", "alice"], env=env)
+    assert refused.exit_code == 1 and "user 'alice' is disabled" in refused.stderr, refused.output
+    rows = table_rows(runner.invoke(app, ["user", "list"], env=env).stdout)
+    assert [(row[0], row[4] != "no") for row in rows] == [("root", False), ("alice", True)]
+
+    enabled = runner.invoke(app, ["user", "enable", "alice"], env=env)
+    assert enabled.exit_code == 0 and "enabled alice in the store" in enabled.stdout, enabled.output
+    assert not signs_in_store(alice)
+    made = runner.invoke(app, ["token", "create", "alice"], env=env)
+    assert made.exit_code == 0 and signs_in_store(made.stdout.strip()), made.output
+
+
+@pytest.mark.postgres
+def test_the_store_refuses_to_demote_or_disable_its_last_enabled_admin(
+    env: dict[str, str], postgresql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOTRUN_DATABASE_URL", postgresql_url)
+    last_admin_refusals(env)
+
+
+def test_the_sqlite_store_refuses_to_demote_or_disable_its_last_enabled_admin(env: dict[str, str]) -> None:
+    last_admin_refusals(env)
+
+
+def last_admin_refusals(env: dict[str, str]) -> None:
+    runner = CliRunner()
+    root = runner.invoke(app, ["user", "add", "root", "--admin"], env=env).stdout.strip()
+    for arguments in (["user", "set-admin", "root", "--no-admin"], ["user", "disable", "root"]):
+        refused = runner.invoke(app, arguments, env=env)
+        assert refused.exit_code == 1, (arguments, refused.output)
+        assert "cannot" in refused.stderr and "root: they are the last enabled admin" in " ".join(refused.stderr.split())
+    assert signs_in_store(root)
+    rows = table_rows(runner.invoke(app, ["user", "list"], env=env).stdout)
+    assert [row[:2] + row[4:] for row in rows] == [["root", "yes", "no"]]
+    runner.invoke(app, ["user", "add", "alice"], env=env)
+    made = runner.invoke(app, ["user", "set-admin", "alice", "--admin"], env=env)
+    assert made.exit_code == 0 and "alice is an admin in the store" in made.stdout, made.output
+    demoted = runner.invoke(app, ["user", "set-admin", "root", "--no-admin"], env=env)
+    assert demoted.exit_code == 0 and "root is not an admin in the store" in demoted.stdout, demoted.output
+    no_flag = runner.invoke(app, ["user", "set-admin", "root"], env=env)
+    assert no_flag.exit_code == 2 and "--admin" in no_flag.stderr
+
+
+def test_over_a_server_an_admin_offboards_a_user_whose_jobs_run_on(team: Team, served: list[str]) -> None:
+    runner = CliRunner()
+    team.launch("alice")
+    disabled = runner.invoke(app, ["user", "disable", "alice"], env=as_user(team, "root"))
+    assert disabled.exit_code == 0, disabled.output
+    said = " ".join(disabled.stdout.split())
+    assert "alice disabled on the server at http://testserver" in said, said
+    assert "their 1 live job(s) keep running: an admin cancels them" in said
+    assert signs_in(team, team.tokens["alice"]) is None
+    listed = runner.invoke(app, ["user", "list"], env=as_user(team, "root"))
+    assert [(row[0], row[4] != "no") for row in table_rows(listed.stdout)] == [
+        ("alice", True), ("bob", False), ("root", False)]
+    refused = runner.invoke(app, ["token", "create", "alice"], env=as_user(team, "root"))
+    assert refused.exit_code == 1 and "user 'alice' is disabled" in refused.stderr, refused.output
+    enabled = runner.invoke(app, ["user", "enable", "alice"], env=as_user(team, "root"))
+    assert enabled.exit_code == 0 and "enabled alice on the server" in enabled.stdout, enabled.output
+    made = runner.invoke(app, ["token", "create", "alice"], env=as_user(team, "root"))
+    assert made.exit_code == 0 and signs_in(team, made.stdout.strip()) == "alice"
+
+
+def test_over_a_server_offboarding_is_admins_and_never_locks_the_last_admin_out(team: Team, served: list[str]) -> None:
+    runner = CliRunner()
+    before = stored(team)
+    for arguments, caller, said in [
+        (["user", "disable", "bob"], "alice", "answered 403: only an admin may do this"),
+        (["user", "set-admin", "alice", "--admin"], "alice", "answered 403: only an admin may do this"),
+        (["user", "disable", "root"], "root", "you cannot disable yourself"),
+        (["user", "set-admin", "root", "--no-admin"], "root", "root: they are the last enabled admin"),
+        (["user", "enable", "zed"], "root", "no user named 'zed'"),
+    ]:
+        refused = runner.invoke(app, arguments, env=as_user(team, caller))
+        assert refused.exit_code == 1 and said in " ".join(refused.stderr.split()), (arguments, refused.output)
+    assert stored(team) == before and signs_in(team, team.tokens["root"]) == "root"
+    made = runner.invoke(app, ["user", "set-admin", "bob", "--admin"], env=as_user(team, "root"))
+    assert made.exit_code == 0 and "bob is an admin on the server" in made.stdout, made.output
+
+
+def signs_in_store(token: str) -> bool:
+    store = Store()
+    try:
+        with store.session() as session:
+            return authenticate(session, token) is not None
+    finally:
+        store.dispose()

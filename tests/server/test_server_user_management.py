@@ -68,7 +68,8 @@ def test_an_admin_lists_users_with_token_prefixes_and_never_a_secret(team: Team)
         (only,) = listed[name]["tokens"]
         assert only["prefix"] == prefix_of(token)
         assert only["revoked"] == (name == "bob") and (only["revoked_at"] is not None) == (name == "bob")
-        assert set(listed[name]) == {"id", "name", "is_admin", "created_at", "tokens"}
+        assert set(listed[name]) == {"id", "name", "is_admin", "created_at", "disabled_at", "tokens"}
+        assert listed[name]["disabled_at"] is None
         assert set(only) == {"prefix", "created_at", "revoked", "revoked_at"}
     _, tokens, _ = stored(team)
     for secret in [*team.tokens.values(), *(token_hash for _, token_hash, _ in tokens)]:
@@ -258,3 +259,101 @@ def test_a_422_never_echoes_a_tokens_secret(team: Team, shape) -> None:
     secret = token.split("_", 2)[2]
     assert secret not in refused.text and secret[:8] not in refused.text, refused.text
     assert stored(team) == before
+
+
+# ---- offboarding: disabling a user, and who is an admin --------------------------------------------------------------
+
+def test_an_admin_disables_a_user_whose_tokens_all_stop_working_and_whose_jobs_run_on(team: Team) -> None:
+    job = team.launch("alice")
+    second = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("alice")).json()
+
+    response = team.client.post("/api/v1/users/alice/disable", headers=team.as_user("root"))
+
+    assert response.status_code == 200, response.text
+    assert response.json() == {"user": "alice", "revoked_tokens": [prefix_of(team.tokens["alice"]), second["prefix"]],
+                               "live_jobs": 1, "already_disabled": False}
+    for token in (team.tokens["alice"], second["token"]):
+        refused = team.client.get("/api/v1/me", headers=bearer(token))
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+    shown = team.client.get(f"/api/v1/jobs/{job}", headers=team.as_user("root")).json()
+    assert shown["owner"] == "alice" and shown["job"]["state"] == "PENDING"
+    listed = {u["name"]: u for u in team.client.get("/api/v1/users", headers=team.as_user("root")).json()}
+    assert listed["alice"]["disabled_at"] is not None and listed["bob"]["disabled_at"] is None
+    before = stored(team)
+    made = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("root"))
+    assert made.status_code == 409 and "user 'alice' is disabled" in made.json()["detail"]
+    assert stored(team) == before
+
+
+def test_an_enabled_user_gets_no_token_back_but_a_new_one_works(team: Team) -> None:
+    team.client.post("/api/v1/users/alice/disable", headers=team.as_user("root"))
+    enabled = team.client.post("/api/v1/users/alice/enable", headers=team.as_user("root"))
+    assert enabled.status_code == 200 and enabled.json()["disabled_at"] is None
+    assert team.client.get("/api/v1/me", headers=team.as_user("alice")).status_code == 401
+    made = team.client.post("/api/v1/users/alice/tokens", headers=team.as_user("root"))
+    assert made.status_code == 201
+    assert team.client.get("/api/v1/me", headers=bearer(made.json()["token"])).json()["name"] == "alice"
+
+
+def test_an_admin_makes_and_unmakes_admins(team: Team) -> None:
+    made = team.client.patch("/api/v1/users/alice", json={"is_admin": True}, headers=team.as_user("root"))
+    assert made.status_code == 200 and made.json()["is_admin"] is True
+    assert team.client.get("/api/v1/users", headers=team.as_user("alice")).status_code == 200
+    unmade = team.client.patch("/api/v1/users/alice", json={"is_admin": False}, headers=team.as_user("root"))
+    assert unmade.status_code == 200 and unmade.json()["is_admin"] is False
+    assert team.client.get("/api/v1/users", headers=team.as_user("alice")).status_code == 403
+
+
+@pytest.mark.parametrize(("method", "path", "body", "detail"), [
+    # over HTTP the last enabled admin is the caller: disabling them is disabling oneself
+    ("POST", "/users/root/disable", None, "you cannot disable yourself (root)"),
+    ("PATCH", "/users/root", {"is_admin": False}, "cannot demote root: they are the last enabled admin"),
+])
+def test_the_last_enabled_admin_is_neither_disabled_nor_demoted(team: Team, method: str, path: str, body, detail) -> None:
+    team.client.patch("/api/v1/users/bob", json={"is_admin": True}, headers=team.as_user("root"))
+    team.client.post("/api/v1/users/bob/disable", headers=team.as_user("root"))  # a disabled admin manages nothing
+    before = stored(team)
+    refused = team.client.request(method, f"/api/v1{path}", json=body, headers=team.as_user("root"))
+    assert refused.status_code == 409 and detail in refused.json()["detail"]
+    assert stored(team) == before
+
+
+def test_an_admin_cannot_disable_themself_even_beside_another_admin(team: Team) -> None:
+    team.client.patch("/api/v1/users/alice", json={"is_admin": True}, headers=team.as_user("root"))
+    before = stored(team)
+    refused = team.client.post("/api/v1/users/ROOT/disable", headers=team.as_user("root"))
+    assert refused.status_code == 409 and "you cannot disable yourself" in refused.json()["detail"]
+    assert stored(team) == before
+    other = team.client.post("/api/v1/users/root/disable", headers=team.as_user("alice"))
+    assert other.status_code == 200 and team.client.get("/api/v1/me", headers=team.as_user("root")).status_code == 401
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("POST", "/users/{name}/disable", None), ("POST", "/users/{name}/enable", None),
+    ("PATCH", "/users/{name}", {"is_admin": True}),
+])
+def test_offboarding_routes_are_admins_and_name_an_existing_user(team: Team, method: str, path: str, body) -> None:
+    before = stored(team)
+    for name, caller, code in (("bob", "alice", 403), ("zed", "alice", 403), ("zed", "root", 404)):
+        response = team.client.request(method, "/api/v1" + path.format(name=name), json=body, headers=team.as_user(caller))
+        assert response.status_code == code, (name, caller, response.text)
+    assert team.client.request(method, "/api/v1" + path.format(name="bob"), json=body).status_code == 401
+    assert stored(team) == before
+
+
+def test_offboarding_changes_are_audited(team: Team) -> None:
+    root = team.as_user("root")
+    team.client.post("/api/v1/users/alice/disable", headers=root)
+    team.client.post("/api/v1/users/alice/enable", headers=root)
+    team.client.patch("/api/v1/users/bob", json={"is_admin": True}, headers=root)
+    team.client.patch("/api/v1/users/bob", json={"is_admin": False}, headers=root)
+    with team.store.session() as session:
+        events = session.scalars(select(Event).where(Event.job_id.is_(None)).order_by(Event.id))
+        audit = [(e.kind, e.message, e.data) for e in events]
+    assert audit == [
+        ("user_disabled", "user alice disabled by root",
+         {"actor": "root", "user": "alice", "revoked_tokens": [prefix_of(team.tokens["alice"])]}),
+        ("user_enabled", "user alice enabled by root", {"actor": "root", "user": "alice"}),
+        ("admin_granted", "user bob made an admin by root", {"actor": "root", "user": "bob"}),
+        ("admin_removed", "user bob made a non-admin by root", {"actor": "root", "user": "bob"}),
+    ]

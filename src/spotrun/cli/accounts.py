@@ -13,7 +13,7 @@ from typing import Protocol
 
 from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
 from spotrun.server import users as users_api
-from spotrun.server.users import IssuedToken, TokenRecord, UserError, UserRecord
+from spotrun.server.users import IssuedToken, Offboarded, TokenRecord, UserError, UserRecord
 from spotrun.state import Store
 from spotrun.state.store import shown_url
 
@@ -35,6 +35,12 @@ class Accounts(Protocol):
         ...
 
     def users(self) -> list[UserRecord]: ...
+
+    def disable_user(self, name: str) -> Offboarded: ...
+
+    def enable_user(self, name: str) -> UserRecord: ...
+
+    def set_admin(self, name: str, is_admin: bool) -> UserRecord: ...
 
     def tokens(self, user: str | None) -> tuple[str, tuple[TokenRecord, ...]]:
         """Whose tokens they are, and those tokens: `user`'s, or (None) the caller's."""
@@ -60,6 +66,15 @@ class StoreAccounts:
 
     def users(self) -> list[UserRecord]:
         return users_api.list_users(self.store)
+
+    def disable_user(self, name: str) -> Offboarded:
+        return users_api.disable_user(self.store, name, time.time())
+
+    def enable_user(self, name: str) -> UserRecord:
+        return users_api.enable_user(self.store, name, time.time())
+
+    def set_admin(self, name: str, is_admin: bool) -> UserRecord:
+        return users_api.set_admin(self.store, name, is_admin, time.time())
 
     def tokens(self, user: str | None) -> tuple[str, tuple[TokenRecord, ...]]:
         if user is None:

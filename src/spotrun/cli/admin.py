@@ -22,7 +22,7 @@ from spotrun.cli.failing import BAD_ARGUMENT, FAILED, fail
 
 if TYPE_CHECKING:
     from spotrun.cli.accounts import Accounts
-    from spotrun.server.users import IssuedToken, TokenRecord, UserRecord
+    from spotrun.server.users import IssuedToken, Offboarded, TokenRecord, UserRecord
 
 users_app = typer.Typer(help="Users of the team server ($SPOTRUN_SERVER's, else those of this machine's store).",
                         no_args_is_help=True)
@@ -44,7 +44,8 @@ def user_add(
 
 @users_app.command("list")
 def user_list() -> None:
-    """Every user, whether an admin, and their tokens' ids (revoked ones marked). Over a server: admins only."""
+    """Every user, whether an admin, their tokens' ids (revoked ones marked), and whether disabled. Over a server:
+    admins only."""
     with _acting() as accounts:
         users = accounts.users()
         if not users:
@@ -52,6 +53,38 @@ def user_list() -> None:
                           soft_wrap=True)
             return
         _print_table(f"users {accounts.where}", _users_table(users))
+
+
+@users_app.command("disable")
+def user_disable(name: Annotated[str, typer.Argument(help="the user leaving the team")]) -> None:
+    """Offboard a user: revoke all their tokens at once and make no new one. Their jobs stay (history, bills), and
+    those not ended keep running unless an admin cancels them. Over a server: admins only, not on themselves."""
+    with _acting() as accounts:
+        _print_offboarded(accounts.disable_user(name), accounts.where)
+
+
+@users_app.command("enable")
+def user_enable(name: Annotated[str, typer.Argument(help="a disabled user")]) -> None:
+    """Undo `user disable`: no token comes back; `spotrun token create NAME` makes a new one."""
+    with _acting() as accounts:
+        user = accounts.enable_user(name)
+        console.print(f"enabled {escape(user.name)} {escape(accounts.where)}; they have no live token until "
+                      f"`spotrun token create {escape(user.name)}` makes one", soft_wrap=True)
+
+
+@users_app.command("set-admin")
+def user_set_admin(
+    name: Annotated[str, typer.Argument(help="whose admin flag to set")],
+    admin: Annotated[bool, typer.Option(
+        "--admin/--no-admin", help="make them an admin, or no longer one (the last enabled admin stays)",
+        show_default=False,
+    )],
+) -> None:
+    """Make a user an admin (`--admin`), or no longer one (`--no-admin`). Over a server: admins only."""
+    with _acting() as accounts:
+        user = accounts.set_admin(name, admin)
+        role = "an admin" if user.is_admin else "not an admin"
+        console.print(f"{escape(user.name)} is {role} {escape(accounts.where)}", soft_wrap=True)
 
 
 @tokens_app.command("create")
@@ -107,6 +140,19 @@ def _print_token(issued: IssuedToken, where: str) -> None:
     typer.echo(issued.token)  # alone on stdout, for `export SPOTRUN_TOKEN=$(spotrun user add ...)`
 
 
+def _print_offboarded(done: Offboarded, where: str) -> None:
+    state = "was already disabled" if done.already_disabled else "disabled"
+    revoked = f"revoked {len(done.revoked)} live token(s) ({', '.join(done.revoked)})" if done.revoked else \
+        "no live token to revoke"
+    console.print(f"{escape(done.user)} {state} {escape(where)}: {escape(revoked)}; no new token is made for them",
+                  soft_wrap=True)
+    if done.live_jobs:
+        console.print(f"their {done.live_jobs} live job(s) keep running: an admin cancels them (`spotrun status`, "
+                      "`spotrun cancel ID`)", soft_wrap=True)
+    else:
+        console.print("they have no live jobs; their ended jobs are kept", soft_wrap=True)
+
+
 def _print_table(heading: str, table: Table) -> None:
     """The heading on a line of its own (a table's title is wrapped to the table's width, a long URL with it)."""
     console.print(escape(heading) + ":", soft_wrap=True)
@@ -115,11 +161,13 @@ def _print_table(heading: str, table: Table) -> None:
 
 def _users_table(users: list[UserRecord]) -> Table:
     table = Table()
-    for column in ("user", "admin", "created", "tokens"):
+    for column in ("user", "admin", "created", "tokens", "disabled"):
         table.add_column(column)
     for user in users:
         tokens = ", ".join(f"{t.prefix} (revoked)" if t.revoked_at is not None else t.prefix for t in user.tokens)
-        table.add_row(escape(user.name), "yes" if user.is_admin else "no", _utc(user.created_at), escape(tokens) or "—")
+        disabled = _utc(user.disabled_at) if user.disabled_at is not None else "no"
+        table.add_row(escape(user.name), "yes" if user.is_admin else "no", _utc(user.created_at), escape(tokens) or "—",
+                      disabled)
     return table
 
 

@@ -14,10 +14,10 @@ import httpx
 from spotrun.cli.accounts import WhoseTokens
 from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
 from spotrun.cli.remote import TIMEOUT
-from spotrun.server.schemas import IssuedTokenView, Me, UserCreated, UserView
+from spotrun.server.schemas import IssuedTokenView, Me, UserCreated, UserDisabled, UserView
 from spotrun.server.users import (
-    NAME_PATTERN, PREFIX_PATTERN, TOKEN_MARK, IssuedToken, NotThatToken, TokenRecord, UnknownUser, UserExists,
-    UserRecord, check_user_name, token_prefix,
+    NAME_PATTERN, PREFIX_PATTERN, TOKEN_MARK, IssuedToken, NotThatToken, Offboarded, TokenRecord, UnknownUser,
+    UserConflict, UserExists, UserRecord, check_user_name, token_prefix,
 )
 
 # what a token made by spotrun can be (`users._issue`); anything else cannot be one, and is not sent as one
@@ -49,13 +49,29 @@ class RemoteAccounts:
         return IssuedToken(user=created.user, prefix=created.prefix, token=created.token)
 
     def create_token(self, user: str) -> IssuedToken:
-        if not re.fullmatch(NAME_PATTERN, user):  # no user has such a name, and it may not be a URL's path segment
-            raise UnknownUser(f"no user named {user!r}")
-        response = self._send("POST", f"/users/{user}/tokens")
+        issued = IssuedTokenView.model_validate(self._on_user("POST", user, "/tokens").json())
+        return IssuedToken(user=issued.user, prefix=issued.prefix, token=issued.token)
+
+    def disable_user(self, name: str) -> Offboarded:
+        return UserDisabled.model_validate(self._on_user("POST", name, "/disable").json()).record()
+
+    def enable_user(self, name: str) -> UserRecord:
+        return UserView.model_validate(self._on_user("POST", name, "/enable").json()).record()
+
+    def set_admin(self, name: str, is_admin: bool) -> UserRecord:
+        return UserView.model_validate(self._on_user("PATCH", name, "", json={"is_admin": is_admin}).json()).record()
+
+    def _on_user(self, method: str, name: str, action: str, **options: Any) -> httpx.Response:
+        """A request to a named user's route: no such user is UnknownUser, a change their state forbids
+        UserConflict (the server's words)."""
+        if not re.fullmatch(NAME_PATTERN, name):  # no user has such a name, and it may not be a URL's path segment
+            raise UnknownUser(f"no user named {name!r}")
+        response = self._send(method, f"/users/{name}{action}", **options)
         if response.status_code == 404:
             raise UnknownUser(_detail(response))
-        issued = IssuedTokenView.model_validate(self._ok(response).json())
-        return IssuedToken(user=issued.user, prefix=issued.prefix, token=issued.token)
+        if response.status_code == 409:
+            raise UserConflict(_detail(response))
+        return self._ok(response)
 
     def revoke_token(self, token_or_prefix: str) -> bool:
         prefix = token_prefix(token_or_prefix)

@@ -3,6 +3,8 @@ token came with the request; the work itself is done by `spotrun.control.jobs` (
 (users and tokens, as `spotrun user` / `spotrun token` do), as in embedded mode."""
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -24,8 +26,8 @@ from spotrun.server.auth import (
 from spotrun.server.local_cloud import REFUSED_BY_SETTING, LocalCloudAccess, local_cloud_problem
 from spotrun.server.logstream import job_log_stream_async
 from spotrun.server.schemas import (
-    InvalidRequest, IssuedTokenView, LaunchRequest, Me, Message, NewUser, OwnedJobRow, PreemptRequest, TokenRevoked,
-    TokenView, UserCreated, UserView,
+    AdminChange, InvalidRequest, IssuedTokenView, LaunchRequest, Me, Message, NewUser, OwnedJobRow, PreemptRequest,
+    TokenRevoked, TokenView, UserCreated, UserDisabled, UserView,
 )
 from spotrun.server.stored_text import StoredText
 from spotrun.server.strict_json import StrictJsonRoute
@@ -51,6 +53,8 @@ UNAUTHORIZED = {401: {"model": Message, "description": "missing, unknown or revo
 CONFLICT = {409: {"model": Message, "description": "the job is not in a state that allows this"}}
 ADMIN_ONLY = {403: {"model": Message, "description": "the caller is not an admin"}}
 SELF_OR_ADMIN = {403: {"model": Message, "description": "the caller is neither that user nor an admin"}}
+NO_USER = {404: {"model": Message, "description": "no user of that name"}}
+LAST_ADMIN = {409: {"model": Message, "description": "it would leave no enabled admin, or lock the caller out"}}
 
 
 def create_api_router(store: Store, local_cloud: LocalCloudAccess = LocalCloudAccess.OFF) -> APIRouter:
@@ -242,17 +246,34 @@ def _user_routes(store: Store) -> APIRouter:
 
     @router.post(
         "/users/{name}/tokens", status_code=status.HTTP_201_CREATED, response_model=IssuedTokenView,
-        responses={**SELF_OR_ADMIN, 404: {"model": Message, "description": "no user of that name"}},
+        responses={**SELF_OR_ADMIN, **NO_USER, 409: {"model": Message, "description": "the user is disabled"}},
     )
     def create_token(name: UserName, user: User, response: Response) -> IssuedTokenView:
         """A new token for the caller (or, for an admin, any user), shown only in this answer."""
         require_self_or_admin(user, name)
-        try:
+        with _user_refusals():
             issued = users_api.create_token(store, name, time.time(), actor=user.name)
-        except users_api.UnknownUser as problem:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, str(problem)) from None
         _never_cache(response)
         return IssuedTokenView.of(issued)
+
+    @router.post("/users/{name}/disable", response_model=UserDisabled, responses={**ADMIN_ONLY, **NO_USER, **LAST_ADMIN})
+    def disable_user(name: UserName, admin: Admin) -> UserDisabled:
+        """Offboard a user: revoke all their live tokens at once and make no new one for them. Their jobs are kept,
+        and those not ended run on (`live_jobs`) unless an admin cancels them. An admin cannot disable themself."""
+        with _user_refusals():
+            return UserDisabled.of(users_api.disable_user(store, name, time.time(), actor=admin.name))
+
+    @router.post("/users/{name}/enable", response_model=UserView, responses={**ADMIN_ONLY, **NO_USER})
+    def enable_user(name: UserName, admin: Admin) -> UserView:
+        """Undo a disabling; no token comes back (make a new one: POST /users/{name}/tokens)."""
+        with _user_refusals():
+            return UserView.of(users_api.enable_user(store, name, time.time(), actor=admin.name))
+
+    @router.patch("/users/{name}", response_model=UserView, responses={**ADMIN_ONLY, **NO_USER, **LAST_ADMIN})
+    def change_user(name: UserName, request: AdminChange, admin: Admin) -> UserView:
+        """Make a user an admin, or not: removing the last enabled admin is refused (409)."""
+        with _user_refusals():
+            return UserView.of(users_api.set_admin(store, name, request.is_admin, time.time(), actor=admin.name))
 
     @router.post(
         "/tokens/{prefix}/revoke", response_model=TokenRevoked,
@@ -276,6 +297,17 @@ def _user_routes(store: Store) -> APIRouter:
         return TokenRevoked(prefix=public, revoked=True)
 
     return router
+
+
+@contextmanager
+def _user_refusals() -> Iterator[None]:
+    """No such user is 404; a change the users' state forbids (a disabled user, the last admin) 409."""
+    try:
+        yield
+    except users_api.UnknownUser as problem:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(problem)) from None
+    except users_api.UserConflict as problem:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(problem)) from None
 
 
 def _never_cache(response: Response) -> None:

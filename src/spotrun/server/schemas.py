@@ -10,7 +10,7 @@ from spotrun.control.job_errors import MAX_NOTICE_SECONDS
 from spotrun.spec.expansion import MAX_SPEC_CHARS
 from spotrun.spec.models import MAX_NODES
 from spotrun.server.users import (
-    NAME_PATTERN, InvalidUserName, IssuedToken, TokenRecord, UserRecord, check_user_name,
+    NAME_PATTERN, InvalidUserName, IssuedToken, Offboarded, TokenRecord, UserRecord, check_user_name,
 )
 
 
@@ -95,16 +95,41 @@ class UserView(BaseModel):
     name: str
     is_admin: bool
     created_at: float
+    # when they were disabled (offboarded), else null; a server older than this field sends none
+    disabled_at: float | None = None
     tokens: list[TokenView]
 
     @classmethod
     def of(cls, user: UserRecord) -> UserView:
         return cls(id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
-                   tokens=[TokenView.of(token) for token in user.tokens])
+                   disabled_at=user.disabled_at, tokens=[TokenView.of(token) for token in user.tokens])
 
     def record(self) -> UserRecord:
         return UserRecord(id=self.id, name=self.name, is_admin=self.is_admin, created_at=self.created_at,
-                          tokens=tuple(token.record() for token in self.tokens))
+                          disabled_at=self.disabled_at, tokens=tuple(token.record() for token in self.tokens))
+
+
+class UserDisabled(BaseModel):
+    """What disabling a user did: the tokens revoked (public prefixes), and how many of their jobs still run."""
+
+    user: str
+    revoked_tokens: list[str]
+    live_jobs: int = Field(description="their jobs not ended: they keep running unless an admin cancels them")
+    already_disabled: bool
+
+    @classmethod
+    def of(cls, done: Offboarded) -> UserDisabled:
+        return cls(user=done.user, revoked_tokens=list(done.revoked), live_jobs=done.live_jobs,
+                   already_disabled=done.already_disabled)
+
+    def record(self) -> Offboarded:
+        return Offboarded(user=self.user, revoked=tuple(self.revoked_tokens), live_jobs=self.live_jobs,
+                          already_disabled=self.already_disabled)
+
+
+class AdminChange(BaseModel):
+    model_config = REQUEST_BODY
+    is_admin: StrictBool = Field(description="true makes the user an admin; false removes it (not the last one's)")
 
 
 class NewUser(BaseModel):

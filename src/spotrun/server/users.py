@@ -19,7 +19,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from spotrun.state import Store, add_event
+from spotrun.control.states import LIVE, state_names
+from spotrun.state import Job, Store, add_event
 from spotrun.state.models import ApiToken, User
 
 TOKEN_MARK = "spr_"
@@ -42,6 +43,21 @@ class UserExists(UserError):
 
 class UnknownUser(UserError):
     pass
+
+
+class UserConflict(UserError):
+    """A change the users' present state forbids (409 over HTTP)."""
+
+
+class LastAdmin(UserConflict):
+    """Disabling or demoting this admin would leave no enabled admin, or lock the caller out."""
+
+
+class DisabledUser(UserConflict):
+    """No token is made for a disabled user."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"user {name!r} is disabled: no token is made for them (`spotrun user enable {name}` first)")
 
 
 class NotThatToken(UserError):
@@ -87,6 +103,17 @@ class UserRecord:
     is_admin: bool
     created_at: float
     tokens: tuple[TokenRecord, ...]
+    disabled_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Offboarded:
+    """What disabling a user did: the tokens it revoked, and how many of their jobs are still live (they run on)."""
+
+    user: str
+    revoked: tuple[str, ...]
+    live_jobs: int
+    already_disabled: bool
 
 
 def token_hash(token: str) -> str:
@@ -138,6 +165,8 @@ def _refuse_taken(session: Session, name: str) -> None:
 def create_token(store: Store, user_name: str, now: float, *, actor: str | None = None) -> IssuedToken:
     with store.session() as session:
         user = _named(session, user_name)
+        if user.disabled_at is not None:
+            raise DisabledUser(user.name)
         issued = _issue(session, user, now)
         _audit(session, now, actor, "token_created", f"token {issued.prefix} created for {user.name}", user.name,
                issued.prefix)
@@ -179,6 +208,71 @@ def revoke_token(
         return True
 
 
+def disable_user(store: Store, name: str, now: float, *, actor: str | None = None) -> Offboarded:
+    """Offboard a user: revoke every live token of theirs and mark them disabled, so that none is made for them. Their
+    jobs are kept and run on (an admin cancels them). Disabling a disabled user revokes what may be left."""
+    with store.session() as session:
+        user = _named(session, name)
+        if actor is not None and user.name == actor:
+            raise LastAdmin(f"you cannot disable yourself ({user.name}): your own tokens would be revoked, locking "
+                            "you out; another admin may disable you")
+        _refuse_losing_last_admin(session, user, "disable")
+        already = user.disabled_at is not None
+        live = [token for token in user.tokens if token.revoked_at is None]
+        for token in live:
+            token.revoked_at = now
+        if not already:
+            user.disabled_at = now
+        revoked = tuple(token.prefix for token in sorted(live, key=lambda t: t.id))
+        if revoked or not already:
+            _audit(session, now, actor, "user_disabled", f"user {user.name} disabled", user.name,
+                   revoked_tokens=list(revoked))
+        return Offboarded(user=user.name, revoked=revoked, live_jobs=_live_jobs(session, user.name),
+                          already_disabled=already)
+
+
+def enable_user(store: Store, name: str, now: float, *, actor: str | None = None) -> UserRecord:
+    """Undo `disable_user`'s mark; no token comes back (a new one is made with `create_token`)."""
+    with store.session() as session:
+        user = _named(session, name)
+        if user.disabled_at is not None:
+            user.disabled_at = None
+            _audit(session, now, actor, "user_enabled", f"user {user.name} enabled", user.name)
+        return _record(user)
+
+
+def set_admin(store: Store, name: str, is_admin: bool, now: float, *, actor: str | None = None) -> UserRecord:
+    """Make a user an admin or not; removing the last enabled admin is refused (LastAdmin)."""
+    with store.session() as session:
+        user = _named(session, name)
+        if not is_admin:
+            _refuse_losing_last_admin(session, user, "demote")
+        if user.is_admin != is_admin:
+            user.is_admin = is_admin
+            kind, what = ("admin_granted", "made an admin") if is_admin else ("admin_removed", "made a non-admin")
+            _audit(session, now, actor, kind, f"user {user.name} {what}", user.name)
+        return _record(user)
+
+
+def _refuse_losing_last_admin(session: Session, user: User, change: str) -> None:
+    """LastAdmin when `user` is the only enabled admin. The other admins' rows are locked (PostgreSQL) so that two
+    admins disabling each other at once cannot both pass; SQLite runs one writer at a time."""
+    if not user.is_admin or user.disabled_at is not None:
+        return
+    others = session.scalars(
+        select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None), User.id != user.id).with_for_update()
+    ).all()
+    if not others:
+        raise LastAdmin(f"cannot {change} {user.name}: they are the last enabled admin, and no one could manage "
+                        "users after (make another admin first: `spotrun user set-admin NAME --admin`)")
+
+
+def _live_jobs(session: Session, owner: str) -> int:
+    return session.scalar(
+        select(func.count()).select_from(Job).where(Job.owner == owner, Job.state.in_(state_names(LIVE)))
+    ) or 0
+
+
 def list_users(store: Store) -> list[UserRecord]:
     """Every user with their tokens, oldest first."""
     with store.session() as session:
@@ -194,7 +288,7 @@ def find_user(store: Store, name: str) -> UserRecord:
 
 def _record(user: User) -> UserRecord:
     return UserRecord(
-        id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at,
+        id=user.id, name=user.name, is_admin=user.is_admin, created_at=user.created_at, disabled_at=user.disabled_at,
         tokens=tuple(
             TokenRecord(prefix=t.prefix, created_at=t.created_at, revoked_at=t.revoked_at)
             for t in sorted(user.tokens, key=lambda t: t.id)
@@ -203,12 +297,13 @@ def _record(user: User) -> UserRecord:
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
-    """The user a presented token belongs to, or None for anything unknown, malformed or revoked."""
+    """The user a presented token belongs to, or None for anything unknown, malformed or revoked, or a disabled
+    user's (disabling revokes their tokens; this holds should one have been missed)."""
     if not token.startswith(TOKEN_MARK):
         return None
     prefix, _ = _split(token)
     row = session.scalar(select(ApiToken).where(ApiToken.prefix == prefix))
-    if row is None or row.revoked_at is not None or not _is_token_of(row, token):
+    if row is None or row.revoked_at is not None or not _is_token_of(row, token) or row.user.disabled_at is not None:
         return None
     return Principal(name=row.user.name, is_admin=row.user.is_admin)
 
@@ -225,14 +320,17 @@ def _issue(session: Session, user: User, now: float) -> IssuedToken:
     return IssuedToken(user=user.name, prefix=prefix, token=token)
 
 
-def _audit(session: Session, now: float, actor: str | None, kind: str, what: str, user: str, prefix: str) -> None:
+def _audit(
+    session: Session, now: float, actor: str | None, kind: str, what: str, user: str, prefix: str | None = None,
+    **details: object,
+) -> None:
     """An event (no job) saying who changed which user or token; it names tokens by their public prefix only."""
     if actor is None:  # the CLI acts on the store directly: whoever runs it administers the server
         return
-    add_event(
-        session, at=now, kind=kind, message=f"{what} by {actor}",
-        data={"actor": actor, "user": user, "token_prefix": prefix},
-    )
+    data: dict[str, object] = {"actor": actor, "user": user}
+    if prefix is not None:
+        data["token_prefix"] = prefix
+    add_event(session, at=now, kind=kind, message=f"{what} by {actor}", data={**data, **details})
 
 
 def token_prefix(token_or_prefix: str) -> str:

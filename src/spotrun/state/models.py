@@ -276,7 +276,8 @@ class Setting(Base):
 
 
 class User(Base):
-    """Someone who may use the team server's API; an admin sees and acts on every user's jobs."""
+    """Someone who may use the team server's API; an admin sees and acts on every user's jobs. A disabled user (one
+    who left the team) is kept, with their jobs, but holds no live token and is given none."""
 
     __tablename__ = "users"
 
@@ -284,6 +285,7 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    disabled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user", cascade="all, delete-orphan")
 
