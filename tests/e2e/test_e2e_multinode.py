@@ -134,8 +134,10 @@ def test_torchrun_launcher_runs_each_node_under_torchrun_and_resumes_exactly(spo
     assert "──── attempt 1 · node 0 · spot" in logs and "──── attempt 2 · node 1 · spot" in logs
     assert "rank 1/2: starting at step 0 of 72 (launcher torchrun)" in logs
     assert "(launcher env)" not in logs
-    # each stop told in a line, not in torchrun's traceback for the signal, which read like a crash
-    assert "torchrun stopped on SIGTERM" in logs and "SignalException" not in logs, logs
+    # each stop told in a line, not in torchrun's traceback for the signal, which read like a crash (whether a node's
+    # torchrun gets to say it stopped depends on the race with its ranks' failure once their peer is gone, and on
+    # the notice's time left: tests/gang/test_gang_torchrun_output.py checks the line itself)
+    assert "asking the command to checkpoint and stop" in logs and "SignalException" not in logs, logs
 
 
 @pytest.mark.soak  # the SDK's sharded saves are tested in tests/sdk; the platform's side is DDP's, tested above
