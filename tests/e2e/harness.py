@@ -51,12 +51,12 @@ class Spotrun:
     def status(self, job_id: int) -> dict:
         """The job's row as `spotrun status ID --json` prints it, read in this process. Polled through the CLI, each
         read started a Python process (~1.5 s of CPU), most of a core taken from the trainers on a 2-core machine."""
-        return json.loads(json.dumps(EmbeddedBackend(self._reader()).detail(job_id).job.to_json()))
+        return json.loads(json.dumps(EmbeddedBackend(self.reads()).detail(job_id).job.to_json()))
 
     def logs(self, job_id: int) -> str:
         """The job's logs as `spotrun logs ID` prints them (the same stream), read in this process: for polls, where
         a CLI process each time would take most of a core from the trainers."""
-        return "".join(job_log_stream(self._reader(), job_id, follow=False))
+        return "".join(job_log_stream(self.reads(), job_id, follow=False))
 
     def cli_status(self, job_id: int) -> dict:
         """The job's row from the real `spotrun status ID --json`."""
@@ -78,15 +78,15 @@ class Spotrun:
     def store(self) -> Store:
         return Store(self.database_url)
 
-    def _reader(self) -> Store:
-        """One store kept for the polls (the CLI created and migrated the database)."""
+    def reads(self) -> Store:
+        """One store kept for the polls (the CLI created and migrated the database; `shutdown` closes it)."""
         if self._reads is None:
             self._reads = Store(self.database_url, migrate=False)
         return self._reads
 
     def rows(self, model, order, job_id: int = 1) -> list:
         """The job's rows of `model` (Attempt, Generation, ...), detached from their session."""
-        with self._reader().session() as session:
+        with self.reads().session() as session:
             found = list(session.scalars(select(model).where(model.job_id == job_id).order_by(order)))
             session.expunge_all()
             return found
@@ -94,7 +94,7 @@ class Spotrun:
     def controller_pid(self) -> int | None:
         if not (self.home / "state.db").exists():  # nothing launched yet: no controller, no schema to read
             return None
-        with self._reader().session() as session:
+        with self.reads().session() as session:
             current = lease.read(session, "controller")
             if current is None or current.expires_at < time.time() or not psutil.pid_exists(current.pid or -1):
                 return None

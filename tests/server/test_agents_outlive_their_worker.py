@@ -44,7 +44,8 @@ def test_a_job_goes_on_with_another_worker_when_the_one_that_launched_it_dies(sp
     server = TeamServer(spotrun)
     try:
         wait_for_workers(spotrun, 2)
-        time.sleep(WORKERS_KEPT_SECONDS + 3)  # a heartbeat answered with both workers since: the agent knows both
+        # a heartbeat answered once the controller's list of workers (kept WORKERS_KEPT_SECONDS) has the server's
+        wait_for_a_heartbeat_after(spotrun, time.time() + WORKERS_KEPT_SECONDS + 0.5)
         spotrun.kill_controller()
 
         row = spotrun.wait_for(1, lambda row: row["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120,
@@ -60,8 +61,19 @@ def test_a_job_goes_on_with_another_worker_when_the_one_that_launched_it_dies(sp
 def wait_for_workers(spotrun: Spotrun, count: int, timeout: float = 30) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        with spotrun.store().session() as session:
+        with spotrun.reads().session() as session:
             if len(session.scalars(select(ControllerWorker.worker).where(ControllerWorker.expires_at > time.time())).all()) >= count:
                 return
         time.sleep(0.2)
     raise AssertionError(f"{count} controller workers did not announce themselves within {timeout} s")
+
+
+def wait_for_a_heartbeat_after(spotrun: Spotrun, moment: float, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with spotrun.reads().session() as session:
+            heard = session.scalar(select(Attempt.last_heartbeat_at).where(Attempt.job_id == 1, Attempt.number == 1))
+        if heard is not None and heard > moment:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no heartbeat of the job's agent after {moment} within {timeout} s")
