@@ -3,6 +3,7 @@ set they act on that server through its API (as SPOTRUN_TOKEN's user), else on t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -359,3 +360,18 @@ def signs_in_store(token: str) -> bool:
             return authenticate(session, token) is not None
     finally:
         store.dispose()
+
+
+def test_the_lists_in_json_name_users_and_tokens_by_prefix_only(team: Team, served: list[str]) -> None:
+    """For scripts (an offboarding run over every user, say): the tables only were printed."""
+    runner = CliRunner()
+    users = runner.invoke(app, ["user", "list", "--json"], env=as_user(team, "root"))
+    assert users.exit_code == 0, users.output
+    listed = {user["name"]: user for user in json.loads(users.stdout)}
+    assert sorted(listed) == ["alice", "bob", "root"] and listed["root"]["is_admin"] and listed["alice"]["disabled_at"] is None
+    assert [token["prefix"] for token in listed["alice"]["tokens"]] == [prefix_of(team.tokens["alice"])]
+    tokens = runner.invoke(app, ["token", "list", "--json"], env=as_user(team, "alice"))
+    assert tokens.exit_code == 0, tokens.output
+    assert json.loads(tokens.stdout) == {"user": "alice", "tokens": listed["alice"]["tokens"]}
+    for listing in (users.stdout, tokens.stdout):
+        assert not [token for token in team.tokens.values() if token.split("_", 2)[2] in listing]

@@ -8,8 +8,10 @@ server's users and the HTTP client themselves: this module is loaded at every st
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -28,6 +30,7 @@ users_app = typer.Typer(help="Users of the team server ($SPOTRUN_SERVER's, else 
                         no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens of the team server's users ($SPOTRUN_SERVER's, else this machine's store).",
                          no_args_is_help=True)
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output (times in unix seconds)")]
 console = CliConsole()
 errors = CliConsole(stderr=True)
 
@@ -43,11 +46,14 @@ def user_add(
 
 
 @users_app.command("list")
-def user_list() -> None:
+def user_list(as_json: AsJson = False) -> None:
     """Every user, whether an admin, their tokens' ids (revoked ones marked), and whether disabled. Over a server:
     admins only."""
     with _acting() as accounts:
         users = accounts.users()
+        if as_json:
+            typer.echo(json.dumps([asdict(user) for user in users], indent=2))
+            return
         if not users:
             console.print(f"no users {escape(accounts.where)}: `spotrun user add NAME --admin` makes the first",
                           soft_wrap=True)
@@ -97,10 +103,14 @@ def token_create(user: Annotated[str, typer.Argument(help="whose token")]) -> No
 @tokens_app.command("list")
 def token_list(
     user: Annotated[Optional[str], typer.Argument(help="whose tokens; over a server, yours (the default)")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """A user's tokens: their ids (to revoke one), when each was made, and whether it is revoked."""
     with _acting() as accounts:
         owner, tokens = accounts.tokens(user)
+        if as_json:
+            typer.echo(json.dumps({"user": owner, "tokens": [asdict(token) for token in tokens]}, indent=2))
+            return
         _print_table(f"tokens of {owner} {accounts.where}", _tokens_table(tokens))
 
 
