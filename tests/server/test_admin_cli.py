@@ -375,3 +375,13 @@ def test_the_lists_in_json_name_users_and_tokens_by_prefix_only(team: Team, serv
     assert json.loads(tokens.stdout) == {"user": "alice", "tokens": listed["alice"]["tokens"]}
     for listing in (users.stdout, tokens.stdout):
         assert not [token for token in team.tokens.values() if token.split("_", 2)[2] in listing]
+
+
+def test_a_server_url_no_server_has_is_refused_as_the_other_remote_commands_refuse_it(env: dict[str, str]) -> None:
+    """`user` and `token` built their own client and said "is not a URL" (exit 1) where `status` said what is wrong
+    (exit 2); one client and one check now (`remote.api_client`)."""
+    remote = {**env, "SPOTRUN_SERVER": "127.0.0.1:9", "SPOTRUN_TOKEN": "spr_000000000000_x"}
+    for command in (["user", "list"], ["token", "list"], ["status"]):
+        result = CliRunner().invoke(app, command, env=remote)
+        assert result.exit_code == 2, (command, result.output)
+        assert "SPOTRUN_SERVER='127.0.0.1:9' is refused: it must start with http:// or https://" in result.stderr

@@ -7,11 +7,10 @@ the one is refused by the other, so each says where it acted (`where`)."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Protocol
 
-from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
+from spotrun.cli.backend import SERVER_ENV, server_and_token
 from spotrun.server import users as users_api
 from spotrun.server.users import IssuedToken, Offboarded, TokenRecord, UserError, UserRecord
 from spotrun.state import Store
@@ -89,16 +88,11 @@ class StoreAccounts:
 
 def current_accounts() -> Accounts:
     """The server $SPOTRUN_SERVER names (with $SPOTRUN_TOKEN), else this machine's store."""
-    server = os.environ.get(SERVER_ENV, "").strip()
-    if not server:
+    named = server_and_token(
+        f"`spotrun user` and `spotrun token` act on that server with a token of yours (an admin's for other users); to "
+        f"act on this machine's store instead (how the first admin is made), unset {SERVER_ENV}")
+    if named is None:
         return StoreAccounts()
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise BackendError(
-            f"{SERVER_ENV} is set to {server} but {TOKEN_ENV} is not: `spotrun user` and `spotrun token` act on that "
-            f"server with a token of yours (an admin's for other users); to act on this machine's store instead (how "
-            f"the first admin is made), unset {SERVER_ENV}"
-        )
     from spotrun.cli.remote_accounts import RemoteAccounts  # httpx, only when a server is named
 
-    return RemoteAccounts(server, token)
+    return RemoteAccounts(*named)

@@ -48,14 +48,23 @@ class Backend(Protocol):
 
 def current_backend() -> Backend:
     """Remote when $SPOTRUN_SERVER names a server (with $SPOTRUN_TOKEN), else embedded."""
-    server = os.environ.get(SERVER_ENV, "").strip()
-    if not server:
+    named = server_and_token("ask the server's admin for a token")
+    if named is None:
         from spotrun.cli.embedded import EmbeddedBackend
 
         return EmbeddedBackend()
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise BackendError(f"{SERVER_ENV} is set to {server} but {TOKEN_ENV} is not; ask the server's admin for a token")
     from spotrun.cli.remote import RemoteBackend
 
-    return RemoteBackend(server, token)
+    return RemoteBackend(*named)
+
+
+def server_and_token(without_token: str) -> tuple[str, str] | None:
+    """$SPOTRUN_SERVER and $SPOTRUN_TOKEN; None when no server is named, BackendError (saying `without_token`) when
+    a server is named without a token."""
+    server = os.environ.get(SERVER_ENV, "").strip()
+    if not server:
+        return None
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise BackendError(f"{SERVER_ENV} is set to {server} but {TOKEN_ENV} is not; {without_token}")
+    return server, token

@@ -21,6 +21,16 @@ API_PATH = "/api/v1"
 BASE_URL_HINT = f"{SERVER_ENV} is the server's base URL, as `spotrun server` prints it, without {API_PATH}"
 
 
+def api_client(server: str, token: str, client: httpx.Client | None = None) -> tuple[str, httpx.Client]:
+    """The server's base URL (`checked_server_url`) and a client of its API sending `token`; `client` is used instead
+    of a new one where given (tests: the app's TestClient)."""
+    base = checked_server_url(server)
+    client = client if client is not None else httpx.Client(timeout=TIMEOUT)
+    client.base_url = f"{base}{API_PATH}"
+    client.headers["Authorization"] = f"Bearer {token}"
+    return base, client
+
+
 def checked_server_url(server: str) -> str:
     """`server` ($SPOTRUN_SERVER) without its trailing slash; InvalidSetting, naming the variable and what is wrong,
     for one that is no http(s) URL of a server or names its API's path."""
@@ -44,10 +54,7 @@ def checked_server_url(server: str) -> str:
 class RemoteBackend:
     def __init__(self, server: str, token: str, *, client: httpx.Client | None = None) -> None:
         """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
-        self.server = checked_server_url(server)
-        self._client = client if client is not None else httpx.Client(timeout=TIMEOUT)
-        self._client.base_url = f"{self.server}{API_PATH}"
-        self._client.headers["Authorization"] = f"Bearer {token}"
+        self.server, self._client = api_client(server, token, client)
 
     def launch(self, job_file: Path) -> Launched:
         from spotrun.spec import Problem, SpecError, load_job_file  # the job file's models: only a launch reads one

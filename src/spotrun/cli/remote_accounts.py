@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 
 from spotrun.cli.accounts import WhoseTokens
-from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
-from spotrun.cli.remote import TIMEOUT
+from spotrun.cli.backend import TOKEN_ENV, BackendError
+from spotrun.cli.remote import TIMEOUT, api_client
 from spotrun.server.schemas import IssuedTokenView, Me, UserCreated, UserDisabled, UserView
 from spotrun.server.users import (
     NAME_PATTERN, PREFIX_PATTERN, TOKEN_MARK, IssuedToken, NotThatToken, Offboarded, TokenRecord, UnknownUser,
@@ -31,14 +31,8 @@ def new_http_client() -> httpx.Client:
 class RemoteAccounts:
     def __init__(self, server: str, token: str, *, client: httpx.Client | None = None) -> None:
         """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
-        self.server = server.rstrip("/")
+        self.server, self._client = api_client(server, token, client if client is not None else new_http_client())
         self.where = f"on the server at {self.server}"
-        self._client = client if client is not None else new_http_client()
-        try:
-            self._client.base_url = f"{self.server}/api/v1"
-        except httpx.InvalidURL as problem:  # not an HTTPError: a bad port or a control character, as typed
-            raise BackendError(f"{SERVER_ENV} is not a URL ({server!r}): {problem}") from None
-        self._client.headers["Authorization"] = f"Bearer {token}"
 
     def add_user(self, name: str, *, admin: bool) -> IssuedToken:
         check_user_name(name)  # refused with the store's words, before anything is sent

@@ -9,6 +9,7 @@ running the tick again therefore loses no job, leaks no instance and launches no
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -168,6 +169,7 @@ class Controller:
         self._provider_factory = provider_factory
         self._prices = prices if prices is not None else MarketPrices(self.provider)
         self.worker_id = worker_id
+        self._announced_until = -math.inf  # when this worker's announcement runs out (`_announce`)
         self._providers: dict[str, Provider] = {}
         self._clouds_on_record: set[str] | None = None  # read once, at the first sweep (`_clouds_to_sweep`)
         self._unswept: dict[str, bool] = {}  # clouds whose last sweep failed, that failure told (`_sweep_failed`)
@@ -820,9 +822,12 @@ class Controller:
 
     def _announce(self, session, now: float) -> None:
         """This worker's agents' API, for as long as its claims (`state.workers`): its jobs' agents go on reporting
-        to whichever worker takes them over once it is gone."""
-        if self.settings.controller_url:
-            workers.announce(session, self.worker_id, self.settings.controller_url, now, self.settings.claim_ttl)
+        to whichever worker takes them over once it is gone. Renewed as its claims are (every third of their life),
+        not at every tick: a write each tick would double the worker's idle writes."""
+        ttl = self.settings.claim_ttl
+        if self.settings.controller_url and now >= self._announced_until - 2 * ttl / 3:
+            workers.announce(session, self.worker_id, self.settings.controller_url, now, ttl)
+            self._announced_until = now + ttl
 
     def _claim_now(self, session) -> float:
         """The time claims are written and judged in: the database's on wall time (workers on several machines, whose
