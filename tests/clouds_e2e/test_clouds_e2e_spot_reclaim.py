@@ -344,6 +344,7 @@ def test_aws_rebalance_recommendation_moves_the_job_before_an_interruption(
 
     job = job_of(store, job_id)
     assert job.state == "SUCCEEDED" and job.preemptions == 0, explain()
+    assert len(attempts_of(store, job_id)) == 2, explain()
     warned, moved = attempts_of(store, job_id)
     assert warned.warning == "aws-imds/rebalance" and warned.notice_at is not None and warned.end_reason == "migrated"
     assert (moved.standby_for, moved.market, moved.end_reason) == (warned.id, "spot", "succeeded")
