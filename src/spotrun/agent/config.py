@@ -77,7 +77,11 @@ class AgentConfig(BaseModel):
     sync_interval: float = Field(default=30.0, gt=0)
     notice_poll_interval: float = Field(default=1.0, gt=0, le=5)  # AWS gives 2 min; poll at least every 5 s
     notice_grace: float = Field(default=30.0, ge=0, description="trainer's grace when a notice has no deadline")
-    sync_margin: float = Field(default=2.0, ge=0, description="seconds kept for the final backup before reclaim")
+    sync_margin: float = Field(
+        default=2.0, ge=0, description="seconds before a notice's deadline at which the trainer is killed, kept for "
+        "the final backup and, in their last 2 s, the exit report; a gang's node, which backs nothing up, keeps only "
+        "the report's part (at most 2 s)"
+    )
     final_backup_timeout: float = Field(
         default=6 * 3600.0, gt=0, description="seconds the final backup may take at most, notice or not (a store "
         "that hangs must not hold the exit report for ever; a terabyte of checkpoint at 100 MB/s takes 3 h); the "

@@ -29,6 +29,7 @@ from spotrun.agent.notices import Notice, NoticeSource
 from spotrun.agent.process import CommandProcess
 from spotrun.agent.stop_times import StopTimes
 from spotrun.agent.supervisor import (
+    EXIT_REPORT_SECONDS,
     OUTPUT_DRAIN_SECONDS,
     WAIT_STEP_SECONDS,
     Agent,
@@ -333,13 +334,13 @@ class GangAgent(Agent):
         return current is None or current.number != order.number or not current.running
 
     def _stop(self, process: CommandProcess) -> int | None:
-        """SIGTERM, then SIGKILL at the stop time: the sync margin before a noticed node's deadline (the ranks'
-        save must end together), else notice_grace from now; sooner if this node's own notice, told at once, comes
-        meanwhile and leaves less. The command's exit code (None: killed, and stuck)."""
+        """SIGTERM, then SIGKILL at the stop time: when the noticed node kills its ranks, `_kill_margin` before its
+        deadline (the ranks' save must end together), else notice_grace from now; sooner if this node's own notice,
+        told at once, comes meanwhile and leaves less. The command's exit code (None: killed, and stuck)."""
         current = self.orders.current
         stop_by = time.time() + self.config.notice_grace
         if current is not None and current.stop_by is not None:
-            stop_by = max(stop_by, current.stop_by - self.config.sync_margin)
+            stop_by = max(stop_by, current.stop_by - self._kill_margin())
         log.info("generation is stopping: asking the command to checkpoint and stop within %.0f s", stop_by - time.time())
         ending = f"generation {current.number} is stopping" if current else "the generation has ended"
         self._say_stopping(ending, stop_by)
@@ -353,6 +354,12 @@ class GangAgent(Agent):
             log.warning("command still running at its stop time; killing its process group")
             exit_code = self._kill(process, times)
         return exit_code
+
+    def _kill_margin(self) -> float:
+        """The sync margin's exit-report part only: after the kill a gang node makes no final backup (the ranks wrote
+        to the store themselves); it reports its log, the generation's exit and its own, as the single node does in
+        the last EXIT_REPORT_SECONDS. A smaller sync margin is kept to as before."""
+        return min(self.config.sync_margin, EXIT_REPORT_SECONDS)
 
     def _report_generation_exit(self, order: GenerationOrder, exit_code: int | None) -> None:
         log.info("generation %d: command exited with %s", order.number, exit_code)

@@ -337,7 +337,12 @@ class Agent:
                      f"running in {max(0.0, stop_by - time.time()):.0f} s)\n")
 
     def _stop_times(self, answered: Notice) -> StopTimes:
-        return StopTimes(self.notices, answered, time.time(), self.config.notice_grace, self.config.sync_margin)
+        return StopTimes(self.notices, answered, time.time(), self.config.notice_grace, self._kill_margin())
+
+    def _kill_margin(self) -> float:
+        """How long before a notice's deadline the command is killed: the sync margin, for the final backup and then
+        the exit report (the backup is cut EXIT_REPORT_SECONDS before the deadline: the report's part of the margin)."""
+        return self.config.sync_margin
 
     def _tell_notice(self, notice: Notice) -> None:
         """Tell the controller of a notice, once, wherever the agent saw it first."""
