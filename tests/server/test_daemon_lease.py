@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
+import pytest
+
 from spotrun.server import daemon as daemon_module
-from spotrun.server.daemon import Daemon, live_controller_url
+from spotrun.server.daemon import Daemon, live_controller_url, live_worker_url
 
 
 class SlowController:
@@ -135,3 +141,53 @@ def test_a_job_submitted_as_the_daemon_decides_to_exit_is_driven_by_it(store, tm
     finally:
         daemon.stop()
         loop.join(5)
+
+
+def _announce(store, worker: str, url: str, ttl: float = 60.0) -> None:
+    from spotrun.state import workers
+    from spotrun.state.db_clock import database_now
+
+    with store.session() as session:
+        workers.announce(session, worker, url, database_now(session), ttl)
+
+
+def _no_daemon_may_start(monkeypatch) -> list[object]:
+    started: list[object] = []
+    monkeypatch.setattr(daemon_module.subprocess, "Popen", lambda *args, **kwargs: started.append(args))
+    monkeypatch.setattr(daemon_module, "START_TIMEOUT", 0.2)
+    return started
+
+
+def test_a_cancel_on_a_team_servers_store_starts_no_daemon_of_its_own(store, tmp_path, monkeypatch):
+    """`spotrun cancel` on the store a team server drives started an embedded daemon, which then claimed the
+    server's new jobs (and ran their local ones on this machine): a live worker of the server's acts on the cancel."""
+    from spotrun.cli.embedded import EmbeddedBackend
+    from spotrun.state import Job
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    started = _no_daemon_may_start(monkeypatch)
+    with store.session() as session:
+        job = Job(name="j", owner="alice", spec={}, state="PENDING", created_at=0.0, updated_at=0.0)
+        session.add(job)
+        session.flush()
+        job_id = job.id
+    _announce(store, f"{socket.gethostname()}:{os.getpid()}:server", "http://trainbox:8080")
+    assert EmbeddedBackend(store).cancel(job_id)
+    assert started == []
+    with store.session() as session:
+        assert session.get(Job, job_id).cancel_requested
+
+
+def test_only_a_live_workers_announcement_counts_as_a_controller(store, monkeypatch):
+    gone = psutil.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _announce(store, f"{socket.gethostname()}:{gone.pid}:killed", "http://killed:1")  # a server SIGKILLed here
+    _announce(store, "elsewhere:1:expired", "http://expired:1", ttl=-1.0)
+    assert live_worker_url(store) is None
+    started = _no_daemon_may_start(monkeypatch)
+    with pytest.raises(daemon_module.ControllerDidNotStart):
+        daemon_module.ensure_running(store, any_worker=True)
+    assert len(started) == 1, "no live worker: the cancel's daemon starts as before"
+    _announce(store, "another-host:77:server", "http://elsewhere:8080")  # another machine's: taken as live
+    assert live_worker_url(store) == "http://elsewhere:8080"
+    assert live_controller_url(store) is None  # a launch still starts its own daemon beside a server (docs/server.md)

@@ -62,15 +62,16 @@ class EmbeddedBackend:
     def cancel(self, job_id: int) -> bool:
         if not jobs_api.request_cancel(self.store, job_id, time.time()):
             return False
-        self._ensure_controller(f"the cancel of job {job_id} is stored, but ")
+        # a team server's worker on this store acts on it as well: no daemon of our own to claim the server's jobs
+        self._ensure_controller(f"the cancel of job {job_id} is stored, but ", any_worker=True)
         return True
 
-    def _ensure_controller(self, done: str) -> None:
+    def _ensure_controller(self, done: str, *, any_worker: bool = False) -> None:
         """A controller running for what `done` says was stored (BackendError, naming its log, when none starts)."""
         from spotrun.server.daemon import ControllerDidNotStart, ensure_running
 
         try:
-            ensure_running(self.store)
+            ensure_running(self.store, any_worker=any_worker)
         except ControllerDidNotStart as error:
             raise BackendError(f"{done}{error}") from None
 

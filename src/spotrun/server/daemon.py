@@ -34,7 +34,7 @@ from spotrun.control.controller import Controller, ControllerSettings
 from spotrun.control.states import LIVE, state_names
 from spotrun.pydantic_messages import error_message
 from spotrun.server.agent_api import create_agent_app
-from spotrun.state import Job, Setting, Store, claims, lease
+from spotrun.state import Job, Setting, Store, claims, lease, workers
 from spotrun.state.db_clock import database_now
 
 LEASE_NAME = "controller"
@@ -330,6 +330,7 @@ def advertised_url(port: int) -> str:
 
 
 def live_controller_url(store: Store) -> str | None:
+    """The agents' API of the embedded daemon holding the lease, if it lives."""
     with store.session() as session:
         current = lease.read(session, LEASE_NAME)
         if current is None or current.expires_at < database_now(session) or not current.url:
@@ -339,14 +340,27 @@ def live_controller_url(store: Store) -> str | None:
         return current.url
 
 
+def live_worker_url(store: Store) -> str | None:
+    """The agents' API of some live controller worker: the lease's daemon, or any worker announced (a team server's,
+    `state.workers`) whose process is not known to be gone."""
+    url = live_controller_url(store)
+    if url:
+        return url
+    with store.session() as session:
+        announced = workers.live(session, database_now(session))
+    return next((url for worker, url in announced if not holder_is_dead(worker)), None)
+
+
 class ControllerDidNotStart(RuntimeError):
     """A controller `ensure_running` started did not take the lease in time; the message names its log."""
 
 
-def ensure_running(store: Store) -> str:
+def ensure_running(store: Store, *, any_worker: bool = False) -> str:
     """The URL of the live controller, starting one in the background when there is none (InvalidSetting, at once,
-    for a setting that one would refuse at its start; ControllerDidNotStart when it did not come up)."""
-    url = live_controller_url(store)
+    for a setting that one would refuse at its start; ControllerDidNotStart when it did not come up). With
+    `any_worker`, any live controller worker will do (what a cancel needs: whichever claims the job acts on it); else
+    only the lease's daemon (a launch starts one beside any server: docs/server.md)."""
+    url = live_worker_url(store) if any_worker else live_controller_url(store)
     if url:
         return url
     check_environment()

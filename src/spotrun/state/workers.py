@@ -29,11 +29,16 @@ def withdraw(session: Session, worker: str) -> None:
     session.execute(delete(ControllerWorker).where(ControllerWorker.worker == worker))
 
 
-def agent_urls(session: Session, now: float) -> list[str]:
-    """The agents' APIs of the live workers, the most recently renewed first, each once."""
+def live(session: Session, now: float) -> list[tuple[str, str]]:
+    """(worker, agents' API URL) of every worker whose announcement runs at `now`, the most recently renewed first."""
     rows = session.execute(
-        select(ControllerWorker.agent_url, ControllerWorker.expires_at)
+        select(ControllerWorker.worker, ControllerWorker.agent_url)
         .where(ControllerWorker.expires_at >= now)
         .order_by(ControllerWorker.expires_at.desc())
     )
-    return list(dict.fromkeys(url for url, _ in rows))[:MAX_AGENT_URLS]
+    return [(worker, url) for worker, url in rows]
+
+
+def agent_urls(session: Session, now: float) -> list[str]:
+    """The agents' APIs of the live workers, the most recently renewed first, each once."""
+    return list(dict.fromkeys(url for _, url in live(session, now)))[:MAX_AGENT_URLS]
