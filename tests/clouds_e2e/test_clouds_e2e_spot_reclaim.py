@@ -40,7 +40,7 @@ from spotrun.providers.aws import AwsProvider
 from spotrun.providers.azure import AzureProvider, AzureSettings
 from spotrun.providers.gcp import GcpProvider
 from spotrun.spec import parse_spec
-from spotrun.state import Attempt, Instance, Job, Store
+from spotrun.state import Attempt, Event, Instance, Job, Store
 from vm_emulation.digits import DIGITS, TRAINER_ENV
 from vm_emulation.waiting import wait_until
 from vm_emulation import AwsSide, AzureSide, CloudSide, ControlPlane, GcpSide, Hypervisor, ec2_repeated_terminate_keeps_reason
@@ -249,7 +249,11 @@ def job_on_emulated_cloud(world: CloudWorld, store: Store, tmp_path: Path, spot_
             rows = [(a.number, a.zone, a.state, a.end_reason, a.instance_id, a.checkpoint_step, a.warning, a.standby_for)
                     for a in attempts_of(store, job_id)]
             logs = "\n".join(f"== {i}\n{vm.log_tail()}" for i, vm in hypervisor.vms.items())
-            return f"job {job_of(store, job_id).state}; attempts {rows}; boot errors {hypervisor.errors}\n{logs}"
+            with store.session() as session:
+                events = "\n".join(f"{e.at:.2f} {e.attempt_id} {e.kind}: {e.message}" for e in session.query(Event)
+                                   .filter(Event.job_id == job_id).order_by(Event.id))
+            return (f"job {job_of(store, job_id).state}; attempts {rows}; boot errors {hypervisor.errors}\n"
+                    f"events:\n{events}\n{logs}")
 
         yield EmulatedRun(job_id, plane, hypervisor, explain)
 
