@@ -1,5 +1,6 @@
 """The bodies of the team server's API that the CLI reads too: the read models of jobs, and the answers to a launch,
-a cancel, a preemption and a cost (pydantic alone: no database, no web framework).
+a cancel, a preemption and a cost; and the audit log's events with the filter the CLI sends for them (pydantic alone:
+no database, no web framework).
 
 The server builds them from the store's rows (`spotrun.server.views`), and so does the CLI in embedded mode; in remote
 mode the CLI reads the server's answers into these same classes, so that both modes print the same thing.
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from spotrun.audit_kinds import AUDIT_KINDS, AuditKind
 from spotrun.costs.ledger import JobBill
-from spotrun.limits import MAX_PRICE_PER_HOUR
+from spotrun.limits import DEFAULT_AUDIT_EVENTS, MAX_AUDIT_EVENTS, MAX_ID, MAX_PRICE_PER_HOUR
 
 # an attempt's stored prices that no instance has (`ledger.priced`)
 OVER_THE_CAP = (f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (a job stored before prices "
@@ -216,3 +218,57 @@ class JobCost(BaseModel):
     name: str
     state: str
     bill: BillView
+
+
+MAX_ACTOR_CHARS = 500  # a user's name (200) or the CLI's `cli:<OS user>@<host>`
+
+
+class AuditFilter(BaseModel):
+    """Which audit events to read, newest first: `GET /api/v1/audit`'s query, and what `spotrun audit` asks the store
+    or the server for. A parameter it does not know is refused (422 naming it), not ignored: a misspelt filter showed
+    every event as if it had been applied."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = Field(
+        default=None, min_length=1, max_length=MAX_ACTOR_CHARS,
+        description="only the events about this user or made by them (the actor, as the events name it: a user, or "
+        "`cli:<OS user>@<host>` for the CLI acting on the store); in any case",
+    )
+    kind: list[AuditKind] = Field(default_factory=list, description="only the events of these kinds (repeat it)")
+    since: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="only the events at or after this time (unix seconds)")
+    before_id: int | None = Field(
+        default=None, ge=1, le=MAX_ID,
+        description="only the events older than this id: the next page, with the previous page's `next_before_id`",
+    )
+    limit: int = Field(default=DEFAULT_AUDIT_EVENTS, ge=1, le=MAX_AUDIT_EVENTS, description="at most this many events")
+
+    @field_validator("user")
+    @classmethod
+    def _no_nul(cls, user: str | None) -> str | None:
+        if user is not None and "\0" in user:  # no name the store keeps holds one (PostgreSQL's text cannot)
+            raise ValueError("holds a NUL character (\\0), which no user or actor name holds")
+        return user
+
+
+class AuditEvent(BaseModel):
+    """A change to users or tokens: who made it (`actor`), to whom (`user`), and the tokens it concerned by their
+    public prefixes only; never a token nor its hash."""
+
+    id: int
+    at: float
+    kind: str = Field(description=f"one of {', '.join(AUDIT_KINDS)}")
+    actor: str = Field(description="who made the change: a user signed in to the server, or `cli:<OS user>@<host>` "
+                       "for the CLI acting on the store directly (the OS account it ran as, on that machine)")
+    user: str = Field(description="the user whose account or token changed")
+    token_prefix: str | None = Field(default=None, description="the token made or revoked, by its public prefix")
+    revoked_tokens: list[str] = Field(
+        default_factory=list, description="user_disabled: the prefixes of the live tokens it revoked")
+    message: str
+
+
+class AuditPage(BaseModel):
+    events: list[AuditEvent] = Field(description="newest first")
+    next_before_id: int | None = Field(
+        description="older events match too: ask again with `before_id` set to this; null: none does")

@@ -45,3 +45,21 @@ def team(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     }
     with TestClient(create_app(store, local_cloud=LocalCloudAccess.ALL)) as client:
         yield Team(store, client, tokens)
+
+
+@pytest.fixture
+def served(team: Team, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`spotrun user`, `token` and `audit` with SPOTRUN_SERVER naming the team's app, and this machine's store another
+    (SPOTRUN_HOME); the URLs the CLI asked for."""
+    asked: list[str] = []
+
+    def client() -> TestClient:
+        test_client = TestClient(team.client.app)
+        test_client.event_hooks = {"request": [lambda request: asked.append(str(request.url))]}
+        return test_client
+
+    monkeypatch.setattr("spotrun.cli.remote_accounts.new_http_client", client)
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "laptop"))
+    monkeypatch.delenv("SPOTRUN_DATABASE_URL", raising=False)
+    monkeypatch.setenv("SPOTRUN_SERVER", "http://testserver")
+    return asked

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from server_world import Team, stored
 from typer.testing import CliRunner
 
@@ -118,24 +117,6 @@ def test_the_store_lists_users_and_a_named_users_tokens(env: dict[str, str]) -> 
     assert nobody.exit_code == 2 and "name the user whose tokens to list" in nobody.stderr, nobody.output
     unknown = runner.invoke(app, ["token", "list", "zed"], env=env)
     assert unknown.exit_code == 1 and "no user named 'zed'" in unknown.stderr, unknown.output
-
-
-@pytest.fixture
-def served(team: Team, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """SPOTRUN_SERVER names the team's app, and this machine's store is another (SPOTRUN_HOME); the URLs the CLI
-    asked for."""
-    asked: list[str] = []
-
-    def client() -> TestClient:
-        test_client = TestClient(team.client.app)
-        test_client.event_hooks = {"request": [lambda request: asked.append(str(request.url))]}
-        return test_client
-
-    monkeypatch.setattr("spotrun.cli.remote_accounts.new_http_client", client)
-    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "laptop"))
-    monkeypatch.delenv("SPOTRUN_DATABASE_URL", raising=False)
-    monkeypatch.setenv("SPOTRUN_SERVER", "http://testserver")
-    return asked
 
 
 def as_user(team: Team, name: str) -> dict[str, str]:

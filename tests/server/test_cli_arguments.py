@@ -41,6 +41,14 @@ def run(arguments: list[str]):
     (["simulate", "--policy", "psychic"], "--policy", "--policy: unknown policy 'psychic'"),
     (["simulate", "--every-hours", "0"], "--every-hours", "--every-hours must be a positive number, got 0"),
     (["user", "add", "no spaces"], "user name", "user name 'no spaces' must be 1-200 letters"),
+    (["audit", "--kind", "user_deleted"], "--kind", "--kind 'user_deleted' is no kind of change; the kinds: user_added"),
+    (["audit", "--since", "yesterday"], "--since", "--since must be a time ago (30m, 12h, 7d), a date or time in UTC"),
+    (["audit", "--since", "3600"], "--since", "--since '3600' is ambiguous: write 3600s for that long ago, @3600 for"),
+    (["audit", "--since", "99999d"], "--since", "--since must be at most 3650d"),
+    (["audit", "--limit", "0"], "--limit", "Invalid value for '--limit'"),
+    (["audit", "--limit", "1001"], "--limit", "Invalid value for '--limit'"),
+    (["audit", "--before-id", "0"], "--before-id", "Invalid value for '--before-id'"),
+    (["audit", "--user", ""], "--user", "--user: String should have at least 1 character"),
     (["launch", ""], "job_file", "the job file path is empty"),  # was ".: is a folder, not a job file"
     (["simulate", "--job", ""], "--job", "the job file path is empty"),
     # a negative one was "No such option: -1"; 0 was "no job with id 0", exit 1

@@ -57,7 +57,8 @@ def run(arguments: list[str], absent: list[str], tmp_path: Path, **env: str) -> 
 
 @pytest.mark.parametrize("arguments", [["--help"], ["simulate", "--help"], ["checkpoints", "list", "--help"],
                                        ["market", "--help"], ["user", "add", "--help"], ["user", "--help"],
-                                       ["user", "disable", "--help"], ["user", "set-admin", "--help"]])
+                                       ["user", "disable", "--help"], ["user", "set-admin", "--help"],
+                                       ["audit", "--help"]])
 def test_help_imports_no_command_s_work(arguments: list[str], tmp_path: Path) -> None:
     assert run(arguments, THE_STORE + THE_SERVER + THE_REST, tmp_path) == "exit 0 imported []"
 

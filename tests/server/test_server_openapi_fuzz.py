@@ -322,7 +322,7 @@ INVALID_BODIES = [pytest.param(4, id="suite"), pytest.param(8, marks=pytest.mark
 def test_no_operation_answers_5xx_or_off_spec(world: World, examples: tuple[int, int]) -> None:
     operations, statuses = fuzz(world, cases, lambda label: examples[0] if label == LAUNCH else examples[1])
     agent_api = [operation for operation in operations if operation.path.startswith("/agent/")]
-    assert len(operations) - len(agent_api) == 19  # the API's 9 job and 8 user operations, /metrics and /healthz
+    assert len(operations) - len(agent_api) == 20  # the API's 9 job, 8 user and 1 audit operations, /metrics, /healthz
     assert len(agent_api) >= 5  # and the agent API's (started, heartbeat, notice, logs, exit, ...)
 
     launched = sum(count for status, count in statuses[LAUNCH].items() if 200 <= status < 300)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,6 +119,17 @@ def test_users_are_made_through_the_server_and_its_access_log_writes_no_tokens_s
     revoked = httpx.post(f"{server.url}/api/v1/tokens/{token}/revoke", headers={"Authorization": f"Bearer {token}"})
     assert revoked.status_code == 200, revoked.text
     assert cli(as_zed, "status").exit_code == 1
+
+    # the audit log, read through the server: the first admin's making on the store is in it, by the OS account
+    audit = cli(remote, "audit", "--json")
+    assert audit.exit_code == 0, audit.stderr
+    prefix = token.split("_")[1]
+    assert [(e["kind"], e["actor"], e["user"], e["token_prefix"]) for e in json.loads(audit.stdout)] == [
+        ("token_revoked", "zed", "zed", prefix), ("user_added", "root", "zed", prefix),
+        ("user_added", f"cli:{pwd.getpwuid(os.geteuid()).pw_name}@{socket.gethostname()}", "root",
+         root.stderr.split()[1]),
+    ]
+    assert token.split("_", 2)[2] not in audit.stdout
 
     server.stop()
     access_log = server.process.stdout.read()

@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, fail
+from spotrun.cli.formats import utc_time
 
 if TYPE_CHECKING:
     from spotrun.cli.accounts import Accounts
@@ -41,7 +41,7 @@ def user_add(
     admin: Annotated[bool, typer.Option("--admin", help="may see and act on every user's jobs")] = False,
 ) -> None:
     """Create a user and print their first API token (shown once)."""
-    with _acting() as accounts:
+    with acting() as accounts:
         _print_token(accounts.add_user(name, admin=admin), accounts.where)
 
 
@@ -49,7 +49,7 @@ def user_add(
 def user_list(as_json: AsJson = False) -> None:
     """Every user, whether an admin, their tokens' ids (revoked ones marked), and whether disabled. Over a server:
     admins only."""
-    with _acting() as accounts:
+    with acting() as accounts:
         users = accounts.users()
         if as_json:
             typer.echo(json.dumps([asdict(user) for user in users], indent=2))
@@ -65,14 +65,14 @@ def user_list(as_json: AsJson = False) -> None:
 def user_disable(name: Annotated[str, typer.Argument(help="the user leaving the team")]) -> None:
     """Offboard a user: revoke all their tokens at once and make no new one. Their jobs stay (history, bills), and
     those not ended keep running unless an admin cancels them. Over a server: admins only, not on themselves."""
-    with _acting() as accounts:
+    with acting() as accounts:
         _print_offboarded(accounts.disable_user(name), accounts.where)
 
 
 @users_app.command("enable")
 def user_enable(name: Annotated[str, typer.Argument(help="a disabled user")]) -> None:
     """Undo `user disable`: no token comes back; `spotrun token create NAME` makes a new one."""
-    with _acting() as accounts:
+    with acting() as accounts:
         user = accounts.enable_user(name)
         console.print(f"enabled {escape(user.name)} {escape(accounts.where)}; they have no live token until "
                       f"`spotrun token create {escape(user.name)}` makes one", soft_wrap=True)
@@ -87,7 +87,7 @@ def user_set_admin(
     )],
 ) -> None:
     """Make a user an admin (`--admin`), or no longer one (`--no-admin`). Over a server: admins only."""
-    with _acting() as accounts:
+    with acting() as accounts:
         user = accounts.set_admin(name, admin)
         role = "an admin" if user.is_admin else "not an admin"
         console.print(f"{escape(user.name)} is {role} {escape(accounts.where)}", soft_wrap=True)
@@ -96,7 +96,7 @@ def user_set_admin(
 @tokens_app.command("create")
 def token_create(user: Annotated[str, typer.Argument(help="whose token")]) -> None:
     """Print a new API token for a user (shown once)."""
-    with _acting() as accounts:
+    with acting() as accounts:
         _print_token(accounts.create_token(user), accounts.where)
 
 
@@ -106,7 +106,7 @@ def token_list(
     as_json: AsJson = False,
 ) -> None:
     """A user's tokens: their ids (to revoke one), when each was made, and whether it is revoked."""
-    with _acting() as accounts:
+    with acting() as accounts:
         owner, tokens = accounts.tokens(user)
         if as_json:
             typer.echo(json.dumps({"user": owner, "tokens": [asdict(token) for token in tokens]}, indent=2))
@@ -120,17 +120,17 @@ def token_revoke(token_id: Annotated[str, typer.Argument(help="the token's id (a
     from spotrun.server.users import token_prefix
 
     shown = token_prefix(token_id)  # a whole token's secret is never echoed back
-    with _acting() as accounts:
+    with acting() as accounts:
         if not accounts.revoke_token(token_id):
             raise fail(f"no live token with id {shown} {accounts.where}")
         console.print(f"revoked token {escape(shown)} {escape(accounts.where)}", soft_wrap=True)
 
 
 @contextmanager
-def _acting() -> Iterator[Accounts]:
-    """Where the command acts; a UserError raised there is its error line (it names a token by its id only): a bad
-    name, a token that is not the one named, or no user given where one is needed is a bad argument; the others (a
-    name taken, no such user) a failure."""
+def acting() -> Iterator[Accounts]:
+    """Where the command acts (`spotrun audit` reads there too); a UserError raised there is its error line (it names
+    a token by its id only): a bad name, a token that is not the one named, or no user given where one is needed is a
+    bad argument; the others (a name taken, no such user) a failure."""
     from spotrun.cli.accounts import WhoseTokens, current_accounts
     from spotrun.server.users import InvalidUserName, NotThatToken, UserError
 
@@ -175,9 +175,9 @@ def _users_table(users: list[UserRecord]) -> Table:
         table.add_column(column)
     for user in users:
         tokens = ", ".join(f"{t.prefix} (revoked)" if t.revoked_at is not None else t.prefix for t in user.tokens)
-        disabled = _utc(user.disabled_at) if user.disabled_at is not None else "no"
-        table.add_row(escape(user.name), "yes" if user.is_admin else "no", _utc(user.created_at), escape(tokens) or "—",
-                      disabled)
+        disabled = utc_time(user.disabled_at) if user.disabled_at is not None else "no"
+        table.add_row(escape(user.name), "yes" if user.is_admin else "no", utc_time(user.created_at),
+                      escape(tokens) or "—", disabled)
     return table
 
 
@@ -186,11 +186,6 @@ def _tokens_table(tokens: tuple[TokenRecord, ...]) -> Table:
     for column in ("id", "created", "revoked"):
         table.add_column(column)
     for token in tokens:
-        revoked = _utc(token.revoked_at) if token.revoked_at is not None else "no"
-        table.add_row(escape(token.prefix), _utc(token.created_at), revoked)
+        revoked = utc_time(token.revoked_at) if token.revoked_at is not None else "no"
+        table.add_row(escape(token.prefix), utc_time(token.created_at), revoked)
     return table
-
-
-def _utc(at: float) -> str:
-    """The server's reader may be in another zone, so dates are UTC (as `spotrun logs` writes them)."""
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

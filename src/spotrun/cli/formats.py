@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 MAX_FILE_BYTES = 2**63 - 1  # the largest file a filesystem holds (its sizes are signed 64-bit)
 
@@ -17,6 +17,12 @@ def clock_time(at: float | None, now: float | None = None) -> str:
     moment = datetime.fromtimestamp(at)
     today = datetime.fromtimestamp(time.time() if now is None else now).date()
     return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M:%S")
+
+
+def utc_time(at: float) -> str:
+    """A moment of a team server's records (users, tokens, the audit log) in UTC, with its date: their reader may be
+    in another zone than whoever made them (as `spotrun logs` writes an attempt's start)."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_duration(seconds: float) -> str:

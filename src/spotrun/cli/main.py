@@ -23,6 +23,7 @@ from spotrun.config import MAX_TICK_SECONDS, MIN_TICK_SECONDS, InvalidSetting
 from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
+from spotrun.cli.audit import audit_command
 from spotrun.cli.backend import Backend, BackendError, current_backend
 from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import bad_argument, errors
@@ -88,6 +89,7 @@ app.add_typer(market_cli.app, name="market")
 app.add_typer(checkpoints_cli.app, name="checkpoints")
 app.add_typer(users_app, name="user")
 app.add_typer(tokens_app, name="token")
+app.command(name="audit")(audit_command)
 app.command(name="simulate", help="Compare placement policies on spot availability traces.")(simulate)
 app.command(name="prune-logs")(prune_logs_command)
 

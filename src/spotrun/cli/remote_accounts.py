@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from spotrun.api_models import AuditFilter, AuditPage
 from spotrun.cli.accounts import WhoseTokens
 from spotrun.cli.backend import TOKEN_ENV, BackendError
 from spotrun.cli.remote import TIMEOUT, api_client
@@ -92,6 +93,13 @@ class RemoteAccounts:
                 f"{user}'s; an admin sees every user's tokens with `spotrun user list`"
             )
         return me.name, tuple(token.record() for token in me.tokens)
+
+    def audit(self, chosen: AuditFilter) -> AuditPage:
+        response = self._send("GET", "/audit", params=chosen.model_dump(exclude_none=True))
+        if response.status_code == 404:
+            raise BackendError(f"the server at {self.server} keeps no audit log it can show (a spotrun older than this "
+                               "one)")
+        return AuditPage.model_validate(self._ok(response).json())
 
     def close(self) -> None:
         self._client.close()

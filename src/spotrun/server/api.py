@@ -20,6 +20,7 @@ from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import log_size, read_log
 from spotrun.providers import ProviderError
 from spotrun.server import users as users_api
+from spotrun.server.audit_api import audit_routes
 from spotrun.server.auth import (
     admin_dependency, owner_seen, principal_dependency, require_self_or_admin, still_signed_in, visible_job,
 )
@@ -62,6 +63,7 @@ def create_api_router(store: Store, local_cloud: LocalCloudAccess = LocalCloudAc
     router = APIRouter(prefix="/api/v1", responses=UNAUTHORIZED)
     router.include_router(_job_routes(store, local_cloud))
     router.include_router(_user_routes(store))
+    router.include_router(audit_routes(store))
     return router
 
 

@@ -3,8 +3,9 @@
 A token reads `spr_<prefix>_<secret>`: the prefix is public and finds the row, the store keeps only the token's
 SHA-256 (the secret is 256 random bits, so a fast hash is enough), and it is compared in constant time.
 
-The CLI (`spotrun user` / `spotrun token`, acting on the store) and the HTTP API (acting for a signed-in user, who
-is named as `actor` and recorded in an audit event) share these functions.
+The CLI (`spotrun user` / `spotrun token`, acting on the store) and the HTTP API (acting for a signed-in user) share
+these functions. Each change is recorded as an audit event naming its `actor`: the signed-in user, or for the CLI on the
+store `cli:<OS user>@<host>` (`spotrun.cli.accounts.store_actor`); `spotrun.server.audit` reads them back.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from spotrun.audit_kinds import AuditKind
 from spotrun.control.states import LIVE, state_names
 from spotrun.state import Job, Store, add_event
 from spotrun.state.models import ApiToken, User
@@ -321,11 +323,13 @@ def _issue(session: Session, user: User, now: float) -> IssuedToken:
 
 
 def _audit(
-    session: Session, now: float, actor: str | None, kind: str, what: str, user: str, prefix: str | None = None,
+    session: Session, now: float, actor: str | None, kind: AuditKind, what: str, user: str, prefix: str | None = None,
     **details: object,
 ) -> None:
-    """An event (no job) saying who changed which user or token; it names tokens by their public prefix only."""
-    if actor is None:  # the CLI acts on the store directly: whoever runs it administers the server
+    """An event (no job) saying who changed which user or token; it names tokens by their public prefix only. The API
+    and the CLI always name an actor; None (nothing recorded) is left to code that fills a store before anyone uses
+    it: tests' and benchmarks' users."""
+    if actor is None:
         return
     data: dict[str, object] = {"actor": actor, "user": user}
     if prefix is not None:

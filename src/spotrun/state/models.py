@@ -14,8 +14,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
+from spotrun.limits import MAX_ID as MAX_ID  # ids are 32-bit integers in PostgreSQL
 
 # Every constraint gets a predictable name: SQLite batch migrations can only drop or alter named ones.
 NAMING_CONVENTION = {
