@@ -156,3 +156,11 @@ def test_no_user_name_differs_from_local_only_in_case(name: str) -> None:
     """"Local" would pass for the owner of the jobs run without a server on every page that names an owner."""
     with pytest.raises(InvalidUserName, match="reserved"):
         check_user_name(name)
+
+
+@pytest.mark.parametrize("name", ["spr_a_b", "SPR_team", "spr_"])
+def test_no_user_name_reads_as_a_token(name: str) -> None:
+    """Logs and refusals cut a token's secret off, `spr_<prefix>_...`: a user named so was cut there too."""
+    with pytest.raises(InvalidUserName, match="reads as a token"):
+        check_user_name(name)
+    assert check_user_name("sprinter") == "sprinter"

@@ -134,6 +134,8 @@ def check_user_name(name: str) -> str:
         )
     if name.lower() in RESERVED_NAMES:
         raise InvalidUserName(f"user name {name!r} is reserved: it owns the jobs `spotrun launch` runs without a server")
+    if name.lower().startswith(TOKEN_MARK):  # logs and refusals cut what follows a token's prefix (`without_secrets`)
+        raise InvalidUserName(f"user name {name!r} is reserved: a name starting {TOKEN_MARK} reads as a token")
     return name
 
 
