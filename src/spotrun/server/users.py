@@ -16,7 +16,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -216,6 +216,7 @@ def disable_user(store: Store, name: str, now: float, *, actor: str | None = Non
     """Offboard a user: revoke every live token of theirs and mark them disabled, so that none is made for them. Their
     jobs are kept and run on (an admin cancels them). Disabling a disabled user revokes what may be left."""
     with store.session() as session:
+        _lock_admins(session)
         user = _named(session, name)
         if actor is not None and user.name == actor:
             raise LastAdmin(f"you cannot disable yourself ({user.name}): your own tokens would be revoked, locking "
@@ -248,6 +249,7 @@ def enable_user(store: Store, name: str, now: float, *, actor: str | None = None
 def set_admin(store: Store, name: str, is_admin: bool, now: float, *, actor: str | None = None) -> UserRecord:
     """Make a user an admin or not; removing the last enabled admin is refused (LastAdmin)."""
     with store.session() as session:
+        _lock_admins(session)
         user = _named(session, name)
         if not is_admin:
             _refuse_losing_last_admin(session, user, "demote")
@@ -258,13 +260,26 @@ def set_admin(store: Store, name: str, is_admin: bool, now: float, *, actor: str
         return _record(user)
 
 
+def _lock_admins(session: Session) -> None:
+    """First thing in a change that may remove an admin: hold what makes two such changes run one after the other, so
+    that two admins disabling each other at once cannot both pass `_refuse_losing_last_admin`. On PostgreSQL the
+    enabled admins' rows, in one order (in any other, two such changes deadlock); a change waiting here reads the
+    rows again once the first commits. On SQLite the database's write lock, taken by a write that changes nothing:
+    its reads would otherwise come before the lock, which only the first write takes."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(update(User).where(false()).values(is_admin=User.is_admin),
+                        execution_options={"synchronize_session": False})
+    else:
+        session.scalars(select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None))
+                        .order_by(User.id).with_for_update()).all()
+
+
 def _refuse_losing_last_admin(session: Session, user: User, change: str) -> None:
-    """LastAdmin when `user` is the only enabled admin. The other admins' rows are locked (PostgreSQL) so that two
-    admins disabling each other at once cannot both pass; SQLite runs one writer at a time."""
+    """LastAdmin when `user` is the only enabled admin (under `_lock_admins`)."""
     if not user.is_admin or user.disabled_at is not None:
         return
     others = session.scalars(
-        select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None), User.id != user.id).with_for_update()
+        select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None), User.id != user.id)
     ).all()
     if not others:
         raise LastAdmin(f"cannot {change} {user.name}: they are the last enabled admin, and no one could manage "
