@@ -25,6 +25,11 @@ UNPRICED = f"attempts left out of `cost`: {OVER_THE_CAP}, whose dollars would be
 # that opened it was revoked: the CLI tells it from a stream that ended with its job
 STREAM_REVOKED = "\n[spotrun: the token that opened this stream was revoked; it ends here]\n"
 
+# The user whose token a job list or a job's detail answered (`GET /jobs`, `GET /jobs/{id}`): which jobs are the
+# caller's own, so that `spotrun status` names the owners of an admin's list of another user's jobs without asking
+# `/me` each time
+CALLER_HEADER = "X-Spotrun-User"
+
 MAX_SOURCE_CHARS = 1000  # a launch's `source` (the job file's name), at most: the CLI sends the name alone past it
 
 

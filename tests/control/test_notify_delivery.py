@@ -12,7 +12,7 @@ from sqlalchemy import event, select
 from spotrun.control import webhooks
 from spotrun.control.clock import ManualClock
 from spotrun.control.notifier import GIVE_UP_AFTER_SECONDS, Notifier
-from spotrun.state import Event, Job, Store, add_event
+from spotrun.state import Attempt, Event, Job, Store, add_event
 from webhook_server import WebhookServer
 
 SECRET = "secret-part"
@@ -24,9 +24,9 @@ def receiver() -> Iterator[WebhookServer]:
         yield server
 
 
-def news(event: str = "failed", message: str = "RUNNING → FAILED: <oom> & more") -> webhooks.JobNews:
+def news(event: str = "failed", message: str = "RUNNING → FAILED: <oom> & more", unpriced: int = 0) -> webhooks.JobNews:
     return webhooks.JobNews(event_id=9, event=event, message=message, at=1_700_000_000.0, job_id=3, job_name="digits",
-                            owner="ann", state="FAILED", cost=1.23456)
+                            owner="ann", state="FAILED", cost=1.23456, unpriced_attempts=unpriced)
 
 
 # ---- the body and one post -------------------------------------------------------------------------------------
@@ -34,7 +34,7 @@ def news(event: str = "failed", message: str = "RUNNING → FAILED: <oom> & more
 def test_the_json_body_carries_the_job_the_happening_and_its_cost() -> None:
     assert webhooks.body(news(), "https://hooks.example.com/x") == {
         "event_id": 9, "event": "failed", "message": "RUNNING → FAILED: <oom> & more", "time": "2023-11-14T22:13:20Z",
-        "job_id": 3, "job_name": "digits", "owner": "ann", "state": "FAILED", "cost": 1.23456,
+        "job_id": 3, "job_name": "digits", "owner": "ann", "state": "FAILED", "cost": 1.23456, "unpriced_attempts": 0,
     }
 
 
@@ -42,6 +42,16 @@ def test_a_slack_webhook_gets_slack_s_text_escaped_as_slack_wants() -> None:
     assert webhooks.body(news("fell_back"), "https://hooks.slack.com/services/T/B/x") == {"text": (
         "spotrun job 3 (digits, ann) fell back to on-demand\n"
         "RUNNING → FAILED: &lt;oom&gt; &amp; more\nstate FAILED, cost so far $1.23, at 2023-11-14T22:13:20Z")}
+
+
+def test_both_bodies_say_what_the_cost_leaves_out() -> None:
+    """A bill leaves out the attempts stored at a price no instance has, as `spotrun cost` and the API say; the
+    webhook's cost did not."""
+    assert webhooks.body(news(unpriced=2), "https://hooks.example.com/x")["unpriced_attempts"] == 2
+    text = webhooks.body(news(unpriced=1), "https://hooks.slack.com/services/T/B/x")["text"]
+    assert text.splitlines()[-2:] == [
+        "state FAILED, cost so far $1.23, at 2023-11-14T22:13:20Z",
+        "1 attempt left out: stored at over 1,000,000 $/h, a price no instance has"]
 
 
 def test_a_post_reads_the_answer_as_told_worth_retrying_or_refused(receiver: WebhookServer) -> None:
@@ -101,10 +111,24 @@ def test_every_notification_due_is_told_in_order_and_an_ended_job_s_cursor_goes(
     assert receiver.events() == ["preempted", "failed"]
     assert receiver.bodies[1] | {"time": None} == {
         "event_id": 3, "event": "failed", "message": "RUNNING → FAILED: crashed", "time": None, "job_id": job_id,
-        "job_name": "digits", "owner": "ann", "state": "FAILED", "cost": 0.0}
+        "job_name": "digits", "owner": "ann", "state": "FAILED", "cost": 0.0, "unpriced_attempts": 0}
     assert cursor(store, job_id) is None  # all told: the job is not read for notifications again
     notifier(store, clock).run()
     assert len(receiver.bodies) == 2
+
+
+def test_the_posted_cost_counts_the_attempts_it_leaves_out(store: Store, receiver: WebhookServer) -> None:
+    """A job stored before prices were capped: its attempt at 1e308 $/h is left out of the cost, which says so."""
+    job_id = notify_job(store, receiver.url(), ended=True)
+    with store.session() as session:
+        for number, price in ((1, 1e308), (2, 0.36)):
+            session.add(Attempt(
+                job_id=job_id, number=number, state="ended", provider="local", zone="a", market="spot",
+                instance_type="x", price_per_hour=price, on_demand_price_per_hour=1.0, client_token=f"t{number}",
+                token_hash="-", created_at=0.0, started_at=0.0, ended_at=100.0, end_reason="failed",
+                billed_seconds=100.0))
+    notifier(store, ManualClock()).run()
+    assert [(body["cost"], body["unpriced_attempts"]) for body in receiver.bodies] == [(0.01, 1), (0.01, 1)]
 
 
 def test_a_job_with_nothing_new_to_settle_is_not_written_to(store: Store, receiver: WebhookServer) -> None:

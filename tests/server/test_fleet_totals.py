@@ -15,6 +15,10 @@ from spotrun.state import Attempt, Job, Store
 BOUNDS = (5.0, 30.0, 120.0)
 NOW = 50_000.0
 END_REASONS = ("preempted", "preempted", "succeeded", "failed", "lost", "cancelled", "released", None)
+JOB_STATES = ("RUNNING", "SUCCEEDED", "PENDING", "FAILED", "CANCELLED", "PREEMPTED")
+OUTCOMES = {"succeeded": {"SUCCEEDED"}, "unended": {"RUNNING", "PENDING", "PREEMPTED"},
+            "without_result": {"FAILED", "CANCELLED"}}
+BILL_FIELDS = ("spot_seconds", "on_demand_seconds", "cost", "on_demand_cost", "unpriced_attempts")
 
 
 def walked_recoveries(attempts: list[Attempt]) -> list[float]:
@@ -76,7 +80,7 @@ def test_the_totals_equal_the_ledger_and_a_walk_over_every_job(store: Store, see
     rng = random.Random(seed)
     with store.session() as session:
         session.execute(insert(Job), [
-            dict(id=j, name=f"j{j}", owner="alice", spec={}, state=rng.choice(("RUNNING", "SUCCEEDED", "PENDING")),
+            dict(id=j, name=f"j{j}", owner="alice", spec={}, state=rng.choice(JOB_STATES),
                  created_at=0.0, updated_at=0.0) for j in range(1, 41)
         ])
         session.execute(insert(Attempt), [row for j in range(1, 41) for row in random_history(rng, j)])
@@ -85,8 +89,10 @@ def test_the_totals_equal_the_ledger_and_a_walk_over_every_job(store: Store, see
         states = list(session.scalars(select(Job.state)))
         recoveries = fleet_totals.recoveries(session, BOUNDS)
         totals = fleet_totals.fleet_bill(session, NOW)
+        by_outcome = fleet_totals.fleet_bill_by_outcome(session, NOW)
         preemptions = fleet_totals.preemptions(session)
         by_state = fleet_totals.jobs_by_state(session)
+        state_of = dict(session.execute(select(Job.id, Job.state)).all())
     walked, ledger = walked_recoveries(placed), bill(placed, NOW)
 
     assert len(walked) > 10 and sum(a.ended_at is None for a in placed) > 0  # the histories hold what is compared
@@ -96,8 +102,13 @@ def test_the_totals_equal_the_ledger_and_a_walk_over_every_job(store: Store, see
     assert recoveries.at_most == {bound: sum(s <= bound for s in walked) for bound in BOUNDS}
     assert preemptions == sum(a.end_reason == "preempted" for a in placed)
     assert by_state == {state: states.count(state) for state in set(states)}
-    for field in ("spot_seconds", "on_demand_seconds", "cost", "on_demand_cost"):
+    for field in BILL_FIELDS:
         assert getattr(totals, field) == pytest.approx(getattr(ledger, field)), field
+    for outcome, states_in in OUTCOMES.items():  # the ledger over the attempts of the jobs that stand so
+        part = bill([a for a in placed if state_of[a.job_id] in states_in], NOW)
+        assert part.cost > 0, outcome
+        for field in BILL_FIELDS:
+            assert getattr(getattr(by_outcome, outcome), field) == pytest.approx(getattr(part, field)), (outcome, field)
 
 
 def test_the_newest_of_two_preemptions_before_an_agent_start_is_the_one_recovered_from(store: Store) -> None:

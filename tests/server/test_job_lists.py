@@ -165,3 +165,79 @@ def test_one_users_jobs_get_no_owner_column(team: Team, monkeypatch: pytest.Monk
         "id", "name", "state", "attempts", "preemptions", "market/zone", "elapsed", "cost so far"], table
     assert [row["owner"] for row in json.loads(status_output(monkeypatch, EmbeddedBackend(team.store), "--json"))] == [
         "local", "local"]
+
+
+def remote_status(team: Team, user: str, monkeypatch: pytest.MonkeyPatch, *arguments: str) -> tuple[str, list[str]]:
+    """`spotrun status` over the server as `user`, through a backend of its own; and the paths it asked for."""
+    asked: list[str] = []
+    client = TestClient(team.client.app)
+    client.event_hooks = {"request": [lambda request: asked.append(request.url.path)]}
+    monkeypatch.setattr("spotrun.cli.main.current_backend",
+                        lambda: RemoteBackend("http://testserver", team.tokens[user], client=client))
+    result = CliRunner().invoke(app, ["status", *arguments], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    return result.stdout, asked
+
+
+def test_an_admin_listing_only_another_users_jobs_sees_whose_they_are(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner column showed only for more than one owner: an admin whose list held Bob's jobs alone saw them as
+    if they were their own. The list's answer names the caller (`X-Spotrun-User`): no request more than before."""
+    add_jobs(team.store, [("bob", "RUNNING"), ("bob", "SUCCEEDED")])
+
+    table, asked = remote_status(team, "root", monkeypatch)
+    assert header_cells(table)[:3] == ["id", "name", "owner"], table
+    assert [line.split("│")[3].strip() for line in table.splitlines() if "job-" in line] == ["bob", "bob"], table
+    assert asked == ["/api/v1/jobs", "/api/v1/jobs"]  # the jobs not ended, the newest ended: no /me
+
+    one, asked = remote_status(team, "root", monkeypatch, "1")
+    assert header_cells(one)[:3] == ["id", "name", "owner"], one
+    assert asked == ["/api/v1/jobs/1"]
+
+
+def test_a_users_own_jobs_get_no_owner_column_over_a_server(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_jobs(team.store, [("bob", "RUNNING"), ("root", "SUCCEEDED"), ("bob", "FAILED")])
+    for user in ("bob", "root"):  # bob's list holds his own jobs; root's own job alone
+        table, _ = remote_status(team, user, monkeypatch, *(["2"] if user == "root" else []))
+        assert "owner" not in header_cells(table), (user, table)
+
+
+def test_embedded_status_names_the_owner_of_jobs_launched_through_a_server(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embedded mode's own jobs are `local`'s; a store a server shares holds its users' jobs, not the caller's."""
+    add_jobs(team.store, [("alice", "RUNNING")])
+    table = status_output(monkeypatch, EmbeddedBackend(team.store))
+    assert header_cells(table)[:3] == ["id", "name", "owner"], table
+
+
+def test_the_job_answers_name_the_caller(team: Team) -> None:
+    add_jobs(team.store, [("alice", "RUNNING")])
+    for path in ("/api/v1/jobs", "/api/v1/jobs/1"):
+        assert team.client.get(path, headers=team.as_user("root")).headers["X-Spotrun-User"] == "root"
+        assert team.client.get(path, headers=team.as_user("alice")).headers["X-Spotrun-User"] == "alice"
+
+
+class ServerWithoutCaller:
+    """A server older than `X-Spotrun-User`: its answers do not say who the caller is."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def rows(self, job_id=None, **selection):
+        return self.backend.rows(job_id, **selection)
+
+    def caller(self) -> None:
+        return None
+
+
+def test_status_against_a_server_that_does_not_name_the_caller_shows_owners_of_more_than_one_user(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_jobs(team.store, [("bob", "RUNNING")])
+    one_owner = status_output(monkeypatch, ServerWithoutCaller(EmbeddedBackend(team.store)))
+    assert "owner" not in header_cells(one_owner), one_owner
+    add_jobs(team.store, [("alice", "RUNNING")])
+    two = status_output(monkeypatch, ServerWithoutCaller(EmbeddedBackend(team.store)))
+    assert header_cells(two)[:3] == ["id", "name", "owner"], two

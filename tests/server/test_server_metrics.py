@@ -46,9 +46,10 @@ def test_metrics_follow_the_store(team: Team) -> None:
     assert seen[("spotrun_recovery_seconds_sum", ())] == 25
     assert seen[("spotrun_recovery_seconds_bucket", (("le", "10.0"),))] == 0
     assert seen[("spotrun_recovery_seconds_bucket", (("le", "30.0"),))] == 1
-    # 190 s billed at $0.10/h against $0.40/h on-demand
+    # 190 s billed at $0.10/h against $0.40/h on-demand, of a job still running: saved so far, not yet saved
     assert seen[("spotrun_dollars_spent", ())] == pytest.approx(190 / 3600 * 0.1)
-    assert seen[("spotrun_dollars_saved", ())] == pytest.approx(190 / 3600 * 0.3)
+    assert seen[("spotrun_dollars_saved_so_far", ())] == pytest.approx(190 / 3600 * 0.3)
+    assert seen[("spotrun_dollars_saved", ())] == 0
 
 
 def test_metrics_stay_finite_and_count_an_attempt_stored_at_a_price_no_instance_has(team: Team) -> None:
@@ -65,7 +66,25 @@ def test_metrics_stay_finite_and_count_an_attempt_stored_at_a_price_no_instance_
 
     assert seen[("spotrun_unpriced_attempts", ())] == 1
     assert seen[("spotrun_dollars_spent", ())] == pytest.approx(190 / 3600 * 0.1)  # the other job's, as before
-    assert seen[("spotrun_dollars_saved", ())] == pytest.approx(190 / 3600 * 0.3)
+    assert seen[("spotrun_dollars_saved_so_far", ())] == pytest.approx(190 / 3600 * 0.3)  # both jobs are PENDING
+
+
+def test_dollars_saved_are_the_succeeded_jobs_and_failed_or_cancelled_ones_spent_without_a_result(team: Team) -> None:
+    """The fleet's saving counted every job's: a failed job's hour on spot "saved" its discount, where the job's own
+    line says it spent its dollars without a result. Each job here held its instance an hour, at $0.10/h against
+    $0.40/h on-demand."""
+    jobs = {state: team.launch("alice") for state in ("SUCCEEDED", "FAILED", "CANCELLED", "RUNNING")}
+    for number, (state, job_id) in enumerate(jobs.items(), start=1):
+        attempt_id = place_attempt(team.store, job_id, f"t{number}", at=1000.0)
+        end(team, attempt_id, "succeeded" if state == "SUCCEEDED" else "preempted", ended_at=4600.0)
+        with team.store.session() as session:
+            session.get(Job, job_id).state = state
+    seen = samples(team)
+
+    assert seen[("spotrun_dollars_spent", ())] == pytest.approx(4 * 0.1)
+    assert seen[("spotrun_dollars_saved", ())] == pytest.approx(0.3)  # the succeeded job's only
+    assert seen[("spotrun_dollars_saved_so_far", ())] == pytest.approx(0.3)  # the running one's, provisional
+    assert seen[("spotrun_dollars_spent_without_result", ())] == pytest.approx(2 * 0.1)
 
 
 def test_early_warnings_are_counted_by_warning_and_how_the_attempt_ended(team: Team) -> None:

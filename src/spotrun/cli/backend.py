@@ -45,6 +45,11 @@ class Backend(Protocol):
 
     def cost(self, job_id: int) -> JobCost: ...
 
+    def caller(self) -> str | None:
+        """The owner the caller's own jobs carry: embedded, `local`; over a server, the user its token is, as its
+        answers to `rows` and `detail` named them; None before one, or from a server older than that."""
+        ...
+
 
 def current_backend() -> Backend:
     """Remote when $SPOTRUN_SERVER names a server (with $SPOTRUN_TOKEN), else embedded."""

@@ -36,7 +36,10 @@ class EmbeddedBackend:
         except SpecError as error:
             raise located(error, text) from None
         self._ensure_controller(f"job {job_id} is stored, but ")
-        return Launched(id=job_id, name=spec.name or "job", owner="local")
+        return Launched(id=job_id, name=spec.name or "job", owner=jobs_api.LOCAL_OWNER)
+
+    def caller(self) -> str:
+        return jobs_api.LOCAL_OWNER
 
     def rows(self, job_id: int | None = None, *, ended: bool | None = None, limit: int | None = None) -> list[JobRow]:
         now = time.time()

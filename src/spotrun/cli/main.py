@@ -160,7 +160,7 @@ def status(
     if not listed.rows:  # every job not ended and the newest ended are listed: none is no job at all (the caller's)
         console.print("no jobs yet: spotrun launch JOB_FILE", highlight=False)
         return
-    print_whole(console, status_table(listed.rows))
+    print_whole(console, status_table(listed.rows, backend.caller()))
     if listed.older_ended_left_out:
         console.print("[dim]older ended jobs left out: spotrun status --all[/dim]")
     if detail is not None:

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from spotrun.api_models import (
-    MAX_SOURCE_CHARS, STREAM_REVOKED, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, JobRow, Launched,
-    PreemptAccepted,
+    CALLER_HEADER, MAX_SOURCE_CHARS, STREAM_REVOKED, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, JobRow,
+    Launched, PreemptAccepted,
 )
 from spotrun.cli.backend import SERVER_ENV, TOKEN_ENV, BackendError
 from spotrun.config import InvalidSetting
@@ -55,6 +55,10 @@ class RemoteBackend:
     def __init__(self, server: str, token: str, *, client: httpx.Client | None = None) -> None:
         """`client` sends the requests instead of a client of its own (tests: the app's TestClient)."""
         self.server, self._client = api_client(server, token, client)
+        self._caller: str | None = None
+
+    def caller(self) -> str | None:
+        return self._caller
 
     def launch(self, job_file: Path) -> Launched:
         from spotrun.spec import Problem, SpecError, load_job_file  # the job file's models: only a launch reads one
@@ -125,9 +129,11 @@ class RemoteBackend:
 
     def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
         try:
-            return self._client.request(method, path, **options)
+            response = self._client.request(method, path, **options)
         except httpx.HTTPError as error:
             raise self._unreachable(error) from None
+        self._caller = response.headers.get(CALLER_HEADER, self._caller)
+        return response
 
     def _for_job(self, response: httpx.Response, job_id: int) -> httpx.Response:
         if _no_such_job(response):

@@ -28,10 +28,11 @@ _STATE_STYLE = {
 }
 
 
-def status_table(rows: list[JobRow]) -> Table:
-    """The jobs, one a row; with an owner column where they are more than one user's (an admin's list on a team
-    server): one user's own jobs, or embedded mode's, need none."""
-    owned = len({row.owner for row in rows}) > 1
+def status_table(rows: list[JobRow], caller: str | None = None) -> Table:
+    """The jobs, one a row; with an owner column where some are not the `caller`'s (`Backend.caller`): an admin's
+    list on a team server, even of one other user's jobs. The caller's own jobs need none. Not knowing the caller (a
+    server older than `api_models.CALLER_HEADER`), where they are more than one user's."""
+    owned = _shows_owners(rows, caller)
     table = Table(title="spotrun jobs")
     columns = ["id", "name", *(["owner"] if owned else []), "state", "attempts", "preemptions", "market/zone",
                "elapsed", "cost so far"]
@@ -45,6 +46,12 @@ def status_table(rows: list[JobRow]) -> Table:
             str(row.attempts), str(row.preemptions), escape(where), format_duration(row.elapsed), job_cost_cell(row),
         )
     return table
+
+
+def _shows_owners(rows: list[JobRow], caller: str | None) -> bool:
+    if caller is None:
+        return len({row.owner for row in rows}) > 1
+    return any(row.owner != caller for row in rows)
 
 
 def job_cost_cell(row: JobRow) -> str:

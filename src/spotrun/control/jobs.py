@@ -27,6 +27,8 @@ from spotrun.state.event_order import first_unsettled_id
 from spotrun.state.models import MAX_ID
 from spotrun.user_paths import UnknownUser, expand_user
 
+LOCAL_OWNER = "local"  # whose the jobs launched without a server are (embedded mode's)
+
 # the zones a job on the local cloud may name (`submit`'s `local_zones`)
 LOCAL_ZONES = local_market.ZONES
 
@@ -37,7 +39,7 @@ def submit(
     now: float,
     *,
     spec_dir: Path | None = None,
-    owner: str = "local",
+    owner: str = LOCAL_OWNER,
     source: str = "<job>",
     prices: Callable[..., tuple[float, float]] = price_for,
     local_zones: Sequence[str] = LOCAL_ZONES,

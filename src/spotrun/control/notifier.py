@@ -129,10 +129,11 @@ class Notifier:
         due, notify = backlog(session, job, spec), spec.notify
         if notify is None or not due.notifications:  # (a cursor on a job without `notify`: settled, told nothing)
             return _Delivery("", due, ())
-        cost = bill(job.placed_attempts, now).cost
+        job_bill = bill(job.placed_attempts, now)
         news = tuple(
             webhooks.JobNews(event_id=n.event_id, event=n.name, message=n.message, at=n.at, job_id=job.id,
-                             job_name=job.name, owner=job.owner, state=job.state, cost=cost)
+                             job_name=job.name, owner=job.owner, state=job.state, cost=job_bill.cost,
+                             unpriced_attempts=job_bill.unpriced_attempts)
             for n in due.notifications
         )
         return _Delivery(notify.webhook, due, news)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from spotrun.costs.ledger import format_dollars
+from spotrun.costs.ledger import format_dollars, unpriced_note
 from spotrun.spec.notify import webhook_origin
 
 SLACK_HOST = "hooks.slack.com"
@@ -44,6 +44,7 @@ class JobNews:
     owner: str
     state: str
     cost: float  # dollars charged so far
+    unpriced_attempts: int  # left out of `cost`: stored at a price no instance has (`ledger.priced`)
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,21 @@ def body(news: JobNews, url: str) -> dict[str, Any]:
     return {
         "event_id": news.event_id, "event": news.event, "message": news.message, "time": iso_time(news.at),
         "job_id": news.job_id, "job_name": news.job_name, "owner": news.owner, "state": news.state,
-        "cost": round(news.cost, 6),
+        "cost": round(news.cost, 6), "unpriced_attempts": news.unpriced_attempts,
     }
 
 
 def slack_text(news: JobNews) -> str:
     headline = f"spotrun job {news.job_id} ({news.job_name}, {news.owner}) {_HEADLINES.get(news.event, news.event)}"
     details = f"{news.message}\nstate {news.state}, cost so far {format_dollars(news.cost)}, at {iso_time(news.at)}"
-    return _slack_escaped(f"{headline}\n{details}")
+    return _slack_escaped(f"{headline}\n{details}{_left_out_of_the_cost(news.unpriced_attempts)}")
+
+
+def _left_out_of_the_cost(unpriced_attempts: int) -> str:
+    """A line under the cost saying what it leaves out, in `spotrun cost`'s words (`ledger.unpriced_note`), or
+    nothing."""
+    note = unpriced_note(unpriced_attempts)
+    return "\n" + note.removeprefix("; ") if note else ""
 
 
 def iso_time(at: float) -> str:

@@ -14,7 +14,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from spotrun.api_models import (
-    CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, Launched, PreemptAccepted, SpecProblem,
+    CALLER_HEADER, CancelAccepted, EventView, InvalidSpec, JobCost, JobDetail, Launched, PreemptAccepted, SpecProblem,
 )
 from spotrun.control import jobs as jobs_api
 from spotrun.control.logs import log_size, read_log
@@ -56,6 +56,9 @@ ADMIN_ONLY = {403: {"model": Message, "description": "the caller is not an admin
 SELF_OR_ADMIN = {403: {"model": Message, "description": "the caller is neither that user nor an admin"}}
 NO_USER = {404: {"model": Message, "description": "no user of that name"}}
 LAST_ADMIN = {409: {"model": Message, "description": "it would leave no enabled admin, or lock the caller out"}}
+NAMES_CALLER = {200: {"headers": {CALLER_HEADER: {
+    "description": "the caller's user name: the jobs whose `owner` it is are theirs (an admin sees everyone's)",
+    "schema": {"type": "string"}}}}}
 
 
 def create_api_router(store: Store, local_cloud: LocalCloudAccess = LocalCloudAccess.OFF) -> APIRouter:
@@ -98,9 +101,10 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
             return _invalid_spec(SpecError(source, [Problem("", f"invalid YAML: {error}")]))
         return Launched(id=job_id, name=spec.name or "job", owner=user.name)
 
-    @router.get("/jobs", response_model=list[OwnedJobRow])
+    @router.get("/jobs", response_model=list[OwnedJobRow], responses=NAMES_CALLER)
     def list_jobs(
         user: User,
+        response: Response,
         ended: Annotated[bool | None, Query(description="only the jobs that have ended (true) or not (false)")] = None,
         before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only the jobs numbered below it")] = None,
         limit: Annotated[int | None, Query(ge=1, le=MAX_LISTED, description="only the newest this many")] = None,
@@ -108,19 +112,21 @@ def _job_routes(store: Store, local_cloud: LocalCloudAccess) -> APIRouter:
         """The caller's jobs (an admin's: everyone's), oldest first; of those selected, the newest `limit`. A store
         keeps every job: `spotrun status` and the dashboard ask for the jobs not ended and the newest ended ones."""
         now = time.time()
+        response.headers[CALLER_HEADER] = user.name
         with store.session() as session:
             return [
                 OwnedJobRow(**job_row(job, now).to_json())
                 for job in jobs_api.list_jobs(session, owner=owner_seen(user), ended=ended, before=before, limit=limit)
             ]
 
-    @router.get("/jobs/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
+    @router.get("/jobs/{job_id}", response_model=JobDetail, responses={**NOT_FOUND, **NAMES_CALLER})
     def get_job(
-        job_id: JobId, user: User,
+        job_id: JobId, user: User, response: Response,
         settled_below: Annotated[int, Query(
             ge=0, le=MAX_ID, description="leave out the attempts numbered below it that got no instance "
             "(`no_instance`): they never change once ended, so a client that keeps them asks only for the rest")] = 0,
     ) -> JobDetail:
+        response.headers[CALLER_HEADER] = user.name
         with store.session() as session:
             return job_detail(session, visible_job(session, job_id, user), time.time(), settled_below=settled_below)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, Select, case, func, literal, select
 from sqlalchemy.orm import Session
 
+from spotrun.control.states import JobState, ended_without_result
 from spotrun.costs.ledger import MAX_PRICE_PER_HOUR, MAX_PRICE_PER_SECOND, JobBill
 from spotrun.state import Attempt, Job
 
@@ -85,25 +86,69 @@ def _recovery_seconds() -> Select:
     )
 
 
+@dataclass(frozen=True)
+class FleetBill:
+    """The fleet's bill by how its jobs stand: a saving is a job's once it succeeds; one not ended saved so far, and
+    one that ended without a result (`states.ended_without_result`) spent its dollars for nothing."""
+
+    succeeded: JobBill
+    unended: JobBill
+    without_result: JobBill
+
+    @property
+    def total(self) -> JobBill:
+        return _summed([self.succeeded, self.unended, self.without_result])
+
+
 def fleet_bill(session: Session, now: float) -> JobBill:
-    """Every placed attempt's bill summed (`ledger.bill`'s arithmetic): billed seconds once ended, so far if not;
-    those not priced left out, and counted (in the same scan: a store keeps every attempt)."""
+    """Every placed attempt's bill summed (`ledger.bill`'s arithmetic), whatever its job's outcome."""
+    return fleet_bill_by_outcome(session, now).total
+
+
+def fleet_bill_by_outcome(session: Session, now: float) -> FleetBill:
+    """Every placed attempt's bill summed by its job's outcome: billed seconds once ended, so far if not; those not
+    priced left out, and counted (in the same scan: a store keeps every attempt)."""
+    by_outcome: dict[str, list[JobBill]] = {"succeeded": [], "unended": [], "without_result": []}
+    for state, *sums in session.execute(_bills_by_state(now)).all():
+        by_outcome[_outcome(state)].append(_bill_of(*sums))
+    return FleetBill(**{outcome: _summed(bills) for outcome, bills in by_outcome.items()})
+
+
+def _outcome(state: str) -> str:
+    if state == JobState.SUCCEEDED:
+        return "succeeded"
+    return "without_result" if ended_without_result(state) else "unended"
+
+
+def _bills_by_state(now: float) -> Select:
+    """One row per job state: its sums (`_bill_of`'s arguments). By the state, which `_outcome` then reads, so that
+    which states saved nothing is written once (`states.ended_without_result`), not again in SQL."""
     held = _held_seconds(now)
     on_spot = Attempt.market == "spot"
-    spot, on_demand, cost, baseline, unpriced = session.execute(
-        select(
-            func.sum(_if_priced(case((on_spot, held), else_=0.0))),
-            func.sum(_if_priced(case((on_spot, 0.0), else_=held))),
-            func.sum(_if_priced(_cost_times_3600(held))),
-            func.sum(_if_priced(_on_demand_seconds(held) * Attempt.on_demand_price_per_hour)),
-            func.sum(case((PRICED, 0), else_=1)),
-        ).where(PLACED)
-    ).one()
+    return select(
+        Job.state,
+        func.sum(_if_priced(case((on_spot, held), else_=0.0))),
+        func.sum(_if_priced(case((on_spot, 0.0), else_=held))),
+        func.sum(_if_priced(_cost_times_3600(held))),
+        func.sum(_if_priced(_on_demand_seconds(held) * Attempt.on_demand_price_per_hour)),
+        func.sum(case((PRICED, 0), else_=1)),
+    ).join(Job, Job.id == Attempt.job_id).where(PLACED).group_by(Job.state)
+
+
+def _bill_of(spot: float, on_demand: float, cost: float, baseline: float, unpriced: int) -> JobBill:
     return JobBill(
         spot_seconds=float(spot or 0.0), on_demand_seconds=float(on_demand or 0.0),
         cost=float(cost or 0.0) / 3600, on_demand_cost=float(baseline or 0.0) / 3600,
         unpriced_attempts=int(unpriced or 0),
     )
+
+
+def _summed(bills: list[JobBill]) -> JobBill:
+    def total(field: str) -> float:
+        return sum((getattr(bill, field) for bill in bills), 0.0)
+
+    return JobBill(total("spot_seconds"), total("on_demand_seconds"), total("cost"), total("on_demand_cost"),
+                   sum(bill.unpriced_attempts for bill in bills))
 
 
 def _if_priced(amount: ColumnElement[float]) -> ColumnElement[float]:

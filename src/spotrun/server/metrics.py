@@ -29,7 +29,7 @@ class StoreCollector(Collector):
             states = fleet_totals.jobs_by_state(session)
             preemptions = fleet_totals.preemptions(session)
             recoveries = fleet_totals.recoveries(session, RECOVERY_BUCKETS)
-            total = fleet_totals.fleet_bill(session, self.clock())
+            dollars = fleet_totals.fleet_bill_by_outcome(session, self.clock())
             warnings = fleet_totals.early_warnings(session)
         yield _jobs_by_state(states)
         yield CounterMetricFamily("spotrun_preemptions", "Attempts that ended because the cloud took the instance.",
@@ -38,18 +38,35 @@ class StoreCollector(Collector):
                                   value=recoveries.count)
         yield _recovery_histogram(recoveries)
         yield _early_warnings(warnings)
-        # Gauges, not counters: a bill can fall (an instance left for the cloud to take back is charged its seconds
-        # until the cloud takes it in its free first hour), and a saving can be negative.
-        yield GaugeMetricFamily("spotrun_dollars_spent", "Dollars billed for all attempts so far.", value=total.cost)
-        yield GaugeMetricFamily(
-            "spotrun_dollars_saved", "Dollars saved against running the same instance-seconds on-demand.",
-            value=total.saved,
-        )
-        yield GaugeMetricFamily(
-            "spotrun_unpriced_attempts", "Attempts left out of spotrun_dollars_spent and spotrun_dollars_saved: "
-            f"stored at over {MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (jobs stored before prices were "
-            "capped), whose dollars would make both sums infinite.", value=total.unpriced_attempts,
-        )
+        yield from _dollars(dollars)
+
+
+def _dollars(bill: fleet_totals.FleetBill) -> Iterator[Metric]:
+    # Gauges, not counters: a bill can fall (an instance left for the cloud to take back is charged its seconds until
+    # the cloud takes it in its free first hour), a saving can be negative, and a job's dollars move from one gauge
+    # to another when it ends.
+    yield GaugeMetricFamily("spotrun_dollars_spent", "Dollars billed for all attempts so far, of every job whatever "
+                            "its outcome.", value=bill.total.cost)
+    yield GaugeMetricFamily(
+        "spotrun_dollars_saved", "Dollars saved by the jobs that succeeded: what the same instance-seconds would have "
+        "cost on-demand, less what they cost. Jobs not ended are in spotrun_dollars_saved_so_far; failed and "
+        "cancelled ones saved nothing (spotrun_dollars_spent_without_result).", value=bill.succeeded.saved,
+    )
+    yield GaugeMetricFamily(
+        "spotrun_dollars_saved_so_far", "Dollars saved so far by the jobs not ended, against the same "
+        "instance-seconds on-demand: provisional, moved to spotrun_dollars_saved if the job succeeds; if it fails or "
+        "is cancelled it saved nothing and its dollars count in spotrun_dollars_spent_without_result.",
+        value=bill.unended.saved,
+    )
+    yield GaugeMetricFamily(
+        "spotrun_dollars_spent_without_result", "Dollars billed for the jobs that ended without a result (failed, "
+        "cancelled): part of spotrun_dollars_spent, counted in no saving.", value=bill.without_result.cost,
+    )
+    yield GaugeMetricFamily(
+        "spotrun_unpriced_attempts", "Attempts left out of every spotrun_dollars_* gauge: stored at over "
+        f"{MAX_PRICE_PER_HOUR:,.0f} $/h, a price no instance has (jobs stored before prices were capped), whose "
+        "dollars would make the sums infinite.", value=bill.total.unpriced_attempts,
+    )
 
 
 def _jobs_by_state(states: dict[str, int]) -> Metric:
