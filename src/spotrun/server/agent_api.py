@@ -21,6 +21,7 @@ from spotrun.server.early_auth import AGENT_REFUSAL, AuthBeforeBody, attempt_hol
 from spotrun.server.refusals import answer_invalid_requests
 from spotrun.server.schemas import REQUEST_BODY
 from spotrun.server.stored_text import StoredText
+from spotrun.server.store_outages import StoreOutages
 from spotrun.server.strict_json import StrictJsonRoute
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Event, Store, add_event, workers
@@ -189,6 +190,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
     app.router.route_class = StrictJsonRoute
     answer_invalid_requests(app)
     app.add_middleware(AuthBeforeBody, store=store)
+    app.add_middleware(StoreOutages)
 
     def token_holders_attempt(
         request: Request, attempt_id: int = PathParam(ge=1, le=2**31 - 1), authorization: str = Header(default="")

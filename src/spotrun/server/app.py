@@ -20,6 +20,7 @@ from spotrun.server.local_cloud import LocalCloudAccess
 from spotrun.server.metrics import store_registry
 from spotrun.server.metrics_access import metrics_guard
 from spotrun.server.refusals import answer_invalid_requests
+from spotrun.server.store_outages import StoreOutages
 from spotrun.state import Store
 
 
@@ -39,9 +40,10 @@ AGENT_REFUSALS: dict[int | str, dict[str, object]] = {
 }
 
 
-# Any request can be refused so, before any route sees it (`BodyLimit`).
-TOO_LARGE: dict[int | str, dict[str, object]] = {
+# Any request can be refused so, before any route sees it (`BodyLimit`), or so when the store fails it (`StoreOutages`).
+EVERY_ROUTE: dict[int | str, dict[str, object]] = {
     413: {"model": Refusal, "description": f"a body over {MAX_BODY_BYTES} bytes, more than any request takes"},
+    503: {"model": Refusal, "description": "the store is unavailable for the moment (see Retry-After)"},
 }
 
 
@@ -68,7 +70,7 @@ def create_app(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
         docs_url=None, redoc_url=None,  # served below, reading the spec by a relative URL
-        responses=TOO_LARGE,
+        responses=EVERY_ROUTE,
     )
     _serve_api_docs(app)
     app.include_router(create_api_router(store, local_cloud))
@@ -78,6 +80,7 @@ def create_app(
     app.add_exception_handler(JobNotFound, _not_found)
     answer_invalid_requests(app)
     app.add_middleware(AuthBeforeBody, store=store)
+    app.add_middleware(StoreOutages)  # outside AuthBeforeBody, which reads the store too
     app.add_middleware(BodyLimit)  # added last, so it runs first: a body over the limit is refused before the token check
     registry = store_registry(store)
 
