@@ -44,6 +44,7 @@ from spotrun.sdk.backup_marks import BackupWriter
 from spotrun.spec import JobSpec
 from spotrun.state import Attempt, Instance, Job, Store, add_event, claims, workers
 from spotrun.state.db_clock import database_now
+from spotrun.state.outages import is_store_outage
 
 log = logging.getLogger("spotrun.controller")
 
@@ -164,7 +165,12 @@ class Controller:
         self.store = store
         self.settings = settings
         self.clock = clock or WallClock()
-        self.started_at = self.clock.now()
+        # Since when this controller has watched its attempts without a gap: its start, or the end of its last store
+        # outage. Heartbeats the agents sent before then may never have been recorded (the agent API, on the same
+        # store, could not write them): no attempt is taken for lost, nor for never booted, until it has had its
+        # timeout since (`observe.judge_attempt`).
+        self.watching_since = self.clock.now()
+        self._store_failed = False  # a store outage met since the last tick that reached the store
         self.drive_began = 0.0  # time.monotonic() as the current drive began (the daemon's lease keeper reads it)
         self._provider_factory = provider_factory
         self._prices = prices if prices is not None else MarketPrices(self.provider)
@@ -186,7 +192,7 @@ class Controller:
     def tick(self) -> None:
         ttl, renew = self.settings.claim_ttl, self._renew_claims if self.worker_id else None
         with ClaimKeeper(renew, self.clock.now, every=ttl / 3, give_up_after=10 * ttl) as keeper:
-            for job_id in self._live_job_ids():
+            for job_id in self._watched(self._live_job_ids):
                 self.drive_began = time.monotonic()  # the daemon's lease keeper judges progress by it
                 keeper.drive_started()
                 try:
@@ -194,6 +200,7 @@ class Controller:
                 except ClaimLost as lost:  # another worker drives it now: nothing was written for it
                     log.info("%s", lost)
                 except Exception as error:  # one broken job must not stop the others; the next tick retries it
+                    self._note_outage(error)
                     self._stuck.failed(job_id, error)
                 else:
                     self._stuck.went_on(job_id)
@@ -202,6 +209,27 @@ class Controller:
         self._ticks += 1
         if self._ticks % self.settings.sweep_every_ticks == 1:
             self.sweep_orphans()
+
+    def _watched(self, live_job_ids: Callable[[], list[int]]) -> list[int]:
+        """The live jobs; the first time the store answers after an outage, the watch starts again (`watching_since`)."""
+        try:
+            job_ids = live_job_ids()
+        except Exception as error:
+            self._note_outage(error)
+            raise
+        if self._store_failed:
+            self._store_failed = False
+            self.watching_since = self.clock.now()
+            log.warning("the store answers again: heartbeats sent while it could not may be lost, so no attempt is "
+                        "taken for lost before it has had its timeout from now")
+        return job_ids
+
+    def _note_outage(self, error: Exception) -> None:
+        """A store outage: the watch starts again now (a job driven later in this tick, once the store answers again,
+        is judged from here) and again once the store answers the next tick."""
+        if is_store_outage(error):
+            self._store_failed = True
+            self.watching_since = self.clock.now()
 
     def _notify(self) -> None:
         """The jobs' owners told what the tick recorded (spec `notify`): posted apart from the tick, once committed."""
@@ -466,7 +494,7 @@ class Controller:
     def _watch(self, job: Job, attempt: Attempt, moving: bool = False) -> None:
         now = self.clock.now()
         info = self.describe(attempt)
-        verdict = judge_attempt(job, attempt, info, now, self.settings, self.started_at)
+        verdict = judge_attempt(job, attempt, info, now, self.settings, self.watching_since)
         if verdict is None:
             if info is not None:  # not while the instance may be gone: its price would bill seconds after it
                 self.follow_spot_price(job, attempt, now)

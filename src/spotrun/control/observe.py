@@ -34,11 +34,13 @@ def judge_attempt(
     info: InstanceInfo | None,
     now: float,
     settings: ControllerSettings,
-    controller_started_at: float,
+    watching_since: float,
     stop_by: float | None = None,
 ) -> Verdict | None:
-    """What to do about a placed attempt, or None when there is nothing to do this tick. `stop_by`: for a node of a
-    gang whose generation is stopping, the time its ranks were told they have (a noticed node's deadline)."""
+    """What to do about a placed attempt, or None when there is nothing to do this tick. `watching_since`: since when
+    the controller has watched without a gap (`Controller.watching_since`): no timeout counts from before it.
+    `stop_by`: for a node of a gang whose generation is stopping, the time its ranks were told they have (a noticed
+    node's deadline)."""
     spec = JobSpec.stored(job.spec)
     if job.cancel_requested:
         return Verdict("cancelled", "cancelled by the user")
@@ -51,7 +53,7 @@ def judge_attempt(
         code = f" (exit code {attempt.exit_code})" if attempt.exit_code is not None else ""
         return Verdict(attempt.reported_outcome, f"the agent reported {attempt.reported_outcome}{code}")
     if info is None or info.state == "unknown":
-        return _judge_unknown(attempt, now, settings, controller_started_at)
+        return _judge_unknown(attempt, now, settings, watching_since)
     if info.state == "terminated":
         if info.detail.get("refusal") in REFUSED_LAUNCHES:  # accepted, then never placed (Azure's late failures)
             refusal, reason = info.detail["refusal"], info.detail.get("reason", info.detail["refusal"])
@@ -64,7 +66,7 @@ def judge_attempt(
             return Verdict("failed", f"instance {info.instance_id} ended before its agent started: {info.start_failure}",
                            start_failure=info.start_failure)
         return Verdict("lost", f"instance {info.instance_id} vanished ({info.detail.get('reason', 'no reason given')})")
-    return _judge_agent(job, attempt, info, now, settings, controller_started_at)
+    return _judge_agent(job, attempt, info, now, settings, watching_since)
 
 
 # The longest wait for capacity being brought up that the boot timeout does not count: cluster-autoscaler's
@@ -74,17 +76,17 @@ CAPACITY_WAIT_LIMIT = 900.0
 
 def _judge_agent(
     job: Job, attempt: Attempt, info: InstanceInfo, now: float, settings: ControllerSettings,
-    controller_started_at: float,
+    watching_since: float,
 ) -> Verdict | None:
     if attempt.agent_started_at is None:
-        if now - max(_boot_began(attempt, info, now), controller_started_at) > settings.boot_timeout:
+        if now - max(_boot_began(attempt, info, now), watching_since) > settings.boot_timeout:
             if info.start_failure:  # counted against the job's restarts, not relaunched without end
                 return Verdict("failed", f"instance {info.instance_id} could not start the agent: {info.start_failure}",
                                start_failure=info.start_failure)
             return Verdict("lost", f"the agent did not report in within {settings.boot_timeout:.0f} s of boot")
         return None
     # Heartbeats sent while this controller was down went nowhere: count silence from its start at the earliest.
-    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.agent_started_at, controller_started_at)
+    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.agent_started_at, watching_since)
     if now - last_sign > settings.heartbeat_timeout:
         return Verdict("lost", f"no heartbeat for {now - last_sign:.0f} s")
     if job.state != JobState.RUNNING:
@@ -128,11 +130,11 @@ def _drain_deadline(attempt: Attempt, spec: JobSpec, stop_by: float | None) -> f
 
 
 def _judge_unknown(
-    attempt: Attempt, now: float, settings: ControllerSettings, controller_started_at: float
+    attempt: Attempt, now: float, settings: ControllerSettings, watching_since: float
 ) -> Verdict | None:
     """A failed probe says nothing; but an instance the cloud cannot describe AND whose agent has been silent
     for long (e.g. records the cloud has already forgotten) is lost, or the attempt would hang forever."""
-    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.started_at or 0.0, controller_started_at)
+    last_sign = max(attempt.last_heartbeat_at or 0.0, attempt.started_at or 0.0, watching_since)
     silent = now - last_sign
     if silent > max(settings.heartbeat_timeout, settings.unknown_timeout):
         return Verdict("lost", f"the cloud cannot describe the instance and its agent has been silent for {silent:.0f} s")

@@ -1,5 +1,4 @@
-"""A request the store could not serve for the moment (the database away or restarting, a lost connection, a
-deadlock, SQLite locked past its busy timeout, every pooled connection busy) is answered 503 with Retry-After, not
+"""A request the store could not serve for the moment (`state.outages`) is answered 503 with Retry-After, not
 FastAPI's bare 500: the CLI then says the server's store is unavailable, agents retry as after any 5xx, and load
 balancers and monitors read it as transient. The reason goes to the server's log, not to the client (it may name the
 database's host). Any other error is a bug and stays a 500 with its traceback.
@@ -9,21 +8,15 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from spotrun.state.outages import is_store_outage
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 2
 STORE_UNAVAILABLE = "the server's store is unavailable for the moment; try again"
-
-
-def is_store_outage(error: BaseException) -> bool:
-    return isinstance(error, (OperationalError, PoolTimeout)) or (
-        isinstance(error, DBAPIError) and error.connection_invalidated
-    )
 
 
 class StoreOutages:

@@ -1,0 +1,81 @@
+"""A store outage longer than the heartbeat timeout: the agents' heartbeats could not be recorded meanwhile (the
+agent API writes them to the same store), so once the store answers again the controller gives them their timeout
+before it takes any attempt for lost. Before, the first tick after a database restart of a minute took every running
+attempt for lost, terminated its instance and placed the job again."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+HEARTBEAT_TIMEOUT = 30.0
+
+
+class DatabaseAway(Exception):
+    """What the driver raises while the database restarts."""
+
+
+@contextmanager
+def store_away(world, monkeypatch: pytest.MonkeyPatch):
+    """Every session of the controller's store fails, as while the database restarts."""
+
+    def failing_session():
+        raise OperationalError("SELECT 1", {}, DatabaseAway("server closed the connection unexpectedly"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(world.controller.store, "session", failing_session)
+        yield
+
+
+def test_no_attempt_is_lost_for_heartbeats_the_store_could_not_record(world, monkeypatch):
+    world.controller = world.new_controller(heartbeat_timeout=HEARTBEAT_TIMEOUT)
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    beat = world.agent(instance)
+    beat("heartbeat", {})
+    with store_away(world, monkeypatch):
+        for _ in range(3):  # a minute away: each tick fails, as the daemon's loop sees it
+            world.clock.advance(20)
+            with pytest.raises(OperationalError):
+                world.controller.tick()
+    world.tick()
+    [attempt] = world.attempts(job_id)
+    assert attempt.state == "running" and attempt.ended_at is None, attempt.end_reason
+    beat("heartbeat", {})  # heard again once the store answers
+    world.tick(HEARTBEAT_TIMEOUT - 1)
+    assert world.attempts(job_id)[0].ended_at is None
+
+
+def test_an_agent_silent_after_the_outage_is_still_taken_for_lost(world, monkeypatch):
+    world.controller = world.new_controller(heartbeat_timeout=HEARTBEAT_TIMEOUT)
+    job_id = world.submit()
+    world.run_to_running(job_id)
+    with store_away(world, monkeypatch):
+        world.clock.advance(60)
+        with pytest.raises(OperationalError):
+            world.controller.tick()
+    world.tick()
+    assert world.attempts(job_id)[0].ended_at is None
+    world.tick(HEARTBEAT_TIMEOUT + 1)  # no heartbeat since the store came back: the instance is gone
+    assert world.attempts(job_id)[0].end_reason == "lost"
+
+
+def test_an_outage_met_by_one_job_restarts_the_watch_for_those_driven_after_it(world, monkeypatch):
+    """The store fails one job's drive and answers the next one's, in the same tick: that one is judged from the
+    outage on, not from before it."""
+    world.controller = world.new_controller(heartbeat_timeout=HEARTBEAT_TIMEOUT)
+    first, second = world.submit(), world.submit()
+    world.run_to_running(first)
+    world.run_to_running(second)
+    drive = world.controller.drive
+
+    def first_meets_the_outage(job_id: int) -> None:
+        if job_id == first:
+            raise OperationalError("SELECT 1", {}, DatabaseAway("server closed the connection unexpectedly"))
+        drive(job_id)
+
+    monkeypatch.setattr(world.controller, "drive", first_meets_the_outage)
+    world.tick(HEARTBEAT_TIMEOUT + 30)  # the store was away this long, then failed the first drive only
+    assert world.attempts(second)[0].ended_at is None
