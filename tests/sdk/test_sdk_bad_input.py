@@ -125,6 +125,23 @@ def test_other_optimizer_groups_change_nothing(tmp_path: Path) -> None:
     assert_same(before, everything(parts))
 
 
+def test_another_optimizer_class_is_named_and_the_folder_kept(tmp_path: Path) -> None:
+    # the shapes fit, so only the optimizer's own load finds out: Adam's raised a bare KeyError: 'step'
+    model = torch.nn.Linear(4, 3)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 4)).sum().backward()
+    sgd.step()
+    save(tmp_path, spotrun.torch_state(model=model, optimizer=sgd), [0])
+    files = folder_contents(tmp_path)
+    model = torch.nn.Linear(4, 3)
+    with pytest.raises(IncompatibleCheckpoint) as raised:
+        restore(tmp_path, spotrun.torch_state(model=model, optimizer=torch.optim.Adam(model.parameters())))
+    message = str(raised.value)
+    assert CKPT_1 in message and "optimizer (Adam)" in message and "KeyError" in message
+    assert "already loaded: ['model']" in message
+    assert folder_contents(tmp_path) == files
+
+
 def test_other_sampler_configuration_changes_nothing(tmp_path: Path) -> None:
     save(tmp_path, training_state(hidden=8, batch_size=4)[0], [1])
     state, parts = training_state(hidden=8, batch_size=5)

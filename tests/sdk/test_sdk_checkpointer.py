@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import fsspec
+import numpy as np
 import pytest
 import torch
 
@@ -204,6 +205,43 @@ def test_bad_arguments_are_named(tmp_path: Path) -> None:
         spotrun.torch_state(rng={})
 
 
+def test_a_file_given_as_the_location_is_named(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("a file")  # makedirs said only "[Errno 17] File exists"
+    with pytest.raises(NotADirectoryError, match="notes.txt is a file: give a folder"):
+        spotrun.Checkpointer(tmp_path / "notes.txt", signals=())
+    assert (tmp_path / "notes.txt").read_text() == "a file"
+
+
+@pytest.mark.parametrize("make_index", [np.int64, torch.tensor], ids=["numpy", "tensor"])
+def test_a_step_counted_by_numpy_or_torch_saves_like_an_int(tmp_path: Path, make_index: object) -> None:
+    # a 0-d tensor or NumPy integer passes as an index, and failed at the commit: "int64 is not JSON serializable"
+    state = make_state(fill=1.0)[0]
+    with spotrun.Checkpointer(tmp_path, signals=(), every_steps=2) as ckpt:
+        ckpt.step(state, make_index(1))  # type: ignore[operator]
+        ckpt.save(state, make_index(3))  # type: ignore[operator]
+    assert folders(tmp_path) == ["ckpt-000000000002", "ckpt-000000000004"]
+    assert restore(tmp_path)[0] == 4
+
+
+def test_a_step_behind_the_restored_or_saved_ones_is_refused_and_the_checkpoints_kept(tmp_path: Path) -> None:
+    # a loop started at 0 after a restore (its return value dropped), or steps counted within each epoch: the first
+    # save pruned every newer checkpoint as a later timeline, and the progress they held was gone without a word
+    save_steps(tmp_path, [58, 59])
+    state = make_state()[0]
+    with spotrun.Checkpointer(tmp_path, signals=(), every_steps=10) as ckpt:
+        assert ckpt.restore(state) == 60
+        with pytest.raises(ValueError, match=r"step 9 .* 60 steps .*ckpt.restore\(state\)"):
+            ckpt.step(state, 9)
+        with pytest.raises(ValueError, match="step 9 "):
+            ckpt.save(state, 9)
+        assert folders(tmp_path) == ["ckpt-000000000059", "ckpt-000000000060"]
+        ckpt.step(state, 60)  # where the restored run goes on
+        ckpt.save(state, 69)
+        with pytest.raises(ValueError, match="step 0 .* 70 steps"):
+            ckpt.step(state, 0)
+    assert folders(tmp_path) == ["ckpt-000000000060", "ckpt-000000000070"]
+
+
 def test_location_defaults_to_the_agent_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOTRUN_CHECKPOINT_DIR", str(tmp_path / "from-env"))
     with spotrun.Checkpointer(signals=()) as ckpt:
@@ -225,8 +263,6 @@ def test_a_local_path_with_double_colons_is_a_folder_of_its_own(tmp_path: Path, 
 
 def test_restores_rng_states(tmp_path: Path) -> None:
     import random
-
-    import numpy as np
 
     state = spotrun.torch_state(extra={})
     with spotrun.Checkpointer(tmp_path, signals=()) as ckpt:

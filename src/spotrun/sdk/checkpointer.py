@@ -3,7 +3,8 @@
 Step convention: ``step(state, step)`` and ``save(state, step)`` take the 0-based index of the training
 step that has just finished; the checkpoint then holds the state after ``step + 1`` steps and is named
 ``ckpt-<step + 1>``. ``restore`` returns that count, i.e. the index of the next step to run (None when
-there is no checkpoint), so ``for step in range(ckpt.restore(state) or 0, total)`` resumes exactly.
+there is no checkpoint), so ``for step in range(ckpt.restore(state) or 0, total)`` resumes exactly. Steps count the
+whole run: one behind those restored or saved is refused (ValueError), as its save would remove the newer checkpoints.
 
 Saving: the training thread only copies the state to host memory; a background thread serializes,
 writes, checksums and commits it. At most one save is in flight: a periodic save that falls due while one
@@ -121,6 +122,7 @@ class Checkpointer:
         self._inflight: Future[None] | None = None
         self._previous: _Snapshot | None = None
         self._last_saved: int | None = None
+        self._newest = 0  # the most steps restored or saved: a step behind them is a slip (``_ahead``)
         self._skipped: set[int] = set()  # the steps of checkpoints restore skipped as damaged
         self._last_save_time = time.monotonic()
         self._deferred = False
@@ -186,7 +188,7 @@ class Checkpointer:
                 state.load_state_dict(payload)
             except IncompatibleCheckpoint as error:
                 raise type(error)(f"{path}: {error}") from None
-            self._last_saved = steps_done
+            self._last_saved = self._newest = steps_done
             self._last_save_time = time.monotonic()
             log.info("restored checkpoint %s (%d steps done)", path, steps_done)
             return steps_done
@@ -201,7 +203,7 @@ class Checkpointer:
         of an accumulated step, it holds a save (a stop's too) to the first call after the optimizer's step: a
         checkpoint holds no gradients (``accumulation``)."""
         _require_training_state(state)
-        _check_step(step)
+        step = self._ahead(_check_step(step))
         steps_done = step + 1
         stop, due, busy, accumulating = self._ranks.agree_any(
             [self._flag.is_set, self._deferred or self._periodic_due(steps_done), self._busy(), state.accumulating()]
@@ -232,7 +234,7 @@ class Checkpointer:
         """Save the state after step ``step`` (0-based) now; with ``wait`` (default) return once it is
         committed and durable. A save in flight is finished first; saving the same step again is a no-op."""
         _require_training_state(state)
-        _check_step(step)
+        step = self._ahead(_check_step(step))
         self.wait()
         if step + 1 != self._last_saved:
             self._submit(state, step + 1)
@@ -271,6 +273,18 @@ class Checkpointer:
         self.close()
 
     # -- saving -------------------------------------------------------------------------------------------
+
+    def _ahead(self, step: int) -> int:
+        """``step``, unless it falls behind the steps restored or saved: a loop that starts at 0 instead of at
+        ``restore``'s return, or counts steps within each epoch. Its save would prune the newer checkpoints as a
+        later timeline (``CheckpointStore.prune``), so it is refused before anything is written."""
+        if step + 1 < self._newest:
+            raise ValueError(
+                f"step {step} comes before the {self._newest} steps this Checkpointer restored or saved: number the "
+                "steps of the whole run, going on from restore's return (for step in range(ckpt.restore(state) or 0, "
+                "total_steps)); saved, it would remove the newer checkpoints"
+            )
+        return step
 
     def _install_signals(self, signals: tuple[int, ...]) -> None:
         if not signals:
@@ -324,6 +338,7 @@ class Checkpointer:
             copies=copies,
         )
         self._last_saved = steps_done
+        self._newest = max(self._newest, steps_done)
         self._last_save_time = time.monotonic()
         self._deferred = False
         self._inflight = self._executor.submit(self._write, snapshot)
@@ -485,14 +500,16 @@ def _maybe_transient(error: BaseException) -> bool:
     return False
 
 
-def _check_step(step: object) -> None:
-    """ValueError unless ``step`` is the 0-based index of a finished step (-1: none yet, a checkpoint of 0 steps)."""
+def _check_step(step: object) -> int:
+    """``step`` as a plain int, the 0-based index of a finished step (-1: none yet, a checkpoint of 0 steps); else
+    ValueError. A NumPy integer or a 0-d tensor passes as an index, but would reach the manifest's JSON as it is."""
     try:
         index = None if isinstance(step, bool) else operator.index(step)  # type: ignore[arg-type]
     except TypeError:
         index = None
     if index is None or index < -1:
         raise ValueError(f"step must be the 0-based index of the step just finished (-1 or more), got {step!r}")
+    return index
 
 
 def _require_training_state(state: object) -> None:

@@ -28,8 +28,9 @@ class ResumableSampler(Sampler):
     across epochs for loops driven by a step counter. With ``world_size > 1`` each rank gets every
     ``world_size``-th index of the epoch's order (padded with its head so that all ranks get as many). A checkpoint
     of another ``world_size`` resumes with the rest of its epoch shared out among this one's ranks.
-    Use as ``DataLoader(ds, sampler=s)``, ``DataLoader(ds, batch_sampler=s)`` (with ``batch_size``), or
-    index tensors directly.
+    Index tensors with what it yields directly; behind a plain ``DataLoader(ds, batch_sampler=s)`` a resume is not
+    exact (each new iterator draws from the global torch RNG, and workers read ahead): load through
+    ``ResumableLoader`` instead.
     """
 
     def __init__(

@@ -15,7 +15,7 @@ import torch
 from spotrun.sdk.accumulation import GradientWatch
 from spotrun.sdk.adopt import adopt_storages
 from spotrun.sdk.compat import mismatches
-from spotrun.sdk.errors import CheckpointWarning, IncompatibleCheckpoint, UnknownComponents
+from spotrun.sdk.errors import CheckpointError, CheckpointWarning, IncompatibleCheckpoint, UnknownComponents
 
 RNG_COMPONENT = "rng"
 
@@ -159,11 +159,26 @@ class TrainingState:
             warnings.warn(
                 f"the checkpoint has no state for {sorted(missing)}: they keep their current values", stacklevel=3
             )
-        for name, value in state.items():
+        for loaded, (name, value) in enumerate(state.items()):
             component = self.components[name]
             if isinstance(component, torch.nn.Module) and isinstance(value, Mapping):
                 adopt_storages(component, value, state)  # no copy where none is needed (see ``adopt``)
-            component.load_state_dict(value)
+            try:
+                component.load_state_dict(value)
+            except CheckpointError:
+                raise
+            except Exception as error:
+                raise _failed_load(name, component, error, list(state)[:loaded]) from error
+
+
+def _failed_load(name: str, component: Any, error: Exception, loaded: list[str]) -> IncompatibleCheckpoint:
+    """A component's own load refusing what the checks let through: another optimizer class than the one saved (the
+    shapes fit, and Adam's load raises KeyError: 'step' on SGD's state), a component's own refusal, ..."""
+    return IncompatibleCheckpoint(
+        f"the checkpoint does not fit this training state: {name} ({type(component).__name__}) could not load its "
+        f"state ({type(error).__name__}: {error}); is it of the class the checkpoint was saved with? "
+        f"already loaded: {loaded}"
+    )
 
 
 def torch_state(*, rng: bool = True, per_rank: Iterable[str] = (RNG_COMPONENT,), **components: Any) -> TrainingState:

@@ -466,6 +466,8 @@ def open_store(
     else:
         root = fs._strip_protocol(location)
     if isinstance(fs, LocalFileSystem):
+        if os.path.isfile(root):  # makedirs says only "File exists"
+            raise NotADirectoryError(f"checkpoint location {root} is a file: give a folder (or one to create)")
         os.makedirs(root, exist_ok=True)
         return LocalStore(fs, root)
     return CheckpointStore(fs, root)
