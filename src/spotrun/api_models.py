@@ -39,13 +39,14 @@ class JobRow(BaseModel):
     id: int
     name: str
     state: str
-    attempts: int
+    attempts: int = Field(description="the attempts that got an instance: refused launch tries are not counted "
+                          "(`spotrun status JOB` lists them, folded)")
     preemptions: int
-    market: str | None
+    market: str | None = Field(description="where it runs now (spot, on-demand); null while it runs nowhere")
     zone: str | None
-    elapsed: float
-    cost: float
-    checkpoint_step: int | None
+    elapsed: float = Field(description="seconds from its submission to its end, or to now")
+    cost: float = Field(description="dollars charged so far, as `spotrun cost` counts them")
+    checkpoint_step: int | None = Field(description="the steps of the newest checkpoint its trainer reported")
     failure_reason: str | None
     total_steps: int | None = None  # of the whole run, when the SDK was told (progress: checkpoint_step / total)
     unpriced_attempts: int = Field(default=0, description=UNPRICED)

@@ -31,7 +31,7 @@ def test_the_agents_sigterm_as_its_attempt_ends_is_no_preemption_notice(world):
     [attempt] = world.attempts(job_id)
     messages = events_of(world, attempt.id)
     assert not [m for m in messages if "preemption notice" in m or "command preempted" in m], messages
-    assert any("agent stopped as the attempt ended (exit code None); checkpoints backed up" in m for m in messages)
+    assert any("agent stopped as the attempt ended; checkpoints backed up" in m for m in messages), messages
     assert (attempt.notice_at, attempt.notice_source) == (None, None)
 
 
@@ -68,3 +68,16 @@ def test_an_exit_with_checkpoints_says_whether_they_were_backed_up(world):
 
         messages = events_of(world, world.attempts(job_id)[0].id)
         assert f"attempt 1: command succeeded (exit code 0); {words}" in messages, messages
+
+
+def test_an_exit_without_an_exit_code_does_not_read_exit_code_none(world):
+    """A notice before the command started (or while its checkpoints were restored) leaves no exit code: the event,
+    which `launch --follow` shows, read "command preempted (exit code None)"."""
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("notice", {"source": "local-metadata", "deadline": world.clock.now() + 30})
+    world.agent(instance)("exit", {"outcome": "preempted", "exit_code": None, "checkpoint_synced": False})
+
+    messages = events_of(world, world.attempts(job_id)[0].id)
+    assert any(m.startswith("attempt 1: command preempted") for m in messages), messages
+    assert not [m for m in messages if "None" in m], messages

@@ -367,3 +367,12 @@ def test_export_refuses_a_checkpoint_listing_a_file_outside_its_folder_as_verify
     assert newest.exit_code == 0 and f"warning: skipping checkpoint {store / said}" in told, told
     assert "ckpt-000000000001 (1 steps)" in told
     assert torch.equal(torch.load(tmp_path / "newest.pt", weights_only=False)["model"]["weight"], weights[0]["weight"])
+
+
+def test_export_of_a_negative_step_is_a_bad_argument(store_of_three, tmp_path: Path) -> None:
+    """No checkpoint can be of -1 steps: it was exit 1, "no checkpoint of -1 steps", as for a step not there."""
+    store, _ = store_of_three
+    refused = CliRunner().invoke(app, ["checkpoints", "export", str(tmp_path / "a.pt"), str(store), "--step", "-1"],
+                                 env={"COLUMNS": "300"})
+    assert refused.exit_code == 2 and "Invalid value for '--step'" in refused.output, refused.output
+    assert not (tmp_path / "a.pt").exists()

@@ -314,3 +314,40 @@ def test_a_database_url_whose_driver_is_not_installed_is_a_bad_setting(home: Pat
     assert "Traceback" not in said and "secret" not in said
     said = refused(["server", "--port", "0", "--database-url", url], code=2)
     assert f"error: the database URL {shown} is refused: its driver {driver} is not installed" in said, said
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite+pysqlite:///:memory:",
+                                 "sqlite:///file:jobs?mode=memory&uri=true"])
+def test_an_in_memory_sqlite_store_is_a_bad_setting(home: Path, tmp_path: Path, url: str) -> None:
+    """Each process opens its own empty one, gone at its exit: `status` said "no jobs yet", and `launch` stored the
+    job where the controller it started could not see it, waited 30 s for it, and left a daemon on an empty store."""
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: t\nrun: 'true'\n")
+    for arguments in (["status"], ["launch", str(job_file)]):
+        said = refused(arguments, code=2, env={"SPOTRUN_DATABASE_URL": url})
+        assert "error: SPOTRUN_DATABASE_URL=sqlite" in said, said
+        assert "is refused: it names an in-memory SQLite database" in said, said
+    said = refused(["server", "--port", "0", "--database-url", url], code=2)
+    assert "error: the database URL sqlite" in said and "is refused: it names an in-memory SQLite" in said, said
+    assert not home.exists() or not (home / "controller.log").exists()
+
+
+def test_ctrl_c_while_the_controller_starts_names_the_job_stored(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launch waits up to 30 s for the controller it starts, after the job is stored: Ctrl-C there exited 130
+    saying nothing, and the job went on (the controller is in a session of its own) with its id never shown."""
+    from spotrun.server import daemon
+
+    def interrupted(*_args: object, **_kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(daemon, "ensure_running", interrupted)
+    job = tmp_path / "ok.yaml"
+    job.write_text("run: 'true'\n")
+    said = refused(["launch", str(job)], code=130)
+    assert "job 1 is stored, but the wait for its controller was interrupted: `spotrun status 1`" in said, said
+    said = refused(["cancel", "1"], code=130)
+    assert "the cancel of job 1 is stored, but the wait for its controller was interrupted" in said, said
+    with EmbeddedBackend().store.session() as session:
+        assert session.get(Job, 1).cancel_requested

@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from spotrun.cli.command_groups import CommandGroup
 from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, FAILED, fail
 from spotrun.cli.formats import utc_time
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
     from spotrun.server.users import IssuedToken, Offboarded, TokenRecord, UserRecord
 
 users_app = typer.Typer(help="Users of the team server ($SPOTRUN_SERVER's, else those of this machine's store).",
-                        no_args_is_help=True)
+                        no_args_is_help=True, cls=CommandGroup)
 tokens_app = typer.Typer(help="API tokens of the team server's users ($SPOTRUN_SERVER's, else this machine's store).",
-                         no_args_is_help=True)
+                         no_args_is_help=True, cls=CommandGroup)
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output (times in unix seconds)")]
 console = CliConsole()
 errors = CliConsole(stderr=True)

@@ -24,6 +24,11 @@ class BackendError(RuntimeError):
     """A problem the command cannot get past; the message says what to fix."""
 
 
+class Interrupted(BackendError):
+    """Ctrl-C after the command stored what it was asked to (a job, a cancel), while it waited on: the message says
+    what was stored (exit 130, as the shell's)."""
+
+
 class Backend(Protocol):
     def launch(self, job_file: Path) -> Launched: ...
 

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spotrun.cli.backend import current_backend
+from spotrun.cli.command_groups import CommandGroup
 from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import BAD_ARGUMENT, errors
 from spotrun.cli.failing import fail as _fail
@@ -26,7 +27,8 @@ from spotrun.cli.job_ids import positive_job_id
 from spotrun.cli.formats import byte_size
 from spotrun.control.job_errors import JobNotFound
 
-app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.", no_args_is_help=True)
+app = typer.Typer(help="What a checkpoint store holds; a checkpoint's weights, whole, in one file.",
+                  no_args_is_help=True, cls=CommandGroup)
 console = CliConsole()
 
 Location = Annotated[Optional[str], typer.Argument(help="checkpoint folder or URL (or give --job)", show_default=False)]
@@ -92,7 +94,8 @@ def export(
         show_default=False)],
     location: Location = None,
     job: JobOption = None,
-    step: Annotated[Optional[int], typer.Option(help="the checkpoint of this many steps (default: newest intact)")] = None,
+    step: Annotated[Optional[int], typer.Option(
+        min=0, help="the checkpoint of this many steps (default: newest intact)")] = None,
     component: Annotated[Optional[list[str]], typer.Option(
         help="only this component (repeatable); with one, the file holds its state alone, e.g. a model's state dict")
     ] = None,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spotrun.api_models import EventView, JobCost, JobDetail, JobRow, Launched, PreemptAccepted
-from spotrun.cli.backend import BackendError
+from spotrun.cli.backend import BackendError, Interrupted
 from spotrun.control import jobs as jobs_api
 from spotrun.server.logstream import job_log_stream
 from spotrun.server.views import event_views, job_cost, job_detail, job_row
@@ -35,7 +35,7 @@ class EmbeddedBackend:
                 self.store, spec, time.time(), spec_dir=job_file.resolve().parent, source=str(job_file))
         except SpecError as error:
             raise located(error, text) from None
-        self._ensure_controller(f"job {job_id} is stored, but ")
+        self._ensure_controller(f"job {job_id} is stored, but ", job_id)
         return Launched(id=job_id, name=spec.name or "job", owner=jobs_api.LOCAL_OWNER)
 
     def caller(self) -> str:
@@ -66,17 +66,21 @@ class EmbeddedBackend:
         if not jobs_api.request_cancel(self.store, job_id, time.time()):
             return False
         # a team server's worker on this store acts on it as well: no daemon of our own to claim the server's jobs
-        self._ensure_controller(f"the cancel of job {job_id} is stored, but ", any_worker=True)
+        self._ensure_controller(f"the cancel of job {job_id} is stored, but ", job_id, any_worker=True)
         return True
 
-    def _ensure_controller(self, done: str, *, any_worker: bool = False) -> None:
-        """A controller running for what `done` says was stored (BackendError, naming its log, when none starts)."""
+    def _ensure_controller(self, done: str, job_id: int, *, any_worker: bool = False) -> None:
+        """A controller running for what `done` says was stored (BackendError, naming its log, when none starts;
+        Interrupted on Ctrl-C while it starts, which it goes on doing: it runs in a session of its own)."""
         from spotrun.server.daemon import ControllerDidNotStart, ensure_running
 
         try:
             ensure_running(self.store, any_worker=any_worker)
         except ControllerDidNotStart as error:
             raise BackendError(f"{done}{error}") from None
+        except KeyboardInterrupt:
+            raise Interrupted(f"{done}the wait for its controller was interrupted: `spotrun status {job_id}` shows "
+                              f"the job, `spotrun cancel {job_id}` stops it") from None
 
     def preempt(self, job_id: int, notice_seconds: float | None, node: int | None = None) -> PreemptAccepted:
         target = jobs_api.preempt(self.store, job_id, time.time(), notice_seconds, node)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup
 from rich.markup import escape
 
 from spotrun.cli import checkpoints as checkpoints_cli
@@ -24,7 +23,8 @@ from spotrun.cli import logs as logs_view
 from spotrun.cli import market as market_cli
 from spotrun.cli.admin import tokens_app, users_app
 from spotrun.cli.audit import audit_command
-from spotrun.cli.backend import Backend, BackendError, current_backend
+from spotrun.cli.backend import Backend, BackendError, Interrupted, current_backend
+from spotrun.cli.command_groups import CommandGroup
 from spotrun.cli.consoles import CliConsole, print_whole
 from spotrun.cli.failing import bad_argument, errors
 from spotrun.cli.failing import fail as _fail
@@ -48,7 +48,7 @@ console = CliConsole()
 _ENDINGS = (typer.Exit, typer.Abort, typer.TyperException)
 
 
-class _Commands(TyperGroup):
+class _Commands(CommandGroup):
     """Reports a BackendError (e.g. an unreachable server) or a store that cannot be opened or did not answer as one
     error line, whichever command raised it."""
 
@@ -57,6 +57,9 @@ class _Commands(TyperGroup):
             return super().invoke(ctx)
         except InvalidSetting as problem:  # a SPOTRUN_* variable: the environment's argument, as `controller` says
             raise bad_argument(str(problem)) from None
+        except Interrupted as stopped:
+            errors.print(escape(str(stopped)), soft_wrap=True, highlight=False)
+            raise typer.Exit(130) from None
         except BackendError as problem:
             raise _fail(str(problem)) from None
         except _ENDINGS:

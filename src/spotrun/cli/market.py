@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from spotrun import config
+from spotrun.cli.command_groups import CommandGroup
 from spotrun.cli.consoles import CliConsole
 from spotrun.cli.failing import bad_argument
 from spotrun.pydantic_messages import error_message
@@ -21,7 +22,8 @@ from spotrun.pydantic_messages import error_message
 if TYPE_CHECKING:
     from spotrun.providers.local import Market
 
-app = typer.Typer(help="The local cloud's spot market (manual, random or a replayed real trace).", no_args_is_help=True)
+app = typer.Typer(help="The local cloud's spot market (manual, random or a replayed real trace).", no_args_is_help=True,
+                  cls=CommandGroup)
 console = CliConsole()
 Notice = Annotated[float, typer.Option(help="real seconds between a notice and the reclaim")]
 # the market's fields as the options that set them, for error messages

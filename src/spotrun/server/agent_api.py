@@ -161,9 +161,10 @@ def stopped_by_its_ending(attempt: Attempt, source: str) -> bool:
 
 def exit_message(attempt: Attempt, body: Exit) -> str:
     backup = backup_words(body)
+    code = "" if body.exit_code is None else f" (exit code {body.exit_code})"  # None: the command left no exit code
     if body.outcome == "preempted" and attempt.state == "ending" and attempt.notice_at is None:
-        return f"attempt {attempt.number}: agent stopped as the attempt ended (exit code {body.exit_code}){backup}"
-    return f"attempt {attempt.number}: command {body.outcome} (exit code {body.exit_code}){backup}"
+        return f"attempt {attempt.number}: agent stopped as the attempt ended{code}{backup}"
+    return f"attempt {attempt.number}: command {body.outcome}{code}{backup}"
 
 
 def backup_words(body: Exit) -> str:

@@ -224,6 +224,11 @@ def _make_engine(url: str) -> Engine:
     read or its driver is not installed (SQLAlchemy parses the URL and imports the driver here)."""
     try:
         if url.startswith("sqlite"):
+            if _in_memory(url):
+                raise BadDatabaseUrl(
+                    f"{_named(url)} is refused: it names an in-memory SQLite database, which each process (this "
+                    "command, the controller, the server) would open empty and lose at its exit; name a file: "
+                    "sqlite:////path/to/state.db")
             engine = create_engine(url, **_connect_args(url))
             event.listen(engine, "connect", _sqlite_pragmas)
             return engine
@@ -235,6 +240,13 @@ def _make_engine(url: str) -> Engine:
         ) from None
     except (ArgumentError, NoSuchModuleError) as unreadable:
         raise BadDatabaseUrl(f"{_named(url)} is refused: {_reason(unreadable)}") from None
+
+
+def _in_memory(sqlite_url: str) -> bool:
+    """Whether the SQLite URL names no file: no path, `:memory:`, or a `file:` URI opened in memory."""
+    parsed = make_url(sqlite_url)
+    database = parsed.database or ""
+    return database in ("", ":memory:") or parsed.query.get("mode") == "memory" or database.startswith("file::memory:")
 
 
 def _named(url: str) -> str:
