@@ -13,8 +13,10 @@ themselves are tested on empty databases (tests/state/test_state_migrations.py).
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -172,3 +174,32 @@ def _no_real_price_lists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gcp_billing, "LIST_PRICES", gcp_billing.GcpListPrices(
         credentials=AnonymousCredentials(), project="no-such-project", billing_options=closed, compute_options=closed,
     ))
+
+
+class ImpatientSqlite:
+    """A SQLite store whose connections wait 0.3 s, not 30, for another's write lock; `write_lock_held()`: another
+    process's transaction holding that lock (a writer stalled mid-transaction), the store's writes failing meanwhile
+    with "database is locked" while its reads go on (WAL)."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = Store(f"sqlite:///{path}")
+
+    @contextmanager
+    def write_lock_held(self) -> Iterator[None]:
+        other = sqlite3.connect(self.store.engine.url.database, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+
+
+@pytest.fixture
+def impatient_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ImpatientSqlite]:
+    from spotrun.state import store as store_module
+
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_SECONDS", 0.3)
+    impatient = ImpatientSqlite(tmp_path / "impatient.db")
+    yield impatient
+    impatient.store.dispose()

@@ -79,3 +79,35 @@ def test_an_outage_met_by_one_job_restarts_the_watch_for_those_driven_after_it(w
     monkeypatch.setattr(world.controller, "drive", first_meets_the_outage)
     world.tick(HEARTBEAT_TIMEOUT + 30)  # the store was away this long, then failed the first drive only
     assert world.attempts(second)[0].ended_at is None
+
+
+def test_a_heartbeat_received_while_the_store_could_not_record_it_still_counts(impatient_sqlite, tmp_path, monkeypatch):
+    """SQLite locked by a stalled writer: the controller's reads go on and see the old heartbeat while the new ones
+    wait for the lock and fail. The agent API noted them as received (`control.heard`): no attempt is lost."""
+    from fastapi.testclient import TestClient
+    from world import World
+
+    from spotrun.server.agent_api import create_agent_app
+
+    monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
+    world = World(impatient_sqlite.store, tmp_path)
+    world.controller = world.new_controller(heartbeat_timeout=HEARTBEAT_TIMEOUT)
+    world.api = TestClient(create_agent_app(world.store, world.clock, world.controller.heard))
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    [attempt] = world.attempts(job_id)
+    token = {"Authorization": f"Bearer {agent_token(world, instance)}"}
+    with impatient_sqlite.write_lock_held():
+        world.clock.advance(HEARTBEAT_TIMEOUT + 10)
+        refused = world.api.post(f"/agent/v1/attempts/{attempt.id}/heartbeat", json={}, headers=token)
+        assert refused.status_code == 503
+    world.tick()
+    assert world.attempts(job_id)[0].ended_at is None, "taken for lost though its heartbeat came"
+    world.tick(HEARTBEAT_TIMEOUT + 1)  # silent since: the instance is gone
+    assert world.attempts(job_id)[0].end_reason == "lost"
+
+
+def agent_token(world, instance: str) -> str:
+    import json
+
+    return json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])["token"]

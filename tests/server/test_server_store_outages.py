@@ -4,13 +4,8 @@ the agent's retried report is then heard; a bug is still a 500."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from server_world import place_attempt
 
@@ -18,33 +13,13 @@ from spotrun.server.app import create_app
 from spotrun.server.local_cloud import LocalCloudAccess
 from spotrun.server.store_outages import STORE_UNAVAILABLE
 from spotrun.server.users import add_user
-from spotrun.state import Attempt, Store
-from spotrun.state import store as store_module
+from spotrun.state import Attempt
 
 AGENT_TOKEN = "agent-token-of-the-test"
 
 
-@pytest.fixture
-def impatient_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    monkeypatch.setattr(store_module, "SQLITE_BUSY_SECONDS", 0.3)
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    yield store
-    store.dispose()
-
-
-@contextmanager
-def write_lock_held(store: Store) -> Iterator[None]:
-    """Another process's transaction holding SQLite's write lock (a writer stalled mid-transaction)."""
-    other = sqlite3.connect(store.engine.url.database, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
-
-
-def test_a_locked_store_is_a_503_to_users_and_agents_and_reads_go_on(impatient_store, tmp_path, monkeypatch):
+def test_a_locked_store_is_a_503_to_users_and_agents_and_reads_go_on(impatient_sqlite, tmp_path, monkeypatch):
+    impatient_store = impatient_sqlite.store
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     token = add_user(impatient_store, "alice", time.time()).token
     user = {"Authorization": f"Bearer {token}"}
@@ -53,7 +28,7 @@ def test_a_locked_store_is_a_503_to_users_and_agents_and_reads_go_on(impatient_s
         job_id = launched.json()["id"]
         attempt_id = place_attempt(impatient_store, job_id, AGENT_TOKEN)
         agent = {"Authorization": f"Bearer {AGENT_TOKEN}"}
-        with write_lock_held(impatient_store):
+        with impatient_sqlite.write_lock_held():
             cancel = client.post(f"/api/v1/jobs/{job_id}/cancel", headers=user)
             beat = client.post(f"/agent/v1/attempts/{attempt_id}/heartbeat", json={}, headers=agent)
             listed = client.get("/api/v1/jobs", headers=user)
@@ -69,7 +44,8 @@ def test_a_locked_store_is_a_503_to_users_and_agents_and_reads_go_on(impatient_s
             assert session.get(Attempt, attempt_id).last_heartbeat_at is not None
 
 
-def test_a_bug_is_still_a_500(impatient_store, tmp_path, monkeypatch):
+def test_a_bug_is_still_a_500(impatient_sqlite, tmp_path, monkeypatch):
+    impatient_store = impatient_sqlite.store
     monkeypatch.setenv("SPOTRUN_HOME", str(tmp_path / "home"))
     token = add_user(impatient_store, "alice", time.time()).token
     from spotrun.control import jobs

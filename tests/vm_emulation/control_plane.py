@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import uvicorn
 
 from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.control.heard import HeardAgents
 from spotrun.providers import Provider
 from spotrun.server.agent_api import create_agent_app
 from spotrun.state import Store
@@ -39,10 +40,13 @@ class ControlPlane:
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        self._api = uvicorn.Server(uvicorn.Config(create_agent_app(store), log_level="warning", access_log=False))
+        heard = HeardAgents(time.time)  # the agent API's and the controller's, as in a daemon
+        self._api = uvicorn.Server(uvicorn.Config(create_agent_app(store, heard=heard), log_level="warning",
+                                                  access_log=False))
         options = {"prices": prices} if prices is not None else {}
         self.controller = Controller(
-            store, ControllerSettings(controller_url=self.url, **settings), provider_factory=provider_factory, **options
+            store, ControllerSettings(controller_url=self.url, **settings), provider_factory=provider_factory,
+            heard=heard, **options
         )
         self.tick_errors: list[BaseException] = []
         self._stop = threading.Event()

@@ -24,6 +24,7 @@ from spotrun.control.boot import agent_config, user_data
 from spotrun.control.claim_keeper import ClaimKeeper
 from spotrun.control.clock import Clock, WallClock
 from spotrun.control.gang import GangDriver
+from spotrun.control.heard import HeardAgents
 from spotrun.control.moves import MoveDriver, may_move, quickest_boot
 from spotrun.control.notifier import Notifier
 from spotrun.control.observe import REFUSED_LAUNCHES, Verdict, judge_attempt
@@ -158,10 +159,12 @@ class Controller:
         provider_factory: Callable[[str], Provider] = get_provider,
         prices: Callable[..., tuple[float, float]] | None = None,
         worker_id: str | None = None,
+        heard: HeardAgents | None = None,
     ) -> None:
         """With `worker_id`, the controller is one of several workers and drives only the jobs it has claimed;
         without, it drives every live job (one controller, or tests). `prices` (catalog_prices's signature): by
-        default the catalog's, spot's per zone as the cloud quotes it where it can (`MarketPrices`)."""
+        default the catalog's, spot's per zone as the cloud quotes it where it can (`MarketPrices`). `heard`: the
+        heartbeats the agent API of this process received (`control.heard`), shared with it."""
         self.store = store
         self.settings = settings
         self.clock = clock or WallClock()
@@ -171,6 +174,7 @@ class Controller:
         # timeout since (`observe.judge_attempt`).
         self.watching_since = self.clock.now()
         self._store_failed = False  # a store outage met since the last tick that reached the store
+        self.heard = heard if heard is not None else HeardAgents(self.clock.now)
         self.drive_began = 0.0  # time.monotonic() as the current drive began (the daemon's lease keeper reads it)
         self._provider_factory = provider_factory
         self._prices = prices if prices is not None else MarketPrices(self.provider)
@@ -223,6 +227,11 @@ class Controller:
             log.warning("the store answers again: heartbeats sent while it could not may be lost, so no attempt is "
                         "taken for lost before it has had its timeout from now")
         return job_ids
+
+    def watched_since(self, attempt: Attempt) -> float:
+        """Since when the attempt's silence counts: the controller's watch (`watching_since`), or the last heartbeat
+        this process's agent API received from it, which the store may not have recorded (`control.heard`)."""
+        return max(self.watching_since, self.heard.last(attempt.id))
 
     def _note_outage(self, error: Exception) -> None:
         """A store outage: the watch starts again now (a job driven later in this tick, once the store answers again,
@@ -494,7 +503,7 @@ class Controller:
     def _watch(self, job: Job, attempt: Attempt, moving: bool = False) -> None:
         now = self.clock.now()
         info = self.describe(attempt)
-        verdict = judge_attempt(job, attempt, info, now, self.settings, self.watching_since)
+        verdict = judge_attempt(job, attempt, info, now, self.settings, self.watched_since(attempt))
         if verdict is None:
             if info is not None:  # not while the instance may be gone: its price would bill seconds after it
                 self.follow_spot_price(job, attempt, now)

@@ -160,7 +160,7 @@ class GangDriver:
             stop_by = _ranks_stop_by(session, job_id)
         for attempt in placed:
             info = self.c.describe(attempt)
-            verdict = judge_attempt(job, attempt, info, now, self.c.settings, self.c.watching_since, stop_by)
+            verdict = judge_attempt(job, attempt, info, now, self.c.settings, self.c.watched_since(attempt), stop_by)
             if verdict is not None and verdict.end_reason is not None:
                 self._end_nodes([attempt.id], verdict)
             elif info is not None:  # not while the instance may be gone (`Controller._watch`)

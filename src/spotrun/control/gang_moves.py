@@ -99,7 +99,8 @@ class GangMoveDriver:
     def _watch(self, job: Job, standby: Attempt) -> bool:
         """Judge one standby; False when it ended and the move was given up with it."""
         now = self.c.clock.now()
-        verdict = judge_attempt(job, standby, self.c.describe(standby), now, self.c.settings, self.c.watching_since)
+        verdict = judge_attempt(
+            job, standby, self.c.describe(standby), now, self.c.settings, self.c.watched_since(standby))
         if verdict is None or verdict.end_reason is None:
             return True
         what = f"the standby of node {standby.node_rank}"

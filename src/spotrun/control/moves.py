@@ -143,7 +143,7 @@ class MoveDriver:
     def _watch(self, job: Job, current: Attempt, standby: Attempt) -> None:
         c = self.controller
         info = c.describe(standby)
-        verdict = judge_attempt(job, standby, info, c.clock.now(), c.settings, c.watching_since)
+        verdict = judge_attempt(job, standby, info, c.clock.now(), c.settings, c.watched_since(standby))
         if verdict is not None and verdict.end_reason is not None:
             c.begin_end(standby.id, Verdict(verdict.end_reason, f"standby {verdict.message}"))
             c.finish_attempt(standby.id, self._after_standby_end)

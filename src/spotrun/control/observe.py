@@ -38,7 +38,7 @@ def judge_attempt(
     stop_by: float | None = None,
 ) -> Verdict | None:
     """What to do about a placed attempt, or None when there is nothing to do this tick. `watching_since`: since when
-    the controller has watched without a gap (`Controller.watching_since`): no timeout counts from before it.
+    the attempt has been watched without a gap (`Controller.watched_since`): no timeout counts from before it.
     `stop_by`: for a node of a gang whose generation is stopping, the time its ranks were told they have (a noticed
     node's deadline)."""
     spec = JobSpec.stored(job.spec)

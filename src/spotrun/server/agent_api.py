@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from spotrun.control import gang, records
 from spotrun.control.boot import job_part
 from spotrun.control.clock import Clock, WallClock
+from spotrun.control.heard import HeardAgents
 from spotrun.control.logs import LogGap, append_chunk
 from spotrun.control.progress import record_checkpoint, restored_step
 from spotrun.control.reclaims import CLOUD_NOTICE_SOURCES
@@ -179,8 +180,11 @@ def backup_words(body: Exit) -> str:
 WORKERS_KEPT_SECONDS = 2.0
 
 
-def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
+def create_agent_app(store: Store, clock: Clock | None = None, heard: HeardAgents | None = None) -> FastAPI:
+    """`heard`: where each heartbeat received is noted before it is written, for the controller of this process
+    (`control.heard`), which then does not take the attempt for lost should the store fail to record it."""
     clock = clock or WallClock()
+    heard = heard if heard is not None else HeardAgents(clock.now)
     live_workers: TtlCache[list[str]] = TtlCache(WORKERS_KEPT_SECONDS, clock.now)
 
     def agent_urls(session: Session) -> list[str]:
@@ -238,6 +242,7 @@ def create_agent_app(store: Store, clock: Clock | None = None) -> FastAPI:
 
     @app.post("/agent/v1/attempts/{attempt_id}/heartbeat")
     def heartbeat(body: Heartbeat, attempt_id: int = TokenHolder) -> dict:
+        heard.heard(attempt_id)  # before the write, which a stalled store may hold up past the heartbeat timeout
         with store.session() as session:
             attempt = session.get(Attempt, attempt_id)
             if attempt.ended_at is not None:

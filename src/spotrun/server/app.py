@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 
 from spotrun.control.clock import Clock
+from spotrun.control.heard import HeardAgents
 from spotrun.control.jobs import JobNotFound
 from spotrun.server.agent_api import create_agent_app
 from spotrun.server.api import create_api_router
@@ -62,10 +63,11 @@ def _serve_api_docs(app: FastAPI) -> None:
 
 def create_app(
     store: Store, clock: Clock | None = None, *, metrics_token: str | None = None,
-    local_cloud: LocalCloudAccess = LocalCloudAccess.OFF,
+    local_cloud: LocalCloudAccess = LocalCloudAccess.OFF, heard: HeardAgents | None = None,
 ) -> FastAPI:
     """The app on `store`; with `metrics_token`, /metrics answers only a request carrying it as its bearer token;
-    `local_cloud` says whose jobs may run on the local cloud, on this machine (by default nobody's)."""
+    `local_cloud` says whose jobs may run on the local cloud, on this machine (by default nobody's); `heard`: the
+    heartbeats received, shared with this process's controller (`control.heard`)."""
     app = FastAPI(
         title="spotrun server", version="1",
         description="Train on spot instances: the team server's API. Authenticate with `Authorization: Bearer <token>`.",
@@ -76,7 +78,7 @@ def create_app(
     app.include_router(create_api_router(store, local_cloud))
     app.include_router(create_dashboard_router())
     # The agents' routes (/agent/v1/..., attempt tokens) join this app, so agents and users share one address.
-    app.include_router(create_agent_app(store, clock).router, tags=["agent"], responses=AGENT_REFUSALS)
+    app.include_router(create_agent_app(store, clock, heard).router, tags=["agent"], responses=AGENT_REFUSALS)
     app.add_exception_handler(JobNotFound, _not_found)
     answer_invalid_requests(app)
     app.add_middleware(AuthBeforeBody, store=store)

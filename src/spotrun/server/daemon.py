@@ -31,6 +31,7 @@ from spotrun.agent.config import http_url
 from spotrun.config import InvalidSetting
 from spotrun.control import reclaims
 from spotrun.control.controller import Controller, ControllerSettings
+from spotrun.control.heard import HeardAgents
 from spotrun.control.states import LIVE, state_names
 from spotrun.pydantic_messages import error_message
 from spotrun.server.agent_api import create_agent_app
@@ -123,6 +124,7 @@ class Daemon:
         self.idle_exit = idle_exit
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
+        self.heard = HeardAgents(time.time)  # shared by this process's agent API and controller (`control.heard`)
 
     def run(self) -> int:
         check_environment(tick_interval=self.tick_interval, idle_exit=self.idle_exit)  # before the lease is taken
@@ -137,10 +139,11 @@ class Daemon:
                 lease.release(session, LEASE_NAME, self.holder)
             return 2
         url = advertised_url(sock.getsockname()[1])
-        server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store), log_level="warning", access_log=False))
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(self.store, heard=self.heard), log_level="warning",
+                                              access_log=False))
         threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="agent-api").start()
         self._take_lease(url)
-        controller = Controller(self.store, settings_from_env(url), worker_id=self.holder)
+        controller = Controller(self.store, settings_from_env(url), worker_id=self.holder, heard=self.heard)
         log.info("controller %s serving the agent API at %s", self.holder, url)
         try:
             self._loop(controller, url)
@@ -155,7 +158,7 @@ class Daemon:
         """Be one controller worker among any number over the same database (the team server), agents reporting
         at `url`: drive the jobs this worker claims until stop(); retry after an error (e.g. the database away)."""
         while not self._stop.is_set():
-            controller = Controller(self.store, settings_from_env(url), worker_id=self.holder)
+            controller = Controller(self.store, settings_from_env(url), worker_id=self.holder, heard=self.heard)
             try:
                 self._loop(controller, url, hold_lease=False)
             except Exception:

@@ -75,10 +75,10 @@ def serve(
     sock = _listen(host, port)
     url = url or public_url(host, sock.getsockname()[1])
     warn_of_local_jobs_refused_now(store, local_cloud)
-    app = create_app(store, metrics_token=metrics_token, local_cloud=local_cloud)
+    daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
+    app = create_app(store, metrics_token=metrics_token, local_cloud=local_cloud, heard=daemon.heard)
     server = uvicorn.Server(uvicorn.Config(app, log_config=logging_config(), log_level="info",
                                            timeout_graceful_shutdown=3))
-    daemon = Daemon(store, tick_interval=tick_interval, idle_exit=0)
     controller = threading.Thread(target=daemon.run_at, args=(url,), name="controller", daemon=True)
     if run_controller:
         controller.start()
