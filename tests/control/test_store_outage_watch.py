@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 HEARTBEAT_TIMEOUT = 30.0
@@ -81,9 +82,13 @@ def test_an_outage_met_by_one_job_restarts_the_watch_for_those_driven_after_it(w
     assert world.attempts(second)[0].ended_at is None
 
 
-def test_a_heartbeat_received_while_the_store_could_not_record_it_still_counts(impatient_sqlite, tmp_path, monkeypatch):
-    """SQLite locked by a stalled writer: the controller's reads go on and see the old heartbeat while the new ones
-    wait for the lock and fail. The agent API noted them as received (`control.heard`): no attempt is lost."""
+@pytest.mark.parametrize(("report", "body"), [("heartbeat", {}), ("exit", {"outcome": "succeeded", "exit_code": 0})])
+def test_a_report_received_while_the_store_could_not_record_it_still_counts(
+    impatient_sqlite, tmp_path, monkeypatch, report, body,
+):
+    """SQLite locked by a stalled writer: the controller's reads go on and see the old heartbeat while the agent's
+    reports (its heartbeats, or its exit once the command is done) wait for the lock and fail. The agent API noted
+    them as received (`control.heard`): no attempt is lost."""
     from fastapi.testclient import TestClient
     from world import World
 
@@ -99,11 +104,11 @@ def test_a_heartbeat_received_while_the_store_could_not_record_it_still_counts(i
     token = {"Authorization": f"Bearer {agent_token(world, instance)}"}
     with impatient_sqlite.write_lock_held():
         world.clock.advance(HEARTBEAT_TIMEOUT + 10)
-        refused = world.api.post(f"/agent/v1/attempts/{attempt.id}/heartbeat", json={}, headers=token)
+        refused = world.api.post(f"/agent/v1/attempts/{attempt.id}/{report}", json=body, headers=token)
         assert refused.status_code == 503
     world.tick()
-    assert world.attempts(job_id)[0].ended_at is None, "taken for lost though its heartbeat came"
-    world.tick(HEARTBEAT_TIMEOUT + 1)  # silent since: the instance is gone
+    assert world.attempts(job_id)[0].ended_at is None, f"taken for lost though its {report} came"
+    world.tick(HEARTBEAT_TIMEOUT + 1)  # silent since (the exit's retries lost too): the instance is gone
     assert world.attempts(job_id)[0].end_reason == "lost"
 
 
@@ -111,3 +116,20 @@ def agent_token(world, instance: str) -> str:
     import json
 
     return json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])["token"]
+
+
+def test_a_heartbeat_waits_for_sqlites_lock_only_briefly_and_the_connection_gets_its_patience_back(store):
+    """A heartbeat that waited out a stalled writer's lock (30 s) held a server thread, and enough of them held every
+    thread: then no report was heard at all. Its session waits HEARTBEAT_PATIENCE; the pooled connection is given
+    the store's own busy timeout back when the pool takes it back."""
+    from spotrun.server.agent_api import HEARTBEAT_PATIENCE
+    from spotrun.state.store import SQLITE_BUSY_SECONDS
+
+    if store.engine.dialect.name != "sqlite":
+        with store.session(patience=HEARTBEAT_PATIENCE) as session:  # nothing to set: PostgreSQL waits on rows
+            session.execute(text("SELECT 1"))
+        return
+    with store.session(patience=HEARTBEAT_PATIENCE) as session:
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == HEARTBEAT_PATIENCE * 1000
+    with store.session() as session:
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_SECONDS * 1000

@@ -1,10 +1,11 @@
-"""Heartbeats this process's agent API received, whether or not the store could record them.
+"""The agents' reports (heartbeats, exits, ...) this process's agent API received, whether or not the store could
+record them.
 
 The agent API writes each heartbeat to the store, and the controller judges an attempt lost from the newest one it
 reads there. When the store cannot take writes for a while (SQLite locked by a stalled writer, past its busy
 timeout), the heartbeats wait, then fail, while the controller's reads still see the old one: it took live
 attempts for lost and placed their jobs again. The agent API and the controller of one process (the embedded
-daemon, a team server) share this record: a heartbeat received is a sign of life however its write went
+daemon, a team server) share this record: a report received is a sign of life however its write went
 (`Controller.watched_since`). Kept in memory only, for the attempts heard lately: the store remains the record
 every worker reads.
 """

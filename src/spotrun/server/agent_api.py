@@ -178,11 +178,15 @@ def backup_words(body: Exit) -> str:
 
 # how long a heartbeat's answer may name workers as they were: each attempt beats every few seconds
 WORKERS_KEPT_SECONDS = 2.0
+# how long a heartbeat's write waits for SQLite's write lock: the next heartbeat comes in seconds, and one waiting out
+# a stalled writer's lock held a server thread; enough of them held every thread, and no heartbeat was heard at all
+HEARTBEAT_PATIENCE = 2.0
 
 
 def create_agent_app(store: Store, clock: Clock | None = None, heard: HeardAgents | None = None) -> FastAPI:
-    """`heard`: where each heartbeat received is noted before it is written, for the controller of this process
-    (`control.heard`), which then does not take the attempt for lost should the store fail to record it."""
+    """`heard`: where each report an agent makes (a heartbeat, its exit, ...) is noted before anything is written,
+    for the controller of this process (`control.heard`), which then does not take the attempt for lost should the
+    store be slow or fail to record it."""
     clock = clock or WallClock()
     heard = heard if heard is not None else HeardAgents(clock.now)
     live_workers: TtlCache[list[str]] = TtlCache(WORKERS_KEPT_SECONDS, clock.now)
@@ -203,6 +207,7 @@ def create_agent_app(store: Store, clock: Clock | None = None, heard: HeardAgent
         verified = getattr(request.state, "verified_attempt", None) == attempt_id  # before the body (early_auth)
         if not verified and not attempt_holds(store, attempt_id, authorization):
             raise HTTPException(status_code=403, detail=AGENT_REFUSAL)
+        heard.heard(attempt_id)  # a sign of life before any write, which a stalled store may hold up (control.heard)
         return attempt_id
 
     def attempt_still_reporting(attempt_id: int = Depends(token_holders_attempt)) -> int:
@@ -242,8 +247,7 @@ def create_agent_app(store: Store, clock: Clock | None = None, heard: HeardAgent
 
     @app.post("/agent/v1/attempts/{attempt_id}/heartbeat")
     def heartbeat(body: Heartbeat, attempt_id: int = TokenHolder) -> dict:
-        heard.heard(attempt_id)  # before the write, which a stalled store may hold up past the heartbeat timeout
-        with store.session() as session:
+        with store.session(patience=HEARTBEAT_PATIENCE) as session:
             attempt = session.get(Attempt, attempt_id)
             if attempt.ended_at is not None:
                 # an agent the controller gave up on (lost, then heard again): told to stop, a standby not released

@@ -93,9 +93,13 @@ class Store:
             self._recognised_revision()
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A unit of work: committed when the block ends, rolled back if it raises."""
+    def session(self, *, patience: float | None = None) -> Iterator[Session]:
+        """A unit of work: committed when the block ends, rolled back if it raises. `patience` (SQLite): how long its
+        writes wait for another's write lock, if not SQLITE_BUSY_SECONDS: a frequent write that the next one makes
+        moot (a heartbeat) fails fast instead of holding a server thread through a stalled writer's lock."""
         session = self._sessions()
+        if patience is not None and self.engine.dialect.name == "sqlite":
+            _wait_for_locks(session, patience)
         try:
             yield session
             session.commit()
@@ -231,6 +235,7 @@ def _make_engine(url: str) -> Engine:
                     "sqlite:////path/to/state.db")
             engine = create_engine(url, **_connect_args(url))
             event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "checkin", _patience_restored)
             return engine
         return create_engine(url, pool_pre_ping=True)
     except ImportError as missing:
@@ -256,6 +261,22 @@ def _named(url: str) -> str:
 
 def _connect_args(url: str) -> dict[str, Any]:
     return {"connect_args": {"timeout": SQLITE_BUSY_SECONDS}} if url.startswith("sqlite") else {}
+
+
+_IMPATIENT = "impatient"  # a pooled SQLite connection's info: its busy timeout is to be put back at its check-in
+
+
+def _wait_for_locks(session: Session, seconds: float) -> None:
+    """The busy timeout of the SQLite connection `session` holds to its end, put back when the pool takes the
+    connection back (`_patience_restored`)."""
+    connection = session.connection()
+    connection.exec_driver_sql(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    connection.connection.info[_IMPATIENT] = True
+
+
+def _patience_restored(dbapi_connection: Any, record: Any) -> None:
+    if record is not None and record.info.pop(_IMPATIENT, False):
+        dbapi_connection.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_SECONDS * 1000)}")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
