@@ -35,6 +35,25 @@ def test_the_agents_sigterm_as_its_attempt_ends_is_no_preemption_notice(world):
     assert (attempt.notice_at, attempt.notice_source) == (None, None)
 
 
+def test_a_command_killed_by_the_stop_of_a_cancel_did_not_fail(world):
+    """A trainer that does not catch SIGTERM dies of it (exit code -15): its job's cancel read "command failed"."""
+    job_id, instance = ending(world)
+    world.agent(instance)("notice", {"source": "sigterm", "deadline": world.clock.now() + 30})
+    world.agent(instance)("exit", {"outcome": "failed", "exit_code": -15, "checkpoint_synced": True})
+
+    messages = events_of(world, world.attempts(job_id)[0].id)
+    assert not [m for m in messages if "command failed" in m], messages
+    assert any("agent stopped as the attempt ended (exit code -15); checkpoints backed up" in m for m in messages)
+
+
+def test_a_running_commands_failure_still_reads_failed(world):
+    job_id = world.submit()
+    instance = world.run_to_running(job_id)
+    world.agent(instance)("exit", {"outcome": "failed", "exit_code": -9, "checkpoint_synced": True})
+    messages = events_of(world, world.attempts(job_id)[0].id)
+    assert any("command failed (exit code -9)" in m for m in messages), messages
+
+
 def test_a_clouds_notice_as_its_attempt_ends_is_still_its_notice(world):
     """The cloud's notice says whether the instance is left to the cloud (`control.reclaims`): kept."""
     job_id, instance = ending(world)

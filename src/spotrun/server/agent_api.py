@@ -163,7 +163,9 @@ def stopped_by_its_ending(attempt: Attempt, source: str) -> bool:
 def exit_message(attempt: Attempt, body: Exit) -> str:
     backup = backup_words(body)
     code = "" if body.exit_code is None else f" (exit code {body.exit_code})"  # None: the command left no exit code
-    if body.outcome == "preempted" and attempt.state == "ending" and attempt.notice_at is None:
+    # the controller's end (a cancel, the gang done) stopped it: a command killed by the signal did not fail
+    stopped = body.outcome == "preempted" or (body.exit_code is not None and body.exit_code < 0)
+    if stopped and attempt.state == "ending" and attempt.notice_at is None:
         return f"attempt {attempt.number}: agent stopped as the attempt ended{code}{backup}"
     return f"attempt {attempt.number}: command {body.outcome}{code}{backup}"
 
