@@ -142,6 +142,21 @@ def test_lost_heartbeat_replaces_the_instance(world):
     assert len(world.cloud.running()) == 1
 
 
+def test_a_cancel_asked_twice_is_accepted_twice_and_recorded_once(world):
+    """Two `spotrun cancel` (or a button pressed twice) recorded two cancel_requested events."""
+    from spotrun.state import Event
+
+    job_id = world.submit()
+    world.run_to_running(job_id)
+    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    assert jobs.request_cancel(world.store, job_id, world.clock.now())
+    with world.store.session() as session:
+        assert session.query(Event).filter_by(job_id=job_id, kind="cancel_requested").count() == 1
+    world.tick()
+    assert world.job(job_id).state == "CANCELLED"
+    assert not jobs.request_cancel(world.store, job_id, world.clock.now())
+
+
 def test_cancel_terminates_the_instance(world):
     job_id = world.submit()
     world.run_to_running(job_id)

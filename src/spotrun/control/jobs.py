@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import fsspec
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from spotrun import config
@@ -206,17 +206,19 @@ def _resolved(spec: JobSpec, job_id: int, spec_dir: Path | None) -> JobSpec:
 
 def request_cancel(store: Store, job_id: int, now: float) -> bool:
     """Ask the controller to cancel; False when the job had already ended. The mark is a compare-and-set on the
-    job's state: a job the controller ends between this read and this write is not marked (nor told "cancelling")."""
+    job's state: a job the controller ends between this read and this write is not marked (nor told "cancelling").
+    A cancel asked again while the first is carried out is True, and recorded once."""
     with store.session() as session:
         get_job(session, job_id)  # one that does not exist is refused as such
+        live = (Job.id == job_id, Job.state.in_(state_names(LIVE)))
         marked = session.execute(
-            update(Job).where(Job.id == job_id, Job.state.in_(state_names(LIVE))).values(cancel_requested=True),
+            update(Job).where(*live, Job.cancel_requested.is_not(True)).values(cancel_requested=True),
             execution_options={"synchronize_session": False},
         ).rowcount
-        if not marked:
-            return False
-        add_event(session, at=now, kind="cancel_requested", job_id=job_id, message="cancel requested")
-        return True
+        if marked:
+            add_event(session, at=now, kind="cancel_requested", job_id=job_id, message="cancel requested")
+            return True
+        return session.scalar(select(func.count()).select_from(Job).where(*live)) > 0
 
 
 @dataclass(frozen=True)
