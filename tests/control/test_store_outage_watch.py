@@ -118,18 +118,17 @@ def agent_token(world, instance: str) -> str:
     return json.loads(world.cloud.user_data[instance]["env"]["SPOTRUN_AGENT_CONFIG"])["token"]
 
 
-def test_a_heartbeat_waits_for_sqlites_lock_only_briefly_and_the_connection_gets_its_patience_back(store):
+def test_a_heartbeat_waits_for_sqlites_lock_only_briefly_and_the_connection_gets_its_patience_back(tmp_path):
     """A heartbeat that waited out a stalled writer's lock (30 s) held a server thread, and enough of them held every
     thread: then no report was heard at all. Its session waits HEARTBEAT_PATIENCE; the pooled connection is given
-    the store's own busy timeout back when the pool takes it back."""
+    the store's own busy timeout back when the pool takes it back. (SQLite's: PostgreSQL waits on rows.)"""
     from spotrun.server.agent_api import HEARTBEAT_PATIENCE
+    from spotrun.state import Store
     from spotrun.state.store import SQLITE_BUSY_SECONDS
 
-    if store.engine.dialect.name != "sqlite":
-        with store.session(patience=HEARTBEAT_PATIENCE) as session:  # nothing to set: PostgreSQL waits on rows
-            session.execute(text("SELECT 1"))
-        return
+    store = Store(f"sqlite:///{tmp_path / 'patience.db'}")
     with store.session(patience=HEARTBEAT_PATIENCE) as session:
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == HEARTBEAT_PATIENCE * 1000
     with store.session() as session:
         assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_SECONDS * 1000
+    store.dispose()

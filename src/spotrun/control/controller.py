@@ -168,12 +168,11 @@ class Controller:
         self.store = store
         self.settings = settings
         self.clock = clock or WallClock()
-        # Since when this controller has watched its attempts without a gap: its start, or the end of its last store
-        # outage. Heartbeats the agents sent before then may never have been recorded (the agent API, on the same
-        # store, could not write them): no attempt is taken for lost, nor for never booted, until it has had its
-        # timeout since (`observe.judge_attempt`).
+        # Since when this controller has watched its attempts without a gap: its start, or the last store outage it
+        # met (the next tick that reaches the store comes a tick later). Heartbeats the agents sent before then may
+        # never have been recorded (the agent API, on the same store, could not write them): no attempt is taken for
+        # lost, nor for never booted, until it has had its timeout since (`observe.judge_attempt`).
         self.watching_since = self.clock.now()
-        self._store_failed = False  # a store outage met since the last tick that reached the store
         self.heard = heard if heard is not None else HeardAgents(self.clock.now)
         self.drive_began = 0.0  # time.monotonic() as the current drive began (the daemon's lease keeper reads it)
         self._provider_factory = provider_factory
@@ -215,18 +214,12 @@ class Controller:
             self.sweep_orphans()
 
     def _watched(self, live_job_ids: Callable[[], list[int]]) -> list[int]:
-        """The live jobs; the first time the store answers after an outage, the watch starts again (`watching_since`)."""
+        """The live jobs; a store outage that keeps them from being read restarts the watch (`_note_outage`)."""
         try:
-            job_ids = live_job_ids()
+            return live_job_ids()
         except Exception as error:
             self._note_outage(error)
             raise
-        if self._store_failed:
-            self._store_failed = False
-            self.watching_since = self.clock.now()
-            log.warning("the store answers again: heartbeats sent while it could not may be lost, so no attempt is "
-                        "taken for lost before it has had its timeout from now")
-        return job_ids
 
     def watched_since(self, attempt: Attempt) -> float:
         """Since when the attempt's silence counts: the controller's watch (`watching_since`), or the last heartbeat
@@ -235,10 +228,11 @@ class Controller:
 
     def _note_outage(self, error: Exception) -> None:
         """A store outage: the watch starts again now (a job driven later in this tick, once the store answers again,
-        is judged from here) and again once the store answers the next tick."""
+        is judged from here on)."""
         if is_store_outage(error):
-            self._store_failed = True
             self.watching_since = self.clock.now()
+            log.warning("the store is unavailable: heartbeats sent meanwhile may be lost, so no attempt is taken for "
+                        "lost before it has had its timeout from now")
 
     def _notify(self) -> None:
         """The jobs' owners told what the tick recorded (spec `notify`): posted apart from the tick, once committed."""

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spotrun.state.outages import is_store_outage
+from spotrun.state.store import driver_words
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,8 @@ class StoreOutages:
         except Exception as error:
             if began or not is_store_outage(error):
                 raise
-            log.warning("%s %s: the store is unavailable: %s", scope.get("method"), scope.get("path"), _reason(error))
+            log.warning("%s %s: the store is unavailable: %s", scope.get("method"), scope.get("path"),
+                        driver_words(error))
             answer = JSONResponse({"detail": STORE_UNAVAILABLE}, status_code=503,
                                   headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
             await answer(scope, receive, send)
-
-
-def _reason(error: BaseException) -> str:
-    cause = getattr(error, "orig", None) or error
-    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]

@@ -16,7 +16,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import false, func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -24,6 +24,7 @@ from spotrun.audit_kinds import AuditKind
 from spotrun.control.states import LIVE, state_names
 from spotrun.state import Job, Store, add_event
 from spotrun.state.models import ApiToken, User
+from spotrun.state.write_lock import take_sqlite_write_lock
 
 TOKEN_MARK = "spr_"
 PREFIX_PATTERN = r"[A-Za-z0-9]{1,32}"  # what a token's prefix may be, unanchored (those made are 12 hex digits)
@@ -264,14 +265,10 @@ def _lock_admins(session: Session) -> None:
     """First thing in a change that may remove an admin: hold what makes two such changes run one after the other, so
     that two admins disabling each other at once cannot both pass `_refuse_losing_last_admin`. On PostgreSQL the
     enabled admins' rows, in one order (in any other, two such changes deadlock); a change waiting here reads the
-    rows again once the first commits. On SQLite the database's write lock, taken by a write that changes nothing:
-    its reads would otherwise come before the lock, which only the first write takes."""
-    if session.get_bind().dialect.name == "sqlite":
-        session.execute(update(User).where(false()).values(is_admin=User.is_admin),
-                        execution_options={"synchronize_session": False})
-    else:
-        session.scalars(select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None))
-                        .order_by(User.id).with_for_update()).all()
+    rows again once the first commits. On SQLite the database's write lock (`take_sqlite_write_lock`)."""
+    take_sqlite_write_lock(session)
+    session.scalars(select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None))
+                    .order_by(User.id).with_for_update()).all()
 
 
 def _refuse_losing_last_admin(session: Session, user: User, change: str) -> None:

@@ -15,6 +15,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from spotrun.state.models import Job
+from spotrun.state.write_lock import take_sqlite_write_lock
 
 
 def claim_jobs(
@@ -64,13 +65,9 @@ def holds(session: Session, worker: str, job_id: int, now: float, *, lock: bool 
     """Whether `worker` still holds the job's claim (checked before each step: a worker that stalled past its
     claim must not act on a job another worker has taken over). With `lock`, the job's row stays locked to the end
     of the transaction: no worker takes the claim before what this transaction writes for the job is committed.
-    PostgreSQL locks the row (FOR UPDATE). SQLite renders no FOR UPDATE and does not begin a transaction for a
-    SELECT, so a write to the row comes first: it takes the database's write lock, held to the commit."""
-    if lock and session.get_bind().dialect.name == "sqlite":
-        session.execute(
-            update(Job).where(Job.id == job_id).values(claimed_by=Job.claimed_by),
-            execution_options={"synchronize_session": False},
-        )
+    PostgreSQL locks the row (FOR UPDATE); SQLite the whole database (`take_sqlite_write_lock`), held to the commit."""
+    if lock:
+        take_sqlite_write_lock(session)
     query = select(Job.claimed_by, Job.claim_expires_at).where(Job.id == job_id)
     row = session.execute(query.with_for_update() if lock else query).first()
     return row is not None and row.claimed_by == worker and (row.claim_expires_at or 0.0) >= now

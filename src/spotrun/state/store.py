@@ -66,7 +66,7 @@ class Store:
             if migrate:
                 self.upgrade()
         except (SQLAlchemyError, OSError) as error:
-            raise StoreUnavailable(f"cannot open the store {shown_url(self.url)}: {_reason(error)}") from error
+            raise StoreUnavailable(f"cannot open the store {shown_url(self.url)}: {driver_words(error)}") from error
 
     def upgrade(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe to run from several processes). A database
@@ -205,7 +205,7 @@ def shown_url(url: str) -> str:
         return repr(url)
 
 
-def _reason(error: Exception) -> str:
+def driver_words(error: Exception) -> str:
     """The driver's own words (SQLAlchemy's wrapper adds its SQL and a link), else the error's."""
     original = getattr(error, "orig", None)
     text_of = str(original or error).strip().splitlines()
@@ -244,7 +244,7 @@ def _make_engine(url: str) -> Engine:
             "installs psycopg: postgresql+psycopg://...)"
         ) from None
     except (ArgumentError, NoSuchModuleError) as unreadable:
-        raise BadDatabaseUrl(f"{_named(url)} is refused: {_reason(unreadable)}") from None
+        raise BadDatabaseUrl(f"{_named(url)} is refused: {driver_words(unreadable)}") from None
 
 
 def _in_memory(sqlite_url: str) -> bool:
